@@ -1,0 +1,74 @@
+# collage — build: make (library + CLI), make test, make run (the main job), make ci-san / ci-noomp.
+# Variants build into their own folder: SAN=1 (ASan+UBSan), OMP=0 (no OpenMP), WERROR=1.
+# Never add -Ofast / -ffast-math / -fassociative-math: they compile TwoSum's error term to zero.
+CC      ?= cc
+BUILD   ?= build
+OMP     ?= 1
+SAN     ?= 0
+WERROR  ?= 0
+
+CFLAGS_BASE = -std=c11 -O2 -g -ffp-contract=off -fno-fast-math -fno-math-errno -fPIC \
+              -Wall -Wextra -Wshadow -Wdouble-promotion -Wstrict-prototypes -D_GNU_SOURCE -Iinclude -Isrc
+ifeq ($(WERROR),1)
+CFLAGS_BASE += -Werror
+endif
+ifeq ($(OMP),1)
+CFLAGS_BASE += -fopenmp
+LDOMP = -fopenmp
+endif
+ifeq ($(SAN),1)
+CFLAGS_BASE += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+LDSAN = -fsanitize=address,undefined
+endif
+CFLAGS_ALL = $(CFLAGS_BASE) $(CFLAGS)
+LDLIBS_ALL = $(LDOMP) $(LDSAN) -lm $(LDLIBS)
+
+LIB_SRC  = $(wildcard src/*.c)
+LIB_OBJ  = $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC))
+CLI_SRC  = $(wildcard cli/*.c)
+CLI_OBJ  = $(patsubst cli/%.c,$(BUILD)/obj/cli_%.o,$(CLI_SRC))
+TEST_SRC = $(wildcard tests/test_*.c)
+TEST_BIN = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+HDRS     = include/collage.h $(wildcard src/*.h) $(wildcard cli/*.h) tests/harness.h
+
+.PHONY: all lib cli tests test run setup clean ci-san ci-noomp
+all: lib cli
+lib: $(BUILD)/libcollage.a $(BUILD)/libcollage.so
+cli: $(BUILD)/collage
+tests: $(TEST_BIN)
+
+$(BUILD)/obj/%.o: src/%.c $(HDRS) | $(BUILD)/obj
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+$(BUILD)/obj/cli_%.o: cli/%.c $(HDRS) | $(BUILD)/obj
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+$(BUILD)/obj $(BUILD)/tests:
+	mkdir -p $@
+$(BUILD)/libcollage.a: $(LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+$(BUILD)/libcollage.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDLIBS_ALL)
+$(BUILD)/collage: $(CLI_OBJ) $(BUILD)/libcollage.a
+	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libcollage.a $(LDLIBS_ALL)
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libcollage.a $(HDRS) | $(BUILD)/tests
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libcollage.a $(LDLIBS_ALL) -lmpfr -lgmp
+
+setup:
+	@bash scripts/setup.sh
+
+# The test command of the README: set-up, build, every test, one closing line "N passed, N failed".
+test: setup
+	@$(MAKE) --no-print-directory all tests
+	@bash tests/run.sh $(BUILD)
+
+# The main job (grows with the project): for now the conversion benchmark.
+run: setup
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/collage bench convert
+
+ci-san:
+	@$(MAKE) --no-print-directory test BUILD=build-san SAN=1
+ci-noomp:
+	@$(MAKE) --no-print-directory test BUILD=build-noomp OMP=0
+
+clean:
+	rm -rf build build-san build-noomp

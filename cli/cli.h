@@ -1,0 +1,12 @@
+/* cli.h — what the `collage` subcommands share: the entry points and small argument helpers. */
+#ifndef COLLAGE_CLI_H
+#define COLLAGE_CLI_H
+#include "collage.h"
+
+int cmd_bench(int argc, char **argv);
+
+/* Parse a non-negative integer / a double for flag `flag`; on error print a hint and return -1. */
+int cli_parse_size(const char *flag, const char *s, size_t *out);
+int cli_parse_int(const char *flag, const char *s, int *out);
+double cli_now(void);
+#endif

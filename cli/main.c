@@ -1,0 +1,65 @@
+/* main.c — the `collage` command: dispatches subcommands, prints help and version. */
+#include "cli.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "collage %s — pure 16-bit training with multi-component floats (Collage)\n"
+            "\n"
+            "usage: collage <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  bench convert [--n N] [--threads T] [--reps R] [--json]\n"
+            "                  row conversion throughput (fp32<->bf16/fp16, RN and SR)\n"
+            "                  against a plain memory copy measured in the same run\n"
+            "\n"
+            "options:\n"
+            "  -h, --help      this help\n"
+            "  -V, --version   print the version\n",
+            collage_version());
+}
+
+double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int cli_parse_size(const char *flag, const char *s, size_t *out) {
+    char *end;
+    errno = 0;
+    if (!s) { fprintf(stderr, "collage: %s needs a value\n", flag); return -1; }
+    unsigned long long v = strtoull(s, &end, 10);
+    double mult = 1;
+    if (*end == 'K' || *end == 'k') { mult = 1e3; end++; }
+    else if (*end == 'M' || *end == 'm') { mult = 1e6; end++; }
+    else if (*end == 'G' || *end == 'g') { mult = 1e9; end++; }
+    if (errno || *end || s[0] == '-' || end == s) {
+        fprintf(stderr, "collage: %s expects a non-negative integer (e.g. 64M), got '%s'\n", flag, s);
+        return -1;
+    }
+    *out = (size_t)((double)v * mult);
+    return 0;
+}
+
+int cli_parse_int(const char *flag, const char *s, int *out) {
+    size_t v;
+    if (cli_parse_size(flag, s, &v)) return -1;
+    if (v > 1000000) { fprintf(stderr, "collage: %s value %s is too large\n", flag, s); return -1; }
+    *out = (int)v;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { usage(stderr); return 2; }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) { usage(stdout); return 0; }
+    if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) { printf("collage %s\n", collage_version()); return 0; }
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
+    fprintf(stderr, "collage: unknown command '%s'\nhint: run 'collage --help' for the list of commands\n", cmd);
+    return 2;
+}

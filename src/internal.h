@@ -1,0 +1,98 @@
+/* internal.h — what the library's files share and the public header does not show:
+ * bit casts, the bf16 fast paths (static inline so hot loops inline them), the generic encoder,
+ * the assert macro and OpenMP shims. Not installed; never included by users. */
+#ifndef COLLAGE_INTERNAL_H
+#define COLLAGE_INTERNAL_H
+
+#include "collage.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define COLLAGE_ASSERT(c)                                                              \
+    do {                                                                               \
+        if (!(c)) {                                                                    \
+            fprintf(stderr, "collage: assertion failed: %s (%s:%d)\n", #c, __FILE__, __LINE__); \
+            abort();                                                                   \
+        }                                                                              \
+    } while (0)
+
+static inline uint32_t f32_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+static inline float bits_f32(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+static inline uint64_t f64_bits(double x) { uint64_t u; memcpy(&u, &x, 8); return u; }
+static inline double bits_f64(uint64_t u) { double x; memcpy(&x, &u, 8); return x; }
+
+/* bf16 RN of an fp32 value. Exact contract: the bf16 nearest to x, ties to even; subnormals kept;
+ * overflow to ±Inf by the carry into the exponent; NaN → quiet NaN keeping sign and top payload. */
+static inline uint16_t bf16_rn_bits(float x) {
+    uint32_t u = f32_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+/* bf16 SR: up (away from zero) iff the 16 dropped bits + the top 16 bits of r carry. Exact contract:
+ * P(away) = dropped/2^16 for uniform r; Inf unchanged (dropped bits are 0); NaN as in RN. */
+static inline uint16_t bf16_sr_bits(float x, uint32_t r) {
+    uint32_t u = f32_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    if ((u & 0x7fffffffu) == 0x7f800000u) return (uint16_t)(u >> 16);
+    return (uint16_t)((u + (r >> 16)) >> 16);
+}
+static inline float bf16_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
+
+/* Rounding modes of the generic encoder. */
+enum { LP_RN = 0, LP_SAT = 1, LP_SR = 2 };
+
+/* Generic encoder: round the fp32 value x to format f (mode LP_RN, LP_SAT or LP_SR with bits r). */
+uint16_t collage__lp_enc_f32(collage_format f, float x, int mode, uint32_t r);
+uint16_t collage__lp_enc_f64(collage_format f, double x, int mode, uint32_t r);
+float    collage__lp_dec(collage_format f, uint16_t x);
+
+/* Format-generic single operations, specialised by the compiler when f is a constant. */
+static inline uint16_t lp_rn(collage_format f, float x) {
+    return f == COLLAGE_FMT_BF16 ? bf16_rn_bits(x) : collage__lp_enc_f32(f, x, LP_RN, 0);
+}
+static inline float lp_f32(collage_format f, uint16_t x) {
+    return f == COLLAGE_FMT_BF16 ? bf16_f32(x) : collage__lp_dec(f, x);
+}
+
+/* Counter-based random bits (see rand32 in lowp.c). lowbias32 is a bijection of 32-bit words with
+ * good avalanche; two keyed rounds make neighbouring counters independent-looking. */
+static inline uint32_t lowbias32(uint32_t x) {
+    x ^= x >> 16; x *= 0x7feb352du;
+    x ^= x >> 15; x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+/* The part of the key that depends on the high half of the index, shared by a whole row. */
+static inline uint32_t rand_k1(uint64_t key, uint32_t index_hi) {
+    return lowbias32((uint32_t)key ^ lowbias32(index_hi + 0x9e3779b9u));
+}
+static inline uint32_t rand_k2(uint64_t key) { return (uint32_t)(key >> 32) | 1u; }
+static inline uint32_t rand_bits(uint32_t k1, uint32_t k2, uint32_t index_lo) {
+    return lowbias32(lowbias32(index_lo ^ k1) + k2);
+}
+
+/* Threads for library kernels. */
+int collage__threads(void);
+
+/* Row kernels per ISA (lowp_x86.c). Each converts n elements; no threading inside. */
+void collage__bf16_from_f32_avx2(uint16_t *dst, const float *src, size_t n);
+void collage__bf16_from_f32_avx512(uint16_t *dst, const float *src, size_t n);
+void collage__bf16_from_f32_sr_avx2(uint16_t *dst, const float *src, size_t n, uint64_t key, uint64_t i0);
+void collage__bf16_from_f32_sr_avx512(uint16_t *dst, const float *src, size_t n, uint64_t key, uint64_t i0);
+void collage__bf16_to_f32_avx2(float *dst, const uint16_t *src, size_t n);
+void collage__bf16_to_f32_avx512(float *dst, const uint16_t *src, size_t n);
+void collage__fp16_from_f32_avx2(uint16_t *dst, const float *src, size_t n);
+void collage__fp16_from_f32_avx512(uint16_t *dst, const float *src, size_t n);
+void collage__fp16_from_f32_sr_avx2(uint16_t *dst, const float *src, size_t n, uint64_t key, uint64_t i0);
+void collage__fp16_from_f32_sr_avx512(uint16_t *dst, const float *src, size_t n, uint64_t key, uint64_t i0);
+void collage__fp16_to_f32_avx2(float *dst, const uint16_t *src, size_t n);
+void collage__fp16_to_f32_avx512(float *dst, const uint16_t *src, size_t n);
+int  collage__cpu_has_avx2(void);
+int  collage__cpu_has_avx512(void);
+
+#endif

@@ -1,0 +1,54 @@
+/* harness.h — the tiny test harness: named tests, checks that keep going after a failure and print
+ * the failing input, and the closing line "N passed, N failed" with a non-zero exit on failure. */
+#ifndef COLLAGE_HARNESS_H
+#define COLLAGE_HARNESS_H
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static int h_pass, h_fail, h_cur_fail;
+
+/* CHECK(cond, fmt, ...): on failure print the condition and the formatted input (first 10 per test). */
+#define CHECK(cond, ...)                                                                  \
+    do {                                                                                  \
+        if (!(cond)) {                                                                    \
+            if (h_cur_fail++ < 10) {                                                      \
+                fprintf(stdout, "    FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);       \
+                fprintf(stdout, __VA_ARGS__);                                             \
+                fputc('\n', stdout);                                                      \
+            }                                                                             \
+        }                                                                                 \
+    } while (0)
+
+static inline double h_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline void h_run(const char *name, void (*fn)(void)) {
+    h_cur_fail = 0;
+    double t0 = h_now();
+    fn();
+    double dt = h_now() - t0;
+    if (h_cur_fail) { h_fail++; printf("FAIL %s (%d failed checks, %.2fs)\n", name, h_cur_fail, dt); }
+    else { h_pass++; printf("ok   %s (%.2fs)\n", name, dt); }
+    fflush(stdout);
+}
+#define RUN(fn) h_run(#fn, fn)
+
+static inline int h_end(void) {
+    printf("%d passed, %d failed\n", h_pass, h_fail);
+    return h_fail ? 1 : 0;
+}
+
+/* Deterministic test randomness (xorshift64*), seeded and printed by each test program. */
+static unsigned long long h_rng_state = 0x853c49e6748fea9bULL;
+static inline void h_seed(unsigned long long s) { h_rng_state = s ? s : 1; }
+static inline unsigned long long h_rand64(void) {
+    h_rng_state ^= h_rng_state >> 12; h_rng_state ^= h_rng_state << 25; h_rng_state ^= h_rng_state >> 27;
+    return h_rng_state * 2685821657736338717ULL;
+}
+static inline unsigned h_rand32(void) { return (unsigned)(h_rand64() >> 32); }
+static inline double h_uniform(void) { return (double)(h_rand64() >> 11) * (1.0 / 9007199254740992.0); }
+#endif

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs every test program in BUILD/tests, prints their output, and one combined closing line.
+# A program that crashes or exits non-zero without counting a failure counts as one failure.
+build=${1:-build}
+pass=0; fail=0
+for t in "$build"/tests/test_*; do
+  [ -x "$t" ] || continue
+  echo "== $(basename "$t")"
+  out=$("$t" 2>&1); rc=$?
+  printf '%s\n' "$out"
+  last=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+  if [ -n "$last" ]; then
+    p=${last%% passed*}; f=${last#*, }; f=${f%% failed*}
+    pass=$((pass + p)); fail=$((fail + f))
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then fail=$((fail + 1)); echo "FAIL $(basename "$t") exited $rc"; fi
+  else
+    fail=$((fail + 1)); echo "FAIL $(basename "$t") exited $rc without a result line"
+  fi
+done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
