@@ -59,8 +59,9 @@ static inline float lp_f32(collage_format f, uint16_t x) {
     return f == COLLAGE_FMT_BF16 ? bf16_f32(x) : collage__lp_dec(f, x);
 }
 
-/* Counter-based random bits (see rand32 in lowp.c). lowbias32 is a bijection of 32-bit words with
- * good avalanche; two keyed rounds make neighbouring counters independent-looking. */
+/* Counter-based random bits (see rand32 in lowp.c). lowbias32 (C. Wellons' hash-prospector) is a
+ * bijection of 32-bit words with low avalanche bias; one keyed round is enough for rounding noise and
+ * keeps SR conversions at memory speed. */
 static inline uint32_t lowbias32(uint32_t x) {
     x ^= x >> 16; x *= 0x7feb352du;
     x ^= x >> 15; x *= 0x846ca68bu;
@@ -71,9 +72,9 @@ static inline uint32_t lowbias32(uint32_t x) {
 static inline uint32_t rand_k1(uint64_t key, uint32_t index_hi) {
     return lowbias32((uint32_t)key ^ lowbias32(index_hi + 0x9e3779b9u));
 }
-static inline uint32_t rand_k2(uint64_t key) { return (uint32_t)(key >> 32) | 1u; }
+static inline uint32_t rand_k2(uint64_t key) { return (uint32_t)(key >> 32) * 0x9e3779b9u; }
 static inline uint32_t rand_bits(uint32_t k1, uint32_t k2, uint32_t index_lo) {
-    return lowbias32(lowbias32(index_lo ^ k1) + k2);
+    return lowbias32((index_lo ^ k1) + k2);
 }
 
 /* Threads for library kernels. */

@@ -31,7 +31,7 @@ T_AVX2 static inline __m256i lowbias32_8(__m256i x) {
 }
 T_AVX2 static inline __m256i rand_8(uint32_t k1, uint32_t k2, uint32_t lo) {
     __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)lo), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    __m256i x = lowbias32_8(_mm256_xor_si256(idx, _mm256_set1_epi32((int)k1)));
+    __m256i x = _mm256_xor_si256(idx, _mm256_set1_epi32((int)k1));
     return lowbias32_8(_mm256_add_epi32(x, _mm256_set1_epi32((int)k2)));
 }
 /* 8 fp32 bit patterns → 8 bf16 in the low halves of 32-bit lanes. sr: add (r >> 16) instead of RN. */
@@ -139,7 +139,7 @@ T_AVX512 static inline __m512i lowbias32_16(__m512i x) {
 T_AVX512 static inline __m512i rand_16(uint32_t k1, uint32_t k2, uint32_t lo) {
     __m512i idx = _mm512_add_epi32(_mm512_set1_epi32((int)lo),
                                    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-    __m512i x = lowbias32_16(_mm512_xor_si512(idx, _mm512_set1_epi32((int)k1)));
+    __m512i x = _mm512_xor_si512(idx, _mm512_set1_epi32((int)k1));
     return lowbias32_16(_mm512_add_epi32(x, _mm512_set1_epi32((int)k2)));
 }
 T_AVX512 static inline __m256i bf16_16(__m512i u, __m512i add) {

@@ -1,0 +1,843 @@
+/* test_mpfr.c — MPFR oracle tests for the low-precision core (NUMERICS §1, §2, §5): conversions from
+ * fp32 and double, decoding, the single operations + − × ÷ √ fma and the error-free transforms of
+ * bf16, fp16, e4m3 and e5m2, each against MPFR emulating the format exactly (precision p, subnormals
+ * by mpfr_subnormalize, overflow per NUMERICS §1). fp8 is tested exhaustively, bf16 and fp16 on large
+ * random samples mixed with edge classes; every mismatch prints its input bits. */
+#include "collage.h"
+#include "harness.h"
+
+#include <math.h>
+#include <mpfr.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ sizes and tolerances */
+/* Correct rounding leaves no slack: every result must equal the oracle's bits (0 ulp). NaN results
+ * are only checked to be NaN (payloads are not specified); NaN conversions keep the sign. */
+#define N_CONV_F32      (1u << 22) /* random fp32 inputs per format (half uniform bits, half in range) */
+#define N_CONV_F64      (1u << 21) /* random double inputs per format */
+#define N_NAN_INPUTS    4096u      /* random NaN payloads per format and input type */
+#define N_OPS           1000000u   /* random operand sets per 16-bit format: one of each op */
+#define N_EFT           1000000u   /* random pairs per 16-bit format for TwoSum, TwoProd, Fast2Sum */
+#define FMA_C_PER_PAIR  64u        /* fp8 fma: every (a, b) with this many random c */
+#define EDGE_PERCENT    10u        /* share of operands drawn from the edge classes */
+#define RELATED_PERCENT 45u        /* share of second operands drawn close in exponent to the first */
+#define MIN_FAST2SUM_INEXACT 1u    /* broken Fast2Sum precondition must show at least this many errors */
+#define EXACT_PREC      640        /* bits: a sum, product or fma of two or three format values (bf16:
+                                      span < 2^128 / 2^-282) is exact; checked by each ternary value */
+
+static unsigned long long g_seed = 0x5eedc011a9e2024ull;
+static unsigned g_div = 1; /* COLLAGE_TEST_QUICK divides the random sample counts by 8 */
+
+/* Aborts on an inconsistency of the oracle itself: that is a bug in this file, not in the library. */
+#define ORACLE_ASSERT(c)                                                                  \
+    do {                                                                                  \
+        if (!(c)) {                                                                       \
+            fprintf(stderr, "oracle assertion failed: %s (%s:%d)\n", #c, __FILE__, __LINE__); \
+            abort();                                                                      \
+        }                                                                                 \
+    } while (0)
+
+/* ------------------------------------------------------------------ the formats, from first principles */
+/* The oracle's own description of each format: nothing here is read from the library, so the
+ * descriptors it publishes are checked against it (test_format_descriptors). */
+typedef struct {
+    collage_format f;
+    const char *name;
+    int bits, exp_bits, man_bits, bias, has_inf;
+    /* derived by fmt_init */
+    int p;                   /* precision in bits */
+    mpfr_exp_t emin;         /* MPFR exponent (significand in [1/2, 1)) of the smallest subnormal */
+    uint16_t mask, sign_bit, man_mask, exp_field_max, min_normal, one, max_bits, inf_bits, qnan_bits,
+        quiet_bit;
+    double max_value;
+} fmt_spec;
+
+static fmt_spec SPECS[COLLAGE_FMT_COUNT] = {
+    {.f = COLLAGE_FMT_BF16, .name = "bf16", .bits = 16, .exp_bits = 8, .man_bits = 7, .bias = 127, .has_inf = 1},
+    {.f = COLLAGE_FMT_FP16, .name = "fp16", .bits = 16, .exp_bits = 5, .man_bits = 10, .bias = 15, .has_inf = 1},
+    {.f = COLLAGE_FMT_E4M3, .name = "e4m3", .bits = 8, .exp_bits = 4, .man_bits = 3, .bias = 7, .has_inf = 0},
+    {.f = COLLAGE_FMT_E5M2, .name = "e5m2", .bits = 8, .exp_bits = 5, .man_bits = 2, .bias = 15, .has_inf = 1},
+};
+
+static double enc_value(const fmt_spec *S, uint16_t x);
+
+static void fmt_init(fmt_spec *S) {
+    S->p = S->man_bits + 1;
+    /* smallest subnormal 2^(1 - bias - man_bits) = 0.5 · 2^(2 - bias - man_bits) */
+    S->emin = 2 - S->bias - S->man_bits;
+    S->mask = (uint16_t)((1u << S->bits) - 1u);
+    S->sign_bit = (uint16_t)(1u << (S->bits - 1));
+    S->man_mask = (uint16_t)((1u << S->man_bits) - 1u);
+    S->exp_field_max = (uint16_t)((1u << S->exp_bits) - 1u);
+    S->min_normal = (uint16_t)(1u << S->man_bits);
+    S->one = (uint16_t)((unsigned)S->bias << S->man_bits);
+    if (S->has_inf) {
+        S->inf_bits = (uint16_t)((unsigned)S->exp_field_max << S->man_bits);
+        S->max_bits = (uint16_t)(S->inf_bits - 1u);
+        S->quiet_bit = (uint16_t)(1u << (S->man_bits - 1));
+        S->qnan_bits = (uint16_t)(S->inf_bits | S->quiet_bit);
+    } else { /* OCP FN: the all-ones pattern is the NaN, everything below it is finite */
+        S->inf_bits = 0;
+        S->qnan_bits = (uint16_t)(S->mask >> 1);
+        S->max_bits = (uint16_t)(S->qnan_bits - 1u);
+        S->quiet_bit = 0;
+    }
+    S->max_value = enc_value(S, S->max_bits);
+}
+
+static int enc_isnan(const fmt_spec *S, uint16_t x) {
+    uint16_t mag = (uint16_t)(x & (S->mask >> 1));
+    if (!S->has_inf) return mag == S->qnan_bits;
+    return mag > S->inf_bits;
+}
+static int enc_isinf(const fmt_spec *S, uint16_t x) {
+    return S->has_inf && (x & (S->mask >> 1)) == S->inf_bits;
+}
+static int enc_neg(const fmt_spec *S, uint16_t x) { return (x & S->sign_bit) != 0; }
+
+/* Contract: the exact value of encoding x, from its fields alone (every value of these formats is a
+ * double): NaN for NaN encodings, ±Inf for infinities, ±0 with its sign. */
+static double enc_value(const fmt_spec *S, uint16_t x) {
+    unsigned e = (x >> S->man_bits) & S->exp_field_max;
+    unsigned m = x & S->man_mask;
+    double v;
+    if (enc_isnan(S, x)) return enc_neg(S, x) ? -nan("") : nan("");
+    if (enc_isinf(S, x)) v = HUGE_VAL;
+    else if (e == 0) v = ldexp((double)m, 1 - S->bias - S->man_bits);
+    else v = ldexp((double)(m | (1u << S->man_bits)), (int)e - S->bias - S->man_bits);
+    return enc_neg(S, x) ? -v : v;
+}
+
+/* Contract: the bits of v, which must be ±0 or a finite nonzero value of the format's grid with
+ * |v| ≤ max (the oracle asserts it). Independent of the library: frexp splits the fields. */
+static uint16_t enc_from_exact(const fmt_spec *S, double v) {
+    uint16_t sign = signbit(v) ? S->sign_bit : 0;
+    double a = fabs(v), q;
+    if (a == 0.0) return sign;
+    int e, emin_n = 1 - S->bias;
+    (void)frexp(a, &e);
+    int E = e - 1; /* a in [2^E, 2^(E+1)) */
+    unsigned field;
+    if (E >= emin_n) { field = (unsigned)(E + S->bias); q = ldexp(a, S->man_bits - E) - ldexp(1.0, S->man_bits); }
+    else { field = 0; q = ldexp(a, S->man_bits - emin_n); }
+    ORACLE_ASSERT(q == floor(q) && q >= 0.0 && q < ldexp(1.0, S->man_bits));
+    ORACLE_ASSERT(field <= S->exp_field_max && a <= S->max_value);
+    return (uint16_t)(sign | (field << S->man_bits) | (unsigned)q);
+}
+
+/* ------------------------------------------------------------------ the MPFR oracle */
+static mpfr_t g_r[COLLAGE_FMT_COUNT]; /* one p-bit scratch per format */
+static mpfr_t g_max[COLLAGE_FMT_COUNT];
+static mpfr_t g_a, g_b, g_c, g_x, g_y, g_z; /* EXACT_PREC scratch */
+static mpfr_exp_t g_emin_wide;
+
+/* Format values into MPFR, exactly (NaN, ±Inf, ±0 included). */
+static void enc_to_mpfr(const fmt_spec *S, mpfr_ptr out, uint16_t x) {
+    double v = enc_value(S, x);
+    if (isnan(v)) mpfr_set_nan(out);
+    else ORACLE_ASSERT(mpfr_set_d(out, v, MPFR_RNDN) == 0);
+}
+
+typedef struct {
+    uint16_t rn;  /* RN: nearest, ties to even; overflow → ±Inf (e4m3: NaN) */
+    uint16_t sat; /* the same with overflow (and ±Inf) → ±max */
+    int inexact;  /* the rounded value differs from the exact one (overflow included) */
+} rounded;
+
+/* Contract: the encoding of r, a p-bit value already rounded with the format's subnormal grid and an
+ * unbounded exponent above, t its ternary value. Overflow (IEEE rule) iff |r| > max. */
+static rounded finish(const fmt_spec *S, mpfr_srcptr r, int t) {
+    rounded o;
+    uint16_t sign = mpfr_signbit(r) ? S->sign_bit : 0;
+    if (mpfr_nan_p(r)) {
+        o.rn = o.sat = (uint16_t)(sign | S->qnan_bits);
+        o.inexact = 0;
+    } else if (mpfr_inf_p(r)) {
+        o.rn = (uint16_t)(sign | (S->has_inf ? S->inf_bits : S->qnan_bits));
+        o.sat = (uint16_t)(sign | S->max_bits);
+        o.inexact = 0;
+    } else if (mpfr_cmpabs(r, g_max[S->f]) > 0) {
+        o.rn = (uint16_t)(sign | (S->has_inf ? S->inf_bits : S->qnan_bits));
+        o.sat = (uint16_t)(sign | S->max_bits);
+        o.inexact = 1;
+    } else {
+        o.rn = o.sat = enc_from_exact(S, mpfr_get_d(r, MPFR_RNDN)); /* p bits: exact in double */
+        o.inexact = t != 0;
+    }
+    return o;
+}
+
+/* Contract: RN of the exact value x (any precision, any exponent) to format S as NUMERICS §1 says:
+ * nearest with ties to even on the p-bit grid, subnormals on their fixed grid (no flush), overflow iff
+ * the value rounded with an unbounded exponent exceeds max. One rounding: mpfr_set rounds to p bits,
+ * then check_range/subnormalize re-round with the ternary value, which MPFR defines to avoid double
+ * rounding. NaN → canonical NaN with x's sign. */
+static rounded oracle_round(const fmt_spec *S, mpfr_srcptr x) {
+    mpfr_ptr r = g_r[S->f];
+    int t = mpfr_set(r, x, MPFR_RNDN);
+    if (mpfr_regular_p(r)) {
+        mpfr_set_emin(S->emin);
+        t = mpfr_check_range(r, t, MPFR_RNDN);
+        t = mpfr_subnormalize(r, t, MPFR_RNDN);
+        mpfr_set_emin(g_emin_wide);
+    }
+    return finish(S, r, t);
+}
+
+/* Contract: RN(a / b) and RN(√a) for format values a, b, computed by MPFR directly at precision p
+ * under the format's emin with subnormalize (a correctly rounded oracle; the quotient and the root
+ * have no finite exact form). The operands are format values, hence inside that exponent range. */
+static rounded oracle_div(const fmt_spec *S, mpfr_srcptr a, mpfr_srcptr b) {
+    mpfr_ptr r = g_r[S->f];
+    mpfr_set_emin(S->emin);
+    int t = mpfr_div(r, a, b, MPFR_RNDN);
+    t = mpfr_subnormalize(r, t, MPFR_RNDN);
+    mpfr_set_emin(g_emin_wide);
+    return finish(S, r, t);
+}
+static rounded oracle_sqrt(const fmt_spec *S, mpfr_srcptr a) {
+    mpfr_ptr r = g_r[S->f];
+    mpfr_set_emin(S->emin);
+    int t = mpfr_sqrt(r, a, MPFR_RNDN);
+    t = mpfr_subnormalize(r, t, MPFR_RNDN);
+    mpfr_set_emin(g_emin_wide);
+    return finish(S, r, t);
+}
+
+/* Exact a op b at EXACT_PREC into out; the ternary value proves exactness. */
+static void exact_add(mpfr_ptr out, mpfr_srcptr a, mpfr_srcptr b) { ORACLE_ASSERT(mpfr_add(out, a, b, MPFR_RNDN) == 0); }
+static void exact_sub(mpfr_ptr out, mpfr_srcptr a, mpfr_srcptr b) { ORACLE_ASSERT(mpfr_sub(out, a, b, MPFR_RNDN) == 0); }
+static void exact_mul(mpfr_ptr out, mpfr_srcptr a, mpfr_srcptr b) { ORACLE_ASSERT(mpfr_mul(out, a, b, MPFR_RNDN) == 0); }
+
+/* ------------------------------------------------------------------ random inputs */
+static void seed_test(unsigned long long id) { h_seed(g_seed ^ (id * 0x9e3779b97f4a7c15ull)); }
+static unsigned pct(void) { return h_rand32() % 100u; }
+
+/* One value of an edge class: ±0, subnormals (min, max, any), min normal and its neighbour, max and
+ * its neighbour, ±Inf, NaN, powers of two, 1 and its neighbours, the lowest and the highest binade. */
+static uint16_t rnd_edge(const fmt_spec *S) {
+    uint16_t s = (h_rand32() & 1u) ? S->sign_bit : 0;
+    unsigned r = h_rand32(), top = S->has_inf ? S->exp_field_max - 1u : S->exp_field_max;
+    unsigned field;
+    switch (h_rand32() % 15u) {
+    case 0: return s;
+    case 1: return (uint16_t)(s | 1u);
+    case 2: return (uint16_t)(s | S->man_mask);
+    case 3: return (uint16_t)(s | (r & S->man_mask));
+    case 4: return (uint16_t)(s | S->min_normal);
+    case 5: return (uint16_t)(s | (S->min_normal + 1u));
+    case 6: return (uint16_t)(s | S->max_bits);
+    case 7: return (uint16_t)(s | (S->max_bits - 1u));
+    case 8: return (uint16_t)(s | (S->has_inf ? S->inf_bits : S->max_bits));
+    case 9: return (uint16_t)(s | (S->has_inf ? (S->inf_bits | 1u | (r & S->man_mask)) : S->qnan_bits));
+    case 10: field = 1u + r % top; return (uint16_t)(s | (field << S->man_bits));
+    case 11: return (uint16_t)(s | (S->one + (r % 3u) - 1u));
+    case 12: return (uint16_t)(s | ((1u + r % 2u) << S->man_bits) | ((r >> 8) & S->man_mask));
+    case 13: return (uint16_t)(s | (top << S->man_bits) | ((r >> 8) & S->man_mask));
+    default: return (uint16_t)(s | ((2u << S->man_bits) - 1u)); /* largest value of the lowest binade */
+    }
+}
+
+static unsigned exp_field(const fmt_spec *S, uint16_t x) { return (x >> S->man_bits) & S->exp_field_max; }
+
+/* A random value whose exponent field is within ±spread of `field` (clamped), any sign, a random
+ * significand that is often short (trailing zeros make exact results, ties and cancellation). */
+static uint16_t rnd_near_field(const fmt_spec *S, int field, int spread) {
+    int top = S->has_inf ? (int)S->exp_field_max - 1 : (int)S->exp_field_max;
+    int e = field + (int)(h_rand32() % (unsigned)(2 * spread + 1)) - spread;
+    e = e < 0 ? 0 : e > top ? top : e;
+    unsigned m = h_rand32() & S->man_mask;
+    if (h_rand32() & 1u) m &= ~((1u << (h_rand32() % (unsigned)(S->man_bits + 1))) - 1u) & S->man_mask;
+    uint16_t s = (h_rand32() & 1u) ? S->sign_bit : 0;
+    return (uint16_t)(s | ((unsigned)e << S->man_bits) | m);
+}
+
+static uint16_t rnd_operand(const fmt_spec *S) {
+    return pct() < EDGE_PERCENT ? rnd_edge(S) : (uint16_t)(h_rand32() & S->mask);
+}
+/* b for (a, b): edge, uniform, or close to a in exponent (cancellation, ties, near-1 quotients). */
+static uint16_t rnd_second(const fmt_spec *S, uint16_t a) {
+    unsigned u = pct();
+    if (u < EDGE_PERCENT) return rnd_edge(S);
+    if (u < EDGE_PERCENT + RELATED_PERCENT) return rnd_near_field(S, (int)exp_field(S, a), S->p + 2);
+    return (uint16_t)(h_rand32() & S->mask);
+}
+/* c for fma(a, b, c): edge, uniform, or close in exponent to a·b (cancellation in a·b + c). */
+static uint16_t rnd_addend(const fmt_spec *S, uint16_t a, uint16_t b) {
+    unsigned u = pct();
+    if (u < EDGE_PERCENT) return rnd_edge(S);
+    if (u < EDGE_PERCENT + RELATED_PERCENT) {
+        int ea = (int)exp_field(S, a), eb = (int)exp_field(S, b);
+        return rnd_near_field(S, (ea ? ea : 1) + (eb ? eb : 1) - S->bias, 2 * S->p + 2);
+    }
+    return (uint16_t)(h_rand32() & S->mask);
+}
+
+static uint32_t f32u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+static float u32f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+static uint64_t f64u(double x) { uint64_t u; memcpy(&u, &x, 8); return u; }
+static double u64f(uint64_t u) { double x; memcpy(&x, &u, 8); return x; }
+
+/* The exact value one step above the largest finite one (where the next binade or the NaN code
+ * would be): with max it brackets the overflow threshold. */
+static double above_max(const fmt_spec *S) {
+    return S->max_value + ldexp(1.0, (int)exp_field(S, S->max_bits) - S->bias - S->man_bits);
+}
+/* The value of the neighbour above the positive finite encoding x (above_max for max). */
+static double upper_neighbour(const fmt_spec *S, uint16_t x) {
+    return x == S->max_bits ? above_max(S) : enc_value(S, (uint16_t)(x + 1u));
+}
+
+/* ------------------------------------------------------------------ 0. the oracle and the descriptors */
+typedef struct { int f; double x; uint16_t rn; } known;
+
+/* Hand-derived values (not computed by this file or the library) pin the oracle's conventions. */
+static void test_oracle_selfcheck(void) {
+    static const known K[] = {
+        {COLLAGE_FMT_BF16, 0x1p-133, 0x0001},  /* smallest subnormal */
+        {COLLAGE_FMT_BF16, 0x1p-134, 0x0000},  /* half of it: tie to even 0 */
+        {COLLAGE_FMT_BF16, 0x1.8p-134, 0x0001},
+        {COLLAGE_FMT_BF16, 0x1.8p-133, 0x0002}, /* 1.5 subnormal ulps: tie to even 2 */
+        {COLLAGE_FMT_BF16, 0x1.fcp-127, 0x007f}, /* largest subnormal */
+        {COLLAGE_FMT_BF16, 0x1.fep-127, 0x0080}, /* tie above it goes to the smallest normal */
+        {COLLAGE_FMT_BF16, 0x1.fep127, 0x7f7f},  /* max = 3.3895e38 */
+        {COLLAGE_FMT_BF16, 0x1.ffp127, 0x7f80},  /* tie between max and 2^128: even is 2^128, Inf */
+        {COLLAGE_FMT_BF16, 0x1.feffffp127, 0x7f7f},
+        {COLLAGE_FMT_BF16, -0x1.0p-200, 0x8000},
+        {COLLAGE_FMT_BF16, 200.0, 0x4348},
+        {COLLAGE_FMT_BF16, 0x1.99999ap-4, 0x3dcd}, /* fp32(0.1) */
+        {COLLAGE_FMT_FP16, 0x1p-24, 0x0001},
+        {COLLAGE_FMT_FP16, 0x1p-25, 0x0000},
+        {COLLAGE_FMT_FP16, 0x1.000002p-25, 0x0001},
+        {COLLAGE_FMT_FP16, 65504.0, 0x7bff},
+        {COLLAGE_FMT_FP16, 65519.0, 0x7bff},
+        {COLLAGE_FMT_FP16, 65520.0, 0x7c00},
+        {COLLAGE_FMT_FP16, -65520.0, 0xfc00},
+        {COLLAGE_FMT_FP16, 0x1p-14, 0x0400},
+        {COLLAGE_FMT_E4M3, 448.0, 0x7e},
+        {COLLAGE_FMT_E4M3, 464.0, 0x7e},   /* tie to even mantissa 110 */
+        {COLLAGE_FMT_E4M3, 464.5, 0x7f},   /* above: overflow, NaN */
+        {COLLAGE_FMT_E4M3, -500.0, 0xff},
+        {COLLAGE_FMT_E4M3, 0x1p-9, 0x01},
+        {COLLAGE_FMT_E4M3, 0x1p-10, 0x00},
+        {COLLAGE_FMT_E4M3, 0x1.8p-9, 0x02},
+        {COLLAGE_FMT_E4M3, 0x1p-6, 0x08},
+        {COLLAGE_FMT_E4M3, 1.0, 0x38},
+        {COLLAGE_FMT_E5M2, 57344.0, 0x7b},
+        {COLLAGE_FMT_E5M2, 61439.0, 0x7b},
+        {COLLAGE_FMT_E5M2, 61440.0, 0x7c}, /* tie: even is 2^16, Inf */
+        {COLLAGE_FMT_E5M2, 0x1p-16, 0x01},
+        {COLLAGE_FMT_E5M2, 0x1p-17, 0x00},
+        {COLLAGE_FMT_E5M2, 1.0, 0x3c},
+    };
+    for (size_t i = 0; i < sizeof K / sizeof K[0]; i++) {
+        const fmt_spec *S = &SPECS[K[i].f];
+        mpfr_set_d(g_x, K[i].x, MPFR_RNDN);
+        rounded o = oracle_round(S, g_x);
+        CHECK(o.rn == K[i].rn, "%s oracle(%a) = 0x%04x want 0x%04x", S->name, K[i].x, o.rn, K[i].rn);
+    }
+    CHECK(SPECS[COLLAGE_FMT_BF16].max_value == 0x1.fep127, "bf16 max %a", SPECS[0].max_value);
+    CHECK(SPECS[COLLAGE_FMT_E4M3].max_value == 448.0, "e4m3 max %a", SPECS[2].max_value);
+    CHECK(SPECS[COLLAGE_FMT_E5M2].max_value == 57344.0, "e5m2 max %a", SPECS[3].max_value);
+    CHECK(SPECS[COLLAGE_FMT_FP16].max_value == 65504.0, "fp16 max %a", SPECS[1].max_value);
+    /* Every finite encoding rounds to itself, exactly; every midpoint to its even neighbour. */
+    for (int f = 0; f < COLLAGE_FMT_COUNT; f++) {
+        const fmt_spec *S = &SPECS[f];
+        for (unsigned x = 0; x <= S->mask; x++) {
+            if (enc_isnan(S, (uint16_t)x) || enc_isinf(S, (uint16_t)x)) continue;
+            mpfr_set_d(g_x, enc_value(S, (uint16_t)x), MPFR_RNDN);
+            rounded o = oracle_round(S, g_x);
+            CHECK(o.rn == x && !o.inexact, "%s oracle round trip 0x%04x -> 0x%04x", S->name, x, o.rn);
+            if (x & S->sign_bit) continue;
+            double mid = 0.5 * (enc_value(S, (uint16_t)x) + upper_neighbour(S, (uint16_t)x));
+            mpfr_set_d(g_x, mid, MPFR_RNDN);
+            o = oracle_round(S, g_x);
+            uint16_t want = (x & 1u) ? (uint16_t)(x + 1u) : (uint16_t)x;
+            if (want > S->max_bits) want = S->has_inf ? S->inf_bits : S->qnan_bits;
+            CHECK(o.rn == want && o.inexact, "%s oracle midpoint above 0x%04x -> 0x%04x", S->name, x, o.rn);
+        }
+    }
+}
+
+static void test_format_descriptors(void) {
+    for (int f = 0; f < COLLAGE_FMT_COUNT; f++) {
+        const fmt_spec *S = &SPECS[f];
+        const collage_format_info *I = collage_format_get(S->f);
+        CHECK(I != NULL, "%s: no descriptor", S->name);
+        if (!I) continue;
+        CHECK(strcmp(I->name, S->name) == 0 && I->bits == S->bits && I->exp_bits == S->exp_bits &&
+                  I->man_bits == S->man_bits && I->bias == S->bias && I->has_inf == S->has_inf,
+              "%s: descriptor fields differ", S->name);
+        CHECK(I->max_bits == S->max_bits && I->nan_bits == S->qnan_bits, "%s: max 0x%04x nan 0x%04x", S->name,
+              I->max_bits, I->nan_bits);
+        CHECK((double)I->max_value == S->max_value, "%s: max_value %a", S->name, (double)I->max_value);
+    }
+    CHECK(collage_format_get(COLLAGE_FMT_COUNT) == NULL, "unknown format has a descriptor");
+}
+
+/* ------------------------------------------------------------------ 1. conversions */
+/* Checks RN, saturating RN (and for bf16 the bf16 entry point) of one fp32 value. */
+static void check_f32(const fmt_spec *S, float x) {
+    uint32_t u = f32u(x);
+    uint16_t rn = collage_lp_from_f32(S->f, x), sat = collage_lp_from_f32_sat(S->f, x);
+    if (S->f == COLLAGE_FMT_BF16)
+        CHECK(collage_bf16_from_f32(x).bits == rn, "bf16_from_f32(0x%08x) = 0x%04x, lp gives 0x%04x", u,
+              collage_bf16_from_f32(x).bits, rn);
+    if (isnan(x)) {
+        int neg = (int)(u >> 31);
+        CHECK(collage_lp_isnan(S->f, rn) && enc_neg(S, rn) == neg && (rn & S->quiet_bit) == S->quiet_bit,
+              "%s from_f32(NaN 0x%08x) = 0x%04x: not a quiet NaN of the same sign", S->name, u, rn);
+        CHECK(collage_lp_isnan(S->f, sat) && enc_neg(S, sat) == neg && (sat & S->quiet_bit) == S->quiet_bit,
+              "%s from_f32_sat(NaN 0x%08x) = 0x%04x: not a quiet NaN of the same sign", S->name, u, sat);
+        return;
+    }
+    mpfr_set_flt(g_x, x, MPFR_RNDN);
+    rounded o = oracle_round(S, g_x);
+    CHECK(rn == o.rn, "%s from_f32(0x%08x = %a) = 0x%04x want 0x%04x", S->name, u, (double)x, rn, o.rn);
+    CHECK(sat == o.sat, "%s from_f32_sat(0x%08x = %a) = 0x%04x want 0x%04x", S->name, u, (double)x, sat, o.sat);
+}
+
+static void check_f64(const fmt_spec *S, double x) {
+    uint64_t u = f64u(x);
+    uint16_t rn = collage_lp_from_f64(S->f, x);
+    if (S->f == COLLAGE_FMT_BF16)
+        CHECK(collage_bf16_from_f64(x).bits == rn, "bf16_from_f64(0x%016llx) differs from lp",
+              (unsigned long long)u);
+    if (isnan(x)) {
+        CHECK(collage_lp_isnan(S->f, rn) && enc_neg(S, rn) == (int)(u >> 63) && (rn & S->quiet_bit) == S->quiet_bit,
+              "%s from_f64(NaN 0x%016llx) = 0x%04x: not a quiet NaN of the same sign", S->name,
+              (unsigned long long)u, rn);
+        return;
+    }
+    ORACLE_ASSERT(mpfr_set_d(g_x, x, MPFR_RNDN) == 0);
+    rounded o = oracle_round(S, g_x);
+    CHECK(rn == o.rn, "%s from_f64(0x%016llx = %a) = 0x%04x want 0x%04x", S->name, (unsigned long long)u, x, rn,
+          o.rn);
+}
+
+/* fp32 biased exponent range that covers the format from below its smallest subnormal to above its
+ * overflow threshold, clamped to fp32's finite exponents. */
+static void f32_exp_window(const fmt_spec *S, int *lo, int *hi) {
+    int l = 127 + (1 - S->bias - S->man_bits) - 3, h = 127 + S->bias + 3;
+    *lo = l < 0 ? 0 : l;
+    *hi = h > 254 ? 254 : h;
+}
+
+/* Ties (with an even and with an odd lower neighbour, every one of them), the neighbours themselves,
+ * one fp32 ulp either side of each, for both signs: covers the subnormal/normal boundary, the
+ * largest finite values and the overflow threshold. */
+static void conv_f32_ties(const fmt_spec *S) {
+    for (unsigned x = 0; x <= S->max_bits; x++) {
+        double lo = enc_value(S, (uint16_t)x), mid = 0.5 * (lo + upper_neighbour(S, (uint16_t)x));
+        float pts[2] = {(float)lo, (float)mid};
+        ORACLE_ASSERT((double)pts[0] == lo && (double)pts[1] == mid);
+        for (int k = 0; k < 2; k++)
+            for (int s = 0; s < 2; s++) {
+                float v = s ? -pts[k] : pts[k];
+                check_f32(S, v);
+                check_f32(S, nextafterf(v, INFINITY));
+                check_f32(S, nextafterf(v, -INFINITY));
+            }
+    }
+}
+
+static void conv_f32_specials(const fmt_spec *S) {
+    static const uint32_t SPECIAL[] = {
+        0x00000000u, 0x80000000u, 0x00000001u, 0x80000001u, 0x007fffffu, 0x807fffffu, 0x00800000u,
+        0x00400000u, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7f800001u, 0xff800001u,
+        0x7fc00000u, 0xffc00000u, 0x7fffffffu, 0xffffffffu, 0x7fa00000u, 0x3f800000u, 0x477fe000u,
+        0x477ff000u, 0x477fefffu, 0x43e80000u, 0x43e80001u, 0x43e7ffffu, 0x47700000u, 0x47800000u,
+    };
+    for (size_t i = 0; i < sizeof SPECIAL / sizeof SPECIAL[0]; i++) check_f32(S, u32f(SPECIAL[i]));
+    for (unsigned i = 0; i < N_NAN_INPUTS; i++) { /* NaNs: both signs, quiet and signalling payloads */
+        uint32_t pay = h_rand32() & 0x7fffffu;
+        check_f32(S, u32f((h_rand32() & 0x80000000u) | 0x7f800000u | (pay ? pay : 1u)));
+    }
+    for (unsigned i = 0; i < N_NAN_INPUTS; i++) /* fp32 subnormals */
+        check_f32(S, u32f((h_rand32() & 0x807fffffu)));
+}
+
+static void test_conv_f32(void) {
+    seed_test(1);
+    for (int f = 0; f < COLLAGE_FMT_COUNT; f++) {
+        const fmt_spec *S = &SPECS[f];
+        int elo, ehi;
+        f32_exp_window(S, &elo, &ehi);
+        conv_f32_specials(S);
+        conv_f32_ties(S);
+        for (unsigned i = 0; i < N_CONV_F32 / g_div; i++) {
+            uint32_t u = h_rand32();
+            if (i & 1u) { /* in the format's range, often with a short significand */
+                uint32_t e = (uint32_t)elo + h_rand32() % (uint32_t)(ehi - elo + 1);
+                uint32_t m = u & 0x7fffffu;
+                if (h_rand32() & 1u) m &= ~((1u << (h_rand32() % 24u)) - 1u);
+                u = (u & 0x80000000u) | (e << 23) | m;
+            }
+            check_f32(S, u32f(u));
+        }
+    }
+}
+
+/* Doubles: ties and the values a double rounding through fp32 would get wrong (a tie ± one double
+ * ulp, ± far below an fp32 ulp), beyond fp32's range and below its subnormals, random values. */
+static void test_conv_f64(void) {
+    seed_test(2);
+    static const double SPECIAL[] = {0.0, 1e-300, 0x1p-1074, 0x1p-150, 0x1.8p-150, 1e300, 0x1p128, 0x1.fffffffffffffp1023};
+    for (int f = 0; f < COLLAGE_FMT_COUNT; f++) {
+        const fmt_spec *S = &SPECS[f];
+        for (size_t i = 0; i < sizeof SPECIAL / sizeof SPECIAL[0]; i++) {
+            check_f64(S, SPECIAL[i]);
+            check_f64(S, -SPECIAL[i]);
+        }
+        check_f64(S, HUGE_VAL);
+        check_f64(S, -HUGE_VAL);
+        for (unsigned i = 0; i < N_NAN_INPUTS; i++) {
+            uint64_t pay = h_rand64() & 0xfffffffffffffull;
+            check_f64(S, u64f((h_rand64() & 0x8000000000000000ull) | 0x7ff0000000000000ull | (pay ? pay : 1u)));
+        }
+        for (unsigned x = 0; x <= S->max_bits; x++) {
+            double lo = enc_value(S, (uint16_t)x), mid = 0.5 * (lo + upper_neighbour(S, (uint16_t)x));
+            double pts[7] = {mid, nextafter(mid, HUGE_VAL), nextafter(mid, -HUGE_VAL), mid * (1.0 + 0x1p-40),
+                             mid * (1.0 - 0x1p-40), lo, nextafter(lo, HUGE_VAL)};
+            for (int k = 0; k < 7; k++) {
+                check_f64(S, pts[k]);
+                check_f64(S, -pts[k]);
+            }
+        }
+        int elo = 1023 + (1 - S->bias - S->man_bits) - 3, ehi = 1023 + S->bias + 3;
+        for (unsigned i = 0; i < N_CONV_F64 / g_div; i++) {
+            uint64_t u = h_rand64();
+            if (i & 1u) {
+                uint64_t e = (uint64_t)elo + h_rand32() % (uint32_t)(ehi - elo + 1);
+                uint64_t m = u & 0xfffffffffffffull;
+                if (h_rand32() & 1u) m &= ~((1ull << (h_rand32() % 53u)) - 1u);
+                u = (u & 0x8000000000000000ull) | (e << 52) | m;
+            }
+            check_f64(S, u64f(u));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ 2. decode */
+static void test_decode(void) {
+    mpfr_t v;
+    mpfr_init2(v, 64);
+    for (int f = 0; f < COLLAGE_FMT_COUNT; f++) {
+        const fmt_spec *S = &SPECS[f];
+        for (unsigned x = 0; x <= S->mask; x++) {
+            float got = collage_lp_to_f32(S->f, (uint16_t)x);
+            int neg = enc_neg(S, (uint16_t)x);
+            unsigned e = (x >> S->man_bits) & S->exp_field_max, m = x & S->man_mask;
+            int is_nan = S->has_inf ? (e == S->exp_field_max && m) : (e == S->exp_field_max && m == S->man_mask);
+            CHECK(collage_lp_isnan(S->f, (uint16_t)x) == is_nan, "%s isnan(0x%04x)", S->name, x);
+            if (S->f == COLLAGE_FMT_BF16)
+                CHECK(f32u(collage_bf16_to_f32((collage_bf16){(uint16_t)x})) == f32u(got),
+                      "bf16_to_f32(0x%04x) differs from lp", x);
+            if (is_nan) {
+                CHECK(isnan(got) && (signbit(got) != 0) == neg, "%s decode(0x%04x) = 0x%08x: want NaN, sign %d",
+                      S->name, x, f32u(got), neg);
+                continue;
+            }
+            /* the value from the fields, in MPFR: (-1)^s · (e ? 2^man + m : m) · 2^(max(e,1) - bias - man) */
+            if (S->has_inf && e == S->exp_field_max) mpfr_set_inf(v, 1);
+            else mpfr_set_ui_2exp(v, e ? m + (1u << S->man_bits) : m,
+                                  (mpfr_exp_t)((e ? (int)e : 1) - S->bias - S->man_bits), MPFR_RNDN);
+            if (neg) mpfr_neg(v, v, MPFR_RNDN);
+            mpfr_set_flt(g_x, got, MPFR_RNDN);
+            CHECK(mpfr_equal_p(g_x, v) && (signbit(got) != 0) == neg, "%s decode(0x%04x) = %a want %a", S->name, x,
+                  (double)got, mpfr_get_d(v, MPFR_RNDN));
+            CHECK(mpfr_cmp_d(v, enc_value(S, (uint16_t)x)) == 0, "oracle: enc_value(0x%04x) disagrees", x);
+        }
+    }
+    mpfr_clear(v);
+}
+
+/* ------------------------------------------------------------------ 3. single operations */
+/* got must be the oracle's bits, or any NaN when the oracle's result is NaN. */
+static void check_result(const fmt_spec *S, const char *op, uint16_t got, rounded want, uint16_t a, uint16_t b,
+                         uint16_t c) {
+    if (enc_isnan(S, want.rn))
+        CHECK(collage_lp_isnan(S->f, got), "%s %s(0x%04x, 0x%04x, 0x%04x) = 0x%04x want NaN", S->name, op, a, b, c,
+              got);
+    else
+        CHECK(got == want.rn, "%s %s(0x%04x, 0x%04x, 0x%04x) = 0x%04x want 0x%04x", S->name, op, a, b, c, got,
+              want.rn);
+}
+
+static void check_binops(const fmt_spec *S, uint16_t a, uint16_t b) {
+    enc_to_mpfr(S, g_a, a);
+    enc_to_mpfr(S, g_b, b);
+    exact_add(g_x, g_a, g_b); /* NaN and Inf operands give NaN or Inf, with ternary 0 too */
+    check_result(S, "add", collage_lp_add(S->f, a, b), oracle_round(S, g_x), a, b, 0);
+    exact_sub(g_x, g_a, g_b);
+    check_result(S, "sub", collage_lp_sub(S->f, a, b), oracle_round(S, g_x), a, b, 0);
+    exact_mul(g_x, g_a, g_b);
+    check_result(S, "mul", collage_lp_mul(S->f, a, b), oracle_round(S, g_x), a, b, 0);
+    check_result(S, "div", collage_lp_div(S->f, a, b), oracle_div(S, g_a, g_b), a, b, 0);
+    if (S->f == COLLAGE_FMT_BF16) {
+        collage_bf16 A = {a}, B = {b};
+        CHECK(collage_bf16_add(A, B).bits == collage_lp_add(S->f, a, b), "bf16_add(0x%04x, 0x%04x) != lp", a, b);
+        CHECK(collage_bf16_sub(A, B).bits == collage_lp_sub(S->f, a, b), "bf16_sub(0x%04x, 0x%04x) != lp", a, b);
+        CHECK(collage_bf16_mul(A, B).bits == collage_lp_mul(S->f, a, b), "bf16_mul(0x%04x, 0x%04x) != lp", a, b);
+        CHECK(collage_bf16_div(A, B).bits == collage_lp_div(S->f, a, b), "bf16_div(0x%04x, 0x%04x) != lp", a, b);
+    }
+}
+
+static void check_sqrt(const fmt_spec *S, uint16_t a) {
+    enc_to_mpfr(S, g_a, a);
+    check_result(S, "sqrt", collage_lp_sqrt(S->f, a), oracle_sqrt(S, g_a), a, 0, 0);
+    if (S->f == COLLAGE_FMT_BF16)
+        CHECK(collage_bf16_sqrt((collage_bf16){a}).bits == collage_lp_sqrt(S->f, a), "bf16_sqrt(0x%04x) != lp", a);
+}
+
+/* fma: RN(a·b + c), the exact value rounded once. g_a and g_b must already hold a and b. */
+static void check_fma(const fmt_spec *S, uint16_t a, uint16_t b, uint16_t c) {
+    enc_to_mpfr(S, g_c, c);
+    int t = mpfr_fma(g_x, g_a, g_b, g_c, MPFR_RNDN);
+    ORACLE_ASSERT(t == 0);
+    check_result(S, "fma", collage_lp_fma(S->f, a, b, c), oracle_round(S, g_x), a, b, c);
+    if (S->f == COLLAGE_FMT_BF16)
+        CHECK(collage_bf16_fma((collage_bf16){a}, (collage_bf16){b}, (collage_bf16){c}).bits ==
+                  collage_lp_fma(S->f, a, b, c),
+              "bf16_fma(0x%04x, 0x%04x, 0x%04x) != lp", a, b, c);
+}
+
+static void test_ops_fp8_exhaustive(void) {
+    seed_test(3);
+    for (int f = COLLAGE_FMT_E4M3; f <= COLLAGE_FMT_E5M2; f++) {
+        const fmt_spec *S = &SPECS[f];
+        for (unsigned a = 0; a <= S->mask; a++) {
+            check_sqrt(S, (uint16_t)a);
+            for (unsigned b = 0; b <= S->mask; b++) check_binops(S, (uint16_t)a, (uint16_t)b);
+        }
+    }
+}
+
+static void test_fma_fp8(void) {
+    seed_test(4);
+    unsigned nc = FMA_C_PER_PAIR / g_div;
+    for (int f = COLLAGE_FMT_E4M3; f <= COLLAGE_FMT_E5M2; f++) {
+        const fmt_spec *S = &SPECS[f];
+        for (unsigned a = 0; a <= S->mask; a++)
+            for (unsigned b = 0; b <= S->mask; b++) {
+                enc_to_mpfr(S, g_a, (uint16_t)a);
+                enc_to_mpfr(S, g_b, (uint16_t)b);
+                for (unsigned k = 0; k < nc; k++) {
+                    uint16_t c = (k & 1u) ? rnd_addend(S, (uint16_t)a, (uint16_t)b) : (uint16_t)(h_rand32() & S->mask);
+                    check_fma(S, (uint16_t)a, (uint16_t)b, c);
+                }
+            }
+    }
+}
+
+static void test_ops_random_16(void) {
+    seed_test(5);
+    for (int f = COLLAGE_FMT_BF16; f <= COLLAGE_FMT_FP16; f++) {
+        const fmt_spec *S = &SPECS[f];
+        for (unsigned i = 0; i < N_OPS / g_div; i++) {
+            uint16_t a = rnd_operand(S), b = rnd_second(S, a);
+            check_binops(S, a, b);
+            check_sqrt(S, a);
+            enc_to_mpfr(S, g_a, a);
+            enc_to_mpfr(S, g_b, b);
+            check_fma(S, a, b, rnd_addend(S, a, b));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ 4. error-free transforms */
+typedef struct { unsigned long prod_unrepresentable, f2s_exact_checked, f2s_broken, f2s_broken_inexact; } eft_counts;
+
+static int finite_enc(const fmt_spec *S, uint16_t x) { return !enc_isnan(S, x) && !enc_isinf(S, x); }
+
+/* hi + lo == exact (value in g_x), both finite; uses g_y, g_z. */
+static int pair_is_exact(const fmt_spec *S, collage_lp_pair r) {
+    if (!finite_enc(S, r.hi) || !finite_enc(S, r.lo)) return 0;
+    enc_to_mpfr(S, g_y, r.hi);
+    enc_to_mpfr(S, g_z, r.lo);
+    exact_add(g_y, g_y, g_z);
+    return mpfr_equal_p(g_y, g_x);
+}
+
+/* TwoSum: hi = RN(a + b) always; when that does not overflow, hi + lo = a + b exactly. */
+static void check_two_sum(const fmt_spec *S, uint16_t a, uint16_t b) {
+    collage_lp_pair r = collage_lp_two_sum(S->f, a, b);
+    if (S->f == COLLAGE_FMT_BF16) {
+        collage_mcf m = collage_two_sum((collage_bf16){a}, (collage_bf16){b});
+        CHECK(m.hi.bits == r.hi && m.lo.bits == r.lo, "two_sum(0x%04x, 0x%04x) != lp", a, b);
+    }
+    enc_to_mpfr(S, g_a, a);
+    enc_to_mpfr(S, g_b, b);
+    exact_add(g_x, g_a, g_b);
+    rounded hi = oracle_round(S, g_x);
+    check_result(S, "two_sum.hi", r.hi, hi, a, b, 0);
+    if (!finite_enc(S, a) || !finite_enc(S, b) || !finite_enc(S, hi.rn)) return;
+    CHECK(pair_is_exact(S, r), "%s two_sum(0x%04x, 0x%04x) = (0x%04x, 0x%04x): hi + lo != a + b", S->name, a, b,
+          r.hi, r.lo);
+}
+
+/* TwoProd: hi = RN(a·b); when hi is finite, lo = RN(a·b − hi), and hi + lo = a·b exactly whenever
+ * a·b − hi is representable (not always, in the underflow range: those are counted). */
+static void check_two_prod(const fmt_spec *S, uint16_t a, uint16_t b, eft_counts *n) {
+    collage_lp_pair r = collage_lp_two_prod(S->f, a, b);
+    if (S->f == COLLAGE_FMT_BF16) {
+        collage_mcf m = collage_two_prod((collage_bf16){a}, (collage_bf16){b});
+        CHECK(m.hi.bits == r.hi && m.lo.bits == r.lo, "two_prod(0x%04x, 0x%04x) != lp", a, b);
+    }
+    enc_to_mpfr(S, g_a, a);
+    enc_to_mpfr(S, g_b, b);
+    exact_mul(g_x, g_a, g_b);
+    rounded hi = oracle_round(S, g_x);
+    check_result(S, "two_prod.hi", r.hi, hi, a, b, 0);
+    if (!finite_enc(S, a) || !finite_enc(S, b) || !finite_enc(S, hi.rn)) return;
+    enc_to_mpfr(S, g_y, hi.rn);
+    exact_sub(g_z, g_x, g_y); /* the exact error a·b − hi */
+    rounded lo = oracle_round(S, g_z);
+    check_result(S, "two_prod.lo", r.lo, lo, a, b, 0);
+    if (lo.inexact) { n->prod_unrepresentable++; return; }
+    CHECK(pair_is_exact(S, r), "%s two_prod(0x%04x, 0x%04x) = (0x%04x, 0x%04x): hi + lo != a·b", S->name, a, b,
+          r.hi, r.lo);
+}
+
+/* Fast2Sum: with |a| ≥ |b| or a = 0 (and a + b not overflowing) exact; otherwise count the inexact. */
+static void check_fast_two_sum(const fmt_spec *S, uint16_t a, uint16_t b, eft_counts *n) {
+    collage_lp_pair r = collage_lp_fast_two_sum(S->f, a, b);
+    if (S->f == COLLAGE_FMT_BF16) {
+        collage_mcf m = collage_fast_two_sum((collage_bf16){a}, (collage_bf16){b});
+        CHECK(m.hi.bits == r.hi && m.lo.bits == r.lo, "fast_two_sum(0x%04x, 0x%04x) != lp", a, b);
+    }
+    if (!finite_enc(S, a) || !finite_enc(S, b)) return;
+    enc_to_mpfr(S, g_a, a);
+    enc_to_mpfr(S, g_b, b);
+    exact_add(g_x, g_a, g_b);
+    rounded hi = oracle_round(S, g_x);
+    check_result(S, "fast_two_sum.hi", r.hi, hi, a, b, 0);
+    if (!finite_enc(S, hi.rn)) return;
+    if (mpfr_zero_p(g_a) || mpfr_cmpabs(g_a, g_b) >= 0) {
+        n->f2s_exact_checked++;
+        CHECK(pair_is_exact(S, r), "%s fast_two_sum(0x%04x, 0x%04x) = (0x%04x, 0x%04x): hi + lo != a + b", S->name,
+              a, b, r.hi, r.lo);
+    } else {
+        n->f2s_broken++;
+        n->f2s_broken_inexact += !pair_is_exact(S, r);
+    }
+}
+
+static void check_eft_pair(const fmt_spec *S, uint16_t a, uint16_t b, eft_counts *n) {
+    check_two_sum(S, a, b);
+    check_two_prod(S, a, b, n);
+    check_fast_two_sum(S, a, b, n);
+}
+
+static void report_eft(const fmt_spec *S, const eft_counts *n) {
+    printf("    %s: two_prod exactness skipped %lu times (a·b − hi not representable); fast_two_sum exact "
+           "checked %lu, precondition broken %lu (inexact %lu)\n",
+           S->name, n->prod_unrepresentable, n->f2s_exact_checked, n->f2s_broken, n->f2s_broken_inexact);
+    CHECK(n->f2s_broken_inexact >= MIN_FAST2SUM_INEXACT, "%s: broken Fast2Sum precondition never inexact", S->name);
+}
+
+static void test_eft_fp8_exhaustive(void) {
+    for (int f = COLLAGE_FMT_E4M3; f <= COLLAGE_FMT_E5M2; f++) {
+        const fmt_spec *S = &SPECS[f];
+        eft_counts n = {0, 0, 0, 0};
+        for (unsigned a = 0; a <= S->mask; a++)
+            for (unsigned b = 0; b <= S->mask; b++) check_eft_pair(S, (uint16_t)a, (uint16_t)b, &n);
+        report_eft(S, &n);
+    }
+}
+
+static void test_eft_random_16(void) {
+    seed_test(6);
+    for (int f = COLLAGE_FMT_BF16; f <= COLLAGE_FMT_FP16; f++) {
+        const fmt_spec *S = &SPECS[f];
+        eft_counts n = {0, 0, 0, 0};
+        for (unsigned i = 0; i < N_EFT / g_div; i++) {
+            uint16_t a = rnd_operand(S), b = rnd_second(S, a);
+            check_eft_pair(S, a, b, &n); /* (a, b) and (b, a): the Fast2Sum precondition holds for one */
+            check_fast_two_sum(S, b, a, &n);
+        }
+        report_eft(S, &n);
+    }
+}
+
+/* ------------------------------------------------------------------ 5. NUMERICS §5 vectors */
+static void test_numerics_vectors(void) {
+    collage_bf16 b200 = collage_bf16_from_f32(200.0f), b01 = collage_bf16_from_f32(0.1f);
+    CHECK(b200.bits == 0x4348, "bf16(200) = 0x%04x", b200.bits);
+    CHECK(b01.bits == 0x3dcd, "bf16(0.1) = 0x%04x", b01.bits);
+    CHECK(collage_bf16_add(b200, b01).bits == 0x4348, "0x4348 + 0x3DCD = 0x%04x", collage_bf16_add(b200, b01).bits);
+    collage_mcf f = collage_fast_two_sum(b200, b01);
+    CHECK(f.hi.bits == 0x4348 && f.lo.bits == 0x3dcd, "Fast2Sum(200, 0x3DCD) = (0x%04x, 0x%04x)", f.hi.bits,
+          f.lo.bits);
+    static const struct { double beta; uint16_t hi, lo; } SPLIT[] = {
+        {0.9, 0x3f66, 0x3acd}, {0.95, 0x3f73, 0x3a4d}, {0.99, 0x3f7d, 0x3ae1}, {0.999, 0x3f80, 0xba83}};
+    const fmt_spec *S = &SPECS[COLLAGE_FMT_BF16];
+    for (int i = 0; i < 4; i++) {
+        collage_mcf m = collage_mcf_split(SPLIT[i].beta);
+        CHECK(m.hi.bits == SPLIT[i].hi && m.lo.bits == SPLIT[i].lo, "split(%g) = (0x%04x, 0x%04x)", SPLIT[i].beta,
+              m.hi.bits, m.lo.bits);
+        collage_lp_pair p = collage_lp_split(COLLAGE_FMT_BF16, SPLIT[i].beta);
+        CHECK(p.hi == m.hi.bits && p.lo == m.lo.bits, "lp_split(%g) differs from mcf_split", SPLIT[i].beta);
+        /* the oracle agrees: hi = RN(β), lo = RN(β − hi) */
+        mpfr_set_d(g_x, SPLIT[i].beta, MPFR_RNDN);
+        rounded hi = oracle_round(S, g_x);
+        mpfr_sub_d(g_x, g_x, enc_value(S, hi.rn), MPFR_RNDN);
+        rounded lo = oracle_round(S, g_x);
+        CHECK(hi.rn == SPLIT[i].hi && lo.rn == SPLIT[i].lo, "oracle split(%g) = (0x%04x, 0x%04x)", SPLIT[i].beta,
+              hi.rn, lo.rn);
+    }
+    /* Fast2Sum with its precondition broken: bf16(1/3) = 0x3EAB, 100 = 0x42C8, 100.5 = 0x42C9,
+     * −0.166015625 = 0xBE2A. */
+    CHECK(enc_value(S, 0x3eab) == 0.333984375 && enc_value(S, 0x42c9) == 100.5 && enc_value(S, 0xbe2a) == -0.166015625,
+          "the vector's constants");
+    collage_bf16 third = collage_bf16_from_f32(1.0f / 3.0f), hundred = {0x42c8};
+    CHECK(third.bits == 0x3eab, "bf16(1/3) = 0x%04x", third.bits);
+    f = collage_fast_two_sum(third, hundred);
+    CHECK(f.hi.bits == 0x42c9 && f.lo.bits == 0x0000, "Fast2Sum(1/3, 100) = (0x%04x, 0x%04x) want (0x42C9, 0)",
+          f.hi.bits, f.lo.bits);
+    collage_mcf t = collage_two_sum(third, hundred);
+    CHECK(t.hi.bits == 0x42c9 && t.lo.bits == 0xbe2a, "TwoSum(1/3, 100) = (0x%04x, 0x%04x) want (0x42C9, 0xBE2A)",
+          t.hi.bits, t.lo.bits);
+    collage_bf16 c256 = {0x4380}, one = {0x3f80};
+    CHECK(collage_bf16_add(c256, one).bits == 0x4380, "256 + 1 = 0x%04x", collage_bf16_add(c256, one).bits);
+}
+
+/* ------------------------------------------------------------------ main */
+int main(void) {
+    const char *s = getenv("COLLAGE_TEST_SEED");
+    if (s && *s) g_seed = strtoull(s, NULL, 0);
+    if (getenv("COLLAGE_TEST_QUICK")) g_div = 8;
+    printf("test_mpfr: seed 0x%llx (COLLAGE_TEST_SEED overrides), MPFR %s%s\n", g_seed, mpfr_get_version(),
+           g_div > 1 ? ", COLLAGE_TEST_QUICK: random sample counts / 8" : "");
+
+    g_emin_wide = mpfr_get_emin();
+    for (int f = 0; f < COLLAGE_FMT_COUNT; f++) {
+        fmt_init(&SPECS[f]);
+        mpfr_init2(g_r[f], SPECS[f].p);
+        mpfr_init2(g_max[f], SPECS[f].p);
+        ORACLE_ASSERT(mpfr_set_d(g_max[f], SPECS[f].max_value, MPFR_RNDN) == 0);
+        ORACLE_ASSERT(SPECS[f].emin - 1 > mpfr_get_emin_min());
+    }
+    mpfr_inits2(EXACT_PREC, g_a, g_b, g_c, g_x, g_y, g_z, (mpfr_ptr)0);
+
+    RUN(test_oracle_selfcheck);
+    RUN(test_format_descriptors);
+    RUN(test_conv_f32);
+    RUN(test_conv_f64);
+    RUN(test_decode);
+    RUN(test_ops_fp8_exhaustive);
+    RUN(test_fma_fp8);
+    RUN(test_ops_random_16);
+    RUN(test_eft_fp8_exhaustive);
+    RUN(test_eft_random_16);
+    RUN(test_numerics_vectors);
+
+    mpfr_clears(g_a, g_b, g_c, g_x, g_y, g_z, (mpfr_ptr)0);
+    for (int f = 0; f < COLLAGE_FMT_COUNT; f++) {
+        mpfr_clear(g_r[f]);
+        mpfr_clear(g_max[f]);
+    }
+    mpfr_free_cache();
+    return h_end();
+}
