@@ -51,7 +51,10 @@ collage_bf16 collage_bf16_sqrt(collage_bf16 a);
 collage_bf16 collage_bf16_fma(collage_bf16 a, collage_bf16 b, collage_bf16 c); /* RN(a·b + c), one rounding */
 
 /* Error-free transforms (NUMERICS §2). Each returns (hi, lo) with hi + lo == the exact result
- * whenever no overflow occurs (and, for fast_two_sum, when |a| ≥ |b| or a == 0). */
+ * whenever no intermediate overflows (and, for fast_two_sum, when |a| ≥ |b| or a == 0). TwoSum's
+ * inner s ⊖ a can overflow within a few ulps of the largest finite value even though a + b is finite
+ * (Boldo, Graillat, Muller 2017); lo is then NaN. TwoProd is exact when a·b − hi is representable;
+ * where fp32(a·b) underflows, lo follows NUMERICS' formula RN(fp32(a·b) − hi), signed zero included. */
 collage_mcf  collage_two_sum(collage_bf16 a, collage_bf16 b);      /* no precondition */
 collage_mcf  collage_fast_two_sum(collage_bf16 a, collage_bf16 b); /* needs |a| ≥ |b| or a == 0 */
 collage_mcf  collage_two_prod(collage_bf16 a, collage_bf16 b);     /* hi = a ⊗ b, lo = RN(a·b − hi) */
@@ -145,6 +148,104 @@ int            collage_isa_supported(collage_isa isa);
 /* Threads used by the library's parallel kernels (0 = OpenMP's default). */
 void collage_set_threads(int n);
 int  collage_get_threads(void);
+
+
+/* ---------------------------------------------------------------- AdamW and its precision strategies */
+/* One formula (NUMERICS §3), ten ways to store and apply it. Gradients are bf16 for every strategy
+ * but `fp32`; weights are the bf16 slab the model reads (fp32 for `fp32`). */
+typedef enum {
+    COLLAGE_FP32 = 0,            /* θ, m, v fp32; fp32 gradients                          16 B/param */
+    COLLAGE_BF16,                /* θ, m, v bf16: updates below half an ulp are lost         8 */
+    COLLAGE_LIGHT,               /* "collage-light": (θ, δθ) MCF updated with Grow          10 */
+    COLLAGE_PLUS,                /* "collage-plus": light + (v, δv) MCF, β2 split            12 */
+    COLLAGE_BF16_FP32_STATES,    /* θ bf16; m, v fp32                                       12 */
+    COLLAGE_BF16_MASTER,         /* θ bf16; fp32 master, m, v (standard mixed precision)    16 */
+    COLLAGE_BF16_KAHAN,          /* θ, Kahan buffer c, m, v bf16                             10 */
+    COLLAGE_BF16_SR,             /* θ, m, v bf16; θ updated by stochastic rounding            8 */
+    COLLAGE_BF16_REMAINDER,      /* θ bf16 + 16-bit remainder = an exact fp32 master        10 */
+    COLLAGE_PLUS_V1,             /* "collage-plus-v1": the published code, in-place MultMC
+                                    bug included; only for comparison with the paper         12 */
+    COLLAGE_STRATEGY_COUNT
+} collage_strategy;
+const char    *collage_strategy_name(collage_strategy s);   /* "fp32", "bf16", "collage-light", … */
+collage_status collage_strategy_parse(const char *name, collage_strategy *out);
+int            collage_strategy_is_fp32(collage_strategy s); /* weights and gradients are float */
+
+/* A named range of the parameter slab with its own weight decay (0 for biases and norms). */
+typedef struct {
+    const char *name;       /* copied at create time */
+    size_t offset, count;   /* elements [offset, offset + count) */
+    double weight_decay;
+} collage_param_group;
+
+typedef struct {
+    collage_strategy strategy;
+    size_t n;                         /* parameters */
+    double beta1, beta2, eps;         /* 0 → 0.9, 0.999, 1e-8 */
+    double weight_decay;              /* for elements in no group */
+    const collage_param_group *groups;/* optional, disjoint ranges; copied */
+    int n_groups;
+    double clip;                      /* clip the global gradient norm to this (0 = no clipping) */
+    int skip_nonfinite;               /* NaN/Inf gradient: skip the step, state untouched, report */
+    int edq;                          /* measure effective descent quality (NUMERICS §4) each step */
+    uint64_t seed;                    /* stochastic rounding stream (bf16-sr) */
+    void *params;                     /* optional: the caller's weight slab (bf16, or float for fp32);
+                                         NULL = the optimizer allocates and owns it */
+} collage_adamw_config;
+
+typedef struct {
+    double edq;              /* ⟨Δ_eff, Δ⟩ / ‖Δ‖: effective step projected on the intended one */
+    double edq_ratio;        /* ⟨Δ_eff, Δ⟩ / ‖Δ‖²: 1 when nothing is lost */
+    double lost;             /* fraction of nonzero intended updates that left w unchanged */
+    double edq_state;        /* the same, on the full kept value (θ + δθ, master, θ + c, …) */
+    double edq_state_ratio;
+    double update_norm;      /* ‖Δ‖ */
+    uint64_t updates;        /* #{Δ ≠ 0} */
+} collage_edq;
+
+typedef struct {
+    uint64_t step;           /* steps taken so far (after this one) */
+    int skipped;             /* 1: non-finite gradient, nothing changed */
+    double grad_norm;        /* global L2 norm of the gradient before clipping (NaN if not computed) */
+    double clip_coef;        /* factor applied to the gradient (1 = none) */
+    collage_edq edq;         /* whole slab, when config.edq */
+} collage_step_stats;
+
+/* Bytes of training state per parameter, by kind (NUMERICS §3 table, gradient included). */
+typedef struct {
+    double weights, compensation, m, v, master, grad, total;
+} collage_memory;
+
+typedef struct collage_adamw collage_adamw;
+collage_status collage_adamw_create(const collage_adamw_config *cfg, collage_adamw **out);
+void           collage_adamw_free(collage_adamw *opt);                       /* NULL is fine */
+void          *collage_adamw_params(collage_adamw *opt);   /* the weight slab the model reads */
+size_t         collage_adamw_size(const collage_adamw *opt);
+collage_strategy collage_adamw_strategy(const collage_adamw *opt);
+uint64_t       collage_adamw_steps(const collage_adamw *opt);
+collage_memory collage_adamw_memory(const collage_adamw *opt);
+collage_memory collage_strategy_memory(collage_strategy s);
+/* Set the full kept value from fp32 weights: θ = RN(w) and the compensation word holds w − θ
+ * (master = w exactly, remainder exact). Without it, the first step starts from θ alone. */
+collage_status collage_adamw_set_weights_f32(collage_adamw *opt, const float *w, size_t n);
+/* The full value the strategy keeps, per element, as double (θ + δθ, the master, θ + c, …). */
+collage_status collage_adamw_kept_f64(const collage_adamw *opt, double *out, size_t n);
+/* One AdamW step with learning rate lr. grads: bf16 (collage_bf16 *) or float for `fp32`.
+ * Returns COLLAGE_ERR_NONFINITE (state untouched, stats->skipped = 1) for a NaN/Inf gradient when
+ * skip_nonfinite is set. stats may be NULL. */
+collage_status collage_adamw_step(collage_adamw *opt, const void *grads, double lr, collage_step_stats *stats);
+/* The scalar reference step (one thread, no SIMD): bit-identical to collage_adamw_step by contract. */
+collage_status collage_adamw_step_ref(collage_adamw *opt, const void *grads, double lr, collage_step_stats *stats);
+/* Per-group EDQ of the last step (group -1: elements in no group). */
+collage_status collage_adamw_group_edq(const collage_adamw *opt, int group, collage_edq *out);
+int            collage_adamw_n_groups(const collage_adamw *opt);
+const char    *collage_adamw_group_name(const collage_adamw *opt, int group);
+/* Every state word (weights included) to a file, atomically (temporary name, fsync, rename), and
+ * back; load validates magic, version, strategy, size and hyper-parameters. */
+collage_status collage_adamw_save(const collage_adamw *opt, const char *path);
+collage_status collage_adamw_load(collage_adamw *opt, const char *path);
+/* After a failed load or save: a message naming the file and the problem. */
+const char    *collage_adamw_error(const collage_adamw *opt);
 
 #ifdef __cplusplus
 }

@@ -163,6 +163,10 @@ int collage_lp_isnan(collage_format f, uint16_t x) { return FMT_OK(f) && isnan(l
 /* fma with one rounding: a·b is exact in double (≤ 22 significant bits); p + c is computed exactly
  * as s + e by TwoSum; s is then rounded to odd (53 ≥ p + 2 bits), so the final RN is correct. */
 static uint16_t lp_fma_impl(collage_format f, uint16_t a, uint16_t b, uint16_t c) {
+    /* NaN operands: the first NaN of (a, b, c), quieted, so every entry point agrees on the bits */
+    uint16_t in[3] = {a, b, c};
+    for (int i = 0; i < 3; i++)
+        if (isnan(lp_f32(f, in[i]))) return collage__lp_enc_f32(f, lp_f32(f, in[i]), LP_RN, 0);
     double p = (double)lp_f32(f, a) * (double)lp_f32(f, b);
     double cc = (double)lp_f32(f, c);
     double s = p + cc;
