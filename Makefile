@@ -15,6 +15,8 @@ endif
 ifeq ($(OMP),1)
 CFLAGS_BASE += -fopenmp
 LDOMP = -fopenmp
+else
+CFLAGS_BASE += -Wno-unknown-pragmas
 endif
 ifeq ($(SAN),1)
 CFLAGS_BASE += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -29,7 +31,7 @@ CLI_SRC  = $(wildcard cli/*.c)
 CLI_OBJ  = $(patsubst cli/%.c,$(BUILD)/obj/cli_%.o,$(CLI_SRC))
 TEST_SRC = $(wildcard tests/test_*.c)
 TEST_BIN = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
-HDRS     = include/collage.h $(wildcard src/*.h) $(wildcard cli/*.h) tests/harness.h
+HDRS     = include/collage.h $(wildcard src/*.h) $(wildcard src/*.inc) $(wildcard cli/*.h) tests/harness.h
 
 .PHONY: all lib cli tests test run setup clean ci-san ci-noomp
 all: lib cli
@@ -38,7 +40,10 @@ cli: $(BUILD)/collage
 tests: $(TEST_BIN)
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS) | $(BUILD)/obj
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(ISA_FLAGS) -c $< -o $@
+# Vector kernels: one translation unit per instruction set, entered only after a run-time CPU check.
+$(BUILD)/obj/adamw_avx512.o: ISA_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
+$(BUILD)/obj/adamw_avx2.o: ISA_FLAGS = -mavx2 -mfma -mf16c
 $(BUILD)/obj/cli_%.o: cli/%.c $(HDRS) | $(BUILD)/obj
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 $(BUILD)/obj $(BUILD)/tests:

@@ -1,0 +1,553 @@
+/* adamw.c — the AdamW optimizer object: strategies and their memory, parameter groups, the step
+ * driver (gradient norm, clipping, non-finite check, OpenMP over fixed blocks, EDQ combined in block
+ * order so nothing depends on the thread count), and atomic save/load of every state word. */
+#include "adamw_impl.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <unistd.h>
+
+#define BLOCK ((size_t)1 << 14) /* elements per work item: a fixed split, whatever the threads */
+
+static const char *NAMES[COLLAGE_STRATEGY_COUNT] = {
+    "fp32", "bf16", "collage-light", "collage-plus", "bf16-fp32-states",
+    "bf16-master", "bf16-kahan", "bf16-sr", "bf16-remainder", "collage-plus-v1"};
+
+const char *collage_strategy_name(collage_strategy s) {
+    return (unsigned)s < COLLAGE_STRATEGY_COUNT ? NAMES[s] : "unknown";
+}
+collage_status collage_strategy_parse(const char *name, collage_strategy *out) {
+    if (!name || !out) return COLLAGE_ERR_NULL;
+    for (int i = 0; i < COLLAGE_STRATEGY_COUNT; i++)
+        if (!strcmp(name, NAMES[i])) { *out = (collage_strategy)i; return COLLAGE_OK; }
+    /* short aliases */
+    if (!strcmp(name, "light")) { *out = COLLAGE_LIGHT; return COLLAGE_OK; }
+    if (!strcmp(name, "plus")) { *out = COLLAGE_PLUS; return COLLAGE_OK; }
+    return COLLAGE_ERR_ARG;
+}
+int collage_strategy_is_fp32(collage_strategy s) { return s == COLLAGE_FP32; }
+
+/* What each strategy stores. */
+static int has_comp(collage_strategy s) {
+    return s == COLLAGE_LIGHT || s == COLLAGE_PLUS || s == COLLAGE_PLUS_V1 || s == COLLAGE_BF16_KAHAN ||
+           s == COLLAGE_BF16_REMAINDER;
+}
+static int has_dv(collage_strategy s) { return s == COLLAGE_PLUS || s == COLLAGE_PLUS_V1; }
+static int has_master(collage_strategy s) { return s == COLLAGE_BF16_MASTER; }
+static int f32_moments(collage_strategy s) {
+    return s == COLLAGE_FP32 || s == COLLAGE_BF16_FP32_STATES || s == COLLAGE_BF16_MASTER;
+}
+static size_t wbytes(collage_strategy s) { return s == COLLAGE_FP32 ? 4 : 2; }
+static size_t mbytes(collage_strategy s) { return f32_moments(s) ? 4 : 2; }
+
+collage_memory collage_strategy_memory(collage_strategy s) {
+    collage_memory r = {0};
+    if ((unsigned)s >= COLLAGE_STRATEGY_COUNT) return r;
+    r.weights = (double)wbytes(s);
+    r.compensation = (has_comp(s) ? 2.0 : 0.0) + (has_dv(s) ? 2.0 : 0.0);
+    r.m = r.v = (double)mbytes(s);
+    r.master = has_master(s) ? 4.0 : 0.0;
+    r.grad = (double)wbytes(s);
+    r.total = r.weights + r.compensation + r.m + r.v + r.master + r.grad;
+    return r;
+}
+
+typedef struct {
+    size_t a, b;
+    int group; /* index into groups; n_groups = "no group" */
+} block_t;
+
+struct collage_adamw {
+    collage_adamw_config cfg;
+    collage_param_group *groups;
+    int n_groups;
+    void *params;
+    int owns_params;
+    void *m, *v;
+    uint16_t *comp, *dv;
+    float *master;
+    uint64_t t;
+    int synced;
+    block_t *blocks;
+    size_t n_blocks;
+    adamw_acc *acc;
+    collage_edq *group_edq; /* n_groups + 1 */
+    double (*gsum)[3];      /* n_groups + 1: Σ dot, Σ dot_state, Σ nn of the last step */
+    uint64_t *gcount;       /* 2 (n_groups + 1): lost, nonzero */
+    char err[512];
+};
+
+static void set_err(collage_adamw *o, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o->err, sizeof o->err, fmt, ap);
+    va_end(ap);
+}
+const char *collage_adamw_error(const collage_adamw *o) { return o ? o->err : "no optimizer"; }
+
+static void *zalloc(size_t bytes) {
+    void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+static int cmp_group(const void *x, const void *y) {
+    const collage_param_group *a = x, *b = y;
+    return (a->offset > b->offset) - (a->offset < b->offset);
+}
+
+/* Split [0, n) into fixed blocks that never straddle a group boundary. */
+static collage_status make_blocks(collage_adamw *o) {
+    size_t n = o->cfg.n, cap = n / BLOCK + 2 * (size_t)o->n_groups + 2, nb = 0;
+    o->blocks = malloc(cap * sizeof(block_t));
+    if (!o->blocks) return COLLAGE_ERR_NOMEM;
+    size_t pos = 0;
+    for (int gi = 0; gi <= o->n_groups; gi++) {
+        size_t ga = gi < o->n_groups ? o->groups[gi].offset : n;
+        for (int pass = 0; pass < 2; pass++) { /* pass 0: the gap before group gi; pass 1: the group */
+            size_t a = pass ? ga : pos, b = pass ? (gi < o->n_groups ? ga + o->groups[gi].count : n) : ga;
+            if (pass && gi == o->n_groups) break;
+            for (size_t x = a; x < b; x += BLOCK) {
+                if (nb == cap) {
+                    cap *= 2;
+                    block_t *nbp = realloc(o->blocks, cap * sizeof(block_t));
+                    if (!nbp) return COLLAGE_ERR_NOMEM;
+                    o->blocks = nbp;
+                }
+                o->blocks[nb++] = (block_t){x, x + BLOCK < b ? x + BLOCK : b, pass ? gi : o->n_groups};
+            }
+            if (pass) pos = b;
+        }
+    }
+    o->n_blocks = nb;
+    return COLLAGE_OK;
+}
+
+collage_status collage_adamw_create(const collage_adamw_config *cfg, collage_adamw **out) {
+    if (!cfg || !out) return COLLAGE_ERR_NULL;
+    *out = NULL;
+    if ((unsigned)cfg->strategy >= COLLAGE_STRATEGY_COUNT) return COLLAGE_ERR_ARG;
+    if (cfg->n == 0) return COLLAGE_ERR_SIZE;
+    if (cfg->n_groups < 0 || (cfg->n_groups > 0 && !cfg->groups)) return COLLAGE_ERR_ARG;
+    collage_adamw *o = calloc(1, sizeof *o);
+    if (!o) return COLLAGE_ERR_NOMEM;
+    o->cfg = *cfg;
+    if (o->cfg.beta1 == 0) o->cfg.beta1 = 0.9;
+    if (o->cfg.beta2 == 0) o->cfg.beta2 = 0.999;
+    if (o->cfg.eps == 0) o->cfg.eps = 1e-8;
+    collage_status st = COLLAGE_OK;
+    if (!(o->cfg.beta1 > 0 && o->cfg.beta1 < 1 && o->cfg.beta2 > 0 && o->cfg.beta2 < 1 && o->cfg.eps > 0 &&
+          o->cfg.weight_decay >= 0 && o->cfg.clip >= 0 && isfinite(o->cfg.weight_decay) && isfinite(o->cfg.clip)))
+        st = COLLAGE_ERR_ARG;
+    o->n_groups = cfg->n_groups;
+    if (st == COLLAGE_OK && o->n_groups) {
+        o->groups = calloc((size_t)o->n_groups, sizeof *o->groups);
+        if (!o->groups) st = COLLAGE_ERR_NOMEM;
+        for (int i = 0; st == COLLAGE_OK && i < o->n_groups; i++) {
+            o->groups[i] = cfg->groups[i];
+            o->groups[i].name = strdup(cfg->groups[i].name ? cfg->groups[i].name : "group");
+            if (!o->groups[i].name) st = COLLAGE_ERR_NOMEM;
+        }
+        if (st == COLLAGE_OK) qsort(o->groups, (size_t)o->n_groups, sizeof *o->groups, cmp_group);
+        for (int i = 0; st == COLLAGE_OK && i < o->n_groups; i++) {
+            const collage_param_group *g = &o->groups[i];
+            if (g->count == 0 || g->offset > cfg->n || g->count > cfg->n - g->offset) st = COLLAGE_ERR_SIZE;
+            else if (i && g->offset < o->groups[i - 1].offset + o->groups[i - 1].count) st = COLLAGE_ERR_SIZE;
+            else if (!(g->weight_decay >= 0) || !isfinite(g->weight_decay)) st = COLLAGE_ERR_ARG;
+        }
+    }
+    collage_strategy s = cfg->strategy;
+    size_t n = cfg->n;
+    if (st == COLLAGE_OK) {
+        o->owns_params = cfg->params == NULL;
+        o->params = cfg->params ? cfg->params : zalloc(n * wbytes(s));
+        o->m = zalloc(n * mbytes(s));
+        o->v = zalloc(n * mbytes(s));
+        if (has_comp(s)) o->comp = zalloc(n * 2);
+        if (has_dv(s)) o->dv = zalloc(n * 2);
+        if (has_master(s)) o->master = zalloc(n * 4);
+        o->group_edq = calloc((size_t)o->n_groups + 1, sizeof *o->group_edq);
+        o->gsum = calloc((size_t)o->n_groups + 1, sizeof *o->gsum);
+        o->gcount = calloc(2 * ((size_t)o->n_groups + 1), sizeof *o->gcount);
+        if (!o->params || !o->m || !o->v || (has_comp(s) && !o->comp) || (has_dv(s) && !o->dv) ||
+            (has_master(s) && !o->master) || !o->group_edq || !o->gsum || !o->gcount)
+            st = COLLAGE_ERR_NOMEM;
+    }
+    if (st == COLLAGE_OK) st = make_blocks(o);
+    if (st == COLLAGE_OK) {
+        o->acc = zalloc(o->n_blocks * sizeof(adamw_acc));
+        if (!o->acc) st = COLLAGE_ERR_NOMEM;
+    }
+    if (st != COLLAGE_OK) { collage_adamw_free(o); return st; }
+    o->cfg.groups = NULL;
+    *out = o;
+    return COLLAGE_OK;
+}
+
+void collage_adamw_free(collage_adamw *o) {
+    if (!o) return;
+    for (int i = 0; o->groups && i < o->n_groups; i++) free((void *)o->groups[i].name);
+    free(o->groups);
+    if (o->owns_params) free(o->params);
+    free(o->m); free(o->v); free(o->comp); free(o->dv); free(o->master);
+    free(o->blocks); free(o->acc); free(o->group_edq); free(o->gsum); free(o->gcount);
+    free(o);
+}
+
+void *collage_adamw_params(collage_adamw *o) { return o ? o->params : NULL; }
+size_t collage_adamw_size(const collage_adamw *o) { return o ? o->cfg.n : 0; }
+collage_strategy collage_adamw_strategy(const collage_adamw *o) { return o ? o->cfg.strategy : COLLAGE_STRATEGY_COUNT; }
+uint64_t collage_adamw_steps(const collage_adamw *o) { return o ? o->t : 0; }
+collage_memory collage_adamw_memory(const collage_adamw *o) {
+    collage_memory z = {0};
+    return o ? collage_strategy_memory(o->cfg.strategy) : z;
+}
+int collage_adamw_n_groups(const collage_adamw *o) { return o ? o->n_groups : 0; }
+const char *collage_adamw_group_name(const collage_adamw *o, int g) {
+    if (!o || g < -1 || g >= o->n_groups) return NULL;
+    return g < 0 ? "(ungrouped)" : o->groups[g].name;
+}
+collage_status collage_adamw_group_edq(const collage_adamw *o, int g, collage_edq *out) {
+    if (!o || !out) return COLLAGE_ERR_NULL;
+    if (g < -1 || g >= o->n_groups) return COLLAGE_ERR_ARG;
+    *out = o->group_edq[g < 0 ? o->n_groups : g];
+    return COLLAGE_OK;
+}
+
+/* The kept value's compensation words from θ alone: zero compensation, master = θ. */
+static void sync_from_weights(collage_adamw *o) {
+    collage_strategy s = o->cfg.strategy;
+    const uint16_t *w = o->params;
+    if (has_master(s))
+        for (size_t i = 0; i < o->cfg.n; i++) o->master[i] = bf16_f32(w[i]);
+    if (has_comp(s)) memset(o->comp, 0, o->cfg.n * 2);
+    o->synced = 1;
+}
+
+collage_status collage_adamw_set_weights_f32(collage_adamw *o, const float *w, size_t n) {
+    if (!o || !w) return COLLAGE_ERR_NULL;
+    if (n != o->cfg.n) return COLLAGE_ERR_SIZE;
+    collage_strategy s = o->cfg.strategy;
+    float *w32 = o->params;
+    uint16_t *w16 = o->params;
+    for (size_t i = 0; i < n; i++) {
+        if (s == COLLAGE_FP32) { w32[i] = w[i]; continue; }
+        if (s == COLLAGE_BF16_REMAINDER) {
+            w16[i] = rem_theta(w[i]);
+            o->comp[i] = rem_low(w[i], w16[i]);
+            continue;
+        }
+        w16[i] = bf16_rn_bits(w[i]);
+        if (has_master(s)) o->master[i] = w[i];
+        if (has_comp(s)) o->comp[i] = bf16_rn_bits(w[i] - bf16_f32(w16[i])); /* exact difference */
+    }
+    o->synced = 1;
+    return COLLAGE_OK;
+}
+
+collage_status collage_adamw_kept_f64(const collage_adamw *o, double *out, size_t n) {
+    if (!o || !out) return COLLAGE_ERR_NULL;
+    if (n != o->cfg.n) return COLLAGE_ERR_SIZE;
+    collage_strategy s = o->cfg.strategy;
+    const float *w32 = o->params;
+    const uint16_t *w16 = o->params;
+    int synced = o->synced;
+    for (size_t i = 0; i < n; i++) {
+        if (s == COLLAGE_FP32) out[i] = (double)w32[i];
+        else if (!synced) out[i] = (double)bf16_f32(w16[i]);
+        else if (s == COLLAGE_BF16_MASTER) out[i] = (double)o->master[i];
+        else if (s == COLLAGE_BF16_REMAINDER) out[i] = (double)rem_join(w16[i], o->comp[i]);
+        else if (has_comp(s)) out[i] = (double)bf16_f32(w16[i]) + (double)bf16_f32(o->comp[i]);
+        else out[i] = (double)bf16_f32(w16[i]);
+    }
+    return COLLAGE_OK;
+}
+
+/* Σ g² per block (double), and whether any element is NaN/Inf. */
+static void grad_sq_block(collage_strategy s, const void *g, size_t a, size_t b, adamw_acc *acc) {
+    double sum = 0;
+    if (s == COLLAGE_FP32) {
+        const float *x = g;
+        for (size_t i = a; i < b; i++) sum += (double)x[i] * (double)x[i];
+    } else {
+        const uint16_t *x = g;
+        for (size_t i = a; i < b; i++) { double d = (double)bf16_f32(x[i]); sum += d * d; }
+    }
+    acc->gsq = sum;
+    acc->nonfinite = !isfinite(sum);
+}
+
+static void edq_finish(collage_edq *e, double dot, double dot_state, double nn, uint64_t lost, uint64_t nz) {
+    double norm = sqrt(nn);
+    e->update_norm = norm;
+    e->updates = nz;
+    e->edq = nn > 0 ? dot / norm : 0;
+    e->edq_ratio = nn > 0 ? dot / nn : 1;
+    e->edq_state = nn > 0 ? dot_state / norm : 0;
+    e->edq_state_ratio = nn > 0 ? dot_state / nn : 1;
+    e->lost = nz ? (double)lost / (double)nz : 0;
+}
+
+static collage_status step(collage_adamw *o, const void *grads, double lr, collage_step_stats *stats, int ref) {
+    if (!o || !grads) return COLLAGE_ERR_NULL;
+    if (!isfinite(lr) || lr < 0) { set_err(o, "learning rate %g is not a finite non-negative number", lr); return COLLAGE_ERR_ARG; }
+    collage_strategy s = o->cfg.strategy;
+    int nt = ref ? 1 : collage__threads();
+    long nb = (long)o->n_blocks;
+    adamw_k k = {0};
+    k.coef = 1.0f;
+    double gnorm = NAN, coef = 1.0;
+    if (stats) memset(stats, 0, sizeof *stats);
+    if (o->cfg.clip > 0 || o->cfg.skip_nonfinite) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (long bi = 0; bi < nb; bi++) grad_sq_block(s, grads, o->blocks[bi].a, o->blocks[bi].b, &o->acc[bi]);
+        double sum = 0;
+        int bad = 0;
+        for (long bi = 0; bi < nb; bi++) { sum += o->acc[bi].gsq; bad |= o->acc[bi].nonfinite; }
+        gnorm = sqrt(sum);
+        if (bad && o->cfg.skip_nonfinite) {
+            if (stats) { stats->skipped = 1; stats->step = o->t; stats->grad_norm = gnorm; stats->clip_coef = 1; }
+            set_err(o, "gradient holds NaN or Inf at step %llu; step skipped", (unsigned long long)(o->t + 1));
+            return COLLAGE_ERR_NONFINITE;
+        }
+        if (o->cfg.clip > 0 && gnorm > o->cfg.clip) coef = o->cfg.clip / (gnorm + 1e-6);
+    }
+    if (!o->synced) sync_from_weights(o);
+    uint64_t t = o->t + 1;
+    double b1 = o->cfg.beta1, b2 = o->cfg.beta2;
+    double step_size = lr * sqrt(1.0 - pow(b2, (double)t)) / (1.0 - pow(b1, (double)t));
+    k.b1 = (float)b1; k.omb1 = (float)(1.0 - b1);
+    k.b2 = (float)b2; k.omb2 = (float)(1.0 - b2);
+    k.eps = (float)o->cfg.eps;
+    k.neg_step = (float)-step_size;
+    k.coef = (float)coef;
+    k.clip = coef != 1.0;
+    collage_lp_pair sp = collage_lp_split(COLLAGE_FMT_BF16, b2);
+    k.b2hi = sp.hi; k.b2lo = sp.lo;
+    k.key = collage_rand_key(o->cfg.seed, t);
+    adamw_slabs S = {o->params, grads, o->m, o->v, o->comp, o->dv, o->master};
+    int edq = o->cfg.edq;
+    collage_isa isa = ref ? COLLAGE_ISA_SCALAR : collage_get_isa();
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (long bi = 0; bi < nb; bi++) {
+        const block_t *B = &o->blocks[bi];
+        adamw_k kb = k;
+        double wd = B->group < o->n_groups ? o->groups[B->group].weight_decay : o->cfg.weight_decay;
+        kb.lrwd = (float)(lr * wd);
+        adamw_acc *acc = edq ? &o->acc[bi] : NULL;
+        if (acc) memset(acc, 0, sizeof *acc);
+        if (isa == COLLAGE_ISA_AVX512) collage__adamw_block_avx512(s, &S, B->a, B->b, &kb, acc);
+        else if (isa == COLLAGE_ISA_AVX2) collage__adamw_block_avx2(s, &S, B->a, B->b, &kb, acc);
+        else collage__adamw_block_ref(s, &S, B->a, B->b, &kb, acc);
+    }
+    o->t = t;
+    if (stats) { stats->step = t; stats->grad_norm = gnorm; stats->clip_coef = coef; }
+    if (edq) { /* combine in block order: the same sums whatever the thread count */
+        int ng = o->n_groups;
+        double tot[3] = {0}, (*gs)[3] = o->gsum;
+        uint64_t tl = 0, tn = 0, *gl = o->gcount;
+        memset(gs, 0, ((size_t)ng + 1) * sizeof *gs);
+        memset(gl, 0, 2 * ((size_t)ng + 1) * sizeof *gl);
+        for (long bi = 0; bi < nb; bi++) {
+            const adamw_acc *A = &o->acc[bi];
+            int g = o->blocks[bi].group;
+            gs[g][0] += A->dot; gs[g][1] += A->dot_state; gs[g][2] += A->nn;
+            gl[2 * g] += A->lost; gl[2 * g + 1] += A->nonzero;
+        }
+        for (int g = 0; g <= ng; g++) {
+            edq_finish(&o->group_edq[g], gs[g][0], gs[g][1], gs[g][2], gl[2 * g], gl[2 * g + 1]);
+            tot[0] += gs[g][0]; tot[1] += gs[g][1]; tot[2] += gs[g][2];
+            tl += gl[2 * g]; tn += gl[2 * g + 1];
+        }
+        if (stats) edq_finish(&stats->edq, tot[0], tot[1], tot[2], tl, tn);
+    }
+    return COLLAGE_OK;
+}
+
+collage_status collage_adamw_step(collage_adamw *o, const void *g, double lr, collage_step_stats *st) {
+    return step(o, g, lr, st, 0);
+}
+collage_status collage_adamw_step_ref(collage_adamw *o, const void *g, double lr, collage_step_stats *st) {
+    return step(o, g, lr, st, 1);
+}
+
+/* ------------------------------------------------------------------ save and load */
+/* File layout (little-endian, as the machine writes it; version 1):
+ *   "CLGADAMW" | u32 version | u32 strategy | u64 n | u64 t | u32 synced | u32 n_groups
+ *   | f64 beta1, beta2, eps, weight_decay, clip | u64 seed
+ *   | n_groups × (u64 offset, u64 count, f64 weight_decay, char name[64])
+ *   | weights | m | v | [comp] | [dv] | [master] | u64 FNV-1a of everything before. */
+#define ADAMW_MAGIC "CLGADAMW"
+#define ADAMW_VERSION 1u
+#define NAME_LEN 64
+
+typedef struct {
+    char magic[8];
+    uint32_t version, strategy;
+    uint64_t n, t;
+    uint32_t synced, n_groups;
+    double beta1, beta2, eps, weight_decay, clip;
+    uint64_t seed;
+} adamw_header;
+
+typedef struct {
+    uint64_t offset, count;
+    double weight_decay;
+    char name[NAME_LEN];
+} adamw_group_rec;
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t len) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < len; i++) { h ^= c[i]; h *= 0x100000001b3ull; }
+    return h;
+}
+#define FNV_INIT 0xcbf29ce484222325ull
+
+/* The slabs in file order, with their sizes. */
+static int slab_list(const collage_adamw *o, void **p, size_t *bytes) {
+    collage_strategy s = o->cfg.strategy;
+    size_t n = o->cfg.n;
+    int k = 0;
+    p[k] = o->params; bytes[k++] = n * wbytes(s);
+    p[k] = o->m; bytes[k++] = n * mbytes(s);
+    p[k] = o->v; bytes[k++] = n * mbytes(s);
+    if (o->comp) { p[k] = o->comp; bytes[k++] = n * 2; }
+    if (o->dv) { p[k] = o->dv; bytes[k++] = n * 2; }
+    if (o->master) { p[k] = o->master; bytes[k++] = n * 4; }
+    return k;
+}
+
+static int write_all(FILE *f, const void *p, size_t len, uint64_t *h) {
+    *h = fnv1a(*h, p, len);
+    return fwrite(p, 1, len, f) == len;
+}
+
+collage_status collage_adamw_save(const collage_adamw *oc, const char *path) {
+    collage_adamw *o = (collage_adamw *)oc; /* only err is written */
+    if (!o || !path) return COLLAGE_ERR_NULL;
+    size_t plen = strlen(path) + 32;
+    char *tmp = malloc(plen);
+    if (!tmp) return COLLAGE_ERR_NOMEM;
+    snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        set_err(o, "cannot create '%s': %s", tmp, strerror(errno));
+        free(tmp);
+        return COLLAGE_ERR_IO;
+    }
+    adamw_header h = {{0}, ADAMW_VERSION, (uint32_t)o->cfg.strategy, o->cfg.n, o->t, (uint32_t)o->synced,
+                      (uint32_t)o->n_groups, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, o->cfg.weight_decay,
+                      o->cfg.clip, o->cfg.seed};
+    memcpy(h.magic, ADAMW_MAGIC, 8);
+    uint64_t hash = FNV_INIT;
+    int ok = write_all(f, &h, sizeof h, &hash);
+    for (int i = 0; ok && i < o->n_groups; i++) {
+        adamw_group_rec g = {o->groups[i].offset, o->groups[i].count, o->groups[i].weight_decay, {0}};
+        snprintf(g.name, NAME_LEN, "%s", o->groups[i].name);
+        ok = write_all(f, &g, sizeof g, &hash);
+    }
+    void *p[6];
+    size_t bytes[6];
+    int ns = slab_list(o, p, bytes);
+    for (int i = 0; ok && i < ns; i++) ok = write_all(f, p[i], bytes[i], &hash);
+    ok = ok && fwrite(&hash, 8, 1, f) == 1;
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int saved_errno = errno;
+    if (fclose(f) != 0) ok = 0;
+    if (ok && rename(tmp, path) != 0) { saved_errno = errno; ok = 0; }
+    if (!ok) {
+        set_err(o, "cannot write optimizer state to '%s': %s", path, strerror(saved_errno));
+        unlink(tmp);
+        free(tmp);
+        return COLLAGE_ERR_IO;
+    }
+    /* make the rename durable */
+    char *dir = strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
+    if (dir) {
+        if (slash) *slash = 0;
+        int dfd = open(slash ? (dir[0] ? dir : "/") : ".", O_RDONLY);
+        if (dfd >= 0) { fsync(dfd); close(dfd); }
+        free(dir);
+    }
+    free(tmp);
+    return COLLAGE_OK;
+}
+
+static collage_status load_fail(collage_adamw *o, FILE *f, collage_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o->err, sizeof o->err, fmt, ap);
+    va_end(ap);
+    if (f) fclose(f);
+    return st;
+}
+
+collage_status collage_adamw_load(collage_adamw *o, const char *path) {
+    if (!o || !path) return COLLAGE_ERR_NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return load_fail(o, NULL, COLLAGE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    adamw_header h;
+    if (fread(&h, sizeof h, 1, f) != 1)
+        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' is too short to be a collage optimizer state", path);
+    if (memcmp(h.magic, ADAMW_MAGIC, 8) != 0)
+        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' is not a collage optimizer state (wrong magic)", path);
+    if (h.version != ADAMW_VERSION)
+        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' has format version %u; this build reads version %u", path,
+                         h.version, ADAMW_VERSION);
+    if (h.strategy != (uint32_t)o->cfg.strategy)
+        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' holds '%s' state but the optimizer is '%s'", path,
+                         collage_strategy_name((collage_strategy)h.strategy), collage_strategy_name(o->cfg.strategy));
+    if (h.n != o->cfg.n)
+        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' holds %llu parameters but the optimizer has %zu", path,
+                         (unsigned long long)h.n, o->cfg.n);
+    if (h.n_groups != (uint32_t)o->n_groups)
+        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' has %u parameter groups but the optimizer has %d", path,
+                         h.n_groups, o->n_groups);
+    uint64_t hash = fnv1a(FNV_INIT, &h, sizeof h);
+    for (int i = 0; i < o->n_groups; i++) {
+        adamw_group_rec g;
+        if (fread(&g, sizeof g, 1, f) != 1)
+            return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' is truncated (in the group table)", path);
+        hash = fnv1a(hash, &g, sizeof g);
+        if (g.offset != o->groups[i].offset || g.count != o->groups[i].count)
+            return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s': group %d covers [%llu, +%llu) but the optimizer's '%s' covers [%zu, +%zu)",
+                             path, i, (unsigned long long)g.offset, (unsigned long long)g.count, o->groups[i].name,
+                             o->groups[i].offset, o->groups[i].count);
+    }
+    void *p[6];
+    size_t bytes[6], total = 0;
+    int ns = slab_list(o, p, bytes);
+    for (int i = 0; i < ns; i++) total += bytes[i];
+    long data_at = ftell(f);
+    if (fseek(f, 0, SEEK_END) != 0)
+        return load_fail(o, f, COLLAGE_ERR_IO, "cannot seek in '%s': %s", path, strerror(errno));
+    long size = ftell(f);
+    long want = data_at + (long)total + 8;
+    if (size != want)
+        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' has %ld bytes but a '%s' state of %zu parameters has %ld (%s)",
+                         path, size, collage_strategy_name(o->cfg.strategy), o->cfg.n, want,
+                         size < want ? "truncated" : "trailing data");
+    /* pass 1: verify the checksum before touching any state word */
+    fseek(f, data_at, SEEK_SET);
+    char buf[1 << 16];
+    for (size_t left = total; left;) {
+        size_t c = left < sizeof buf ? left : sizeof buf;
+        if (fread(buf, 1, c, f) != c) return load_fail(o, f, COLLAGE_ERR_IO, "read error in '%s'", path);
+        hash = fnv1a(hash, buf, c);
+        left -= c;
+    }
+    uint64_t stored;
+    if (fread(&stored, 8, 1, f) != 1 || stored != hash)
+        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' is corrupt (checksum mismatch)", path);
+    /* pass 2: read the slabs */
+    fseek(f, data_at, SEEK_SET);
+    for (int i = 0; i < ns; i++)
+        if (fread(p[i], 1, bytes[i], f) != bytes[i])
+            return load_fail(o, f, COLLAGE_ERR_IO, "read error in '%s' (the state may be partly loaded)", path);
+    fclose(f);
+    o->t = h.t;
+    o->synced = (int)h.synced;
+    o->err[0] = 0;
+    return COLLAGE_OK;
+}

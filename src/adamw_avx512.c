@@ -1,0 +1,13 @@
+/* adamw_avx512.c — the fused AdamW step on 16 lanes (AVX-512), from adamw_kernel.inc.
+ * Built with -mavx512f/bw/vl/dq; entered only when the CPU has them (rows.c's ISA choice). */
+#include "adamw_impl.h"
+#if defined(__x86_64__) && defined(__AVX512F__)
+#include <immintrin.h>
+#define VL 16
+#define KERNEL_NAME collage__adamw_block_avx512
+#define VSQRT(x) ((vf)_mm512_sqrt_ps((__m512)(x)))
+#include "adamw_kernel.inc"
+#else
+void collage__adamw_block_avx512(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
+                                 adamw_acc *acc) { collage__adamw_block_ref(s, S, a, b, k, acc); }
+#endif

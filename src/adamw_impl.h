@@ -1,0 +1,62 @@
+/* adamw_impl.h — what the optimizer's files share: the per-step constants, the state slabs, the EDQ
+ * partial sums, and the block kernels (scalar reference and vectorised twins). */
+#ifndef COLLAGE_ADAMW_IMPL_H
+#define COLLAGE_ADAMW_IMPL_H
+
+#include "internal.h"
+
+/* Per-step scalars, each converted to fp32 once (NUMERICS §1). */
+typedef struct {
+    float b1, omb1;       /* fp32(β1), fp32(1 − β1) */
+    float b2, omb2;       /* fp32(β2), fp32(1 − β2) */
+    float eps;            /* fp32(eps) */
+    float neg_step;       /* fp32(−lr·sqrt(1 − β2^t)/(1 − β1^t)) */
+    float lrwd;           /* fp32(lr·wd) of the block's group */
+    float coef;           /* gradient clipping factor (1 = none) */
+    int clip;             /* coef != 1 */
+    uint16_t b2hi, b2lo;  /* β2 split for collage-plus */
+    uint64_t key;         /* SR key of this step */
+} adamw_k;
+
+/* The slabs. w: bf16 or float weights; g: bf16 or float gradients; m, v: bf16 or float moments;
+ * comp: δθ (collage), Kahan c, or the 16-bit remainder; dv: δv (collage-plus); master: fp32. */
+typedef struct {
+    void *w;
+    const void *g;
+    void *m, *v;
+    uint16_t *comp, *dv;
+    float *master;
+} adamw_slabs;
+
+/* EDQ partial sums of one block (NUMERICS §4), combined in block order. */
+typedef struct {
+    double dot;        /* Σ Δ_eff·Δ */
+    double dot_state;  /* Σ Δ_state·Δ */
+    double nn;         /* Σ Δ² */
+    uint64_t lost;     /* #{Δ ≠ 0, w unchanged} */
+    uint64_t nonzero;  /* #{Δ ≠ 0} */
+    double gsq;        /* Σ g² (the gradient-norm pass uses the same slots) */
+    int nonfinite;     /* the block's gradient holds a NaN or Inf */
+    char pad[64 - 7 * 8]; /* one cache line per block: no false sharing between threads */
+} adamw_acc;
+
+/* Kernels over elements [a, b) of one block. acc == NULL: no EDQ. */
+void collage__adamw_block_ref(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
+                              adamw_acc *acc);
+void collage__adamw_block_avx512(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
+                                 adamw_acc *acc);
+void collage__adamw_block_avx2(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
+                               adamw_acc *acc);
+
+/* The remainder strategy's master: θ's bits with a signed 16-bit difference. θ = the master rounded to
+ * nearest with ties away from zero, so (θ, remainder) ↔ master is a bijection; ties to even would
+ * need a 17th bit at exact ties. Contract: rem_join(rem_split(x)) == x for every bit pattern. */
+static inline float rem_join(uint16_t th, uint16_t rem) {
+    return bits_f32(((uint32_t)th << 16) + (uint32_t)(int32_t)(int16_t)rem);
+}
+static inline uint16_t rem_theta(float master) { return (uint16_t)((f32_bits(master) + 0x8000u) >> 16); }
+static inline uint16_t rem_low(float master, uint16_t th) {
+    return (uint16_t)(f32_bits(master) - ((uint32_t)th << 16));
+}
+
+#endif
