@@ -1,6 +1,7 @@
-/* bench.c — `collage bench convert`: throughput of the row conversions in GB/s (bytes read + written)
- * next to a plain memory copy (memcpy, same bytes-counting) measured in the same run, on 1 and on
- * T threads. Reports the median of several repetitions; arrays are far larger than the caches. */
+/* bench.c — `collage bench convert`: the row conversions in GB/s next to memcpy; `collage bench
+ * optimizer`: the fused AdamW step per strategy in ns/param and GB/s next to an in-place streaming
+ * bound (a[i] = a[i]·s + b[i]) measured in the same run. Medians of several repetitions; arrays far
+ * larger than the caches. Speed is reported here, never asserted by tests. */
 #include "cli.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,11 +111,160 @@ static void bench_usage(FILE *f) {
                "  --json       one JSON object per line\n");
 }
 
+/* ------------------------------------------------------------------ optimizer */
+/* Logical bytes one step moves per parameter: each state word read and written once, the gradient
+ * read, θ only written where it is derived from a master (bf16-master). */
+static double step_bytes(collage_strategy s) {
+    collage_memory m = collage_strategy_memory(s);
+    double rw = 2.0 * (m.compensation + m.m + m.v + m.master);
+    double w = s == COLLAGE_BF16_MASTER ? m.weights : 2.0 * m.weights;
+    return rw + w + m.grad;
+}
+
+static void stream_bound(float *a, const float *b, size_t n, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (long i = 0; i < (long)n; i++) a[i] = a[i] * 0.999f + b[i];
+}
+
+static double median_of(double *t, int r) {
+    qsort(t, (size_t)r, sizeof(double), cmp_double);
+    return t[r / 2];
+}
+
+typedef struct { double ns, ns_edq, ns_cache; } opt_times;
+
+static int time_strategy(collage_strategy s, size_t n, int reps, int edq, double *ns_out) {
+    collage_adamw_config c = {.strategy = s, .n = n, .beta2 = 0.95, .weight_decay = 0.1, .edq = edq, .seed = 1};
+    collage_adamw *o;
+    if (collage_adamw_create(&c, &o) != COLLAGE_OK) return -1;
+    size_t gb = collage_strategy_is_fp32(s) ? 4 : 2;
+    void *g = malloc(n * gb);
+    if (!g) { collage_adamw_free(o); return -1; }
+    float *w = collage_adamw_params(o);
+    uint16_t *w16 = collage_adamw_params(o), *g16 = g;
+    float *g32 = g;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < (long)n; i++) {
+        uint64_t z = x ^ (uint64_t)i * 0xbf58476d1ce4e5b9ull;
+        z ^= z >> 29; z *= 0x94d049bb133111ebull; z ^= z >> 32;
+        float wv = (float)((double)(z & 0xffff) / 65536.0 - 0.5), gv = (float)((double)(z >> 48) / 6553600.0 - 0.005);
+        if (gb == 4) { w[i] = wv; g32[i] = gv; }
+        else { w16[i] = collage_bf16_from_f32(wv).bits; g16[i] = collage_bf16_from_f32(gv).bits; }
+    }
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    collage_adamw_step(o, g, 1e-3, NULL); /* warm-up: pages touched, threads started */
+    for (int r = 0; r < reps; r++) {
+        collage_step_stats st;
+        double t0 = cli_now();
+        collage_adamw_step(o, g, 1e-3, &st);
+        t[r] = cli_now() - t0;
+    }
+    *ns_out = median_of(t, reps) / (double)n * 1e9;
+    free(t); free(g);
+    collage_adamw_free(o);
+    return 0;
+}
+
+static int bench_optimizer(size_t n, int threads, int reps, int json, const char *only) {
+    collage_set_threads(threads);
+    float *a = aligned_alloc(64, (n * 4 + 63) & ~(size_t)63), *b = aligned_alloc(64, (n * 4 + 63) & ~(size_t)63);
+    if (!a || !b) { fprintf(stderr, "collage bench: cannot allocate %zu MB\nhint: use a smaller --params\n", n * 8 >> 20); return 1; }
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (long i = 0; i < (long)n; i++) { a[i] = 1.0f; b[i] = 1e-3f; }
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    stream_bound(a, b, n, threads);
+    for (int r = 0; r < reps; r++) { double t0 = cli_now(); stream_bound(a, b, n, threads); t[r] = cli_now() - t0; }
+    double bound = 12.0 * (double)n / median_of(t, reps) * 1e-9;
+    free(a); free(b); free(t);
+    /* compute cost: the same step on a cache-resident slab */
+    size_t n_cache = (size_t)1 << 15;
+    if (!json)
+        printf("collage bench optimizer: n = %zu params, %d thread%s, isa %s, median of %d steps\n"
+               "memory bound (in-place a[i] = a[i]*s + b[i]): %.1f GB/s\n\n"
+               "%-17s %8s %7s %7s %7s %9s %9s %8s  %s\n", n, threads, threads == 1 ? "" : "s",
+               collage_isa_name(collage_get_isa()), reps, bound, "strategy", "ns/param", "B/param", "GB/s", "bound",
+               "vs master", "EDQ cost", "in-cache", "limit");
+    double master_ns = 0;
+    opt_times res[COLLAGE_STRATEGY_COUNT];
+    int order[COLLAGE_STRATEGY_COUNT] = {COLLAGE_BF16_MASTER, COLLAGE_FP32, COLLAGE_BF16, COLLAGE_LIGHT, COLLAGE_PLUS,
+                                         COLLAGE_BF16_FP32_STATES, COLLAGE_BF16_KAHAN, COLLAGE_BF16_SR,
+                                         COLLAGE_BF16_REMAINDER, COLLAGE_PLUS_V1};
+    for (int oi = 0; oi < COLLAGE_STRATEGY_COUNT; oi++) {
+        collage_strategy s = (collage_strategy)order[oi];
+        if (only && strcmp(only, collage_strategy_name(s)) && s != COLLAGE_BF16_MASTER) continue;
+        opt_times *R = &res[s];
+        if (time_strategy(s, n, reps, 0, &R->ns) || time_strategy(s, n, reps, 1, &R->ns_edq) ||
+            time_strategy(s, n_cache, reps * 20, 0, &R->ns_cache)) {
+            fprintf(stderr, "collage bench: cannot create a %s optimizer of %zu params (out of memory?)\n",
+                    collage_strategy_name(s), n);
+            return 1;
+        }
+        if (s == COLLAGE_BF16_MASTER) master_ns = R->ns;
+        double bytes = step_bytes(s), gbps = bytes / R->ns, frac = gbps / bound;
+        /* memory-limited when the in-cache step is clearly faster than the streaming one */
+        int compute_bound = R->ns_cache > 0.8 * R->ns;
+        if (json)
+            printf("{\"strategy\":\"%s\",\"n\":%zu,\"threads\":%d,\"ns_per_param\":%.4f,\"bytes_per_param\":%.1f,"
+                   "\"gbps\":%.2f,\"bound_gbps\":%.2f,\"bound_fraction\":%.3f,\"speed_vs_bf16_master\":%.3f,"
+                   "\"edq_ns_per_param\":%.4f,\"edq_overhead\":%.3f,\"in_cache_ns_per_param\":%.4f,\"limit\":\"%s\"}\n",
+                   collage_strategy_name(s), n, threads, R->ns, bytes, gbps, bound, frac, master_ns / R->ns, R->ns_edq,
+                   R->ns_edq / R->ns - 1.0, R->ns_cache, compute_bound ? "compute" : "memory");
+        else
+            printf("%-17s %8.3f %7.0f %7.1f %6.0f%% %8.2fx %8.1f%% %8.3f  %s\n", collage_strategy_name(s), R->ns, bytes,
+                   gbps, 100.0 * frac, master_ns / R->ns, 100.0 * (R->ns_edq / R->ns - 1.0), R->ns_cache,
+                   compute_bound ? "compute (emulated bf16 rounding)" : "memory");
+        fflush(stdout);
+    }
+    if (!json)
+        printf("\nB/param: bytes one step reads and writes per parameter (state words, weights, bf16 gradient).\n"
+               "bound: achieved GB/s over the streaming bound. in-cache: ns/param on a %zu-param slab that fits\n"
+               "in cache; a step no slower than that is limited by compute, not memory.\n", n_cache);
+    collage_set_threads(0);
+    return 0;
+}
+
+static void bench_opt_usage(FILE *f) {
+    fprintf(f, "usage: collage bench optimizer [--params N] [--threads T] [--reps R] [--strategy NAME] [--json]\n"
+               "  --params N   parameters (default 64M = 67108864; suffixes K, M, G are powers of 1000)\n"
+               "  --threads T  threads (default: all cores)\n"
+               "  --reps R     timed steps per strategy, the median is reported (default 5)\n"
+               "  --strategy S only this strategy (and bf16-master, the reference)\n"
+               "  --json       one JSON object per line per strategy\n");
+}
+
+static int cmd_bench_optimizer(int argc, char **argv) {
+    size_t n = (size_t)64 << 20;
+    int threads = collage_get_threads(), reps = 5, json = 0;
+    const char *only = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--params")) { if (cli_parse_size(a, v, &n)) return 2; i++; }
+        else if (!strcmp(a, "--threads")) { if (cli_parse_int(a, v, &threads)) return 2; i++; }
+        else if (!strcmp(a, "--reps")) { if (cli_parse_int(a, v, &reps)) return 2; i++; }
+        else if (!strcmp(a, "--strategy")) {
+            collage_strategy s;
+            if (!v || collage_strategy_parse(v, &s) != COLLAGE_OK) {
+                fprintf(stderr, "collage bench: unknown strategy '%s'\nhint: one of fp32, bf16, collage-light, collage-plus, "
+                                "bf16-fp32-states, bf16-master, bf16-kahan, bf16-sr, bf16-remainder, collage-plus-v1\n", v ? v : "");
+                return 2;
+            }
+            only = collage_strategy_name(s);
+            i++;
+        } else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { bench_opt_usage(stdout); return 0; }
+        else { fprintf(stderr, "collage bench optimizer: unknown option '%s'\n", a); bench_opt_usage(stderr); return 2; }
+    }
+    if (n == 0 || threads < 1 || reps < 1) { fprintf(stderr, "collage bench: --params, --threads and --reps must be positive\n"); return 2; }
+    return bench_optimizer(n, threads, reps, json, only);
+}
+
 int cmd_bench(int argc, char **argv) {
+    if (argc >= 1 && !strcmp(argv[0], "optimizer")) return cmd_bench_optimizer(argc - 1, argv + 1);
     if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) { bench_usage(argc < 1 ? stderr : stdout); return argc < 1 ? 2 : 0; }
     bench_opts o = {.n = (size_t)32 << 20, .reps = 7, .json = 0, .max_threads = collage_get_threads()};
     if (strcmp(argv[0], "convert") != 0) {
-        fprintf(stderr, "collage bench: unknown benchmark '%s'\nhint: collage bench convert\n", argv[0]);
+        fprintf(stderr, "collage bench: unknown benchmark '%s'\nhint: collage bench convert | collage bench optimizer\n", argv[0]);
         return 2;
     }
     for (int i = 1; i < argc; i++) {
