@@ -65,10 +65,11 @@ test: setup
 	@$(MAKE) --no-print-directory all tests
 	@bash tests/run.sh $(BUILD)
 
-# The main job (grows with the project): for now the conversion benchmark.
+# The main job (grows with the project): for now the conversion and optimizer benchmarks.
 run: setup
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/collage bench convert
+	$(BUILD)/collage bench optimizer --params 16M
 
 ci-san:
 	@$(MAKE) --no-print-directory test BUILD=build-san SAN=1
