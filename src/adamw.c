@@ -60,7 +60,8 @@ typedef struct {
 
 struct collage_adamw {
     collage_adamw_config cfg;
-    collage_param_group *groups;
+    collage_param_group *groups; /* in the caller's order: group indices are the caller's */
+    int *order;                  /* group indices sorted by offset */
     int n_groups;
     void *params;
     int owns_params;
@@ -92,10 +93,6 @@ static void *zalloc(size_t bytes) {
     return p;
 }
 
-static int cmp_group(const void *x, const void *y) {
-    const collage_param_group *a = x, *b = y;
-    return (a->offset > b->offset) - (a->offset < b->offset);
-}
 
 /* Split [0, n) into fixed blocks that never straddle a group boundary. */
 static collage_status make_blocks(collage_adamw *o) {
@@ -104,9 +101,10 @@ static collage_status make_blocks(collage_adamw *o) {
     if (!o->blocks) return COLLAGE_ERR_NOMEM;
     size_t pos = 0;
     for (int gi = 0; gi <= o->n_groups; gi++) {
-        size_t ga = gi < o->n_groups ? o->groups[gi].offset : n;
-        for (int pass = 0; pass < 2; pass++) { /* pass 0: the gap before group gi; pass 1: the group */
-            size_t a = pass ? ga : pos, b = pass ? (gi < o->n_groups ? ga + o->groups[gi].count : n) : ga;
+        int G = gi < o->n_groups ? o->order[gi] : o->n_groups; /* groups in offset order */
+        size_t ga = gi < o->n_groups ? o->groups[G].offset : n;
+        for (int pass = 0; pass < 2; pass++) { /* pass 0: the gap before group G; pass 1: the group */
+            size_t a = pass ? ga : pos, b = pass ? (gi < o->n_groups ? ga + o->groups[G].count : n) : ga;
             if (pass && gi == o->n_groups) break;
             for (size_t x = a; x < b; x += BLOCK) {
                 if (nb == cap) {
@@ -115,7 +113,7 @@ static collage_status make_blocks(collage_adamw *o) {
                     if (!nbp) return COLLAGE_ERR_NOMEM;
                     o->blocks = nbp;
                 }
-                o->blocks[nb++] = (block_t){x, x + BLOCK < b ? x + BLOCK : b, pass ? gi : o->n_groups};
+                o->blocks[nb++] = (block_t){x, x + BLOCK < b ? x + BLOCK : b, pass ? G : o->n_groups};
             }
             if (pass) pos = b;
         }
@@ -149,11 +147,17 @@ collage_status collage_adamw_create(const collage_adamw_config *cfg, collage_ada
             o->groups[i].name = strdup(cfg->groups[i].name ? cfg->groups[i].name : "group");
             if (!o->groups[i].name) st = COLLAGE_ERR_NOMEM;
         }
-        if (st == COLLAGE_OK) qsort(o->groups, (size_t)o->n_groups, sizeof *o->groups, cmp_group);
+        o->order = calloc((size_t)o->n_groups, sizeof *o->order);
+        if (!o->order) st = COLLAGE_ERR_NOMEM;
+        for (int i = 0; st == COLLAGE_OK && i < o->n_groups; i++) { /* insertion sort by offset */
+            int j = i;
+            for (; j > 0 && o->groups[o->order[j - 1]].offset > o->groups[i].offset; j--) o->order[j] = o->order[j - 1];
+            o->order[j] = i;
+        }
         for (int i = 0; st == COLLAGE_OK && i < o->n_groups; i++) {
-            const collage_param_group *g = &o->groups[i];
+            const collage_param_group *g = &o->groups[o->order[i]], *prev = i ? &o->groups[o->order[i - 1]] : NULL;
             if (g->count == 0 || g->offset > cfg->n || g->count > cfg->n - g->offset) st = COLLAGE_ERR_SIZE;
-            else if (i && g->offset < o->groups[i - 1].offset + o->groups[i - 1].count) st = COLLAGE_ERR_SIZE;
+            else if (prev && g->offset < prev->offset + prev->count) st = COLLAGE_ERR_SIZE;
             else if (!(g->weight_decay >= 0) || !isfinite(g->weight_decay)) st = COLLAGE_ERR_ARG;
         }
     }
@@ -189,6 +193,7 @@ void collage_adamw_free(collage_adamw *o) {
     if (!o) return;
     for (int i = 0; o->groups && i < o->n_groups; i++) free((void *)o->groups[i].name);
     free(o->groups);
+    free(o->order);
     if (o->owns_params) free(o->params);
     free(o->m); free(o->v); free(o->comp); free(o->dv); free(o->master);
     free(o->blocks); free(o->acc); free(o->group_edq); free(o->gsum); free(o->gcount);
