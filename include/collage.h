@@ -241,7 +241,9 @@ collage_status collage_adamw_group_edq(const collage_adamw *opt, int group, coll
 int            collage_adamw_n_groups(const collage_adamw *opt);
 const char    *collage_adamw_group_name(const collage_adamw *opt, int group);
 /* Every state word (weights included) to a file, atomically (temporary name, fsync, rename), and
- * back; load validates magic, version, strategy, size and hyper-parameters. */
+ * back; load validates magic, version, strategy, size, group layout, β1 and β2 (which give m and v
+ * their meaning) and a checksum before it touches any state. lr, weight decay, eps and clipping
+ * may differ on resume. */
 collage_status collage_adamw_save(const collage_adamw *opt, const char *path);
 collage_status collage_adamw_load(collage_adamw *opt, const char *path);
 /* After a failed load or save: a message naming the file and the problem. */

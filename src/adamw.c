@@ -299,6 +299,7 @@ static collage_status step(collage_adamw *o, const void *grads, double lr, colla
     if (!isfinite(lr) || lr < 0) { set_err(o, "learning rate %g is not a finite non-negative number", lr); return COLLAGE_ERR_ARG; }
     collage_strategy s = o->cfg.strategy;
     int nt = ref ? 1 : collage__threads();
+    (void)nt; /* unused without OpenMP */
     long nb = (long)o->n_blocks;
     adamw_k k = {0};
     k.coef = 1.0f;
@@ -506,6 +507,10 @@ collage_status collage_adamw_load(collage_adamw *o, const char *path) {
     if (h.n != o->cfg.n)
         return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' holds %llu parameters but the optimizer has %zu", path,
                          (unsigned long long)h.n, o->cfg.n);
+    /* β1 and β2 give m and v their meaning; lr, wd, eps and clipping may change on resume */
+    if (h.beta1 != o->cfg.beta1 || h.beta2 != o->cfg.beta2)
+        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' was saved with beta1 = %g, beta2 = %g but the optimizer has %g, %g",
+                         path, h.beta1, h.beta2, o->cfg.beta1, o->cfg.beta2);
     if (h.n_groups != (uint32_t)o->n_groups)
         return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' has %u parameter groups but the optimizer has %d", path,
                          h.n_groups, o->n_groups);
