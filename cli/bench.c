@@ -122,6 +122,7 @@ static double step_bytes(collage_strategy s) {
 }
 
 static void stream_bound(float *a, const float *b, size_t n, int threads) {
+    (void)threads; /* unused without OpenMP */
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (long i = 0; i < (long)n; i++) a[i] = a[i] * 0.999f + b[i];
 }
