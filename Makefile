@@ -23,7 +23,7 @@ CFLAGS_BASE += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno
 LDSAN = -fsanitize=address,undefined
 endif
 CFLAGS_ALL = $(CFLAGS_BASE) $(CFLAGS)
-LDLIBS_ALL = $(LDOMP) $(LDSAN) -lm $(LDLIBS)
+LDLIBS_ALL = $(LDOMP) $(LDSAN) -lopenblas -lm $(LDLIBS)
 
 LIB_SRC  = $(wildcard src/*.c)
 LIB_OBJ  = $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC))

@@ -4,6 +4,10 @@
 #include "collage.h"
 
 int cmd_bench(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_sample(int argc, char **argv);
+int collage_cli_tokenize(int argc, char **argv);
 
 /* Parse a non-negative integer / a double for flag `flag`; on error print a hint and return -1. */
 int cli_parse_size(const char *flag, const char *s, size_t *out);

@@ -13,6 +13,14 @@ static void usage(FILE *f) {
             "usage: collage <command> [options]\n"
             "\n"
             "commands:\n"
+            "  train [--data PATH] [--model PRESET] [--precision STRATEGY] [--steps N] ...\n"
+            "                  train a GPT on text (default: the fortunes corpus); --help for all flags\n"
+            "  eval --checkpoint PATH [--data PATH] [--batch B] [--seq T] [--batches N] [--json]\n"
+            "                  mean loss of a checkpoint on data\n"
+            "  sample --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature X] [--seed N]\n"
+            "                  generate text from a checkpoint\n"
+            "  tokenize --tokenizer byte|gpt2 --in PATH --out FILE\n"
+            "                  text to an llm.c token shard\n"
             "  bench convert [--n N] [--threads T] [--reps R] [--json]\n"
             "                  row conversion throughput (fp32<->bf16/fp16, RN and SR)\n"
             "                  against a plain memory copy measured in the same run\n"
@@ -63,6 +71,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) { usage(stdout); return 0; }
     if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) { printf("collage %s\n", collage_version()); return 0; }
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
+    if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize")) return collage_cli_tokenize(argc - 2, argv + 2);
     fprintf(stderr, "collage: unknown command '%s'\nhint: run 'collage --help' for the list of commands\n", cmd);
     return 2;
 }

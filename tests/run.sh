@@ -6,7 +6,7 @@ pass=0; fail=0
 for t in "$build"/tests/test_*; do
   [ -x "$t" ] || continue
   echo "== $(basename "$t")"
-  out=$("$t" 2>&1); rc=$?
+  out=$(COLLAGE_BIN="$build/collage" "$t" 2>&1); rc=$?
   printf '%s\n' "$out"
   last=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
   if [ -n "$last" ]; then

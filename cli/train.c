@@ -1,0 +1,623 @@
+/* train.c — `collage train`, `collage eval` and `collage sample`: a GPT trained with any precision
+ * strategy on real text (the fortunes corpus by default), llm.c-format checkpoints, exact resume,
+ * a JSON log per step, and a progress bar with ETA on a terminal. */
+#include "cli.h"
+#include "ckpt.h"
+#include "data.h"
+#include "gpt.h"
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define MANIFEST_MAGIC "collage-train 1"
+#define VAL_BATCHES 8
+
+typedef struct {
+    const char *data, *tokenizer, *model, *save, *resume, *log;
+    collage_strategy strategy;
+    int layers, heads, dim;     /* 0: from the preset */
+    int steps, stop_after, batch, seq, warmup, eval_every, threads;
+    double lr, beta1, beta2, eps, wd, clip;
+    uint64_t seed;
+    int quiet;
+    int steps_given; /* --steps was on the command line */
+} train_opts;
+
+static void train_usage(FILE *f) {
+    fprintf(f,
+            "usage: collage train [options]\n"
+            "  --data PATH         text file, folder of text files, or llm.c .bin shard(s)\n"
+            "                      (default: the English fortunes of Debian's fortunes package)\n"
+            "  --tokenizer NAME    byte (default) | gpt2\n"
+            "  --model PRESET      tiny (default) | small | gpt2; or set --layers --heads --dim\n"
+            "  --precision S       fp32 | bf16 | collage-light (default) | collage-plus | bf16-fp32-states |\n"
+            "                      bf16-master | bf16-kahan | bf16-sr | bf16-remainder | collage-plus-v1\n"
+            "  --steps N           training steps, the length of the schedule (default 300)\n"
+            "  --stop-after N      stop after N steps (the schedule still spans --steps)\n"
+            "  --batch B --seq T   sequences per step and their length (default 16, 64)\n"
+            "  --lr X --warmup N   peak learning rate (1e-3) after N linear warm-up steps (default steps/20),\n"
+            "                      then cosine decay to a tenth\n"
+            "  --beta1 X --beta2 X --eps X --wd X --clip X   AdamW (0.9, 0.95, 1e-8, 0.1, 1.0)\n"
+            "  --seed N --threads N --eval-every N (default steps/10)\n"
+            "  --save DIR          write model.bin (llm.c format), optimizer.state and train.state there\n"
+            "  --resume DIR        continue a run saved with --save, bit for bit\n"
+            "  --log FILE          one JSON object per step\n");
+}
+
+static int parse_double(const char *flag, const char *v, double *out) {
+    char *end;
+    if (!v) { fprintf(stderr, "collage: %s needs a value\n", flag); return -1; }
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || *end || end == v || !isfinite(x)) {
+        fprintf(stderr, "collage: %s expects a number, got '%s'\n", flag, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_train(int argc, char **argv, train_opts *o) {
+    *o = (train_opts){.strategy = COLLAGE_LIGHT, .model = "tiny", .tokenizer = "byte", .steps = 300, .batch = 16,
+                      .seq = 0, .warmup = -1, .eval_every = -1, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95,
+                      .eps = 1e-8, .wd = 0.1, .clip = 1.0, .seed = 1337};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        size_t z;
+        int bad = 0, used = 1;
+        if (!strcmp(a, "--data")) o->data = v;
+        else if (!strcmp(a, "--tokenizer")) o->tokenizer = v;
+        else if (!strcmp(a, "--model")) o->model = v;
+        else if (!strcmp(a, "--save")) o->save = v;
+        else if (!strcmp(a, "--resume")) o->resume = v;
+        else if (!strcmp(a, "--log")) o->log = v;
+        else if (!strcmp(a, "--precision")) {
+            if (!v || collage_strategy_parse(v, &o->strategy) != COLLAGE_OK) {
+                fprintf(stderr, "collage train: unknown --precision '%s'\nhint: collage train --help lists the strategies\n", v ? v : "");
+                return -1;
+            }
+        } else if (!strcmp(a, "--layers")) bad = cli_parse_int(a, v, &o->layers);
+        else if (!strcmp(a, "--heads")) bad = cli_parse_int(a, v, &o->heads);
+        else if (!strcmp(a, "--dim")) bad = cli_parse_int(a, v, &o->dim);
+        else if (!strcmp(a, "--steps")) { bad = cli_parse_int(a, v, &o->steps); o->steps_given = 1; }
+        else if (!strcmp(a, "--stop-after")) bad = cli_parse_int(a, v, &o->stop_after);
+        else if (!strcmp(a, "--batch")) bad = cli_parse_int(a, v, &o->batch);
+        else if (!strcmp(a, "--seq")) bad = cli_parse_int(a, v, &o->seq);
+        else if (!strcmp(a, "--warmup")) bad = cli_parse_int(a, v, &o->warmup);
+        else if (!strcmp(a, "--eval-every")) bad = cli_parse_int(a, v, &o->eval_every);
+        else if (!strcmp(a, "--threads")) bad = cli_parse_int(a, v, &o->threads);
+        else if (!strcmp(a, "--seed")) { bad = cli_parse_size(a, v, &z); o->seed = z; }
+        else if (!strcmp(a, "--lr")) bad = parse_double(a, v, &o->lr);
+        else if (!strcmp(a, "--beta1")) bad = parse_double(a, v, &o->beta1);
+        else if (!strcmp(a, "--beta2")) bad = parse_double(a, v, &o->beta2);
+        else if (!strcmp(a, "--eps")) bad = parse_double(a, v, &o->eps);
+        else if (!strcmp(a, "--wd")) bad = parse_double(a, v, &o->wd);
+        else if (!strcmp(a, "--clip")) bad = parse_double(a, v, &o->clip);
+        else if (!strcmp(a, "--quiet")) { o->quiet = 1; used = 0; }
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { train_usage(stdout); exit(0); }
+        else {
+            fprintf(stderr, "collage train: unknown option '%s'\nhint: collage train --help\n", a);
+            return -1;
+        }
+        if (bad) return -1;
+        if (used) {
+            if (!v) { fprintf(stderr, "collage train: %s needs a value\n", a); return -1; }
+            i++;
+        }
+    }
+    if (o->steps < 1 || o->batch < 1 || o->lr < 0 || !(o->beta1 > 0 && o->beta1 < 1) || !(o->beta2 > 0 && o->beta2 < 1) ||
+        o->eps <= 0 || o->wd < 0 || o->clip < 0) {
+        fprintf(stderr, "collage train: --steps and --batch must be positive, betas in (0, 1), eps > 0, lr/wd/clip >= 0\n");
+        return -1;
+    }
+    if (o->warmup < 0) o->warmup = o->steps / 20;
+    if (o->eval_every < 0) o->eval_every = o->steps / 10 > 0 ? o->steps / 10 : 1;
+    if (o->stop_after <= 0 || o->stop_after > o->steps) o->stop_after = o->steps;
+    return 0;
+}
+
+/* Linear warm-up to lr, then cosine decay to lr/10 at the last step. */
+static double lr_at(const train_opts *o, int step) {
+    if (step < o->warmup) return o->lr * (double)(step + 1) / (double)o->warmup;
+    double span = (double)(o->steps - o->warmup), p = span > 0 ? (double)(step - o->warmup) / span : 1.0;
+    double minlr = o->lr * 0.1;
+    return minlr + 0.5 * (o->lr - minlr) * (1.0 + cos(M_PI * p));
+}
+
+static long peak_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024;
+}
+
+/* The manifest: every setting that shapes the run, so that --resume continues the same run. */
+static int write_manifest(const char *dir, const train_opts *o, const collage_gpt_config *c, int step,
+                          uint64_t fingerprint) {
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/train.state", dir);
+    collage_atomic_file af;
+    if (collage_atomic_open(&af, path, err, sizeof err)) { fprintf(stderr, "collage train: %s\n", err); return -1; }
+    fprintf(af.f, "%s\nstep %d\nprecision %s\ntokenizer %s\nvocab %d\npadded_vocab %d\nmax_seq %d\nlayers %d\nheads %d\n"
+                  "dim %d\nbatch %d\nseq %d\nsteps %d\nwarmup %d\nlr %.17g\nbeta1 %.17g\nbeta2 %.17g\neps %.17g\n"
+                  "wd %.17g\nclip %.17g\nseed %llu\ndata_fingerprint %llu\n",
+            MANIFEST_MAGIC, step, collage_strategy_name(o->strategy), o->tokenizer, c->vocab_size,
+            c->padded_vocab_size, c->max_seq_len, c->num_layers, c->num_heads, c->channels, o->batch, o->seq,
+            o->steps, o->warmup, o->lr, o->beta1, o->beta2, o->eps, o->wd, o->clip, (unsigned long long)o->seed,
+            (unsigned long long)fingerprint);
+    if (collage_atomic_commit(&af, err, sizeof err)) { fprintf(stderr, "collage train: %s\n", err); return -1; }
+    return 0;
+}
+
+typedef struct { char key[32]; char val[256]; } kv;
+
+static int read_manifest(const char *dir, kv *items, int cap) {
+    char path[4096], line[512];
+    snprintf(path, sizeof path, "%s/train.state", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "collage train: cannot open '%s': %s\nhint: --resume takes a folder written by --save\n", path,
+                strerror(errno));
+        return -1;
+    }
+    int n = 0;
+    if (!fgets(line, sizeof line, f) || strncmp(line, MANIFEST_MAGIC, strlen(MANIFEST_MAGIC)) != 0) {
+        fprintf(stderr, "collage train: '%s' is not a collage training state (wrong first line)\n", path);
+        fclose(f);
+        return -1;
+    }
+    while (n < cap && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%31s %255[^\n]", items[n].key, items[n].val) == 2) n++;
+    }
+    fclose(f);
+    return n;
+}
+static const char *kv_get(const kv *items, int n, const char *key) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(items[i].key, key)) return items[i].val;
+    return NULL;
+}
+
+/* Resume: the saved run's settings replace the flags that shape the run; a flag given explicitly with
+ * a different value is an error (it would silently change the run). */
+static int apply_manifest(const char *dir, train_opts *o, int *step, uint64_t *fingerprint) {
+    kv it[64];
+    int n = read_manifest(dir, it, 64);
+    if (n < 0) return -1;
+    const char *need[] = {"step", "precision", "tokenizer", "layers", "heads", "dim", "batch", "seq", "steps", "warmup",
+                          "lr", "beta1", "beta2", "eps", "wd", "clip", "seed", "data_fingerprint", "max_seq"};
+    for (size_t i = 0; i < sizeof need / sizeof *need; i++)
+        if (!kv_get(it, n, need[i])) {
+            fprintf(stderr, "collage train: '%s/train.state' lacks '%s'\n", dir, need[i]);
+            return -1;
+        }
+    *step = atoi(kv_get(it, n, "step"));
+    collage_strategy s;
+    if (collage_strategy_parse(kv_get(it, n, "precision"), &s) != COLLAGE_OK) return -1;
+    if (s != o->strategy) {
+        fprintf(stderr, "collage train: '%s' holds a %s run; this command asks for %s\nhint: pass --precision %s\n",
+                dir, collage_strategy_name(s), collage_strategy_name(o->strategy), collage_strategy_name(s));
+        return -1;
+    }
+    static char tok[256];
+    snprintf(tok, sizeof tok, "%s", kv_get(it, n, "tokenizer"));
+    o->tokenizer = tok;
+    o->layers = atoi(kv_get(it, n, "layers")); o->heads = atoi(kv_get(it, n, "heads"));
+    o->dim = atoi(kv_get(it, n, "dim")); o->batch = atoi(kv_get(it, n, "batch"));
+    o->seq = atoi(kv_get(it, n, "seq"));
+    if (!o->steps_given) o->steps = atoi(kv_get(it, n, "steps")); /* else: the schedule is extended */
+    o->warmup = atoi(kv_get(it, n, "warmup"));
+    o->lr = strtod(kv_get(it, n, "lr"), NULL); o->beta1 = strtod(kv_get(it, n, "beta1"), NULL);
+    o->beta2 = strtod(kv_get(it, n, "beta2"), NULL); o->eps = strtod(kv_get(it, n, "eps"), NULL);
+    o->wd = strtod(kv_get(it, n, "wd"), NULL); o->clip = strtod(kv_get(it, n, "clip"), NULL);
+    o->seed = strtoull(kv_get(it, n, "seed"), NULL, 10);
+    *fingerprint = strtoull(kv_get(it, n, "data_fingerprint"), NULL, 10);
+    o->model = NULL;
+    return atoi(kv_get(it, n, "max_seq"));
+}
+
+static void progress(const train_opts *o, int step, int total, double loss, double tps, double eta_s, int tty) {
+    if (o->quiet) return;
+    if (tty) {
+        int w = 30, fill = (int)((double)w * step / total);
+        fprintf(stderr, "\r[%.*s%*s] %d/%d loss %.4f %.0f tok/s ETA %dm%02ds ", fill,
+                "##############################", w - fill, "", step, total, loss, tps, (int)eta_s / 60, (int)eta_s % 60);
+        if (step == total) fputc('\n', stderr);
+    }
+}
+
+static int model_shape(train_opts *o, const collage_tokenizer *tok, int max_seq, collage_gpt_config *c) {
+    if (o->model) {
+        if (collage_gpt_preset(o->model, c) != COLLAGE_OK) {
+            fprintf(stderr, "collage train: unknown --model '%s'\nhint: tiny, small or gpt2, or --layers --heads --dim\n", o->model);
+            return -1;
+        }
+    } else {
+        collage_gpt_preset("tiny", c);
+    }
+    if (o->layers) c->num_layers = o->layers;
+    if (o->heads) c->num_heads = o->heads;
+    if (o->dim) c->channels = o->dim;
+    o->layers = c->num_layers; o->heads = c->num_heads; o->dim = c->channels;
+    c->vocab_size = collage_tokenizer_vocab_size(tok);
+    c->padded_vocab_size = collage_gpt_pad_vocab(c->vocab_size);
+    if (o->seq <= 0) o->seq = c->max_seq_len < 64 ? c->max_seq_len : 64;
+    if (max_seq > 0) c->max_seq_len = max_seq;
+    else if (o->seq > c->max_seq_len) c->max_seq_len = o->seq;
+    char msg[256];
+    if (collage_gpt_check(c, o->batch, o->seq, msg, sizeof msg) != COLLAGE_OK) {
+        fprintf(stderr, "collage train: bad model shape: %s\nhint: --heads must divide --dim; --seq at most the context\n", msg);
+        return -1;
+    }
+    return 0;
+}
+
+static double eval_loss(collage_gpt *m, const void *params, const collage_loader *ld, collage_split split, int B, int T,
+                        int batches, int32_t *in, int32_t *tg) {
+    double sum = 0;
+    int done = 0;
+    uint64_t per_epoch = collage_loader_steps_per_epoch(ld, split);
+    if (per_epoch == 0) return (double)NAN;
+    if ((uint64_t)batches > per_epoch) batches = (int)per_epoch;
+    for (int b = 0; b < batches; b++) {
+        double loss;
+        if (collage_loader_batch(ld, split, (uint64_t)b, 0, 1, in, tg) != COLLAGE_OK) break;
+        if (collage_gpt_forward(m, params, in, tg, B, T, &loss) != COLLAGE_OK) break;
+        sum += loss;
+        done++;
+    }
+    return done ? sum / done : (double)NAN;
+}
+
+int cmd_train(int argc, char **argv) {
+    train_opts o;
+    if (parse_train(argc, argv, &o)) return 2;
+    int start = 0, max_seq = 0;
+    uint64_t saved_fp = 0;
+    if (o.resume) {
+        max_seq = apply_manifest(o.resume, &o, &start, &saved_fp);
+        if (max_seq < 0) return 1;
+        if (o.stop_after <= start || o.stop_after > o.steps) o.stop_after = o.steps;
+    }
+    if (o.threads > 0) collage_set_threads(o.threads);
+#ifdef _OPENMP
+    if (o.threads > 0) omp_set_num_threads(o.threads);
+#endif
+    char err[1024];
+    collage_tokenizer_kind tk;
+    if (collage_tokenizer_kind_parse(o.tokenizer, &tk) != COLLAGE_OK) {
+        fprintf(stderr, "collage train: unknown --tokenizer '%s'\nhint: byte or gpt2\n", o.tokenizer);
+        return 2;
+    }
+    collage_tokenizer *tok = NULL;
+    if (collage_tokenizer_create(tk, NULL, &tok, err, sizeof err) != COLLAGE_OK) {
+        fprintf(stderr, "collage train: %s\nhint: scripts/setup.sh installs the GPT-2 vocabulary\n", err);
+        return 1;
+    }
+    collage_gpt_config c;
+    if (model_shape(&o, tok, max_seq, &c)) { collage_tokenizer_free(tok); return 2; }
+    collage_loader_config lc = {.path = o.data, .tokenizer = tok, .B = o.batch, .T = o.seq, .seed = o.seed};
+    collage_loader *ld = NULL;
+    if (collage_loader_create(&lc, &ld, err, sizeof err) != COLLAGE_OK) {
+        fprintf(stderr, "collage train: %s\nhint: --data takes a text file, a folder of text files or llm.c .bin shards\n", err);
+        collage_tokenizer_free(tok);
+        return 1;
+    }
+    uint64_t fp = collage_loader_fingerprint(ld);
+    if (o.resume && fp != saved_fp) {
+        fprintf(stderr, "collage train: the data differ from the run saved in '%s'\nhint: pass the same --data and --tokenizer\n", o.resume);
+        collage_loader_free(ld); collage_tokenizer_free(tok);
+        return 1;
+    }
+    int bf16 = o.strategy != COLLAGE_FP32;
+    collage_gpt *m = NULL;
+    collage_status st = collage_gpt_create(&c, bf16 ? COLLAGE_GPT_BF16 : COLLAGE_GPT_FP32, o.batch, o.seq, &m);
+    size_t n = collage_gpt_num_params(&c);
+    collage_param_group groups[COLLAGE_GPT_NTENSORS];
+    int ng = collage_gpt_param_groups(&c, o.wd, groups);
+    collage_adamw_config ac = {.strategy = o.strategy, .n = n, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps,
+                               .weight_decay = o.wd, .groups = groups, .n_groups = ng, .clip = o.clip,
+                               .skip_nonfinite = 1, .edq = 1, .seed = o.seed};
+    collage_adamw *opt = NULL;
+    if (st == COLLAGE_OK) st = collage_adamw_create(&ac, &opt);
+    int32_t *in = malloc(sizeof(int32_t) * (size_t)o.batch * (size_t)o.seq);
+    int32_t *tg = malloc(sizeof(int32_t) * (size_t)o.batch * (size_t)o.seq);
+    FILE *logf = NULL;
+    int rc = 1;
+    if (st != COLLAGE_OK || !in || !tg) {
+        fprintf(stderr, "collage train: cannot create the model or optimizer (%zu parameters): %s\nhint: a smaller --model or --batch\n",
+                n, m ? collage_gpt_error(m) : collage_status_str(st));
+        goto done;
+    }
+    if (o.resume) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/optimizer.state", o.resume);
+        if (collage_adamw_load(opt, path) != COLLAGE_OK) {
+            fprintf(stderr, "collage train: %s\n", collage_adamw_error(opt));
+            goto done;
+        }
+        if (collage_adamw_steps(opt) != (uint64_t)start) {
+            fprintf(stderr, "collage train: '%s' is at step %llu but train.state says %d\n", path,
+                    (unsigned long long)collage_adamw_steps(opt), start);
+            goto done;
+        }
+    } else {
+        float *w0 = malloc(n * sizeof(float));
+        if (!w0 || collage_gpt_init_weights(&c, o.seed, w0, n) != COLLAGE_OK) { free(w0); goto done; }
+        collage_adamw_set_weights_f32(opt, w0, n);
+        free(w0);
+    }
+    if (o.log && !(logf = fopen(o.log, o.resume ? "a" : "w"))) {
+        fprintf(stderr, "collage train: cannot write --log '%s': %s\n", o.log, strerror(errno));
+        goto done;
+    }
+    void *params = collage_adamw_params(opt);
+    collage_memory mem = collage_adamw_memory(opt);
+    int tty = isatty(2);
+    if (!o.quiet)
+        printf("collage train: %s, %zu parameters (L%d H%d C%d, context %d, vocab %d), %s tokenizer, %zu train tokens\n"
+               "  precision %s (%.0f bytes/param of training state), batch %d x %d, %d steps, lr %g, beta2 %g, %d threads\n",
+               o.model ? o.model : "custom", n, c.num_layers, c.num_heads, c.channels, c.max_seq_len, c.vocab_size,
+               o.tokenizer, (size_t)collage_loader_windows(ld, COLLAGE_SPLIT_TRAIN) * (size_t)o.seq,
+               collage_strategy_name(o.strategy), mem.total, o.batch, o.seq, o.steps, o.lr, o.beta2,
+               collage_get_threads());
+    double t_start = cli_now(), tokens_done = 0, last_loss = NAN;
+    int last_step = start;
+    for (int step = start; step < o.stop_after; step++) {
+        double t0 = cli_now(), loss = NAN;
+        collage_loader_batch(ld, COLLAGE_SPLIT_TRAIN, (uint64_t)step, 0, 1, in, tg);
+        collage_gpt_zero_grad(m);
+        if (collage_gpt_forward(m, params, in, tg, o.batch, o.seq, &loss) != COLLAGE_OK ||
+            collage_gpt_backward(m) != COLLAGE_OK) {
+            fprintf(stderr, "collage train: step %d: %s\n", step + 1, collage_gpt_error(m));
+            goto done;
+        }
+        double lr = lr_at(&o, step);
+        collage_step_stats ss;
+        collage_status os = collage_adamw_step(opt, collage_gpt_grads(m), lr, &ss);
+        if (os == COLLAGE_ERR_NONFINITE)
+            fprintf(stderr, "\ncollage train: step %d: %s\n", step + 1, collage_adamw_error(opt));
+        else if (os != COLLAGE_OK) {
+            fprintf(stderr, "collage train: optimizer: %s\n", collage_status_str(os));
+            goto done;
+        }
+        double ms = (cli_now() - t0) * 1e3, tps = (double)o.batch * o.seq / (ms * 1e-3);
+        tokens_done += (double)o.batch * o.seq;
+        last_loss = loss;
+        last_step = step + 1;
+        double val = NAN;
+        int is_eval = (step + 1) % o.eval_every == 0 || step + 1 == o.stop_after;
+        if (is_eval && collage_loader_has_val(ld))
+            val = eval_loss(m, params, ld, COLLAGE_SPLIT_VAL, o.batch, o.seq, VAL_BATCHES, in, tg);
+        if (logf) {
+            fprintf(logf, "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"edq\":%.6g,\"edq_ratio\":%.6f,"
+                          "\"lost\":%.6f,\"edq_state_ratio\":%.6f,\"tokens_per_s\":%.1f,\"ms\":%.2f,\"skipped\":%d",
+                    step + 1, loss, lr, ss.grad_norm, ss.edq.edq, ss.edq.edq_ratio, ss.edq.lost,
+                    ss.edq.edq_state_ratio, tps, ms, ss.skipped);
+            if (!isnan(val)) fprintf(logf, ",\"val_loss\":%.6f", val);
+            fprintf(logf, "}\n");
+            fflush(logf);
+        }
+        double elapsed = cli_now() - t_start, eta = elapsed / (step + 1 - start) * (o.stop_after - step - 1);
+        if (tty) progress(&o, step + 1, o.stop_after, loss, tokens_done / elapsed, eta, 1);
+        if (!o.quiet && (is_eval || !tty) && (!tty || is_eval)) {
+            if (tty) fputc('\n', stderr);
+            char vs[32] = "";
+            if (!isnan(val)) snprintf(vs, sizeof vs, "  val %.4f", val);
+            printf("step %5d/%d  loss %.4f%s  lr %.2e  norm %.3f  edq %.3f  lost %5.1f%%  %.0f ms  %.0f tok/s\n",
+                   step + 1, o.steps, loss, vs, lr, ss.grad_norm, ss.edq.edq_ratio, 100 * ss.edq.lost, ms, tps);
+            fflush(stdout);
+        }
+    }
+    double total_s = cli_now() - t_start;
+    int ran = last_step - start;
+    if (!o.quiet && ran > 0)
+        printf("done: %d steps in %.1f s, %.1f ms/step, %.0f tokens/s, final loss %.4f; %.0f bytes/param of training state "
+               "(%.1f MB), peak RSS %ld MB\n",
+               ran, total_s, 1e3 * total_s / ran, tokens_done / total_s, last_loss, mem.total, mem.total * (double)n / 1e6,
+               peak_rss_mb());
+    if (o.save) {
+        if (mkdir(o.save, 0755) != 0 && errno != EEXIST) {
+            fprintf(stderr, "collage train: cannot create --save folder '%s': %s\n", o.save, strerror(errno));
+            goto done;
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/model.bin", o.save);
+        float *w32 = bf16 ? malloc(n * sizeof(float)) : params;
+        if (!w32) goto done;
+        if (bf16) collage_bf16_to_f32_row(w32, params, n); /* exact: llm.c's fp32 format loads everywhere */
+        st = collage_ckpt_save_model(path, &c, w32, 0, err, sizeof err);
+        if (bf16) free(w32);
+        if (st) { fprintf(stderr, "collage train: %s\n", err); goto done; }
+        snprintf(path, sizeof path, "%s/optimizer.state", o.save);
+        if (collage_adamw_save(opt, path) != COLLAGE_OK) { fprintf(stderr, "collage train: %s\n", collage_adamw_error(opt)); goto done; }
+        if (write_manifest(o.save, &o, &c, last_step, fp)) goto done; /* last: it commits the checkpoint */
+        if (!o.quiet) printf("saved step %d to %s/ (model.bin in llm.c format, optimizer.state, train.state)\n", last_step, o.save);
+    }
+    rc = 0;
+done:
+    if (logf) fclose(logf);
+    free(in); free(tg);
+    collage_adamw_free(opt);
+    collage_gpt_free(m);
+    collage_loader_free(ld);
+    collage_tokenizer_free(tok);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ eval and sample */
+/* A checkpoint argument is an llm.c model file or a folder written by --save. */
+static void checkpoint_path(const char *arg, char *out, size_t cap) {
+    struct stat sb;
+    if (stat(arg, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(out, cap, "%s/model.bin", arg);
+    else snprintf(out, cap, "%s", arg);
+}
+
+static collage_gpt *load_model(const char *arg, int maxB, int maxT, float **params, collage_gpt_config *c) {
+    char path[4096], err[1024];
+    checkpoint_path(arg, path, sizeof path);
+    int file_bf16;
+    if (collage_ckpt_read_header(path, c, &file_bf16, err, sizeof err) != COLLAGE_OK) {
+        fprintf(stderr, "collage: %s\nhint: --checkpoint takes a model.bin (llm.c format) or a folder written by train --save\n", err);
+        return NULL;
+    }
+    if (maxT > c->max_seq_len) {
+        fprintf(stderr, "collage: --seq %d exceeds the model's context %d\n", maxT, c->max_seq_len);
+        return NULL;
+    }
+    size_t n = collage_gpt_num_params(c);
+    *params = malloc(n * sizeof(float));
+    collage_gpt *m = NULL;
+    if (!*params || collage_ckpt_load_model(path, c, *params, 0, err, sizeof err) != COLLAGE_OK ||
+        collage_gpt_create(c, COLLAGE_GPT_FP32, maxB, maxT, &m) != COLLAGE_OK) {
+        fprintf(stderr, "collage: cannot load '%s': %s\n", path, err);
+        free(*params);
+        *params = NULL;
+        return NULL;
+    }
+    return m;
+}
+
+static collage_tokenizer *tokenizer_for(const char *name, int vocab) {
+    collage_tokenizer_kind k = vocab > 256 ? COLLAGE_TOKENIZER_GPT2 : COLLAGE_TOKENIZER_BYTE;
+    if (name && collage_tokenizer_kind_parse(name, &k) != COLLAGE_OK) {
+        fprintf(stderr, "collage: unknown --tokenizer '%s'\nhint: byte or gpt2\n", name);
+        return NULL;
+    }
+    char err[1024];
+    collage_tokenizer *t = NULL;
+    if (collage_tokenizer_create(k, NULL, &t, err, sizeof err) != COLLAGE_OK) {
+        fprintf(stderr, "collage: %s\n", err);
+        return NULL;
+    }
+    if (collage_tokenizer_vocab_size(t) != vocab) {
+        fprintf(stderr, "collage: the %s tokenizer has %d symbols but the model has %d\nhint: pass the tokenizer the model was trained with\n",
+                collage_tokenizer_kind_name(k), collage_tokenizer_vocab_size(t), vocab);
+        collage_tokenizer_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+int cmd_eval(int argc, char **argv) {
+    const char *ck = NULL, *data = NULL, *tokname = NULL;
+    int B = 8, T = 64, batches = 50, json = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "--checkpoint")) ck = v;
+        else if (!strcmp(a, "--data")) data = v;
+        else if (!strcmp(a, "--tokenizer")) tokname = v;
+        else if (!strcmp(a, "--batch")) bad = cli_parse_int(a, v, &B);
+        else if (!strcmp(a, "--seq")) bad = cli_parse_int(a, v, &T);
+        else if (!strcmp(a, "--batches")) bad = cli_parse_int(a, v, &batches);
+        else if (!strcmp(a, "--json")) { json = 1; continue; }
+        else {
+            fprintf(stderr, "collage eval: unknown option '%s'\nusage: collage eval --checkpoint PATH [--data PATH] "
+                            "[--tokenizer byte|gpt2] [--batch B] [--seq T] [--batches N] [--json]\n", a);
+            return 2;
+        }
+        if (bad) return 2;
+        if (!v) { fprintf(stderr, "collage eval: %s needs a value\n", a); return 2; }
+        i++;
+    }
+    if (!ck) { fprintf(stderr, "collage eval: --checkpoint PATH is required\n"); return 2; }
+    if (B < 1 || T < 1 || batches < 1) { fprintf(stderr, "collage eval: --batch, --seq and --batches must be positive\n"); return 2; }
+    collage_gpt_config c;
+    float *params = NULL;
+    collage_gpt *m = load_model(ck, B, T, &params, &c);
+    if (!m) return 1;
+    collage_tokenizer *tok = tokenizer_for(tokname, c.vocab_size);
+    char err[1024];
+    collage_loader_config lc = {.path = data, .tokenizer = tok, .B = B, .T = T, .val_fraction = -1, .sequential = 1};
+    collage_loader *ld = NULL;
+    int rc = 1;
+    int32_t *in = malloc(sizeof(int32_t) * (size_t)B * T), *tg = malloc(sizeof(int32_t) * (size_t)B * T);
+    if (tok && in && tg && collage_loader_create(&lc, &ld, err, sizeof err) == COLLAGE_OK) {
+        uint64_t per = collage_loader_steps_per_epoch(ld, COLLAGE_SPLIT_TRAIN);
+        int nb = (uint64_t)batches < per ? batches : (int)per;
+        double loss = eval_loss(m, params, ld, COLLAGE_SPLIT_TRAIN, B, T, nb, in, tg);
+        if (isnan(loss)) fprintf(stderr, "collage eval: the data hold fewer than %d x %d tokens\n", B, T + 1);
+        else {
+            if (json) printf("{\"loss\":%.6f,\"tokens\":%lld,\"batches\":%d}\n", loss, (long long)nb * B * T, nb);
+            else printf("loss %.4f over %d batches (%lld tokens)\n", loss, nb, (long long)nb * B * T);
+            rc = 0;
+        }
+    } else if (tok && !ld) fprintf(stderr, "collage eval: %s\n", err);
+    free(in); free(tg);
+    collage_loader_free(ld);
+    collage_tokenizer_free(tok);
+    collage_gpt_free(m);
+    free(params);
+    return rc;
+}
+
+int cmd_sample(int argc, char **argv) {
+    const char *ck = NULL, *prompt = "\n", *tokname = NULL;
+    int ntok = 200;
+    double temp = 0.8;
+    size_t seed = 42;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "--checkpoint")) ck = v;
+        else if (!strcmp(a, "--prompt")) prompt = v;
+        else if (!strcmp(a, "--tokenizer")) tokname = v;
+        else if (!strcmp(a, "--tokens")) bad = cli_parse_int(a, v, &ntok);
+        else if (!strcmp(a, "--temperature")) bad = parse_double(a, v, &temp);
+        else if (!strcmp(a, "--seed")) bad = cli_parse_size(a, v, &seed);
+        else {
+            fprintf(stderr, "collage sample: unknown option '%s'\nusage: collage sample --checkpoint PATH [--prompt TEXT] "
+                            "[--tokens N] [--temperature X] [--seed N]\n", a);
+            return 2;
+        }
+        if (bad) return 2;
+        if (!v) { fprintf(stderr, "collage sample: %s needs a value\n", a); return 2; }
+        i++;
+    }
+    if (!ck) { fprintf(stderr, "collage sample: --checkpoint PATH is required\n"); return 2; }
+    collage_gpt_config c;
+    char path[4096], err[1024];
+    checkpoint_path(ck, path, sizeof path);
+    if (collage_ckpt_read_header(path, &c, NULL, err, sizeof err) != COLLAGE_OK) { fprintf(stderr, "collage sample: %s\n", err); return 1; }
+    float *params = NULL;
+    collage_gpt *m = load_model(ck, 1, c.max_seq_len, &params, &c);
+    if (!m) return 1;
+    collage_tokenizer *tok = tokenizer_for(tokname, c.vocab_size);
+    size_t plen = strlen(prompt);
+    uint16_t *ids = malloc(sizeof(uint16_t) * (plen + (size_t)ntok + 1));
+    int *ctx = malloc(sizeof(int) * (size_t)c.max_seq_len);
+    float *logits = malloc(sizeof(float) * (size_t)c.vocab_size);
+    int rc = 1;
+    size_t n = 0;
+    if (tok && ids && ctx && logits && collage_tokenizer_encode(tok, prompt, plen, ids, &n) == COLLAGE_OK && n > 0) {
+        fwrite(prompt, 1, plen, stdout);
+        uint64_t key = collage_rand_key(seed, 0);
+        for (int t = 0; t < ntok; t++) {
+            int T = (int)n < c.max_seq_len ? (int)n : c.max_seq_len;
+            for (int i = 0; i < T; i++) ctx[i] = ids[n - (size_t)T + (size_t)i];
+            if (collage_gpt_next_logits(m, params, ctx, T, logits) != COLLAGE_OK) break;
+            int next = collage_gpt_sample(logits, c.vocab_size, (float)temp, key, (uint64_t)t);
+            if (next < 0) break;
+            ids[n++] = (uint16_t)next;
+            size_t len;
+            const char *s = collage_tokenizer_token(tok, next, &len);
+            if (s) fwrite(s, 1, len, stdout);
+            fflush(stdout);
+        }
+        fputc('\n', stdout);
+        rc = 0;
+    } else if (tok) fprintf(stderr, "collage sample: cannot encode the prompt (empty?)\n");
+    free(ids); free(ctx); free(logits);
+    collage_tokenizer_free(tok);
+    collage_gpt_free(m);
+    free(params);
+    return rc;
+}

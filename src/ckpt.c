@@ -1,0 +1,181 @@
+/* ckpt.c — llm.c-format model checkpoints (read with full validation, written atomically) and the
+ * atomic-write helper (temporary name, fsync, rename, fsync of the folder). */
+#include "ckpt.h"
+#include "internal.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static collage_status fail(char *err, size_t cap, collage_status st, const char *fmt, ...) {
+    if (err && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, cap, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+collage_status collage_atomic_open(collage_atomic_file *af, const char *path, char *err, size_t cap) {
+    if (!af || !path) return COLLAGE_ERR_NULL;
+    memset(af, 0, sizeof *af);
+    size_t len = strlen(path) + 32;
+    af->tmp = malloc(len);
+    af->path = strdup(path);
+    if (!af->tmp || !af->path) { collage_atomic_abort(af); return COLLAGE_ERR_NOMEM; }
+    snprintf(af->tmp, len, "%s.tmp.%ld", path, (long)getpid());
+    af->f = fopen(af->tmp, "wb");
+    if (!af->f) {
+        collage_status st = fail(err, cap, COLLAGE_ERR_IO, "cannot create '%s': %s", af->tmp, strerror(errno));
+        collage_atomic_abort(af);
+        return st;
+    }
+    return COLLAGE_OK;
+}
+
+void collage_atomic_abort(collage_atomic_file *af) {
+    if (!af) return;
+    if (af->f) { fclose(af->f); af->f = NULL; }
+    if (af->tmp) unlink(af->tmp);
+    free(af->tmp); free(af->path);
+    af->tmp = af->path = NULL;
+}
+
+collage_status collage_atomic_commit(collage_atomic_file *af, char *err, size_t cap) {
+    if (!af || !af->f) return COLLAGE_ERR_NULL;
+    int ok = fflush(af->f) == 0 && !ferror(af->f) && fsync(fileno(af->f)) == 0;
+    int e = errno;
+    if (fclose(af->f) != 0 && ok) { ok = 0; e = errno; }
+    af->f = NULL;
+    if (ok && rename(af->tmp, af->path) != 0) { ok = 0; e = errno; }
+    if (!ok) {
+        collage_status st = fail(err, cap, COLLAGE_ERR_IO, "cannot write '%s': %s", af->path, strerror(e));
+        collage_atomic_abort(af);
+        return st;
+    }
+    char *dir = strdup(af->path);
+    if (dir) { /* make the rename itself durable */
+        char *slash = strrchr(dir, '/');
+        const char *d = slash ? (slash == dir ? "/" : (*slash = 0, dir)) : ".";
+        int fd = open(d, O_RDONLY);
+        if (fd >= 0) { fsync(fd); close(fd); }
+        free(dir);
+    }
+    free(af->tmp); free(af->path);
+    af->tmp = af->path = NULL;
+    return COLLAGE_OK;
+}
+
+static void header_of(const collage_gpt_config *c, int bf16, int32_t h[256]) {
+    memset(h, 0, 256 * sizeof *h);
+    h[0] = COLLAGE_LLMC_MAGIC;
+    h[1] = bf16 ? COLLAGE_LLMC_VERSION_BF16 : COLLAGE_LLMC_VERSION_FP32;
+    h[2] = c->max_seq_len; h[3] = c->vocab_size; h[4] = c->num_layers;
+    h[5] = c->num_heads; h[6] = c->channels; h[7] = c->padded_vocab_size;
+}
+
+collage_status collage_ckpt_save_model(const char *path, const collage_gpt_config *cfg, const void *params, int bf16,
+                                       char *err, size_t cap) {
+    if (!path || !cfg || !params) return COLLAGE_ERR_NULL;
+    size_t n = collage_gpt_num_params(cfg);
+    if (!n) return fail(err, cap, COLLAGE_ERR_ARG, "invalid model shape for '%s'", path);
+    int32_t h[256];
+    header_of(cfg, bf16, h);
+    collage_atomic_file af;
+    collage_status st = collage_atomic_open(&af, path, err, cap);
+    if (st) return st;
+    size_t es = bf16 ? 2 : 4;
+    if (fwrite(h, sizeof h, 1, af.f) != 1 || fwrite(params, es, n, af.f) != n) {
+        st = fail(err, cap, COLLAGE_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+        collage_atomic_abort(&af);
+        return st;
+    }
+    return collage_atomic_commit(&af, err, cap);
+}
+
+/* Open and validate the header; on success *fp is positioned at the weights. */
+static collage_status open_ckpt(const char *path, FILE **fp, collage_gpt_config *cfg, int *bf16, char *err,
+                                size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return fail(err, cap, COLLAGE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    int32_t h[256];
+    if (fread(h, sizeof h, 1, f) != 1) {
+        fclose(f);
+        return fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' is too short for an llm.c checkpoint header (1024 bytes)", path);
+    }
+    if (h[0] != COLLAGE_LLMC_MAGIC) {
+        fclose(f);
+        return fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' is not an llm.c model checkpoint (magic %d, expected %d)", path,
+                    h[0], COLLAGE_LLMC_MAGIC);
+    }
+    if (h[1] != COLLAGE_LLMC_VERSION_FP32 && h[1] != COLLAGE_LLMC_VERSION_BF16) {
+        fclose(f);
+        return fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' has checkpoint version %d; collage reads 3 (fp32) and 5 (bf16)",
+                    path, h[1]);
+    }
+    collage_gpt_config c = {.max_seq_len = h[2], .vocab_size = h[3], .num_layers = h[4], .num_heads = h[5],
+                            .channels = h[6], .padded_vocab_size = h[7]};
+    char msg[256];
+    if (collage_gpt_check(&c, 0, 0, msg, sizeof msg) != COLLAGE_OK) {
+        fclose(f);
+        return fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' describes an invalid model: %s", path, msg);
+    }
+    struct stat sb;
+    size_t want = 1024 + collage_gpt_num_params(&c) * (h[1] == COLLAGE_LLMC_VERSION_BF16 ? 2 : 4);
+    if (fstat(fileno(f), &sb) == 0 && (size_t)sb.st_size != want) {
+        fclose(f);
+        return fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' has %lld bytes but its header describes %zu (%s)", path,
+                    (long long)sb.st_size, want, (size_t)sb.st_size < want ? "truncated" : "trailing data");
+    }
+    if (cfg) *cfg = c;
+    if (bf16) *bf16 = h[1] == COLLAGE_LLMC_VERSION_BF16;
+    *fp = f;
+    return COLLAGE_OK;
+}
+
+collage_status collage_ckpt_read_header(const char *path, collage_gpt_config *cfg, int *bf16, char *err, size_t cap) {
+    if (!path) return COLLAGE_ERR_NULL;
+    FILE *f;
+    collage_status st = open_ckpt(path, &f, cfg, bf16, err, cap);
+    if (st == COLLAGE_OK) fclose(f);
+    return st;
+}
+
+collage_status collage_ckpt_load_model(const char *path, const collage_gpt_config *cfg, void *params, int want_bf16,
+                                       char *err, size_t cap) {
+    if (!path || !cfg || !params) return COLLAGE_ERR_NULL;
+    FILE *f;
+    collage_gpt_config c;
+    int file_bf16;
+    collage_status st = open_ckpt(path, &f, &c, &file_bf16, err, cap);
+    if (st) return st;
+    if (c.vocab_size != cfg->vocab_size || c.padded_vocab_size != cfg->padded_vocab_size ||
+        c.max_seq_len != cfg->max_seq_len || c.num_layers != cfg->num_layers || c.num_heads != cfg->num_heads ||
+        c.channels != cfg->channels) {
+        fclose(f);
+        return fail(err, cap, COLLAGE_ERR_FORMAT,
+                    "'%s' holds a model of V %d (padded %d), maxT %d, L %d, NH %d, C %d; expected V %d (padded %d), "
+                    "maxT %d, L %d, NH %d, C %d", path, c.vocab_size, c.padded_vocab_size, c.max_seq_len,
+                    c.num_layers, c.num_heads, c.channels, cfg->vocab_size, cfg->padded_vocab_size,
+                    cfg->max_seq_len, cfg->num_layers, cfg->num_heads, cfg->channels);
+    }
+    size_t n = collage_gpt_num_params(&c), chunk = (size_t)1 << 20;
+    size_t fes = file_bf16 ? 2 : 4;
+    void *buf = file_bf16 == want_bf16 ? NULL : malloc(chunk * fes);
+    if (file_bf16 != want_bf16 && !buf) { fclose(f); return COLLAGE_ERR_NOMEM; }
+    for (size_t at = 0; at < n; at += chunk) {
+        size_t k = n - at < chunk ? n - at : chunk;
+        void *dst = want_bf16 ? (void *)((uint16_t *)params + at) : (void *)((float *)params + at);
+        if (fread(buf ? buf : dst, fes, k, f) != k) {
+            free(buf); fclose(f);
+            return fail(err, cap, COLLAGE_ERR_IO, "read error in '%s' at parameter %zu", path, at);
+        }
+        if (buf && want_bf16) collage_bf16_from_f32_row(dst, buf, k);
+        else if (buf) collage_bf16_to_f32_row(dst, buf, k);
+    }
+    free(buf);
+    fclose(f);
+    return COLLAGE_OK;
+}

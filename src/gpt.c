@@ -1,0 +1,479 @@
+/* gpt.c — the GPT-2 model: configuration, presets and shape checks, the parameter slab in llm.c's order,
+ * GPT-2 initialisation, the activation slab, forward/backward in fp32, bf16 and fp64 (the kernels of
+ * ops.h instantiated for float and double), next-token logits and sampling. */
+#include "internal.h"
+#include "gpt.h"
+#include <cblas.h>
+#include <math.h>
+#include <stdarg.h>
+
+/* ---------------------------------------------------------------- the activation slab */
+/* Stored activations (llm.c's, less preatt/attproj/fcproj: the scores are softmaxed in place in att and
+ * the projections are written straight into the residual they feed), then the backward's buffers. */
+enum {
+    A_ENC = 0, A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT, A_RES2, A_LN2, A_LN2_MEAN, A_LN2_RSTD,
+    A_FCH, A_FCH_GELU, A_RES3, A_LNF, A_LNF_MEAN, A_LNF_RSTD, A_LOGITS, A_LOSSES,
+    A_DRES, A_DLN, A_DATTY, A_DQKV, A_DFCH, A_SCR, A_COUNT
+};
+static const char *const ACT_NAMES[A_COUNT] = {
+    "encoded", "ln1", "ln1_mean", "ln1_rstd", "qkv", "atty", "att", "residual2", "ln2", "ln2_mean", "ln2_rstd",
+    "fch", "fch_gelu", "residual3", "lnf", "lnf_mean", "lnf_rstd", "logits", "losses",
+    "d_residual", "d_ln", "d_atty", "d_qkv", "d_fch", "attn_scratch"};
+/* 1: holds bf16 values in bf16 mode. logits hold the fp32 softmax after a forward with targets. */
+static const unsigned char ACT_BF16[A_COUNT] = {1, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0,
+                                                1, 1, 1, 1, 1, 0};
+
+typedef struct {
+    int V, Vp, maxT, L, NH, C;
+    size_t p[COLLAGE_GPT_NTENSORS], pl[COLLAGE_GPT_NTENSORS]; /* parameter offset, per-layer stride */
+    size_t a[A_COUNT], al[A_COUNT], an[A_COUNT];              /* activation offset, layer stride, count */
+    size_t nparams, nacts;
+} gpt_plan;
+
+/* ---------------------------------------------------------------- the kernels, twice */
+static inline float rnd_f32(int bf, float v) { return bf ? bf16_f32(bf16_rn_bits(v)) : v; }
+static inline double rnd_f64(int bf, double v) { (void)bf; return v; }
+
+/* e^x in float without a libm call, so loops over it vectorise and give the same bits in every build
+ * and with every libm. x = k·ln2 + r (Cody–Waite: ln2 = L2HI + L2LO, k·L2HI exact for |k| < 2^9),
+ * |r| ≤ ln2/2 + ε, e^r by its degree-7 Taylor polynomial (truncation < 6e-9 relative), times 2^k as
+ * two exact scalings 2^(k>>1)·2^(k−(k>>1)) so no factor leaves the normal range. Error ≤ 2 ulp
+ * (test_gpt measures it against exp in double). Result 0 below −87.33654 (where e^x < 2^−126, the
+ * subnormals are flushed), +Inf above 88.72283, NaN for NaN. */
+static inline float exp_f32(float x) {
+    const float L2HI = 0.693145751953125f, L2LO = 1.428606765330187e-6f, SHIFTER = 12582912.0f;
+    const float xc = x < -87.5f ? -87.5f : x > 88.8f ? 88.8f : x;
+    const float kf = (xc * 1.44269504088896341f + SHIFTER) - SHIFTER; /* nearest integer, |k| ≤ 129 */
+    const float r = (xc - kf * L2HI) - kf * L2LO;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const int32_t k = (int32_t)kf, k1 = k >> 1, k2 = k - k1;
+    const float y = (p * bits_f32((uint32_t)(k1 + 127) << 23)) * bits_f32((uint32_t)(k2 + 127) << 23);
+    return x < -87.33654f ? 0.0f : x > 88.72283f ? (float)INFINITY : x != x ? x : y;
+}
+float collage__gpt_exp_f32(float x) { return exp_f32(x); }
+
+#define real float
+#define SUF(name) name##_f32
+#define GEMM cblas_sgemm
+#define R_EXP exp_f32
+#define R_LOG logf
+#define R_SQRT sqrtf
+#include "ops.h"
+#undef real
+#undef SUF
+#undef GEMM
+#undef R_EXP
+#undef R_LOG
+#undef R_SQRT
+
+#define real double
+#define SUF(name) name##_f64
+#define GEMM cblas_dgemm
+#define R_EXP exp
+#define R_LOG log
+#define R_SQRT sqrt
+#include "ops.h"
+#undef real
+#undef SUF
+#undef GEMM
+#undef R_EXP
+#undef R_LOG
+#undef R_SQRT
+
+/* ---------------------------------------------------------------- configuration */
+const char *collage_gpt_precision_name(collage_gpt_precision p) {
+    switch (p) {
+    case COLLAGE_GPT_FP32: return "fp32";
+    case COLLAGE_GPT_BF16: return "bf16";
+    case COLLAGE_GPT_FP64: return "fp64";
+    default: return "unknown";
+    }
+}
+
+collage_status collage_gpt_precision_parse(const char *name, collage_gpt_precision *out) {
+    if (!name || !out) return COLLAGE_ERR_NULL;
+    for (int p = 0; p < COLLAGE_GPT_PRECISION_COUNT; p++)
+        if (strcmp(name, collage_gpt_precision_name((collage_gpt_precision)p)) == 0) {
+            *out = (collage_gpt_precision)p;
+            return COLLAGE_OK;
+        }
+    return COLLAGE_ERR_ARG;
+}
+
+int collage_gpt_pad_vocab(int vocab_size) { return vocab_size <= 0 ? 0 : (vocab_size + 127) / 128 * 128; }
+
+collage_status collage_gpt_preset(const char *name, collage_gpt_config *out) {
+    if (!name || !out) return COLLAGE_ERR_NULL;
+    if (strcmp(name, "tiny") == 0)
+        *out = (collage_gpt_config){.vocab_size = 256, .padded_vocab_size = 256, .max_seq_len = 64,
+                                    .num_layers = 2, .num_heads = 4, .channels = 128};
+    else if (strcmp(name, "small") == 0)
+        *out = (collage_gpt_config){.vocab_size = 256, .padded_vocab_size = 256, .max_seq_len = 256,
+                                    .num_layers = 6, .num_heads = 6, .channels = 384};
+    else if (strcmp(name, "gpt2") == 0)
+        *out = (collage_gpt_config){.vocab_size = 50257, .padded_vocab_size = 50304, .max_seq_len = 1024,
+                                    .num_layers = 12, .num_heads = 12, .channels = 768};
+    else return COLLAGE_ERR_ARG;
+    return COLLAGE_OK;
+}
+
+/* Limits keep every int product of the kernels (N·4C, Vp·C, …) far from overflow. */
+#define GPT_MAX_DIM (1 << 20)
+#define GPT_MAX_C (1 << 15)
+#define GPT_MAX_TOKENS (1 << 22) /* maxB · maxT */
+
+collage_status collage_gpt_check(const collage_gpt_config *cfg, int maxB, int maxT, char *msg, size_t cap) {
+    char local[8];
+    if (!msg) { msg = local; cap = sizeof local; }
+    if (cap) msg[0] = 0;
+    if (!cfg) { snprintf(msg, cap, "no configuration"); return COLLAGE_ERR_NULL; }
+    const collage_gpt_config c = *cfg;
+    if (c.vocab_size <= 0 || c.padded_vocab_size <= 0 || c.max_seq_len <= 0 || c.num_layers <= 0 ||
+        c.num_heads <= 0 || c.channels <= 0) {
+        snprintf(msg, cap, "sizes must be positive (V %d, Vp %d, maxT %d, L %d, NH %d, C %d)", c.vocab_size,
+                 c.padded_vocab_size, c.max_seq_len, c.num_layers, c.num_heads, c.channels);
+        return COLLAGE_ERR_SIZE;
+    }
+    if (c.padded_vocab_size < c.vocab_size) {
+        snprintf(msg, cap, "padded_vocab_size %d < vocab_size %d", c.padded_vocab_size, c.vocab_size);
+        return COLLAGE_ERR_SIZE;
+    }
+    if (c.channels % c.num_heads) {
+        snprintf(msg, cap, "channels %d not divisible by num_heads %d", c.channels, c.num_heads);
+        return COLLAGE_ERR_SIZE;
+    }
+    if (c.padded_vocab_size > GPT_MAX_DIM || c.max_seq_len > GPT_MAX_DIM || c.num_layers > 4096 ||
+        c.channels > GPT_MAX_C) {
+        snprintf(msg, cap, "sizes too large (Vp %d, maxT %d, L %d, C %d)", c.padded_vocab_size, c.max_seq_len,
+                 c.num_layers, c.channels);
+        return COLLAGE_ERR_SIZE;
+    }
+    if (maxB < 0 || maxT < 0 || (maxT > 0 && maxT > c.max_seq_len)) {
+        snprintf(msg, cap, "batch %d x %d: need B >= 1 and 1 <= T <= max_seq_len %d", maxB, maxT, c.max_seq_len);
+        return COLLAGE_ERR_SIZE;
+    }
+    if ((size_t)maxB * (size_t)maxT > GPT_MAX_TOKENS) {
+        snprintf(msg, cap, "batch %d x %d exceeds %d tokens", maxB, maxT, GPT_MAX_TOKENS);
+        return COLLAGE_ERR_SIZE;
+    }
+    return COLLAGE_OK;
+}
+
+static const char *const P_NAMES[COLLAGE_GPT_NTENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+int collage_gpt_tensors(const collage_gpt_config *cfg, collage_gpt_tensor out[COLLAGE_GPT_NTENSORS]) {
+    if (!out || collage_gpt_check(cfg, 0, 0, NULL, 0) != COLLAGE_OK) return 0;
+    const size_t Vp = (size_t)cfg->padded_vocab_size, T = (size_t)cfg->max_seq_len, L = (size_t)cfg->num_layers,
+                 C = (size_t)cfg->channels;
+    /* shapes as in llm.c's fill_in_parameter_sizes; 0 in shape[0] marks "no layer dimension" */
+    const size_t sh[COLLAGE_GPT_NTENSORS][3] = {
+        {Vp, C, 0}, {T, C, 0}, {L, C, 0}, {L, C, 0}, {L, 3 * C, C}, {L, 3 * C, 0}, {L, C, C}, {L, C, 0},
+        {L, C, 0}, {L, C, 0}, {L, 4 * C, C}, {L, 4 * C, 0}, {L, C, 4 * C}, {L, C, 0}, {C, 0, 0}, {C, 0, 0}};
+    size_t off = 0;
+    for (int k = 0; k < COLLAGE_GPT_NTENSORS; k++) {
+        collage_gpt_tensor *t = &out[k];
+        t->name = P_NAMES[k];
+        t->offset = off;
+        t->ndim = 0;
+        t->count = 1;
+        for (int d = 0; d < 3; d++) {
+            t->shape[d] = sh[k][d];
+            if (sh[k][d]) { t->ndim++; t->count *= sh[k][d]; }
+        }
+        t->decay = k == COLLAGE_GPT_WTE || k == COLLAGE_GPT_WPE || k == COLLAGE_GPT_QKVW ||
+                   k == COLLAGE_GPT_ATTPROJW || k == COLLAGE_GPT_FCW || k == COLLAGE_GPT_FCPROJW;
+        off += t->count;
+    }
+    return COLLAGE_GPT_NTENSORS;
+}
+
+size_t collage_gpt_num_params(const collage_gpt_config *cfg) {
+    collage_gpt_tensor t[COLLAGE_GPT_NTENSORS];
+    if (!collage_gpt_tensors(cfg, t)) return 0;
+    return t[COLLAGE_GPT_NTENSORS - 1].offset + t[COLLAGE_GPT_NTENSORS - 1].count;
+}
+
+int collage_gpt_param_groups(const collage_gpt_config *cfg, double weight_decay,
+                             collage_param_group out[COLLAGE_GPT_NTENSORS]) {
+    collage_gpt_tensor t[COLLAGE_GPT_NTENSORS];
+    if (!out || !collage_gpt_tensors(cfg, t)) return 0;
+    for (int k = 0; k < COLLAGE_GPT_NTENSORS; k++)
+        out[k] = (collage_param_group){.name = t[k].name, .offset = t[k].offset, .count = t[k].count,
+                                       .weight_decay = t[k].decay ? weight_decay : 0.0};
+    return COLLAGE_GPT_NTENSORS;
+}
+
+/* A standard normal from two counter-based words (Box–Muller, cosine branch): depends only on
+ * (key, i), so the slab is the same for any thread count. */
+static double gauss(uint64_t key, uint64_t i) {
+    const double u1 = ((double)collage_rand32(key, 2 * i) + 1.0) * (1.0 / 4294967296.0); /* (0, 1] */
+    const double u2 = (double)collage_rand32(key, 2 * i + 1) * (1.0 / 4294967296.0);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+collage_status collage_gpt_init_weights(const collage_gpt_config *cfg, uint64_t seed, float *w, size_t n) {
+    collage_gpt_tensor t[COLLAGE_GPT_NTENSORS];
+    if (!cfg || !w) return COLLAGE_ERR_NULL;
+    if (!collage_gpt_tensors(cfg, t)) return COLLAGE_ERR_SIZE;
+    if (n != collage_gpt_num_params(cfg)) return COLLAGE_ERR_SIZE;
+    const int nt = collage__threads();
+    const double resid_std = 0.02 / sqrt(2.0 * (double)cfg->num_layers);
+    for (int k = 0; k < COLLAGE_GPT_NTENSORS; k++) {
+        float *x = w + t[k].offset;
+        const long cnt = (long)t[k].count;
+        if (!t[k].decay) {
+            const float v = (k == COLLAGE_GPT_LN1W || k == COLLAGE_GPT_LN2W || k == COLLAGE_GPT_LNFW) ? 1.0f : 0.0f;
+            for (long i = 0; i < cnt; i++) x[i] = v;
+            continue;
+        }
+        const double sd = (k == COLLAGE_GPT_ATTPROJW || k == COLLAGE_GPT_FCPROJW) ? resid_std : 0.02;
+        const long live = k == COLLAGE_GPT_WTE ? (long)cfg->vocab_size * cfg->channels : cnt; /* pad rows: 0 */
+        const uint64_t key = collage_rand_key(seed, (uint64_t)k);
+#pragma omp parallel for schedule(static) num_threads(nt) if (cnt >= 65536)
+        for (long i = 0; i < cnt; i++) x[i] = i < live ? (float)(sd * gauss(key, (uint64_t)i)) : 0.0f;
+    }
+    return COLLAGE_OK;
+}
+
+/* ---------------------------------------------------------------- the model */
+struct collage_gpt {
+    collage_gpt_config cfg;
+    collage_gpt_precision prec;
+    int maxB, maxT;
+    gpt_plan P;
+    size_t esize;           /* bytes per element of the activation and gradient slabs: 4 or 8 */
+    void *acts;             /* float, or double for fp64 */
+    void *grads;            /* float (fp32 and bf16: the fp32 accumulator) or double */
+    collage_bf16 *grads16;  /* bf16: the gradient slab handed out */
+    float *w32;             /* bf16: the weights widened to fp32 at each forward */
+    const void *w_used;     /* the weights of the last forward (caller's slab or w32) */
+    int *tok, *tgt;         /* copies of the last forward's input */
+    int B, T, ready;        /* ready: a forward with targets awaits its backward */
+    char err[200];
+};
+
+static void plan_build(gpt_plan *P, const collage_gpt_config *c, int maxB, int maxT) {
+    collage_gpt_tensor t[COLLAGE_GPT_NTENSORS];
+    collage_gpt_tensors(c, t);
+    *P = (gpt_plan){.V = c->vocab_size, .Vp = c->padded_vocab_size, .maxT = c->max_seq_len,
+                    .L = c->num_layers, .NH = c->num_heads, .C = c->channels};
+    for (int k = 0; k < COLLAGE_GPT_NTENSORS; k++) {
+        P->p[k] = t[k].offset;
+        P->pl[k] = (t[k].ndim > 1 && k != COLLAGE_GPT_WTE && k != COLLAGE_GPT_WPE) ? t[k].count / (size_t)P->L : 0;
+    }
+    P->nparams = t[COLLAGE_GPT_NTENSORS - 1].offset + t[COLLAGE_GPT_NTENSORS - 1].count;
+    const size_t N = (size_t)maxB * (size_t)maxT, C = (size_t)P->C, L = (size_t)P->L, NH = (size_t)P->NH;
+    const size_t hs = C / NH, TT = (size_t)maxB * NH * (size_t)maxT * (size_t)maxT;
+    /* per layer size (al; the count is L·al) or, for al = 0, the whole count */
+    const size_t per[A_COUNT] = {0, N * C, N, N, 3 * N * C, N * C, TT, N * C, N * C, N, N,
+                                 4 * N * C, 4 * N * C, N * C, 0, 0, 0, 0, 0,
+                                 0, 0, 0, 0, 0, 0};
+    const size_t whole[A_COUNT] = {N * C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, N * C, N, N, N * (size_t)P->Vp, N,
+                                   N * C, N * C, N * C, 3 * N * C, 4 * N * C, (size_t)maxB * NH * (hs * maxT + maxT)};
+    size_t off = 0;
+    for (int k = 0; k < A_COUNT; k++) {
+        P->a[k] = off;
+        P->al[k] = per[k];
+        P->an[k] = per[k] ? L * per[k] : whole[k];
+        off += P->an[k];
+    }
+    P->nacts = off;
+}
+
+collage_status collage_gpt_create(const collage_gpt_config *cfg, collage_gpt_precision prec, int maxB, int maxT,
+                                  collage_gpt **out) {
+    if (!out) return COLLAGE_ERR_NULL;
+    *out = NULL;
+    if (!cfg) return COLLAGE_ERR_NULL;
+    if ((unsigned)prec >= COLLAGE_GPT_PRECISION_COUNT) return COLLAGE_ERR_ARG;
+    collage_status st = collage_gpt_check(cfg, maxB, maxT, NULL, 0);
+    if (st != COLLAGE_OK) return st;
+    if (maxB < 1 || maxT < 1) return COLLAGE_ERR_SIZE;
+    collage_gpt *m = calloc(1, sizeof *m);
+    if (!m) return COLLAGE_ERR_NOMEM;
+    m->cfg = *cfg;
+    m->prec = prec;
+    m->maxB = maxB;
+    m->maxT = maxT;
+    plan_build(&m->P, cfg, maxB, maxT);
+    m->esize = prec == COLLAGE_GPT_FP64 ? sizeof(double) : sizeof(float);
+    m->acts = calloc(m->P.nacts, m->esize);
+    m->grads = calloc(m->P.nparams, m->esize);
+    m->tok = calloc((size_t)maxB * maxT, sizeof(int));
+    m->tgt = calloc((size_t)maxB * maxT, sizeof(int));
+    int ok = m->acts && m->grads && m->tok && m->tgt;
+    if (prec == COLLAGE_GPT_BF16) {
+        m->grads16 = calloc(m->P.nparams, sizeof(collage_bf16));
+        m->w32 = calloc(m->P.nparams, sizeof(float));
+        ok = ok && m->grads16 && m->w32;
+    }
+    if (!ok) { collage_gpt_free(m); return COLLAGE_ERR_NOMEM; }
+    *out = m;
+    return COLLAGE_OK;
+}
+
+void collage_gpt_free(collage_gpt *m) {
+    if (!m) return;
+    free(m->acts); free(m->grads); free(m->grads16); free(m->w32); free(m->tok); free(m->tgt);
+    free(m);
+}
+
+const collage_gpt_config *collage_gpt_get_config(const collage_gpt *m) { return m ? &m->cfg : NULL; }
+collage_gpt_precision collage_gpt_get_precision(const collage_gpt *m) { return m ? m->prec : COLLAGE_GPT_FP32; }
+size_t collage_gpt_size(const collage_gpt *m) { return m ? m->P.nparams : 0; }
+const char *collage_gpt_error(const collage_gpt *m) { return m ? m->err : "no model"; }
+
+__attribute__((format(printf, 3, 4)))
+static collage_status fail(collage_gpt *m, collage_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->err, sizeof m->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* Sizes and token ids of one call; copies the ids into the model. */
+static collage_status take_input(collage_gpt *m, const void *params, const int *tokens, const int *targets,
+                                 int B, int T) {
+    m->err[0] = 0;
+    if (!params || !tokens) return fail(m, COLLAGE_ERR_NULL, "params or tokens is NULL");
+    if (B < 1 || B > m->maxB || T < 1 || T > m->maxT)
+        return fail(m, COLLAGE_ERR_SIZE, "batch %d x %d outside 1..%d x 1..%d (maxB x maxT of create)", B, T,
+                    m->maxB, m->maxT);
+    const int V = m->cfg.vocab_size;
+    for (int n = 0; n < B * T; n++) {
+        if (tokens[n] < 0 || tokens[n] >= V)
+            return fail(m, COLLAGE_ERR_ARG, "token %d at position %d outside 0..vocab_size %d", tokens[n], n, V);
+        if (targets && (targets[n] < 0 || targets[n] >= V))
+            return fail(m, COLLAGE_ERR_ARG, "target %d at position %d outside 0..vocab_size %d", targets[n], n, V);
+    }
+    memcpy(m->tok, tokens, (size_t)B * T * sizeof(int));
+    if (targets) memcpy(m->tgt, targets, (size_t)B * T * sizeof(int));
+    return COLLAGE_OK;
+}
+
+/* OpenBLAS runs single-threaded inside the model's OpenMP threads (ops.h, gemm): the tile grid makes the
+ * products independent of the thread count, and a second pool of threads beside OpenMP's halves the
+ * speed on a small machine. Setting it is process-wide and left so: switching OpenBLAS back to more
+ * threads after each pass wakes its pool, whose spinning costs as much again. */
+static void blas_single(void) {
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
+/* The fp32 weights the kernels read: the caller's slab, or in bf16 the slab widened (exact). */
+static const void *weights(collage_gpt *m, const void *params) {
+    if (m->prec != COLLAGE_GPT_BF16) return params;
+    collage_bf16_to_f32_row(m->w32, params, m->P.nparams);
+    return m->w32;
+}
+
+collage_status collage_gpt_forward(collage_gpt *m, const void *params, const int *tokens, const int *targets,
+                                   int B, int T, double *loss) {
+    if (!m) return COLLAGE_ERR_NULL;
+    m->ready = 0;
+    collage_status st = take_input(m, params, tokens, targets, B, T);
+    if (st != COLLAGE_OK) return st;
+    const int nt = collage__threads(), bf = m->prec == COLLAGE_GPT_BF16;
+    const int *tgt = targets ? m->tgt : NULL;
+    const void *w = weights(m, params);
+    blas_single();
+    double L = m->prec == COLLAGE_GPT_FP64 ? gpt_forward_f64(&m->P, w, m->acts, m->tok, tgt, B, T, 0, nt)
+                                           : gpt_forward_f32(&m->P, w, m->acts, m->tok, tgt, B, T, bf, nt);
+    m->w_used = w;
+    m->B = B;
+    m->T = T;
+    m->ready = targets != NULL;
+    if (loss) *loss = L;
+    return COLLAGE_OK;
+}
+
+collage_status collage_gpt_backward(collage_gpt *m) {
+    if (!m) return COLLAGE_ERR_NULL;
+    if (!m->ready) {
+        return fail(m, COLLAGE_ERR_ARG, "backward needs a forward with targets before it (one backward each)");
+    }
+    m->ready = 0;
+    const int nt = collage__threads();
+    blas_single();
+    if (m->prec == COLLAGE_GPT_FP64)
+        gpt_backward_f64(&m->P, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, 0, nt);
+    else
+        gpt_backward_f32(&m->P, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T,
+                         m->prec == COLLAGE_GPT_BF16, nt);
+    if (m->prec == COLLAGE_GPT_BF16) collage_bf16_from_f32_row(m->grads16, m->grads, m->P.nparams);
+    return COLLAGE_OK;
+}
+
+void *collage_gpt_grads(collage_gpt *m) {
+    if (!m) return NULL;
+    return m->prec == COLLAGE_GPT_BF16 ? (void *)m->grads16 : m->grads;
+}
+
+void collage_gpt_zero_grad(collage_gpt *m) {
+    if (!m) return;
+    memset(m->grads, 0, m->P.nparams * m->esize);
+    if (m->grads16) memset(m->grads16, 0, m->P.nparams * sizeof(collage_bf16));
+}
+
+const void *collage_gpt_acts(const collage_gpt *m) { return m ? m->acts : NULL; }
+
+int collage_gpt_act_tensors(const collage_gpt *m, collage_gpt_act *out, int cap) {
+    if (!m) return 0;
+    for (int k = 0; k < A_COUNT && k < cap && out; k++)
+        out[k] = (collage_gpt_act){.name = ACT_NAMES[k], .offset = m->P.a[k], .count = m->P.an[k],
+                                   .bf16 = ACT_BF16[k]};
+    return A_COUNT;
+}
+
+/* ---------------------------------------------------------------- inference */
+collage_status collage_gpt_next_logits(collage_gpt *m, const void *params, const int *tokens, int T, float *logits) {
+    if (!m) return COLLAGE_ERR_NULL;
+    m->ready = 0;
+    if (!logits) return fail(m, COLLAGE_ERR_NULL, "logits is NULL");
+    collage_status st = take_input(m, params, tokens, NULL, 1, T);
+    if (st != COLLAGE_OK) return st;
+    const int nt = collage__threads(), V = m->cfg.vocab_size;
+    const void *w = weights(m, params);
+    blas_single();
+    if (m->prec == COLLAGE_GPT_FP64) {
+        gpt_last_logits_f64(&m->P, w, m->acts, m->tok, T, 0, nt);
+        const double *x = (const double *)m->acts + m->P.a[A_LOGITS];
+        for (int i = 0; i < V; i++) logits[i] = (float)x[i];
+    } else {
+        gpt_last_logits_f32(&m->P, w, m->acts, m->tok, T, m->prec == COLLAGE_GPT_BF16, nt);
+        memcpy(logits, (const float *)m->acts + m->P.a[A_LOGITS], (size_t)V * sizeof(float));
+    }
+    return COLLAGE_OK;
+}
+
+int collage_gpt_sample(const float *logits, int V, float temperature, uint64_t key, uint64_t index) {
+    if (!logits || V <= 0) return -1;
+    int best = 0;
+    for (int i = 0; i < V; i++) {
+        if (!isfinite(logits[i])) return -1;
+        if (logits[i] > logits[best]) best = i;
+    }
+    if (!(temperature > 0.0f)) return best;
+    const double mx = (double)logits[best], inv_t = 1.0 / (double)temperature;
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp(((double)logits[i] - mx) * inv_t);
+    const double u = ((double)collage_rand32(key, index) + 0.5) * (1.0 / 4294967296.0) * sum;
+    double acc = 0;
+    int last = best;
+    for (int i = 0; i < V; i++) {
+        const double p = exp(((double)logits[i] - mx) * inv_t);
+        if (p > 0) last = i;
+        acc += p;
+        if (u < acc) return i;
+    }
+    return last; /* u within rounding of sum: the last token that has any probability */
+}

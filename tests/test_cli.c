@@ -1,0 +1,200 @@
+/* test_cli.c — the `collage` command end to end: train writes its JSON log and an llm.c checkpoint,
+ * N steps + a resumed N steps print exactly the losses of one 2N-step run, eval and sample read the
+ * checkpoint, tokenize writes a shard that train reads, and bad input (missing file, bad flag, bad
+ * shape, wrong magic) fails with a message naming the problem and leaves no partial checkpoint. */
+#include "harness.h"
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TRAIN "--model tiny --layers 1 --dim 32 --heads 2 --batch 4 --seq 16 --threads 1 --quiet"
+
+static char g_bin[1024], g_dir[256], g_text[512];
+
+/* Run a shell command; capture stdout+stderr into out (cap bytes); return the exit status. */
+static int run(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#include <stdarg.h>
+static int run(char *out, size_t cap, const char *fmt, ...) {
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = 0;
+    if (out && cap) {
+        n = fread(out, 1, cap - 1, p);
+        out[n] = 0;
+    } else {
+        char buf[4096];
+        while (fread(buf, 1, sizeof buf, p) > 0) {}
+    }
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The "loss" values of a JSON-lines log, in order. */
+static int read_losses(const char *path, double *loss, int cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[2048];
+    int n = 0;
+    while (n < cap && fgets(line, sizeof line, f)) {
+        char *p = strstr(line, "\"loss\":");
+        if (p) loss[n++] = strtod(p + 7, NULL);
+    }
+    fclose(f);
+    return n;
+}
+
+static void test_train_log_and_checkpoint(void) {
+    char out[8192], log[600], save[600];
+    snprintf(log, sizeof log, "%s/a.jsonl", g_dir);
+    snprintf(save, sizeof save, "%s/ckpt", g_dir);
+    int rc = run(out, sizeof out, "%s train --data %s " TRAIN " --steps 12 --eval-every 4 --log %s --save %s", g_bin,
+                 g_text, log, save);
+    CHECK(rc == 0, "train exited %d: %s", rc, out);
+    FILE *f = fopen(log, "r");
+    CHECK(f != NULL, "no log %s", log);
+    if (f) {
+        char line[2048];
+        int lines = 0, vals = 0;
+        const char *keys[] = {"\"step\":", "\"loss\":", "\"lr\":", "\"grad_norm\":", "\"edq\":", "\"edq_ratio\":",
+                              "\"lost\":", "\"tokens_per_s\":", "\"ms\":"};
+        while (fgets(line, sizeof line, f)) {
+            lines++;
+            for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+                CHECK(strstr(line, keys[k]) != NULL, "log line %d lacks %s: %s", lines, keys[k], line);
+            vals += strstr(line, "\"val_loss\":") != NULL;
+        }
+        fclose(f);
+        CHECK(lines == 12, "%d log lines", lines);
+        CHECK(vals == 3, "%d eval lines (every 4 of 12 steps)", vals);
+    }
+    double loss[64];
+    int n = read_losses(log, loss, 64);
+    CHECK(n == 12 && loss[11] < loss[0], "loss did not fall: %g -> %g", n ? loss[0] : 0.0, n ? loss[n - 1] : 0.0);
+    /* llm.c header: magic 20240326, version 3 (fp32), and the file size matches the header */
+    char model[700];
+    snprintf(model, sizeof model, "%s/model.bin", save);
+    f = fopen(model, "rb");
+    CHECK(f != NULL, "no %s", model);
+    if (f) {
+        int32_t h[256];
+        CHECK(fread(h, sizeof h, 1, f) == 1, "short header");
+        CHECK(h[0] == 20240326 && h[1] == 3, "header %d %d", h[0], h[1]);
+        CHECK(h[3] == 256 && h[4] == 1 && h[5] == 2 && h[6] == 32 && h[7] == 256, "shape V%d L%d NH%d C%d Vp%d", h[3], h[4],
+              h[5], h[6], h[7]);
+        fclose(f);
+    }
+    rc = run(out, sizeof out, "%s eval --checkpoint %s --data %s --batch 2 --seq 16 --batches 3 --json", g_bin, save, g_text);
+    CHECK(rc == 0 && strstr(out, "\"loss\":") && strstr(out, "\"tokens\":96"), "eval: rc %d: %s", rc, out);
+    char s1[4096], s2[4096];
+    rc = run(s1, sizeof s1, "%s sample --checkpoint %s --prompt 'The ' --tokens 20 --seed 3", g_bin, save);
+    CHECK(rc == 0 && strncmp(s1, "The ", 4) == 0 && strlen(s1) >= 24, "sample: rc %d: %s", rc, s1);
+    run(s2, sizeof s2, "%s sample --checkpoint %s --prompt 'The ' --tokens 20 --seed 3", g_bin, save);
+    CHECK(strcmp(s1, s2) == 0, "sample not reproducible for a seed");
+}
+
+/* A run of 2N steps and a run of N steps resumed for N more print identical losses. */
+static void test_exact_resume(void) {
+    char out[8192], la[600], lb[600], save[600];
+    snprintf(la, sizeof la, "%s/full.jsonl", g_dir);
+    snprintf(lb, sizeof lb, "%s/half.jsonl", g_dir);
+    snprintf(save, sizeof save, "%s/half", g_dir);
+    const char *strategies[] = {"collage-plus", "bf16-sr", "fp32"};
+    for (int s = 0; s < 3; s++) {
+        unlink(la); unlink(lb);
+        int rc = run(out, sizeof out, "%s train --data %s " TRAIN " --precision %s --steps 10 --log %s", g_bin, g_text,
+                     strategies[s], la);
+        CHECK(rc == 0, "%s full run: %s", strategies[s], out);
+        rc = run(out, sizeof out, "%s train --data %s " TRAIN " --precision %s --steps 10 --stop-after 5 --save %s --log %s",
+                 g_bin, g_text, strategies[s], save, lb);
+        CHECK(rc == 0, "%s first half: %s", strategies[s], out);
+        rc = run(out, sizeof out, "%s train --data %s --threads 1 --quiet --precision %s --resume %s --log %s", g_bin, g_text,
+                 strategies[s], save, lb);
+        CHECK(rc == 0, "%s resumed half: %s", strategies[s], out);
+        double a[32], b[32];
+        int na = read_losses(la, a, 32), nb = read_losses(lb, b, 32);
+        CHECK(na == 10 && nb == 10, "%s: %d and %d log lines", strategies[s], na, nb);
+        for (int i = 0; i < na && i < nb; i++)
+            CHECK(a[i] == b[i], "%s step %d: %.6f vs resumed %.6f", strategies[s], i + 1, a[i], b[i]);
+    }
+}
+
+static void test_tokenize_then_train_on_shard(void) {
+    char out[8192], shard[600];
+    snprintf(shard, sizeof shard, "%s/text.bin", g_dir);
+    int rc = run(out, sizeof out, "%s tokenize --tokenizer byte --in %s --out %s", g_bin, g_text, shard);
+    CHECK(rc == 0, "tokenize: %s", out);
+    struct stat sb, st;
+    CHECK(stat(shard, &sb) == 0 && stat(g_text, &st) == 0 && sb.st_size == 1024 + 2 * st.st_size,
+          "shard size %lld for %lld text bytes", (long long)sb.st_size, (long long)st.st_size);
+    rc = run(out, sizeof out, "%s train --data %s " TRAIN " --steps 3", g_bin, shard);
+    CHECK(rc == 0, "train on shard: %s", out);
+}
+
+static void test_bad_input(void) {
+    char out[8192], save[600], bad[600];
+    int rc = run(out, sizeof out, "%s train --data %s/missing.txt " TRAIN " --steps 2", g_bin, g_dir);
+    CHECK(rc != 0 && strstr(out, "missing.txt"), "missing data file: rc %d: %s", rc, out);
+    rc = run(out, sizeof out, "%s train --bogus 3", g_bin);
+    CHECK(rc == 2 && strstr(out, "--bogus") && strstr(out, "hint"), "unknown flag: rc %d: %s", rc, out);
+    rc = run(out, sizeof out, "%s train --data %s --dim 30 --heads 4 --steps 2 --quiet", g_bin, g_text);
+    CHECK(rc != 0 && strstr(out, "divisible"), "bad shape: rc %d: %s", rc, out);
+    rc = run(out, sizeof out, "%s train --data %s " TRAIN " --lr abc", g_bin, g_text);
+    CHECK(rc == 2 && strstr(out, "--lr"), "bad number: rc %d: %s", rc, out);
+    snprintf(bad, sizeof bad, "%s/bad.bin", g_dir);
+    FILE *f = fopen(bad, "wb");
+    if (f) { fputs("not a checkpoint, not a checkpoint, not a checkpoint", f); fclose(f); }
+    rc = run(out, sizeof out, "%s eval --checkpoint %s --data %s", g_bin, bad, g_text);
+    CHECK(rc != 0 && strstr(out, "bad.bin"), "bad checkpoint: rc %d: %s", rc, out);
+    rc = run(out, sizeof out, "%s train --data %s --resume %s/nowhere --quiet", g_bin, g_text, g_dir);
+    CHECK(rc != 0 && strstr(out, "nowhere"), "resume from nowhere: rc %d: %s", rc, out);
+    /* a failing run (its data is missing) leaves an existing checkpoint as it was */
+    snprintf(save, sizeof save, "%s/keep", g_dir);
+    rc = run(out, sizeof out, "%s train --data %s " TRAIN " --steps 2 --save %s", g_bin, g_text, save);
+    CHECK(rc == 0, "save: %s", out);
+    char model[700];
+    snprintf(model, sizeof model, "%s/model.bin", save);
+    struct stat before, after;
+    stat(model, &before);
+    rc = run(out, sizeof out, "%s train --data %s/missing.txt " TRAIN " --steps 2 --save %s", g_bin, g_dir, save);
+    CHECK(rc != 0 && stat(model, &after) == 0 && after.st_size == before.st_size && after.st_mtime == before.st_mtime,
+          "a failed run touched %s", model);
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -c tmp", save);
+    rc = run(out, sizeof out, "%s", cmd);
+    CHECK(atoi(out) == 0, "temporary files left in %s: %s", save, out);
+}
+
+int main(void) {
+    const char *bin = getenv("COLLAGE_BIN");
+    snprintf(g_bin, sizeof g_bin, "%s", bin ? bin : "build/collage");
+    if (access(g_bin, X_OK) != 0) {
+        printf("test_cli: %s not found (set COLLAGE_BIN)\n", g_bin);
+        printf("0 passed, 1 failed\n");
+        return 1;
+    }
+    snprintf(g_dir, sizeof g_dir, "/tmp/collage-cli-XXXXXX");
+    if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
+    snprintf(g_text, sizeof g_text, "%s/text.txt", g_dir);
+    FILE *f = fopen(g_text, "w");
+    const char *lines[] = {"The quick brown fox jumps over the lazy dog.\n", "A stitch in time saves nine.\n",
+                           "All that glitters is not gold.\n", "Fortune favours the bold.\n"};
+    h_seed(1);
+    for (int i = 0; i < 2000; i++) fputs(lines[h_rand32() % 4], f);
+    fclose(f);
+    printf("test_cli: %s, data in %s\n", g_bin, g_dir);
+    RUN(test_train_log_and_checkpoint);
+    RUN(test_exact_resume);
+    RUN(test_tokenize_then_train_on_shard);
+    RUN(test_bad_input);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd) != 0) printf("could not remove %s\n", g_dir);
+    return h_end();
+}

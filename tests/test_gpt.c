@@ -1,0 +1,542 @@
+/* test_gpt.c — the GPT-2 model: parameter layout (llm.c's 124M count), initialisation, backward against
+ * central finite differences in double on every parameter, the float model against the double one,
+ * the loss at init and under SGD, bit-identical results for 1 and 2 threads, the bf16 mode (bf16
+ * activations and gradients, loss near fp32), partial batches, sampling, and bad input. */
+#include "collage.h"
+#include "gpt.h"
+#include "harness.h"
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ tolerances */
+#define FD_STEP 1e-3          /* finite-difference step (4-point stencil, error O(h^4)) */
+#define FD_REL_TOL 1e-6       /* |analytic - FD| <= FD_REL_TOL |analytic| + FD_ABS_TOL, in double */
+#define FD_ABS_TOL 1e-10
+#define F32_GRAD_TOL 1e-4     /* float model vs double: max |Δg| / max |g| per tensor */
+#define F32_LOSS_TOL 1e-6     /* relative */
+#define ACCUM_TOL 1e-14       /* double: g after two backward passes vs 2 g, relative to max |g| */
+#define INIT_LOSS_TOL 0.1     /* |loss at init − ln V| */
+#define BF16_LOSS_REL 0.02    /* bf16 mode loss vs fp32 loss, relative */
+#define BF16_GRAD_COS 0.99    /* cosine similarity of bf16 and fp32 gradients */
+#define SGD_STEPS 40
+#define SGD_GAIN 0.5          /* loss after SGD_STEPS below this fraction of the first */
+#define SAMPLE_DRAWS 20000
+#define SAMPLE_SIGMAS 6.0
+
+#define SEED 20260507ULL
+
+static collage_gpt_config small_cfg(void) {
+    return (collage_gpt_config){.vocab_size = 19, .padded_vocab_size = 24, .max_seq_len = 8, .num_layers = 2,
+                                .num_heads = 2, .channels = 16};
+}
+
+/* Random parameters of a scale that exercises every path (attention far from uniform, LayerNorm
+ * weights and biases away from 1 and 0, padded wte rows nonzero), rounded to float. */
+static void random_params(const collage_gpt_config *c, double *w, unsigned long long seed) {
+    collage_gpt_tensor t[COLLAGE_GPT_NTENSORS];
+    collage_gpt_tensors(c, t);
+    h_seed(seed);
+    for (int k = 0; k < COLLAGE_GPT_NTENSORS; k++) {
+        int lnw = k == COLLAGE_GPT_LN1W || k == COLLAGE_GPT_LN2W || k == COLLAGE_GPT_LNFW;
+        for (size_t i = 0; i < t[k].count; i++) {
+            double u = h_uniform() - 0.5;
+            double v = t[k].decay ? 0.8 * u : lnw ? 1.0 + 0.4 * u : 0.2 * u;
+            w[t[k].offset + i] = (double)(float)v;
+        }
+    }
+}
+
+static void random_tokens(int *tok, int *tgt, int n, int V) {
+    for (int i = 0; i < n; i++) { tok[i] = (int)(h_rand32() % (unsigned)V); tgt[i] = (int)(h_rand32() % (unsigned)V); }
+}
+
+static double loss_f64(collage_gpt *m, const double *w, const int *tok, const int *tgt, int B, int T) {
+    double L = NAN;
+    collage_status st = collage_gpt_forward(m, w, tok, tgt, B, T, &L);
+    CHECK(st == COLLAGE_OK, "forward: %s", collage_gpt_error(m));
+    return L;
+}
+
+/* Threads of the library's loops and of OpenBLAS; n = 0 restores both defaults. */
+static int g_blas_default;
+static void set_threads(int n) {
+    collage_set_threads(n);
+    openblas_set_num_threads(n > 0 ? n : g_blas_default);
+}
+
+/* ------------------------------------------------------------------ layout and init */
+static void test_layout(void) {
+    collage_gpt_config c;
+    CHECK(collage_gpt_preset("gpt2", &c) == COLLAGE_OK, "preset gpt2");
+    CHECK(collage_gpt_num_params(&c) == 124475904u, "gpt2 params %zu, llm.c has 124475904", collage_gpt_num_params(&c));
+    collage_gpt_tensor t[COLLAGE_GPT_NTENSORS];
+    CHECK(collage_gpt_tensors(&c, t) == COLLAGE_GPT_NTENSORS, "tensor count");
+    static const char *names[] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+                                  "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+    static const int decay[] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
+    size_t off = 0;
+    for (int k = 0; k < COLLAGE_GPT_NTENSORS; k++) {
+        CHECK(strcmp(t[k].name, names[k]) == 0, "tensor %d is %s", k, t[k].name);
+        CHECK(t[k].offset == off, "%s offset %zu, expected %zu", names[k], t[k].offset, off);
+        CHECK(t[k].decay == decay[k], "%s decay %d", names[k], t[k].decay);
+        off += t[k].count;
+    }
+    CHECK(t[COLLAGE_GPT_WTE].count == 50304u * 768u, "wte count");
+    CHECK(t[COLLAGE_GPT_QKVW].ndim == 3 && t[COLLAGE_GPT_QKVW].shape[0] == 12 && t[COLLAGE_GPT_QKVW].shape[1] == 2304 &&
+              t[COLLAGE_GPT_QKVW].shape[2] == 768, "qkvw shape");
+    CHECK(t[COLLAGE_GPT_FCPROJW].shape[1] == 768 && t[COLLAGE_GPT_FCPROJW].shape[2] == 3072, "fcprojw shape");
+    collage_param_group g[COLLAGE_GPT_NTENSORS];
+    CHECK(collage_gpt_param_groups(&c, 0.1, g) == COLLAGE_GPT_NTENSORS, "groups");
+    CHECK(g[COLLAGE_GPT_FCW].weight_decay == 0.1 && g[COLLAGE_GPT_FCB].weight_decay == 0.0 &&
+              g[COLLAGE_GPT_LNFW].weight_decay == 0.0 && g[COLLAGE_GPT_WTE].weight_decay == 0.1, "group decay");
+    CHECK(collage_gpt_preset("tiny", &c) == COLLAGE_OK && collage_gpt_check(&c, 4, 64, NULL, 0) == COLLAGE_OK, "tiny");
+    CHECK(collage_gpt_preset("small", &c) == COLLAGE_OK && collage_gpt_check(&c, 4, 256, NULL, 0) == COLLAGE_OK, "small");
+    CHECK(collage_gpt_pad_vocab(50257) == 50304 && collage_gpt_pad_vocab(256) == 256, "pad vocab");
+}
+
+static void test_init(void) {
+    collage_gpt_config c;
+    collage_gpt_preset("tiny", &c);
+    c.vocab_size = 200; /* 56 padded rows */
+    size_t n = collage_gpt_num_params(&c);
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    collage_gpt_tensor t[COLLAGE_GPT_NTENSORS];
+    collage_gpt_tensors(&c, t);
+    printf("    seed %llu\n", SEED);
+    set_threads(1);
+    CHECK(collage_gpt_init_weights(&c, SEED, a, n) == COLLAGE_OK, "init");
+    set_threads(2);
+    CHECK(collage_gpt_init_weights(&c, SEED, b, n) == COLLAGE_OK, "init");
+    CHECK(memcmp(a, b, n * sizeof *a) == 0, "init differs between 1 and 2 threads");
+    set_threads(0);
+    collage_gpt_init_weights(&c, SEED + 1, b, n);
+    CHECK(memcmp(a, b, n * sizeof *a) != 0, "init ignores the seed");
+    for (int k = 0; k < COLLAGE_GPT_NTENSORS; k++) {
+        const float *x = a + t[k].offset;
+        size_t cnt = k == COLLAGE_GPT_WTE ? (size_t)c.vocab_size * c.channels : t[k].count;
+        double s = 0, s2 = 0;
+        for (size_t i = 0; i < cnt; i++) { s += (double)x[i]; s2 += (double)x[i] * (double)x[i]; }
+        double mean = s / (double)cnt, sd = sqrt(s2 / (double)cnt - mean * mean);
+        if (t[k].decay) {
+            double want = (k == COLLAGE_GPT_ATTPROJW || k == COLLAGE_GPT_FCPROJW) ? 0.02 / sqrt(2.0 * c.num_layers) : 0.02;
+            CHECK(fabs(sd - want) < 0.05 * want && fabs(mean) < 0.05 * want, "%s mean %g sd %g, want sd %g",
+                  t[k].name, mean, sd, want);
+        } else {
+            double want = (k == COLLAGE_GPT_LN1W || k == COLLAGE_GPT_LN2W || k == COLLAGE_GPT_LNFW) ? 1.0 : 0.0;
+            CHECK(mean == want && sd == 0, "%s mean %g sd %g", t[k].name, mean, sd);
+        }
+    }
+    int pad_nonzero = 0;
+    for (size_t i = (size_t)c.vocab_size * c.channels; i < t[COLLAGE_GPT_WTE].count; i++) pad_nonzero += a[i] != 0;
+    CHECK(pad_nonzero == 0, "%d nonzero padded wte entries", pad_nonzero);
+    CHECK(collage_gpt_init_weights(&c, SEED, a, n - 1) == COLLAGE_ERR_SIZE, "wrong n accepted");
+    free(a);
+    free(b);
+}
+
+/* ------------------------------------------------------------------ gradients */
+/* Every parameter of a two-layer model: the double backward against a 4-point central difference of
+ * the double forward. */
+static void test_backward_vs_finite_differences(void) {
+    const collage_gpt_config c = small_cfg();
+    const int B = 2, T = 5;
+    collage_gpt *m = NULL;
+    CHECK(collage_gpt_create(&c, COLLAGE_GPT_FP64, B, T, &m) == COLLAGE_OK, "create");
+    if (!m) return;
+    const size_t n = collage_gpt_size(m);
+    double *w = malloc(n * sizeof *w), *g = malloc(n * sizeof *g);
+    int tok[10], tgt[10];
+    printf("    seed %llu, %zu parameters, B %d T %d\n", SEED, n, B, T);
+    random_params(&c, w, SEED);
+    random_tokens(tok, tgt, B * T, c.vocab_size);
+    double L0 = loss_f64(m, w, tok, tgt, B, T);
+    collage_gpt_zero_grad(m);
+    CHECK(collage_gpt_backward(m) == COLLAGE_OK, "backward: %s", collage_gpt_error(m));
+    memcpy(g, collage_gpt_grads(m), n * sizeof *g);
+    collage_gpt_tensor t[COLLAGE_GPT_NTENSORS];
+    collage_gpt_tensors(&c, t);
+    for (int k = 0; k < COLLAGE_GPT_NTENSORS; k++) {
+        double worst = 0, gmax = 0;
+        int bad = 0;
+        for (size_t j = 0; j < t[k].count; j++) {
+            size_t i = t[k].offset + j;
+            double x = w[i], f[4];
+            const double d[4] = {FD_STEP, -FD_STEP, 2 * FD_STEP, -2 * FD_STEP};
+            for (int s = 0; s < 4; s++) { w[i] = x + d[s]; f[s] = loss_f64(m, w, tok, tgt, B, T); }
+            w[i] = x;
+            double fd = (8.0 * (f[0] - f[1]) - (f[2] - f[3])) / (12.0 * FD_STEP);
+            double err = fabs(g[i] - fd);
+            if (err > FD_REL_TOL * fabs(g[i]) + FD_ABS_TOL) {
+                if (bad++ < 3) CHECK(0, "%s[%zu]: backward %.12e, finite difference %.12e", t[k].name, j, g[i], fd);
+            }
+            if (fabs(g[i]) > gmax) gmax = fabs(g[i]);
+            double ratio = err / (FD_REL_TOL * fabs(g[i]) + FD_ABS_TOL);
+            if (ratio > worst) worst = ratio;
+        }
+        printf("    %-9s max|g| %.2e  worst error / tolerance %.1e%s\n", t[k].name, gmax, worst, bad ? "  FAIL" : "");
+        CHECK(gmax > 0, "%s: zero gradient", t[k].name);
+    }
+    /* padded wte rows: masked, exactly zero gradient */
+    int pad_nonzero = 0;
+    for (size_t i = (size_t)c.vocab_size * c.channels; i < t[COLLAGE_GPT_WTE].count; i++) pad_nonzero += g[i] != 0;
+    CHECK(pad_nonzero == 0, "%d nonzero gradients on padded wte rows", pad_nonzero);
+    CHECK(fabs(loss_f64(m, w, tok, tgt, B, T) - L0) == 0, "loss not reproducible");
+    free(w);
+    free(g);
+    collage_gpt_free(m);
+}
+
+/* The float model against the double one on the same (float) parameters. */
+static void test_float_matches_double(void) {
+    const collage_gpt_config c = small_cfg();
+    const int B = 2, T = 5;
+    collage_gpt *md = NULL, *mf = NULL;
+    CHECK(collage_gpt_create(&c, COLLAGE_GPT_FP64, B, T, &md) == COLLAGE_OK, "create fp64");
+    CHECK(collage_gpt_create(&c, COLLAGE_GPT_FP32, B, T, &mf) == COLLAGE_OK, "create fp32");
+    if (!md || !mf) { collage_gpt_free(md); collage_gpt_free(mf); return; }
+    const size_t n = collage_gpt_size(md);
+    double *w = malloc(n * sizeof *w);
+    float *wf = malloc(n * sizeof *wf);
+    int tok[10], tgt[10];
+    random_params(&c, w, SEED + 7);
+    for (size_t i = 0; i < n; i++) wf[i] = (float)w[i];
+    random_tokens(tok, tgt, B * T, c.vocab_size);
+    double Ld = 0, Lf = 0;
+    CHECK(collage_gpt_forward(md, w, tok, tgt, B, T, &Ld) == COLLAGE_OK, "forward fp64");
+    CHECK(collage_gpt_forward(mf, wf, tok, tgt, B, T, &Lf) == COLLAGE_OK, "forward fp32");
+    CHECK(fabs(Lf - Ld) <= F32_LOSS_TOL * Ld, "loss fp32 %.9g fp64 %.9g", Lf, Ld);
+    collage_gpt_backward(md);
+    collage_gpt_backward(mf);
+    const double *gd = collage_gpt_grads(md);
+    const float *gf = collage_gpt_grads(mf);
+    collage_gpt_tensor t[COLLAGE_GPT_NTENSORS];
+    collage_gpt_tensors(&c, t);
+    double worst = 0;
+    for (int k = 0; k < COLLAGE_GPT_NTENSORS; k++) {
+        double gmax = 0, dmax = 0;
+        for (size_t j = t[k].offset; j < t[k].offset + t[k].count; j++) {
+            if (fabs(gd[j]) > gmax) gmax = fabs(gd[j]);
+            if (fabs((double)gf[j] - gd[j]) > dmax) dmax = fabs((double)gf[j] - gd[j]);
+        }
+        CHECK(dmax <= F32_GRAD_TOL * gmax, "%s: max |g32 - g64| %.3e, max |g64| %.3e", t[k].name, dmax, gmax);
+        if (gmax > 0 && dmax / gmax > worst) worst = dmax / gmax;
+    }
+    printf("    loss fp64 %.12f fp32 %.12f; worst tensor max|g32-g64|/max|g64| %.1e\n", Ld, Lf, worst);
+    free(w);
+    free(wf);
+    collage_gpt_free(md);
+    collage_gpt_free(mf);
+}
+
+/* Gradients accumulate (+=) over backward calls; zero_grad clears them; a model created for a larger
+ * batch gives the same result on a smaller one. */
+static void test_accumulation_and_partial_batch(void) {
+    const collage_gpt_config c = small_cfg();
+    collage_gpt *m = NULL, *big = NULL;
+    CHECK(collage_gpt_create(&c, COLLAGE_GPT_FP64, 2, 5, &m) == COLLAGE_OK, "create");
+    CHECK(collage_gpt_create(&c, COLLAGE_GPT_FP64, 3, 8, &big) == COLLAGE_OK, "create big");
+    if (!m || !big) { collage_gpt_free(m); collage_gpt_free(big); return; }
+    const size_t n = collage_gpt_size(m);
+    double *w = malloc(n * sizeof *w), *g1 = malloc(n * sizeof *g1);
+    int tok[10], tgt[10];
+    random_params(&c, w, SEED + 3);
+    random_tokens(tok, tgt, 10, c.vocab_size);
+    double L1 = loss_f64(m, w, tok, tgt, 2, 5), L2 = 0;
+    collage_gpt_backward(m);
+    memcpy(g1, collage_gpt_grads(m), n * sizeof *g1);
+    CHECK(collage_gpt_backward(m) == COLLAGE_ERR_ARG, "second backward accepted");
+    loss_f64(m, w, tok, tgt, 2, 5);
+    collage_gpt_backward(m);
+    const double *g2 = collage_gpt_grads(m);
+    double worst = 0, gmax = 0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs(g2[i] - 2 * g1[i]));
+        gmax = fmax(gmax, fabs(g1[i]));
+    }
+    CHECK(worst <= ACCUM_TOL * gmax, "two backward passes vs twice one: max diff %.2e, max |g| %.2e", worst, gmax);
+    collage_gpt_zero_grad(m);
+    int nz = 0;
+    for (size_t i = 0; i < n; i++) nz += g2[i] != 0;
+    CHECK(nz == 0, "%d nonzero after zero_grad", nz);
+    CHECK(collage_gpt_forward(big, w, tok, tgt, 2, 5, &L2) == COLLAGE_OK, "forward big");
+    collage_gpt_backward(big);
+    CHECK(L1 == L2, "loss on a larger model %.17g vs %.17g", L2, L1);
+    CHECK(memcmp(collage_gpt_grads(big), g1, n * sizeof *g1) == 0, "gradients differ on a larger model");
+    free(w);
+    free(g1);
+    collage_gpt_free(m);
+    collage_gpt_free(big);
+}
+
+/* ------------------------------------------------------------------ loss */
+static void test_loss_at_init_and_sgd(void) {
+    collage_gpt_config c;
+    collage_gpt_preset("tiny", &c);
+    const int B = 4, T = 32;
+    collage_gpt *m = NULL;
+    CHECK(collage_gpt_create(&c, COLLAGE_GPT_FP32, B, T, &m) == COLLAGE_OK, "create");
+    if (!m) return;
+    const size_t n = collage_gpt_size(m);
+    float *w = malloc(n * sizeof *w);
+    collage_gpt_init_weights(&c, SEED, w, n);
+    int tok[128], tgt[128];
+    h_seed(SEED);
+    random_tokens(tok, tgt, B * T, c.vocab_size);
+    double L = 0;
+    CHECK(collage_gpt_forward(m, w, tok, tgt, B, T, &L) == COLLAGE_OK, "forward");
+    printf("    loss at init %.4f, ln V = %.4f\n", L, log((double)c.vocab_size));
+    CHECK(fabs(L - log((double)c.vocab_size)) < INIT_LOSS_TOL, "loss at init %.4f vs ln V %.4f", L,
+          log((double)c.vocab_size));
+    /* a repeated 8-symbol phrase: SGD should learn to continue it */
+    const char *phrase = "collage ";
+    for (int i = 0; i < B * T; i++) { tok[i] = phrase[i % 8]; tgt[i] = phrase[(i + 1) % 8]; }
+    double first = 0, last = 0;
+    for (int s = 0; s < SGD_STEPS; s++) {
+        collage_gpt_forward(m, w, tok, tgt, B, T, &L);
+        collage_gpt_zero_grad(m);
+        collage_gpt_backward(m);
+        const float *g = collage_gpt_grads(m);
+        for (size_t i = 0; i < n; i++) w[i] -= 0.5f * g[i];
+        if (s == 0) first = L;
+        last = L;
+    }
+    printf("    SGD on a repeated phrase: loss %.4f -> %.4f in %d steps\n", first, last, SGD_STEPS);
+    CHECK(last < SGD_GAIN * first, "loss %.4f -> %.4f", first, last);
+    free(w);
+    collage_gpt_free(m);
+}
+
+/* ------------------------------------------------------------------ threads */
+static void run_threads(collage_gpt_precision prec, int threads, const void *w, const int *tok, const int *tgt,
+                        int B, int T, double *loss, void *grads, void *acts) {
+    collage_gpt_config c;
+    collage_gpt_preset("tiny", &c);
+    collage_gpt *m = NULL;
+    set_threads(threads);
+    CHECK(collage_gpt_create(&c, prec, B, T, &m) == COLLAGE_OK, "create");
+    if (!m) return;
+    size_t n = collage_gpt_size(m), es = prec == COLLAGE_GPT_BF16 ? 2 : 4;
+    collage_gpt_forward(m, w, tok, tgt, B, T, loss);
+    collage_gpt_backward(m);
+    memcpy(grads, collage_gpt_grads(m), n * es);
+    collage_gpt_act at[32];
+    int na = collage_gpt_act_tensors(m, at, 32);
+    size_t nacts = at[na - 1].offset + at[na - 1].count;
+    memcpy(acts, collage_gpt_acts(m), nacts * sizeof(float));
+    collage_gpt_free(m);
+}
+
+static void test_thread_count_independence(void) {
+    collage_gpt_config c;
+    collage_gpt_preset("tiny", &c);
+    const int B = 4, T = 64;
+    size_t n = collage_gpt_num_params(&c);
+    float *w = malloc(n * sizeof *w);
+    collage_bf16 *w16 = malloc(n * sizeof *w16);
+    collage_gpt_init_weights(&c, SEED, w, n);
+    collage_bf16_from_f32_row(w16, w, n);
+    static int tok[256], tgt[256];
+    h_seed(SEED + 11);
+    random_tokens(tok, tgt, B * T, c.vocab_size);
+    collage_gpt *probe = NULL;
+    collage_gpt_create(&c, COLLAGE_GPT_FP32, B, T, &probe);
+    collage_gpt_act at[32];
+    int na = collage_gpt_act_tensors(probe, at, 32);
+    size_t nacts = at[na - 1].offset + at[na - 1].count;
+    collage_gpt_free(probe);
+    float *g1 = malloc(n * 4), *g2 = malloc(n * 4), *a1 = malloc(nacts * 4), *a2 = malloc(nacts * 4);
+    for (int p = 0; p < 2; p++) {
+        collage_gpt_precision prec = p ? COLLAGE_GPT_BF16 : COLLAGE_GPT_FP32;
+        const void *wp = p ? (const void *)w16 : (const void *)w;
+        double L1 = 0, L2 = 0;
+        run_threads(prec, 1, wp, tok, tgt, B, T, &L1, g1, a1);
+        run_threads(prec, 2, wp, tok, tgt, B, T, &L2, g2, a2);
+        size_t gb = n * (p ? 2 : 4);
+        CHECK(L1 == L2, "%s: loss %.17g (1 thread) vs %.17g (2)", collage_gpt_precision_name(prec), L1, L2);
+        CHECK(memcmp(g1, g2, gb) == 0, "%s: gradients differ between 1 and 2 threads", collage_gpt_precision_name(prec));
+        CHECK(memcmp(a1, a2, nacts * 4) == 0, "%s: activations differ", collage_gpt_precision_name(prec));
+    }
+    set_threads(0);
+    free(w); free(w16); free(g1); free(g2); free(a1); free(a2);
+}
+
+/* ------------------------------------------------------------------ bf16 */
+static void test_bf16_mode(void) {
+    collage_gpt_config c;
+    collage_gpt_preset("tiny", &c);
+    const int B = 4, T = 32;
+    collage_gpt *mb = NULL, *mf = NULL;
+    CHECK(collage_gpt_create(&c, COLLAGE_GPT_BF16, B, T, &mb) == COLLAGE_OK, "create bf16");
+    CHECK(collage_gpt_create(&c, COLLAGE_GPT_FP32, B, T, &mf) == COLLAGE_OK, "create fp32");
+    if (!mb || !mf) { collage_gpt_free(mb); collage_gpt_free(mf); return; }
+    size_t n = collage_gpt_size(mb);
+    float *w = malloc(n * sizeof *w);
+    collage_bf16 *w16 = malloc(n * sizeof *w16);
+    collage_gpt_init_weights(&c, SEED, w, n);
+    collage_bf16_from_f32_row(w16, w, n);
+    collage_bf16_to_f32_row(w, w16, n); /* both models see the same bf16 weights */
+    int tok[128], tgt[128];
+    h_seed(SEED + 5);
+    for (int i = 0; i < B * T; i++) { tok[i] = (int)(h_rand32() % 64u); tgt[i] = (tok[i] * 7 + 3) % 64; }
+    double Lb = 0, Lf = 0;
+    CHECK(collage_gpt_forward(mb, w16, tok, tgt, B, T, &Lb) == COLLAGE_OK, "forward bf16");
+    CHECK(collage_gpt_forward(mf, w, tok, tgt, B, T, &Lf) == COLLAGE_OK, "forward fp32");
+    collage_gpt_zero_grad(mb);
+    collage_gpt_zero_grad(mf);
+    CHECK(collage_gpt_backward(mb) == COLLAGE_OK, "backward bf16");
+    collage_gpt_backward(mf);
+    collage_gpt_act at[32];
+    int na = collage_gpt_act_tensors(mb, at, 32);
+    const float *acts = collage_gpt_acts(mb);
+    int checked = 0;
+    for (int k = 0; k < na; k++) {
+        if (!at[k].bf16) continue;
+        size_t bad = 0;
+        for (size_t i = at[k].offset; i < at[k].offset + at[k].count; i++) {
+            uint32_t u;
+            memcpy(&u, &acts[i], 4);
+            bad += (u & 0xffffu) != 0;
+        }
+        CHECK(bad == 0, "%s: %zu values not bf16", at[k].name, bad);
+        checked++;
+    }
+    CHECK(checked >= 15, "only %d activation tensors checked", checked);
+    const collage_bf16 *gb = collage_gpt_grads(mb);
+    const float *gf = collage_gpt_grads(mf);
+    double dot = 0, nb = 0, nf = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = (double)collage_bf16_to_f32(gb[i]), y = (double)gf[i];
+        dot += x * y; nb += x * x; nf += y * y;
+    }
+    double cosine = dot / sqrt(nb * nf);
+    printf("    loss bf16 %.5f fp32 %.5f; gradient cosine %.5f\n", Lb, Lf, cosine);
+    CHECK(fabs(Lb - Lf) <= BF16_LOSS_REL * Lf, "loss bf16 %.5f vs fp32 %.5f", Lb, Lf);
+    CHECK(cosine >= BF16_GRAD_COS, "gradient cosine %.5f", cosine);
+    free(w);
+    free(w16);
+    collage_gpt_free(mb);
+    collage_gpt_free(mf);
+}
+
+/* ------------------------------------------------------------------ inference */
+static void test_next_logits_and_sampling(void) {
+    const collage_gpt_config c = small_cfg();
+    collage_gpt *m = NULL;
+    CHECK(collage_gpt_create(&c, COLLAGE_GPT_FP32, 1, 8, &m) == COLLAGE_OK, "create");
+    if (!m) return;
+    size_t n = collage_gpt_size(m);
+    double *wd = malloc(n * sizeof *wd);
+    float *w = malloc(n * sizeof *w);
+    random_params(&c, wd, SEED + 9);
+    for (size_t i = 0; i < n; i++) w[i] = (float)wd[i];
+    int tok[8] = {1, 5, 18, 0, 7, 7, 3, 2};
+    float logits[19];
+    CHECK(collage_gpt_next_logits(m, w, tok, 6, logits) == COLLAGE_OK, "next_logits: %s", collage_gpt_error(m));
+    /* the same as the full forward's row T−1 */
+    CHECK(collage_gpt_forward(m, w, tok, NULL, 1, 6, NULL) == COLLAGE_OK, "forward without targets");
+    collage_gpt_act at[32];
+    int na = collage_gpt_act_tensors(m, at, 32);
+    const float *full = NULL;
+    for (int k = 0; k < na; k++)
+        if (strcmp(at[k].name, "logits") == 0) full = (const float *)collage_gpt_acts(m) + at[k].offset + 5 * 24;
+    double dmax = 0;
+    for (int i = 0; i < 19 && full; i++) dmax = fmax(dmax, fabs((double)logits[i] - (double)full[i]));
+    CHECK(full && dmax <= 1e-5, "next_logits vs forward: max diff %.2e", dmax);
+    int am = 0;
+    for (int i = 1; i < 19; i++) if (logits[i] > logits[am]) am = i;
+    CHECK(collage_gpt_sample(logits, 19, 0.0f, 1, 0) == am, "temperature 0 is not the argmax");
+    uint64_t key = collage_rand_key(SEED, 0);
+    CHECK(collage_gpt_sample(logits, 19, 1.0f, key, 42) == collage_gpt_sample(logits, 19, 1.0f, key, 42), "sample");
+    /* frequencies of a 4-token distribution */
+    const float lg[4] = {0.0f, 1.0f, -1.0f, 0.5f};
+    double p[4], z = 0;
+    for (int i = 0; i < 4; i++) z += exp((double)lg[i] / 0.8);
+    for (int i = 0; i < 4; i++) p[i] = exp((double)lg[i] / 0.8) / z;
+    int cnt[4] = {0};
+    for (int d = 0; d < SAMPLE_DRAWS; d++) {
+        int s = collage_gpt_sample(lg, 4, 0.8f, key, (uint64_t)d);
+        CHECK(s >= 0 && s < 4, "sample %d", s);
+        if (s >= 0 && s < 4) cnt[s]++;
+    }
+    for (int i = 0; i < 4; i++) {
+        double e = p[i] * SAMPLE_DRAWS, sd = sqrt(e * (1 - p[i]));
+        CHECK(fabs(cnt[i] - e) <= SAMPLE_SIGMAS * sd, "token %d drawn %d times, expected %.0f", i, cnt[i], e);
+    }
+    const float bad[2] = {0.0f, NAN};
+    CHECK(collage_gpt_sample(bad, 2, 1.0f, key, 0) == -1 && collage_gpt_sample(lg, 0, 1.0f, key, 0) == -1, "bad");
+    free(wd);
+    free(w);
+    collage_gpt_free(m);
+}
+
+/* ------------------------------------------------------------------ bad input */
+static void test_bad_input(void) {
+    char msg[200];
+    collage_gpt_config c = small_cfg();
+    c.channels = 18; /* 2 heads: fine */
+    c.num_heads = 4;  /* 18 % 4 != 0 */
+    CHECK(collage_gpt_check(&c, 1, 1, msg, sizeof msg) == COLLAGE_ERR_SIZE && strstr(msg, "divisible"), "heads: %s", msg);
+    collage_gpt *m = (collage_gpt *)&c;
+    CHECK(collage_gpt_create(&c, COLLAGE_GPT_FP32, 1, 4, &m) == COLLAGE_ERR_SIZE && m == NULL, "create bad heads");
+    c = small_cfg();
+    c.padded_vocab_size = 10;
+    CHECK(collage_gpt_check(&c, 1, 1, msg, sizeof msg) == COLLAGE_ERR_SIZE, "Vp < V");
+    c = small_cfg();
+    c.num_layers = 0;
+    CHECK(collage_gpt_check(&c, 1, 1, msg, sizeof msg) == COLLAGE_ERR_SIZE, "L = 0");
+    c = small_cfg();
+    CHECK(collage_gpt_create(&c, COLLAGE_GPT_FP32, 1, 9, &m) == COLLAGE_ERR_SIZE, "maxT > max_seq_len");
+    CHECK(collage_gpt_create(&c, COLLAGE_GPT_FP32, 0, 4, &m) == COLLAGE_ERR_SIZE, "maxB = 0");
+    CHECK(collage_gpt_create(&c, COLLAGE_GPT_PRECISION_COUNT, 1, 4, &m) == COLLAGE_ERR_ARG, "bad precision");
+    CHECK(collage_gpt_create(NULL, COLLAGE_GPT_FP32, 1, 4, &m) == COLLAGE_ERR_NULL, "NULL config");
+    CHECK(collage_gpt_preset("huge", &c) == COLLAGE_ERR_ARG, "unknown preset");
+    collage_gpt_precision pr;
+    CHECK(collage_gpt_precision_parse("bf16", &pr) == COLLAGE_OK && pr == COLLAGE_GPT_BF16, "parse bf16");
+    CHECK(collage_gpt_precision_parse("fp8", &pr) == COLLAGE_ERR_ARG, "parse fp8");
+    c = small_cfg();
+    CHECK(collage_gpt_create(&c, COLLAGE_GPT_FP32, 2, 4, &m) == COLLAGE_OK, "create");
+    if (!m) return;
+    size_t n = collage_gpt_size(m);
+    float *w = calloc(n, sizeof *w);
+    int tok[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, tgt[10] = {0};
+    double L = 0;
+    CHECK(collage_gpt_forward(m, w, tok, tgt, 2, 5, &L) == COLLAGE_ERR_SIZE, "T > maxT");
+    CHECK(collage_gpt_forward(m, w, tok, tgt, 3, 4, &L) == COLLAGE_ERR_SIZE, "B > maxB");
+    CHECK(collage_gpt_forward(m, w, tok, tgt, 1, 0, &L) == COLLAGE_ERR_SIZE, "T = 0");
+    tok[3] = 19;
+    CHECK(collage_gpt_forward(m, w, tok, tgt, 2, 4, &L) == COLLAGE_ERR_ARG && strstr(collage_gpt_error(m), "19"),
+          "token = V: %s", collage_gpt_error(m));
+    tok[3] = -1;
+    CHECK(collage_gpt_forward(m, w, tok, tgt, 2, 4, &L) == COLLAGE_ERR_ARG, "token -1");
+    tok[3] = 4;
+    tgt[7] = 25;
+    CHECK(collage_gpt_forward(m, w, tok, tgt, 2, 4, &L) == COLLAGE_ERR_ARG, "target >= V");
+    CHECK(collage_gpt_backward(m) == COLLAGE_ERR_ARG, "backward after a failed forward");
+    CHECK(collage_gpt_forward(m, NULL, tok, tgt, 2, 4, &L) == COLLAGE_ERR_NULL, "NULL params");
+    CHECK(collage_gpt_forward(m, w, tok, NULL, 2, 4, NULL) == COLLAGE_OK, "forward without targets");
+    CHECK(collage_gpt_backward(m) == COLLAGE_ERR_ARG, "backward without targets");
+    float lg[19];
+    CHECK(collage_gpt_next_logits(m, w, tok, 5, lg) == COLLAGE_ERR_SIZE, "next_logits T > maxT");
+    CHECK(collage_gpt_next_logits(m, w, tok, 4, NULL) == COLLAGE_ERR_NULL, "next_logits NULL");
+    CHECK(collage_gpt_forward(NULL, w, tok, tgt, 2, 4, &L) == COLLAGE_ERR_NULL, "NULL model");
+    collage_gpt_free(NULL);
+    free(w);
+    collage_gpt_free(m);
+}
+
+int main(void) {
+    g_blas_default = openblas_get_num_threads();
+    printf("test_gpt: seed %llu\n", SEED);
+    RUN(test_layout);
+    RUN(test_init);
+    RUN(test_backward_vs_finite_differences);
+    RUN(test_float_matches_double);
+    RUN(test_accumulation_and_partial_batch);
+    RUN(test_loss_at_init_and_sgd);
+    RUN(test_thread_count_independence);
+    RUN(test_bf16_mode);
+    RUN(test_next_logits_and_sampling);
+    RUN(test_bad_input);
+    return h_end();
+}
