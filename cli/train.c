@@ -3,6 +3,7 @@
  * a JSON log per step, and a progress bar with ETA on a terminal. */
 #include "cli.h"
 #include "ckpt.h"
+#include "internal.h" /* collage_atomic_*: the manifest is written like every other file */
 #include "data.h"
 #include "gpt.h"
 #include <errno.h>

@@ -432,52 +432,31 @@ static int write_all(FILE *f, const void *p, size_t len, uint64_t *h) {
 collage_status collage_adamw_save(const collage_adamw *oc, const char *path) {
     collage_adamw *o = (collage_adamw *)oc; /* only err is written */
     if (!o || !path) return COLLAGE_ERR_NULL;
-    size_t plen = strlen(path) + 32;
-    char *tmp = malloc(plen);
-    if (!tmp) return COLLAGE_ERR_NOMEM;
-    snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        set_err(o, "cannot create '%s': %s", tmp, strerror(errno));
-        free(tmp);
-        return COLLAGE_ERR_IO;
-    }
+    collage_atomic_file af;
+    collage_status st = collage_atomic_open(&af, path, o->err, sizeof o->err);
+    if (st) return st;
     adamw_header h = {{0}, ADAMW_VERSION, (uint32_t)o->cfg.strategy, o->cfg.n, o->t, (uint32_t)o->synced,
                       (uint32_t)o->n_groups, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, o->cfg.weight_decay,
                       o->cfg.clip, o->cfg.seed};
     memcpy(h.magic, ADAMW_MAGIC, 8);
     uint64_t hash = FNV_INIT;
-    int ok = write_all(f, &h, sizeof h, &hash);
+    int ok = write_all(af.f, &h, sizeof h, &hash);
     for (int i = 0; ok && i < o->n_groups; i++) {
         adamw_group_rec g = {o->groups[i].offset, o->groups[i].count, o->groups[i].weight_decay, {0}};
         snprintf(g.name, NAME_LEN, "%s", o->groups[i].name);
-        ok = write_all(f, &g, sizeof g, &hash);
+        ok = write_all(af.f, &g, sizeof g, &hash);
     }
     void *p[6];
     size_t bytes[6];
     int ns = slab_list(o, p, bytes);
-    for (int i = 0; ok && i < ns; i++) ok = write_all(f, p[i], bytes[i], &hash);
-    ok = ok && fwrite(&hash, 8, 1, f) == 1;
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved_errno = errno;
-    if (fclose(f) != 0) ok = 0;
-    if (ok && rename(tmp, path) != 0) { saved_errno = errno; ok = 0; }
+    for (int i = 0; ok && i < ns; i++) ok = write_all(af.f, p[i], bytes[i], &hash);
+    ok = ok && fwrite(&hash, 8, 1, af.f) == 1;
     if (!ok) {
-        set_err(o, "cannot write optimizer state to '%s': %s", path, strerror(saved_errno));
-        unlink(tmp);
-        free(tmp);
+        set_err(o, "cannot write optimizer state to '%s': %s", path, strerror(errno));
+        collage_atomic_abort(&af);
         return COLLAGE_ERR_IO;
     }
-    /* make the rename durable */
-    char *dir = strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
-    if (dir) {
-        if (slash) *slash = 0;
-        int dfd = open(slash ? (dir[0] ? dir : "/") : ".", O_RDONLY);
-        if (dfd >= 0) { fsync(dfd); close(dfd); }
-        free(dir);
-    }
-    free(tmp);
-    return COLLAGE_OK;
+    return collage_atomic_commit(&af, o->err, sizeof o->err);
 }
 
 static collage_status load_fail(collage_adamw *o, FILE *f, collage_status st, const char *fmt, ...) {

@@ -1,7 +1,8 @@
 /* ckpt.h — model checkpoints in llm.c's format (so a model trained here loads in llm.c, and llm.c's
- * gpt2_124M.bin loads here), and the atomic-write helper every file writer of collage uses.
+ * gpt2_124M.bin loads here).
  * llm.c format: 256 little-endian int32 — [0] magic 20240326, [1] version (3: fp32 weights, 5: bf16),
- * [2] maxT, [3] V, [4] L, [5] NH, [6] C, [7] padded V; then the parameters in gpt.h's slab order. */
+ * [2] maxT, [3] V, [4] L, [5] NH, [6] C, [7] padded V; then the parameters in gpt.h's slab order.
+ * Files are written with collage_atomic_* (internal.h). */
 #ifndef COLLAGE_CKPT_H
 #define COLLAGE_CKPT_H
 
@@ -11,17 +12,6 @@
 #define COLLAGE_LLMC_MAGIC 20240326
 #define COLLAGE_LLMC_VERSION_FP32 3
 #define COLLAGE_LLMC_VERSION_BF16 5
-
-/* Atomic file writing: open a temporary name beside path, write, then collage_atomic_commit flushes,
- * fsyncs, renames over path and fsyncs the folder; collage_atomic_abort removes the temporary file.
- * A reader never sees a partial file at path. */
-typedef struct {
-    FILE *f;
-    char *tmp, *path;
-} collage_atomic_file;
-collage_status collage_atomic_open(collage_atomic_file *af, const char *path, char *err, size_t cap);
-collage_status collage_atomic_commit(collage_atomic_file *af, char *err, size_t cap);
-void           collage_atomic_abort(collage_atomic_file *af);
 
 /* Write the model: params are float (bf16 = 0, version 3) or collage_bf16 (bf16 = 1, version 5). */
 collage_status collage_ckpt_save_model(const char *path, const collage_gpt_config *cfg, const void *params,

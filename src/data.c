@@ -3,6 +3,7 @@
  * of T + 1 tokens visited epoch by epoch in a keyed permutation, every batch a pure function of
  * (seed, step), rows sliced by rank. */
 #include "data.h"
+#include "internal.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -56,16 +57,10 @@ collage_status collage_shard_write(const char *path, const uint16_t *tokens, siz
     put_le32(header + 4, COLLAGE_SHARD_VERSION);
     put_le32(header + 8, (uint32_t)n);
     put_le32(header + 12, vocab_size > 0 ? (uint32_t)vocab_size : 0);
-    size_t plen = strlen(path) + 32;
-    char *tmp = malloc(plen);
-    if (!tmp) return fail(err, err_size, COLLAGE_ERR_NOMEM, "out of memory");
-    snprintf(tmp, plen, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        collage_status st = fail(err, err_size, COLLAGE_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
-        free(tmp);
-        return st;
-    }
+    collage_atomic_file af;
+    collage_status st = collage_atomic_open(&af, path, err, err_size);
+    if (st) return st;
+    FILE *f = af.f;
     int ok = fwrite(header, 1, sizeof header, f) == sizeof header;
     if (host_is_le()) ok = ok && (n == 0 || fwrite(tokens, 2, n, f) == n);
     else {
@@ -74,25 +69,12 @@ collage_status collage_shard_write(const char *path, const uint16_t *tokens, siz
             ok = fwrite(b, 1, 2, f) == 2;
         }
     }
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved_errno = errno;
-    if (fclose(f) != 0) ok = 0;
-    if (ok && rename(tmp, path) != 0) { saved_errno = errno; ok = 0; }
     if (!ok) {
-        unlink(tmp);
-        free(tmp);
-        return fail(err, err_size, COLLAGE_ERR_IO, "cannot write '%s': %s", path, strerror(saved_errno));
+        st = fail(err, err_size, COLLAGE_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+        collage_atomic_abort(&af);
+        return st;
     }
-    free(tmp);
-    /* make the rename durable */
-    char *dir = strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
-    if (dir) {
-        if (slash) *slash = 0;
-        int dfd = open(slash ? (dir[0] ? dir : "/") : ".", O_RDONLY);
-        if (dfd >= 0) { fsync(dfd); close(dfd); }
-        free(dir);
-    }
-    return COLLAGE_OK;
+    return collage_atomic_commit(&af, err, err_size);
 }
 
 /* Validate the header against the file size; on success *count = N. */
