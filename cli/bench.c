@@ -3,6 +3,9 @@
  * bound (a[i] = a[i]·s + b[i]) measured in the same run. Medians of several repetitions; arrays far
  * larger than the caches. Speed is reported here, never asserted by tests. */
 #include "cli.h"
+#include "gpt.h"
+#include <cblas.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,12 +263,147 @@ static int cmd_bench_optimizer(int argc, char **argv) {
     return bench_optimizer(n, threads, reps, json, only);
 }
 
+
+/* ------------------------------------------------------------------ model */
+/* One training step (forward, backward, optimizer) of a GPT per strategy, in tokens/s and model
+ * FLOP/s, next to OpenBLAS sgemm on the same matrix shapes measured in the same run. Model FLOPs per
+ * token: 6·N for the weight matrices (forward + backward) plus 6·L·T·C for attention scores and
+ * values (each position attends to T/2 positions on average, causal). */
+static double sgemm_rate(const collage_gpt_config *c, int BT, int reps) {
+    int C = c->channels, V = c->padded_vocab_size;
+    /* (rows, inner, cols) of the forward products; backward runs the two transposed products */
+    int shapes[5][3] = {{BT, C, 3 * C}, {BT, C, C}, {BT, C, 4 * C}, {BT, 4 * C, C}, {BT, C, V}};
+    int count[5] = {c->num_layers, c->num_layers, c->num_layers, c->num_layers, 1};
+    size_t maxa = 0, maxb = 0, maxc = 0;
+    for (int k = 0; k < 5; k++) {
+        size_t a = (size_t)shapes[k][0] * shapes[k][1], b = (size_t)shapes[k][1] * shapes[k][2], o = (size_t)shapes[k][0] * shapes[k][2];
+        if (a > maxa) maxa = a;
+        if (b > maxb) maxb = b;
+        if (o > maxc) maxc = o;
+    }
+    float *A = calloc(maxa, 4), *B = calloc(maxb, 4), *O = calloc(maxc, 4);
+    if (!A || !B || !O) { free(A); free(B); free(O); return NAN; }
+    for (size_t i = 0; i < maxa; i++) A[i] = (float)(i % 7) * 0.1f;
+    for (size_t i = 0; i < maxb; i++) B[i] = (float)(i % 5) * 0.1f;
+    double best = 1e30, flops = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = cli_now();
+        flops = 0;
+        for (int k = 0; k < 5; k++) {
+            int M = shapes[k][0], K = shapes[k][1], N = shapes[k][2];
+            for (int rep = 0; rep < count[k]; rep++) {
+                /* forward out = inp·Wᵀ, backward dinp = dout·W and dW = doutᵀ·inp: three products */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, K, B, K, 0.0f, O, N);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, O, N, B, K, 0.0f, A, K);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, O, N, A, K, 0.0f, B, K);
+                flops += 6.0 * M * N * K;
+            }
+        }
+        double t = cli_now() - t0;
+        if (t < best) best = t;
+    }
+    free(A); free(B); free(O);
+    return flops / best;
+}
+
+static int bench_model(const char *preset, int B, int T, int steps, const char *only, int json) {
+    collage_gpt_config c;
+    if (collage_gpt_preset(preset, &c) != COLLAGE_OK) {
+        fprintf(stderr, "collage bench: unknown --model '%s'\nhint: tiny, small or gpt2\n", preset);
+        return 2;
+    }
+    char msg[256];
+    if (collage_gpt_check(&c, B, T, msg, sizeof msg) != COLLAGE_OK) { fprintf(stderr, "collage bench: %s\n", msg); return 2; }
+    size_t n = collage_gpt_num_params(&c);
+    double tok = (double)B * T;
+    double flops_tok = 6.0 * (double)n + 6.0 * c.num_layers * (double)T * c.channels;
+    double sg = sgemm_rate(&c, B * T, 3);
+    if (!json)
+        printf("collage bench model: %s (%zu params), B = %d, T = %d, %d threads, median of %d steps\n"
+               "OpenBLAS sgemm on the model's shapes: %.1f GFLOP/s\n\n%-17s %9s %9s %11s %9s %9s\n", preset, n, B, T,
+               collage_get_threads(), steps, sg * 1e-9, "strategy", "ms/step", "tokens/s", "GFLOP/s", "vs sgemm",
+               "vs fp32");
+    float *w0 = malloc(n * sizeof(float));
+    int32_t *in = malloc(sizeof(int32_t) * (size_t)B * T), *tg = malloc(sizeof(int32_t) * (size_t)B * T);
+    if (!w0 || !in || !tg || collage_gpt_init_weights(&c, 1, w0, n) != COLLAGE_OK) { free(w0); free(in); free(tg); return 1; }
+    for (int i = 0; i < B * T; i++) { in[i] = (i * 7919) % c.vocab_size; tg[i] = (i * 104729 + 1) % c.vocab_size; }
+    double fp32_ms = NAN;
+    collage_strategy list[] = {COLLAGE_FP32, COLLAGE_BF16_MASTER, COLLAGE_LIGHT, COLLAGE_PLUS, COLLAGE_BF16};
+    for (size_t si = 0; si < sizeof list / sizeof *list; si++) {
+        collage_strategy s = list[si];
+        if (only && strcmp(only, collage_strategy_name(s)) && s != COLLAGE_FP32) continue;
+        collage_gpt *m = NULL;
+        collage_adamw *opt = NULL;
+        collage_param_group g[COLLAGE_GPT_NTENSORS];
+        int ng = collage_gpt_param_groups(&c, 0.1, g);
+        collage_adamw_config ac = {.strategy = s, .n = n, .beta2 = 0.95, .weight_decay = 0.1, .groups = g,
+                                   .n_groups = ng, .clip = 1.0, .edq = 1};
+        if (collage_gpt_create(&c, s == COLLAGE_FP32 ? COLLAGE_GPT_FP32 : COLLAGE_GPT_BF16, B, T, &m) != COLLAGE_OK ||
+            collage_adamw_create(&ac, &opt) != COLLAGE_OK) {
+            fprintf(stderr, "collage bench: cannot create the %s model (out of memory?)\n", collage_strategy_name(s));
+            collage_gpt_free(m); collage_adamw_free(opt);
+            break;
+        }
+        collage_adamw_set_weights_f32(opt, w0, n);
+        double *t = malloc(sizeof(double) * (size_t)(steps + 1));
+        for (int r = 0; r <= steps; r++) { /* step 0 warms up */
+            double t0 = cli_now(), loss;
+            collage_gpt_zero_grad(m);
+            collage_gpt_forward(m, collage_adamw_params(opt), in, tg, B, T, &loss);
+            collage_gpt_backward(m);
+            collage_adamw_step(opt, collage_gpt_grads(m), 1e-4, NULL);
+            t[r] = cli_now() - t0;
+        }
+        double ms = median_of(t + 1, steps) * 1e3, fl = flops_tok * tok / (ms * 1e-3);
+        if (s == COLLAGE_FP32) fp32_ms = ms;
+        if (json)
+            printf("{\"model\":\"%s\",\"strategy\":\"%s\",\"B\":%d,\"T\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f,"
+                   "\"model_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"fraction_of_sgemm\":%.3f,\"slowdown_vs_fp32\":%.3f}\n",
+                   preset, collage_strategy_name(s), B, T, ms, tok / (ms * 1e-3), fl * 1e-9, sg * 1e-9, fl / sg, ms / fp32_ms);
+        else
+            printf("%-17s %9.1f %9.0f %11.1f %8.0f%% %8.2fx\n", collage_strategy_name(s), ms, tok / (ms * 1e-3), fl * 1e-9,
+                   100 * fl / sg, ms / fp32_ms);
+        fflush(stdout);
+        free(t);
+        collage_gpt_free(m);
+        collage_adamw_free(opt);
+    }
+    free(w0); free(in); free(tg);
+    return 0;
+}
+
+static int cmd_bench_model(int argc, char **argv) {
+    const char *preset = "gpt2", *only = NULL;
+    int B = 4, T = 64, steps = 5, json = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "--model")) preset = v;
+        else if (!strcmp(a, "--batch")) bad = cli_parse_int(a, v, &B);
+        else if (!strcmp(a, "--seq")) bad = cli_parse_int(a, v, &T);
+        else if (!strcmp(a, "--steps")) bad = cli_parse_int(a, v, &steps);
+        else if (!strcmp(a, "--strategy")) only = v;
+        else if (!strcmp(a, "--json")) { json = 1; continue; }
+        else {
+            fprintf(stderr, "usage: collage bench model [--model tiny|small|gpt2] [--batch B] [--seq T] [--steps N] "
+                            "[--strategy S] [--json]\n");
+            return 2;
+        }
+        if (bad) return 2;
+        if (!v) { fprintf(stderr, "collage bench: %s needs a value\n", a); return 2; }
+        i++;
+    }
+    if (B < 1 || T < 1 || steps < 1 || !preset) { fprintf(stderr, "collage bench: --batch, --seq, --steps must be positive\n"); return 2; }
+    return bench_model(preset, B, T, steps, only, json);
+}
+
 int cmd_bench(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "optimizer")) return cmd_bench_optimizer(argc - 1, argv + 1);
+    if (argc >= 1 && !strcmp(argv[0], "model")) return cmd_bench_model(argc - 1, argv + 1);
     if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) { bench_usage(argc < 1 ? stderr : stdout); return argc < 1 ? 2 : 0; }
     bench_opts o = {.n = (size_t)32 << 20, .reps = 7, .json = 0, .max_threads = collage_get_threads()};
     if (strcmp(argv[0], "convert") != 0) {
-        fprintf(stderr, "collage bench: unknown benchmark '%s'\nhint: collage bench convert | collage bench optimizer\n", argv[0]);
+        fprintf(stderr, "collage bench: unknown benchmark '%s'\nhint: collage bench convert | optimizer | model\n", argv[0]);
         return 2;
     }
     for (int i = 1; i < argc; i++) {

@@ -27,6 +27,8 @@ static void usage(FILE *f) {
             "  bench optimizer [--params N] [--threads T] [--reps R] [--strategy S] [--json]\n"
             "                  the fused AdamW step per precision strategy against the\n"
             "                  memory-bandwidth bound measured in the same run\n"
+            "  bench model [--model gpt2|small|tiny] [--batch B] [--seq T] [--json]\n"
+            "                  training step per strategy: tokens/s, model FLOP/s vs sgemm\n"
             "\n"
             "options:\n"
             "  -h, --help      this help\n"
