@@ -31,8 +31,21 @@ typedef struct {
 } gpt_plan;
 
 /* ---------------------------------------------------------------- the kernels, twice */
-static inline float rnd_f32(int bf, float v) { return bf ? bf16_f32(bf16_rn_bits(v)) : v; }
+/* Branch-free selects: a where m is all ones, else b. Under GCC's default -ftrapping-math a float `?:`
+ * is control flow that blocks vectorisation; masks on the bits are not, and give the same values. */
+static inline float sel_f32(uint32_t m, float a, float b) { return bits_f32((m & f32_bits(a)) | (~m & f32_bits(b))); }
+static inline uint32_t lt_f32(float a, float b) { return 0u - (uint32_t)(a < b); }
+
+/* bf ? the bf16 nearest to v (RN, ties to even, NaN kept quiet: bf16_rn_bits) : v. */
+static inline float rnd_f32(int bf, float v) {
+    const uint32_t u = f32_bits(v);
+    const uint32_t rn = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u, nan = (u | 0x00400000u) & 0xffff0000u;
+    const uint32_t is_nan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u), on = 0u - (uint32_t)(bf != 0);
+    return bits_f32((on & ((is_nan & nan) | (~is_nan & rn))) | (~on & u));
+}
 static inline double rnd_f64(int bf, double v) { (void)bf; return v; }
+static inline float min_f32(float a, float b) { return sel_f32(lt_f32(b, a), b, a); } /* NaN a: a */
+static inline double min_f64(double a, double b) { return b < a ? b : a; }
 
 /* e^x in float without a libm call, so loops over it vectorise and give the same bits in every build
  * and with every libm. x = k·ln2 + r (Cody–Waite: ln2 = L2HI + L2LO, k·L2HI exact for |k| < 2^9),
@@ -42,7 +55,9 @@ static inline double rnd_f64(int bf, double v) { (void)bf; return v; }
  * subnormals are flushed), +Inf above 88.72283, NaN for NaN. */
 static inline float exp_f32(float x) {
     const float L2HI = 0.693145751953125f, L2LO = 1.428606765330187e-6f, SHIFTER = 12582912.0f;
-    const float xc = x < -87.5f ? -87.5f : x > 88.8f ? 88.8f : x;
+    float xc = sel_f32(lt_f32(x, -87.5f), -87.5f, x);
+    xc = sel_f32(lt_f32(88.8f, xc), 88.8f, xc);
+    xc = sel_f32(0u - (uint32_t)(x != x), 0.0f, xc); /* keep the integer conversion below defined */
     const float kf = (xc * 1.44269504088896341f + SHIFTER) - SHIFTER; /* nearest integer, |k| ≤ 129 */
     const float r = (xc - kf * L2HI) - kf * L2LO;
     float p = 1.0f / 5040.0f;
@@ -54,8 +69,10 @@ static inline float exp_f32(float x) {
     p = p * r + 1.0f;
     p = p * r + 1.0f;
     const int32_t k = (int32_t)kf, k1 = k >> 1, k2 = k - k1;
-    const float y = (p * bits_f32((uint32_t)(k1 + 127) << 23)) * bits_f32((uint32_t)(k2 + 127) << 23);
-    return x < -87.33654f ? 0.0f : x > 88.72283f ? (float)INFINITY : x != x ? x : y;
+    float y = (p * bits_f32((uint32_t)(k1 + 127) << 23)) * bits_f32((uint32_t)(k2 + 127) << 23);
+    y = sel_f32(lt_f32(x, -87.33654f), 0.0f, y);
+    y = sel_f32(lt_f32(88.72283f, x), (float)INFINITY, y);
+    return sel_f32(0u - (uint32_t)(x != x), x, y);
 }
 float collage__gpt_exp_f32(float x) { return exp_f32(x); }
 
@@ -63,6 +80,7 @@ float collage__gpt_exp_f32(float x) { return exp_f32(x); }
 #define SUF(name) name##_f32
 #define GEMM cblas_sgemm
 #define R_EXP exp_f32
+#define R_MIN min_f32
 #define R_LOG logf
 #define R_SQRT sqrtf
 #include "ops.h"
@@ -70,6 +88,7 @@ float collage__gpt_exp_f32(float x) { return exp_f32(x); }
 #undef SUF
 #undef GEMM
 #undef R_EXP
+#undef R_MIN
 #undef R_LOG
 #undef R_SQRT
 
@@ -77,6 +96,7 @@ float collage__gpt_exp_f32(float x) { return exp_f32(x); }
 #define SUF(name) name##_f64
 #define GEMM cblas_dgemm
 #define R_EXP exp
+#define R_MIN min_f64
 #define R_LOG log
 #define R_SQRT sqrt
 #include "ops.h"
@@ -84,6 +104,7 @@ float collage__gpt_exp_f32(float x) { return exp_f32(x); }
 #undef SUF
 #undef GEMM
 #undef R_EXP
+#undef R_MIN
 #undef R_LOG
 #undef R_SQRT
 
@@ -212,12 +233,14 @@ int collage_gpt_param_groups(const collage_gpt_config *cfg, double weight_decay,
     return COLLAGE_GPT_NTENSORS;
 }
 
-/* A standard normal from two counter-based words (Box–Muller, cosine branch): depends only on
- * (key, i), so the slab is the same for any thread count. */
-static double gauss(uint64_t key, uint64_t i) {
-    const double u1 = ((double)collage_rand32(key, 2 * i) + 1.0) * (1.0 / 4294967296.0); /* (0, 1] */
-    const double u2 = (double)collage_rand32(key, 2 * i + 1) * (1.0 / 4294967296.0);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+/* Two standard normals from two counter-based words (Box–Muller): elements 2p and 2p+1 of a tensor
+ * depend only on (key, p), so the slab is the same for any thread count. */
+static void gauss_pair(uint64_t key, uint64_t p, double *z0, double *z1) {
+    const double u1 = ((double)collage_rand32(key, 2 * p) + 1.0) * (1.0 / 4294967296.0); /* (0, 1] */
+    const double u2 = (double)collage_rand32(key, 2 * p + 1) * (1.0 / 4294967296.0);
+    const double r = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
+    *z0 = r * cos(th);
+    *z1 = r * sin(th);
 }
 
 collage_status collage_gpt_init_weights(const collage_gpt_config *cfg, uint64_t seed, float *w, size_t n) {
@@ -226,6 +249,7 @@ collage_status collage_gpt_init_weights(const collage_gpt_config *cfg, uint64_t 
     if (!collage_gpt_tensors(cfg, t)) return COLLAGE_ERR_SIZE;
     if (n != collage_gpt_num_params(cfg)) return COLLAGE_ERR_SIZE;
     const int nt = collage__threads();
+    (void)nt;
     const double resid_std = 0.02 / sqrt(2.0 * (double)cfg->num_layers);
     for (int k = 0; k < COLLAGE_GPT_NTENSORS; k++) {
         float *x = w + t[k].offset;
@@ -238,8 +262,13 @@ collage_status collage_gpt_init_weights(const collage_gpt_config *cfg, uint64_t 
         const double sd = (k == COLLAGE_GPT_ATTPROJW || k == COLLAGE_GPT_FCPROJW) ? resid_std : 0.02;
         const long live = k == COLLAGE_GPT_WTE ? (long)cfg->vocab_size * cfg->channels : cnt; /* pad rows: 0 */
         const uint64_t key = collage_rand_key(seed, (uint64_t)k);
+        const long pairs = (cnt + 1) / 2;
 #pragma omp parallel for schedule(static) num_threads(nt) if (cnt >= 65536)
-        for (long i = 0; i < cnt; i++) x[i] = i < live ? (float)(sd * gauss(key, (uint64_t)i)) : 0.0f;
+        for (long p = 0; p < pairs; p++) {
+            double z[2];
+            gauss_pair(key, (uint64_t)p, &z[0], &z[1]);
+            for (long i = 2 * p; i < 2 * p + 2 && i < cnt; i++) x[i] = i < live ? (float)(sd * z[i - 2 * p]) : 0.0f;
+        }
     }
     return COLLAGE_OK;
 }
@@ -352,9 +381,11 @@ static collage_status take_input(collage_gpt *m, const void *params, const int *
     const int V = m->cfg.vocab_size;
     for (int n = 0; n < B * T; n++) {
         if (tokens[n] < 0 || tokens[n] >= V)
-            return fail(m, COLLAGE_ERR_ARG, "token %d at position %d outside 0..vocab_size %d", tokens[n], n, V);
+            return fail(m, COLLAGE_ERR_ARG, "token %d at (b %d, t %d) outside [0, vocab_size %d)", tokens[n], n / T,
+                        n % T, V);
         if (targets && (targets[n] < 0 || targets[n] >= V))
-            return fail(m, COLLAGE_ERR_ARG, "target %d at position %d outside 0..vocab_size %d", targets[n], n, V);
+            return fail(m, COLLAGE_ERR_ARG, "target %d at (b %d, t %d) outside [0, vocab_size %d)", targets[n], n / T,
+                        n % T, V);
     }
     memcpy(m->tok, tokens, (size_t)B * T * sizeof(int));
     if (targets) memcpy(m->tgt, targets, (size_t)B * T * sizeof(int));

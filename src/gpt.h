@@ -69,6 +69,9 @@ int    collage_gpt_param_groups(const collage_gpt_config *cfg, double weight_dec
 collage_status collage_gpt_init_weights(const collage_gpt_config *cfg, uint64_t seed, float *w, size_t n);
 
 /* ---------------------------------------------------------------- the model */
+/* Threads: collage_set_threads (OpenMP) runs every kernel and every matrix product (a fixed grid of
+ * single-threaded cblas_sgemm tiles); results are bit-identical for any thread count and with OpenMP
+ * off. Forward, backward and next_logits set OpenBLAS to one thread, process-wide, and leave it so. */
 typedef struct collage_gpt collage_gpt;
 
 /* All memory (activations for maxB × maxT, gradients, bf16 staging) is allocated here. */
@@ -96,7 +99,8 @@ void           collage_gpt_zero_grad(collage_gpt *m);
 
 /* Stored activations (for tests and diagnostics): the slab (float for fp32 and bf16, double for
  * fp64) and its named tensors; bf16 = 1 when the tensor holds bf16 values in bf16 mode (all but the
- * LayerNorm statistics, the per-position losses and the fp32 softmax of the loss). */
+ * LayerNorm statistics, the per-position losses, the fp32 softmax of the loss in "logits" and the
+ * attention scratch). The d_* tensors are the backward's activation gradients. */
 typedef struct { const char *name; size_t offset, count; int bf16; } collage_gpt_act;
 const void    *collage_gpt_acts(const collage_gpt *m);
 int            collage_gpt_act_tensors(const collage_gpt *m, collage_gpt_act *out, int cap); /* returns total */

@@ -1,7 +1,7 @@
 /* ops.h — GPT-2's layer kernels (x_forward / x_backward pairs, llm.c's math) and the model's forward and
  * backward passes, written once over the type `real`. A template, not a header: gpt.c includes it twice,
  * with real = float (the model) and real = double (the gradient-check reference), after defining
- * SUF(name), GEMM (cblas_sgemm / cblas_dgemm), R_EXP, R_LOG, R_SQRT, SUF(rnd) and gpt_plan.
+ * SUF(name), GEMM (cblas_sgemm / cblas_dgemm), R_EXP, R_LOG, R_SQRT, R_MIN, SUF(rnd) and gpt_plan.
  * `#pragma omp simd` marks elementwise loops only (never a sum), so vectorising changes no result.
  *
  * Rounding: SUF(rnd)(bf, v) is v, or in bf16 mode the bf16 nearest to v (float only). Every kernel
@@ -13,7 +13,11 @@
 
 #ifndef OPS_COL_BLOCK
 #define OPS_COL_BLOCK 64  /* columns per block of the column sums (bias, LayerNorm, embedding gradients) */
-#define OPS_PAR_MIN 16384 /* elements of work below which a loop runs on one thread */
+/* Work below which a loop runs on one thread: every parallel region ends in a barrier, and when the
+ * cores are shared with other busy processes each barrier can cost a scheduler time slice. */
+#define OPS_PAR_MIN (1 << 16)      /* elements (per-element work: about 1/4 of it for GELU) */
+#define OPS_ATT_PAR_MIN (1 << 20)  /* multiply-adds of attention */
+#define OPS_GEMM_PAR_MIN (1 << 21) /* multiply-adds of a product */
 #define OPS_NBLOCKS(n) (((n) + OPS_COL_BLOCK - 1) / OPS_COL_BLOCK)
 #define OPS_GEMM_TILES 8       /* tiles per product, about */
 #define OPS_GEMM_MIN_TILE 128  /* rows or columns per tile, at least (a multiple of 64) */
@@ -21,17 +25,18 @@
 
 /* C = op(A)·op(B) + beta·C, row-major (ta, tb: 1 = transposed), as tiles over the larger of M and N
  * whose grid depends on the shape only; each tile is one BLAS call that must run single-threaded
- * (gpt.c sets OpenBLAS to one thread around every pass). So every element of C is the same for any
+ * (gpt.c sets OpenBLAS to one thread before every pass). So every element of C is the same for any
  * number of OpenMP threads, and the OpenMP threads are the only ones that run. */
 static void SUF(gemm)(int ta, int tb, int M, int N, int K, const real *A, int lda, const real *B, int ldb,
                       real beta, real *C, int ldc, int nt) {
+    (void)nt; /* read by the OpenMP pragmas only */
     const int split_m = M >= N, dim = split_m ? M : N;
     int bs = (dim + OPS_GEMM_TILES - 1) / OPS_GEMM_TILES;
     bs = (bs + 63) / 64 * 64;
     if (bs < OPS_GEMM_MIN_TILE) bs = OPS_GEMM_MIN_TILE;
     const int nb = (dim + bs - 1) / bs;
     const enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nb > 1)
+#pragma omp parallel for schedule(static) num_threads(nt) if (nb > 1 && (double)M * N * K >= OPS_GEMM_PAR_MIN)
     for (int j = 0; j < nb; j++) {
         const int j0 = j * bs, w = dim - j0 < bs ? dim - j0 : bs;
         if (split_m)
@@ -46,11 +51,13 @@ static void SUF(gemm)(int ta, int tb, int M, int N, int K, const real *A, int ld
 /* out[b,t,:] = wte[tok[b,t],:] + wpe[t,:]                                        out (B,T,C) */
 static void SUF(encoder_forward)(real *out, const int *tok, const real *wte, const real *wpe,
                                  int B, int T, int C, int bf, int nt) {
+    (void)nt; /* read by the OpenMP pragmas only */
     const int N = B * T;
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)N * C >= OPS_PAR_MIN)
     for (int n = 0; n < N; n++) {
         real *o = out + (size_t)n * C;
         const real *we = wte + (size_t)tok[n] * C, *wp = wpe + (size_t)(n % T) * C;
+#pragma omp simd
         for (int c = 0; c < C; c++) o[c] = SUF(rnd)(bf, we[c] + wp[c]);
     }
 }
@@ -58,6 +65,7 @@ static void SUF(encoder_forward)(real *out, const int *tok, const real *wte, con
 /* dwte[tok[n],:] += dout[n,:], dwpe[t,:] += dout[n,:], in the order n = 0 … N−1 for every element. */
 static void SUF(encoder_backward)(real *dwte, real *dwpe, const real *dout, const int *tok,
                                   int B, int T, int C, int nt) {
+    (void)nt; /* read by the OpenMP pragmas only */
     const int N = B * T, nb = OPS_NBLOCKS(C);
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)N * C >= OPS_PAR_MIN)
     for (int cb = 0; cb < nb; cb++) {
@@ -65,6 +73,7 @@ static void SUF(encoder_backward)(real *dwte, real *dwpe, const real *dout, cons
         for (int n = 0; n < N; n++) {
             const real *d = dout + (size_t)n * C;
             real *gw = dwte + (size_t)tok[n] * C, *gp = dwpe + (size_t)(n % T) * C;
+#pragma omp simd
             for (int c = c0; c < c1; c++) { gw[c] += d[c]; gp[c] += d[c]; }
         }
     }
@@ -74,6 +83,7 @@ static void SUF(encoder_backward)(real *dwte, real *dwpe, const real *dout, cons
  * out (N,C), mean (N), rstd (N), inp (N,C). mean and rstd stay unrounded (statistics). */
 static void SUF(layernorm_forward)(real *out, real *mean, real *rstd, const real *inp, const real *w,
                                    const real *b, int N, int C, int bf, int nt) {
+    (void)nt; /* read by the OpenMP pragmas only */
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)N * C >= OPS_PAR_MIN)
     for (int n = 0; n < N; n++) {
         const real *x = inp + (size_t)n * C;
@@ -84,6 +94,7 @@ static void SUF(layernorm_forward)(real *out, real *mean, real *rstd, const real
         for (int c = 0; c < C; c++) { real d = x[c] - m; v += d * d; }
         v = v / (real)C;
         const real s = (real)1 / R_SQRT(v + (real)1e-5);
+#pragma omp simd
         for (int c = 0; c < C; c++) o[c] = SUF(rnd)(bf, (s * (x[c] - m)) * w[c] + b[c]);
         mean[n] = m;
         rstd[n] = s;
@@ -95,6 +106,7 @@ static void SUF(layernorm_forward)(real *out, real *mean, real *rstd, const real
 static void SUF(layernorm_backward)(real *dinp, real *dw, real *db, const real *dout, const real *inp,
                                     const real *w, const real *mean, const real *rstd, int N, int C,
                                     int accumulate, int bf, int nt) {
+    (void)nt; /* read by the OpenMP pragmas only */
     const int nb = OPS_NBLOCKS(C);
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)N * C >= OPS_PAR_MIN)
     for (int cb = 0; cb < nb; cb++) {
@@ -102,6 +114,7 @@ static void SUF(layernorm_backward)(real *dinp, real *dw, real *db, const real *
         for (int n = 0; n < N; n++) {
             const real *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
             const real m = mean[n], s = rstd[n];
+#pragma omp simd
             for (int c = c0; c < c1; c++) {
                 db[c] += d[c];
                 dw[c] += ((x[c] - m) * s) * d[c];
@@ -121,6 +134,7 @@ static void SUF(layernorm_backward)(real *dinp, real *dw, real *db, const real *
         }
         dm = dm / (real)C;
         dnm = dnm / (real)C;
+#pragma omp simd
         for (int c = 0; c < C; c++) {
             real dval = ((w[c] * d[c] - dm) - ((x[c] - m) * s) * dnm) * s;
             real r = SUF(rnd)(bf, dval);
@@ -137,29 +151,38 @@ static void SUF(matmul_forward)(real *out, const real *inp, const real *w, const
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)N * OC >= OPS_PAR_MIN)
     for (int n = 0; n < N; n++) {
         real *o = out + (size_t)n * OC;
-        if (bias) for (int j = 0; j < OC; j++) o[j] = SUF(rnd)(bf, o[j] + bias[j]);
-        else for (int j = 0; j < OC; j++) o[j] = SUF(rnd)(bf, o[j]);
+        if (bias) {
+#pragma omp simd
+            for (int j = 0; j < OC; j++) o[j] = SUF(rnd)(bf, o[j] + bias[j]);
+        } else {
+#pragma omp simd
+            for (int j = 0; j < OC; j++) o[j] = SUF(rnd)(bf, o[j]);
+        }
     }
 }
 
 /* out = res + (out + bias): the residual add after a projection written into out. out, res (N,C). */
 static void SUF(residual_bias_forward)(real *out, const real *res, const real *bias, int N, int C, int bf, int nt) {
+    (void)nt; /* read by the OpenMP pragmas only */
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)N * C >= OPS_PAR_MIN)
     for (int n = 0; n < N; n++) {
         real *o = out + (size_t)n * C;
         const real *r = res + (size_t)n * C;
+#pragma omp simd
         for (int c = 0; c < C; c++) o[c] = SUF(rnd)(bf, r[c] + SUF(rnd)(bf, o[c] + bias[c]));
     }
 }
 
 /* db[j] += Σ_n dout[n,j] in row order. dout (N,OC). */
 static void SUF(bias_backward)(real *db, const real *dout, int N, int OC, int nt) {
+    (void)nt; /* read by the OpenMP pragmas only */
     const int nb = OPS_NBLOCKS(OC);
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)N * OC >= OPS_PAR_MIN)
     for (int cb = 0; cb < nb; cb++) {
         const int c0 = cb * OPS_COL_BLOCK, c1 = c0 + OPS_COL_BLOCK < OC ? c0 + OPS_COL_BLOCK : OC;
         for (int n = 0; n < N; n++) {
             const real *d = dout + (size_t)n * OC;
+#pragma omp simd
             for (int j = c0; j < c1; j++) db[j] += d[j];
         }
     }
@@ -167,11 +190,13 @@ static void SUF(bias_backward)(real *db, const real *dout, int N, int OC, int nt
 
 /* In place: x = rnd(x) over n elements (bf16 mode only). */
 static void SUF(round_inplace)(real *x, size_t n, int bf, int nt) {
+    (void)nt; /* read by the OpenMP pragmas only */
     if (!bf) return;
     const long nb = (long)((n + 4095) / 4096);
 #pragma omp parallel for schedule(static) num_threads(nt) if (n >= OPS_PAR_MIN)
     for (long k = 0; k < nb; k++) {
         size_t a = (size_t)k * 4096, e = a + 4096 < n ? a + 4096 : n;
+#pragma omp simd
         for (size_t i = a; i < e; i++) x[i] = SUF(rnd)(bf, x[i]);
     }
 }
@@ -194,15 +219,16 @@ static void SUF(matmul_backward)(real *dinp, real *dw, real *db, const real *dou
  * u = sqrt(2/π)(x + 0.044715 x³): one exp instead of tanh (no cancellation for x < 0, and the loop
  * vectorises). n elements. */
 static void SUF(gelu_forward)(real *out, const real *inp, size_t n, int bf, int nt) {
+    (void)nt; /* read by the OpenMP pragmas only */
     const long nb = (long)((n + 4095) / 4096);
-#pragma omp parallel for schedule(static) num_threads(nt) if (n >= OPS_PAR_MIN / 8)
+#pragma omp parallel for schedule(static) num_threads(nt) if (n >= OPS_PAR_MIN / 4)
     for (long k = 0; k < nb; k++) {
         const size_t a = (size_t)k * 4096, e = a + 4096 < n ? a + 4096 : n;
 #pragma omp simd
         for (size_t i = a; i < e; i++) {
             const real x = inp[i];
             real t = (real)-2 * OPS_GELU_K * (x + OPS_GELU_A * x * x * x);
-            t = t < OPS_GELU_EXP_MAX ? t : OPS_GELU_EXP_MAX;
+            t = R_MIN(t, OPS_GELU_EXP_MAX);
             out[i] = SUF(rnd)(bf, x / ((real)1 + R_EXP(t)));
         }
     }
@@ -211,15 +237,16 @@ static void SUF(gelu_forward)(real *out, const real *inp, size_t n, int bf, int 
 /* In place: d = d · gelu'(x), gelu' = s + 2 x s (1 − s) u', s = σ(2u) = 1/(1 + e), 1 − s = e·s,
  * u' = sqrt(2/π)(1 + 3·0.044715 x²). */
 static void SUF(gelu_backward)(real *d, const real *inp, size_t n, int bf, int nt) {
+    (void)nt; /* read by the OpenMP pragmas only */
     const long nb = (long)((n + 4095) / 4096);
-#pragma omp parallel for schedule(static) num_threads(nt) if (n >= OPS_PAR_MIN / 8)
+#pragma omp parallel for schedule(static) num_threads(nt) if (n >= OPS_PAR_MIN / 4)
     for (long k = 0; k < nb; k++) {
         const size_t a = (size_t)k * 4096, e = a + 4096 < n ? a + 4096 : n;
 #pragma omp simd
         for (size_t i = a; i < e; i++) {
             const real x = inp[i];
             real t = (real)-2 * OPS_GELU_K * (x + OPS_GELU_A * x * x * x);
-            t = t < OPS_GELU_EXP_MAX ? t : OPS_GELU_EXP_MAX;
+            t = R_MIN(t, OPS_GELU_EXP_MAX);
             const real ex = R_EXP(t), sg = (real)1 / ((real)1 + ex);
             const real du = OPS_GELU_K * ((real)1 + (real)3 * OPS_GELU_A * x * x);
             d[i] = SUF(rnd)(bf, (sg + (real)2 * x * sg * (ex * sg) * du) * d[i]);
@@ -232,9 +259,10 @@ static void SUF(gelu_backward)(real *d, const real *inp, size_t n, int bf, int n
  * scr: B·NH·(hs·T + T) scratch (kᵀ per head, so the inner loops run over contiguous t2). */
 static void SUF(attention_forward)(real *out, real *att, real *scr, const real *qkv, int B, int T, int C,
                                    int NH, int bf, int nt) {
+    (void)nt; /* read by the OpenMP pragmas only */
     const int hs = C / NH, C3 = 3 * C;
     const real scale = (real)1 / R_SQRT((real)hs);
-#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)B * NH * T * T * hs >= OPS_PAR_MIN)
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)B * NH * T * T * hs >= OPS_ATT_PAR_MIN)
     for (int bh = 0; bh < B * NH; bh++) {
         const int b = bh / NH, h = bh % NH;
         const real *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
@@ -279,9 +307,10 @@ static void SUF(attention_forward)(real *out, real *att, real *scr, const real *
  * dv += attᵀ·datty, sums over t in increasing order. scr as in the forward. */
 static void SUF(attention_backward)(real *dqkv, real *scr, const real *datty, const real *qkv, const real *att,
                                     int B, int T, int C, int NH, int bf, int nt) {
+    (void)nt; /* read by the OpenMP pragmas only */
     const int hs = C / NH, C3 = 3 * C;
     const real scale = (real)1 / R_SQRT((real)hs);
-#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)B * NH * T * T * hs >= OPS_PAR_MIN)
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)B * NH * T * T * hs >= OPS_ATT_PAR_MIN)
     for (int bh = 0; bh < B * NH; bh++) {
         const int b = bh / NH, h = bh % NH;
         const real *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
@@ -332,6 +361,7 @@ static void SUF(attention_backward)(real *dqkv, real *scr, const real *datty, co
 /* In place: logits (N,Vp) → probabilities (columns ≥ V set to 0); losses[n] = log Σ exp(x − max) −
  * (x[target] − max). Returns the mean loss, summed in row order in double. */
 static double SUF(crossentropy_forward)(real *logits, real *losses, const int *tgt, int N, int V, int Vp, int nt) {
+    (void)nt; /* read by the OpenMP pragmas only */
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)N * V >= OPS_PAR_MIN)
     for (int n = 0; n < N; n++) {
         real *x = logits + (size_t)n * Vp;
@@ -356,6 +386,7 @@ static double SUF(crossentropy_forward)(real *logits, real *losses, const int *t
 /* In place: probabilities (N,Vp) → dlogits = (p − onehot(target)) · dloss; columns ≥ V stay 0. */
 static void SUF(crossentropy_backward)(real *probs, const int *tgt, int N, int V, int Vp, real dloss, int bf,
                                        int nt) {
+    (void)nt; /* read by the OpenMP pragmas only */
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)N * V >= OPS_PAR_MIN)
     for (int n = 0; n < N; n++) {
         real *p = probs + (size_t)n * Vp;

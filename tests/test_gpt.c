@@ -24,6 +24,9 @@
 #define SAMPLE_DRAWS 20000
 #define SAMPLE_SIGMAS 6.0
 
+#define EXP_MAX_ULP 2         /* the float model's exp vs exp in double, rounded */
+#define EXP_CASES 1000000
+
 #define SEED 20260507ULL
 
 static collage_gpt_config small_cfg(void) {
@@ -133,6 +136,31 @@ static void test_init(void) {
     CHECK(collage_gpt_init_weights(&c, SEED, a, n - 1) == COLLAGE_ERR_SIZE, "wrong n accepted");
     free(a);
     free(b);
+}
+
+/* ------------------------------------------------------------------ the model's exp */
+static uint32_t fbits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+
+static void test_exp(void) {
+    h_seed(SEED);
+    printf("    seed %llu, %d cases\n", SEED, EXP_CASES);
+    uint32_t worst = 0;
+    float worst_x = 0;
+    for (int i = 0; i < EXP_CASES; i++) {
+        float x = i < 4096 ? -87.33f + (float)i * (176.05f / 4096.0f) : (float)((h_uniform() - 0.5) * 176.1);
+        float got = collage__gpt_exp_f32(x), want = (float)exp((double)x);
+        if (want < 0x1p-126f) continue; /* subnormal results are flushed to 0 by contract */
+        uint32_t d = fbits(got) > fbits(want) ? fbits(got) - fbits(want) : fbits(want) - fbits(got);
+        if (d > worst) { worst = d; worst_x = x; }
+    }
+    printf("    worst %u ulp at x = %a\n", worst, (double)worst_x);
+    CHECK(worst <= EXP_MAX_ULP, "exp(%a): %u ulp", (double)worst_x, worst);
+    CHECK(collage__gpt_exp_f32(0.0f) == 1.0f, "exp(0) = %a", (double)collage__gpt_exp_f32(0.0f));
+    CHECK(collage__gpt_exp_f32(-87.4f) == 0.0f && collage__gpt_exp_f32(-1e30f) == 0.0f &&
+              collage__gpt_exp_f32(-INFINITY) == 0.0f, "underflow");
+    CHECK(isinf(collage__gpt_exp_f32(88.73f)) && isinf(collage__gpt_exp_f32(INFINITY)), "overflow");
+    CHECK(isfinite(collage__gpt_exp_f32(88.72f)), "exp(88.72) overflowed");
+    CHECK(isnan(collage__gpt_exp_f32(NAN)), "NaN");
 }
 
 /* ------------------------------------------------------------------ gradients */
@@ -270,7 +298,7 @@ static void test_accumulation_and_partial_batch(void) {
 }
 
 /* ------------------------------------------------------------------ loss */
-static void test_loss_at_init_and_sgd(void) {
+static void test_loss_at_init(void) {
     collage_gpt_config c;
     collage_gpt_preset("tiny", &c);
     const int B = 4, T = 32;
@@ -285,13 +313,29 @@ static void test_loss_at_init_and_sgd(void) {
     random_tokens(tok, tgt, B * T, c.vocab_size);
     double L = 0;
     CHECK(collage_gpt_forward(m, w, tok, tgt, B, T, &L) == COLLAGE_OK, "forward");
-    printf("    loss at init %.4f, ln V = %.4f\n", L, log((double)c.vocab_size));
+    printf("    tiny preset: loss at init %.4f, ln V = %.4f\n", L, log((double)c.vocab_size));
     CHECK(fabs(L - log((double)c.vocab_size)) < INIT_LOSS_TOL, "loss at init %.4f vs ln V %.4f", L,
           log((double)c.vocab_size));
-    /* a repeated 8-symbol phrase: SGD should learn to continue it */
+    free(w);
+    collage_gpt_free(m);
+}
+
+/* SGD on a repeated 8-symbol phrase (a byte vocabulary, a model small enough to run on one thread):
+ * the model should learn to continue it. */
+static void test_sgd_reduces_loss(void) {
+    const collage_gpt_config c = {.vocab_size = 256, .padded_vocab_size = 256, .max_seq_len = 32,
+                                  .num_layers = 2, .num_heads = 4, .channels = 64};
+    const int B = 2, T = 32;
+    collage_gpt *m = NULL;
+    CHECK(collage_gpt_create(&c, COLLAGE_GPT_FP32, B, T, &m) == COLLAGE_OK, "create");
+    if (!m) return;
+    const size_t n = collage_gpt_size(m);
+    float *w = malloc(n * sizeof *w);
+    collage_gpt_init_weights(&c, SEED, w, n);
+    int tok[64], tgt[64];
     const char *phrase = "collage ";
     for (int i = 0; i < B * T; i++) { tok[i] = phrase[i % 8]; tgt[i] = phrase[(i + 1) % 8]; }
-    double first = 0, last = 0;
+    double first = 0, last = 0, L = 0;
     for (int s = 0; s < SGD_STEPS; s++) {
         collage_gpt_forward(m, w, tok, tgt, B, T, &L);
         collage_gpt_zero_grad(m);
@@ -301,7 +345,7 @@ static void test_loss_at_init_and_sgd(void) {
         if (s == 0) first = L;
         last = L;
     }
-    printf("    SGD on a repeated phrase: loss %.4f -> %.4f in %d steps\n", first, last, SGD_STEPS);
+    printf("    loss %.4f -> %.4f in %d steps\n", first, last, SGD_STEPS);
     CHECK(last < SGD_GAIN * first, "loss %.4f -> %.4f", first, last);
     free(w);
     collage_gpt_free(m);
@@ -327,16 +371,17 @@ static void run_threads(collage_gpt_precision prec, int threads, const void *w, 
     collage_gpt_free(m);
 }
 
+/* B·T·C large enough that every kernel runs its parallel path (ops.h: OPS_PAR_MIN). */
 static void test_thread_count_independence(void) {
     collage_gpt_config c;
     collage_gpt_preset("tiny", &c);
-    const int B = 4, T = 64;
+    const int B = 8, T = 64;
     size_t n = collage_gpt_num_params(&c);
     float *w = malloc(n * sizeof *w);
     collage_bf16 *w16 = malloc(n * sizeof *w16);
     collage_gpt_init_weights(&c, SEED, w, n);
     collage_bf16_from_f32_row(w16, w, n);
-    static int tok[256], tgt[256];
+    static int tok[512], tgt[512];
     h_seed(SEED + 11);
     random_tokens(tok, tgt, B * T, c.vocab_size);
     collage_gpt *probe = NULL;
@@ -356,6 +401,10 @@ static void test_thread_count_independence(void) {
         CHECK(L1 == L2, "%s: loss %.17g (1 thread) vs %.17g (2)", collage_gpt_precision_name(prec), L1, L2);
         CHECK(memcmp(g1, g2, gb) == 0, "%s: gradients differ between 1 and 2 threads", collage_gpt_precision_name(prec));
         CHECK(memcmp(a1, a2, nacts * 4) == 0, "%s: activations differ", collage_gpt_precision_name(prec));
+        uint64_t hsh = 1469598103934665603ULL; /* FNV-1a of the gradients: compare across builds by eye */
+        for (size_t i = 0; i < gb; i++) hsh = (hsh ^ ((const unsigned char *)g1)[i]) * 1099511628211ULL;
+        printf("    %s: loss %.9f, gradient hash %016llx\n", collage_gpt_precision_name(prec), L1,
+               (unsigned long long)hsh);
     }
     set_threads(0);
     free(w); free(w16); free(g1); free(g2); free(a1); free(a2);
@@ -530,10 +579,12 @@ int main(void) {
     printf("test_gpt: seed %llu\n", SEED);
     RUN(test_layout);
     RUN(test_init);
+    RUN(test_exp);
     RUN(test_backward_vs_finite_differences);
     RUN(test_float_matches_double);
     RUN(test_accumulation_and_partial_batch);
-    RUN(test_loss_at_init_and_sgd);
+    RUN(test_loss_at_init);
+    RUN(test_sgd_reduces_loss);
     RUN(test_thread_count_independence);
     RUN(test_bf16_mode);
     RUN(test_next_logits_and_sampling);
