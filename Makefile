@@ -65,11 +65,12 @@ test: setup
 	@$(MAKE) --no-print-directory all tests
 	@bash tests/run.sh $(BUILD)
 
-# The main job (grows with the project): for now the conversion and optimizer benchmarks.
+# The main job: set-up, build, train the default model on the default corpus (the fortunes), sample.
 run: setup
 	@$(MAKE) --no-print-directory all
-	$(BUILD)/collage bench convert
-	$(BUILD)/collage bench optimizer --params 16M
+	@mkdir -p runs
+	$(BUILD)/collage train --save runs/default --log runs/default.jsonl
+	$(BUILD)/collage sample --checkpoint runs/default --prompt "The " --tokens 300
 
 ci-san:
 	@$(MAKE) --no-print-directory test BUILD=build-san SAN=1
@@ -77,4 +78,4 @@ ci-noomp:
 	@$(MAKE) --no-print-directory test BUILD=build-noomp OMP=0
 
 clean:
-	rm -rf build build-san build-noomp
+	rm -rf build build-san build-noomp runs

@@ -41,7 +41,7 @@ static void train_usage(FILE *f) {
             "  --model PRESET      tiny (default) | small | gpt2; or set --layers --heads --dim\n"
             "  --precision S       fp32 | bf16 | collage-light (default) | collage-plus | bf16-fp32-states |\n"
             "                      bf16-master | bf16-kahan | bf16-sr | bf16-remainder | collage-plus-v1\n"
-            "  --steps N           training steps, the length of the schedule (default 300)\n"
+            "  --steps N           training steps, the length of the schedule (default 1000)\n"
             "  --stop-after N      stop after N steps (the schedule still spans --steps)\n"
             "  --batch B --seq T   sequences per step and their length (default 16, 64)\n"
             "  --lr X --warmup N   peak learning rate (1e-3) after N linear warm-up steps (default steps/20),\n"
@@ -67,7 +67,7 @@ static int parse_double(const char *flag, const char *v, double *out) {
 }
 
 static int parse_train(int argc, char **argv, train_opts *o) {
-    *o = (train_opts){.strategy = COLLAGE_LIGHT, .model = "tiny", .tokenizer = "byte", .steps = 300, .batch = 16,
+    *o = (train_opts){.strategy = COLLAGE_LIGHT, .model = "tiny", .tokenizer = "byte", .steps = 1000, .batch = 16,
                       .seq = 0, .warmup = -1, .eval_every = -1, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95,
                       .eps = 1e-8, .wd = 0.1, .clip = 1.0, .seed = 1337};
     for (int i = 0; i < argc; i++) {
@@ -131,6 +131,19 @@ static double lr_at(const train_opts *o, int step) {
     double span = (double)(o->steps - o->warmup), p = span > 0 ? (double)(step - o->warmup) / span : 1.0;
     double minlr = o->lr * 0.1;
     return minlr + 0.5 * (o->lr - minlr) * (1.0 + cos(M_PI * p));
+}
+
+/* mkdir -p: every missing folder of path. */
+static int mkdir_p(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
 static long peak_rss_mb(void) {
@@ -425,7 +438,7 @@ int cmd_train(int argc, char **argv) {
                ran, total_s, 1e3 * total_s / ran, tokens_done / total_s, last_loss, mem.total, mem.total * (double)n / 1e6,
                peak_rss_mb());
     if (o.save) {
-        if (mkdir(o.save, 0755) != 0 && errno != EEXIST) {
+        if (mkdir_p(o.save) != 0) {
             fprintf(stderr, "collage train: cannot create --save folder '%s': %s\n", o.save, strerror(errno));
             goto done;
         }
