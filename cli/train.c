@@ -421,7 +421,8 @@ int cmd_train(int argc, char **argv) {
         }
         double elapsed = cli_now() - t_start, eta = elapsed / (step + 1 - start) * (o.stop_after - step - 1);
         if (tty) progress(&o, step + 1, o.stop_after, loss, tokens_done / elapsed, eta, 1);
-        if (!o.quiet && (is_eval || !tty) && (!tty || is_eval)) {
+        int every = o.steps / 50 > 0 ? o.steps / 50 : 1; /* plain lines: about 50 per run, plus evals */
+        if (!o.quiet && (is_eval || (!tty && (step + 1) % every == 0))) {
             if (tty) fputc('\n', stderr);
             char vs[32] = "";
             if (!isnan(val)) snprintf(vs, sizeof vs, "  val %.4f", val);
