@@ -173,8 +173,14 @@ T_AVX512 void collage__bf16_from_f32_avx512(uint16_t *dst, const float *src, siz
 
 T_AVX512 void collage__bf16_from_f32_sr_avx512(uint16_t *dst, const float *src, size_t n, uint64_t key, uint64_t i0) {
     uint32_t k1 = rand_k1(key, (uint32_t)(i0 >> 32)), k2 = rand_k2(key), lo = (uint32_t)i0;
-    for (size_t i = 0; i < n; i += 16) {
-        __mmask16 k = (n - i >= 16) ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) { /* unmasked: masked stores are slow on some cores */
+        __m512i a = _mm512_loadu_si512(src + i);
+        __m512i r = _mm512_srli_epi32(rand_16(k1, k2, lo + (uint32_t)i), 16);
+        _mm256_storeu_si256((__m256i *)(dst + i), bf16_16(a, r));
+    }
+    if (i < n) {
+        __mmask16 k = (__mmask16)((1u << (n - i)) - 1u);
         __m512i a = _mm512_maskz_loadu_epi32(k, src + i);
         __m512i r = _mm512_srli_epi32(rand_16(k1, k2, lo + (uint32_t)i), 16);
         _mm256_mask_storeu_epi16(dst + i, k, bf16_16(a, r));
@@ -202,7 +208,7 @@ T_AVX512 void collage__fp16_from_f32_sr_avx512(uint16_t *dst, const float *src, 
     for (size_t i = 0; i < n; i += 16) {
         size_t m = n - i >= 16 ? 16 : n - i;
         __mmask16 k = (__mmask16)(m == 16 ? 0xffffu : (1u << m) - 1u);
-        __m512i u = _mm512_maskz_loadu_epi32(k, src + i);
+        __m512i u = m == 16 ? _mm512_loadu_si512(src + i) : _mm512_maskz_loadu_epi32(k, src + i);
         __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
         __mmask16 ok = (__mmask16)((_mm512_cmpge_epu32_mask(abs, _mm512_set1_epi32(0x38800000)) &
                                     _mm512_cmple_epu32_mask(abs, _mm512_set1_epi32(0x477fe000))) |
@@ -214,7 +220,9 @@ T_AVX512 void collage__fp16_from_f32_sr_avx512(uint16_t *dst, const float *src, 
         }
         __m512i r = _mm512_srli_epi32(rand_16(k1, k2, lo + (uint32_t)i), 19);
         __m512 y = _mm512_castsi512_ps(_mm512_add_epi32(u, r));
-        _mm256_mask_storeu_epi16(dst + i, k, _mm512_cvtps_ph(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
+        __m256i h = _mm512_cvtps_ph(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        if (m == 16) _mm256_storeu_si256((__m256i *)(dst + i), h);
+        else _mm256_mask_storeu_epi16(dst + i, k, h);
     }
 }
 
