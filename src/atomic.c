@@ -7,16 +7,6 @@
 #include <stdarg.h>
 #include <unistd.h>
 
-static collage_status fail(char *err, size_t cap, collage_status st, const char *fmt, ...) {
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 collage_status collage_atomic_open(collage_atomic_file *af, const char *path, char *err, size_t cap) {
     if (!af || !path) return COLLAGE_ERR_NULL;
     memset(af, 0, sizeof *af);
@@ -27,7 +17,7 @@ collage_status collage_atomic_open(collage_atomic_file *af, const char *path, ch
     snprintf(af->tmp, len, "%s.tmp.%ld", path, (long)getpid());
     af->f = fopen(af->tmp, "wb");
     if (!af->f) {
-        collage_status st = fail(err, cap, COLLAGE_ERR_IO, "cannot create '%s': %s", af->tmp, strerror(errno));
+        collage_status st = collage__fail(err, cap, COLLAGE_ERR_IO, "cannot create '%s': %s", af->tmp, strerror(errno));
         collage_atomic_abort(af);
         return st;
     }
@@ -50,7 +40,7 @@ collage_status collage_atomic_commit(collage_atomic_file *af, char *err, size_t 
     af->f = NULL;
     if (ok && rename(af->tmp, af->path) != 0) { ok = 0; e = errno; }
     if (!ok) {
-        collage_status st = fail(err, cap, COLLAGE_ERR_IO, "cannot write '%s': %s", af->path, strerror(e));
+        collage_status st = collage__fail(err, cap, COLLAGE_ERR_IO, "cannot write '%s': %s", af->path, strerror(e));
         collage_atomic_abort(af);
         return st;
     }

@@ -7,16 +7,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static collage_status fail(char *err, size_t cap, collage_status st, const char *fmt, ...) {
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 static void header_of(const collage_gpt_config *c, int bf16, int32_t h[256]) {
     memset(h, 0, 256 * sizeof *h);
     h[0] = COLLAGE_LLMC_MAGIC;
@@ -29,7 +19,7 @@ collage_status collage_ckpt_save_model(const char *path, const collage_gpt_confi
                                        char *err, size_t cap) {
     if (!path || !cfg || !params) return COLLAGE_ERR_NULL;
     size_t n = collage_gpt_num_params(cfg);
-    if (!n) return fail(err, cap, COLLAGE_ERR_ARG, "invalid model shape for '%s'", path);
+    if (!n) return collage__fail(err, cap, COLLAGE_ERR_ARG, "invalid model shape for '%s'", path);
     int32_t h[256];
     header_of(cfg, bf16, h);
     collage_atomic_file af;
@@ -37,7 +27,7 @@ collage_status collage_ckpt_save_model(const char *path, const collage_gpt_confi
     if (st) return st;
     size_t es = bf16 ? 2 : 4;
     if (fwrite(h, sizeof h, 1, af.f) != 1 || fwrite(params, es, n, af.f) != n) {
-        st = fail(err, cap, COLLAGE_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+        st = collage__fail(err, cap, COLLAGE_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
         collage_atomic_abort(&af);
         return st;
     }
@@ -48,20 +38,20 @@ collage_status collage_ckpt_save_model(const char *path, const collage_gpt_confi
 static collage_status open_ckpt(const char *path, FILE **fp, collage_gpt_config *cfg, int *bf16, char *err,
                                 size_t cap) {
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, cap, COLLAGE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (!f) return collage__fail(err, cap, COLLAGE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     int32_t h[256];
     if (fread(h, sizeof h, 1, f) != 1) {
         fclose(f);
-        return fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' is too short for an llm.c checkpoint header (1024 bytes)", path);
+        return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' is too short for an llm.c checkpoint header (1024 bytes)", path);
     }
     if (h[0] != COLLAGE_LLMC_MAGIC) {
         fclose(f);
-        return fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' is not an llm.c model checkpoint (magic %d, expected %d)", path,
+        return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' is not an llm.c model checkpoint (magic %d, expected %d)", path,
                     h[0], COLLAGE_LLMC_MAGIC);
     }
     if (h[1] != COLLAGE_LLMC_VERSION_FP32 && h[1] != COLLAGE_LLMC_VERSION_BF16) {
         fclose(f);
-        return fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' has checkpoint version %d; collage reads 3 (fp32) and 5 (bf16)",
+        return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' has checkpoint version %d; collage reads 3 (fp32) and 5 (bf16)",
                     path, h[1]);
     }
     collage_gpt_config c = {.max_seq_len = h[2], .vocab_size = h[3], .num_layers = h[4], .num_heads = h[5],
@@ -69,13 +59,13 @@ static collage_status open_ckpt(const char *path, FILE **fp, collage_gpt_config 
     char msg[256];
     if (collage_gpt_check(&c, 0, 0, msg, sizeof msg) != COLLAGE_OK) {
         fclose(f);
-        return fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' describes an invalid model: %s", path, msg);
+        return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' describes an invalid model: %s", path, msg);
     }
     struct stat sb;
     size_t want = 1024 + collage_gpt_num_params(&c) * (h[1] == COLLAGE_LLMC_VERSION_BF16 ? 2 : 4);
     if (fstat(fileno(f), &sb) == 0 && (size_t)sb.st_size != want) {
         fclose(f);
-        return fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' has %lld bytes but its header describes %zu (%s)", path,
+        return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' has %lld bytes but its header describes %zu (%s)", path,
                     (long long)sb.st_size, want, (size_t)sb.st_size < want ? "truncated" : "trailing data");
     }
     if (cfg) *cfg = c;
@@ -104,7 +94,7 @@ collage_status collage_ckpt_load_model(const char *path, const collage_gpt_confi
         c.max_seq_len != cfg->max_seq_len || c.num_layers != cfg->num_layers || c.num_heads != cfg->num_heads ||
         c.channels != cfg->channels) {
         fclose(f);
-        return fail(err, cap, COLLAGE_ERR_FORMAT,
+        return collage__fail(err, cap, COLLAGE_ERR_FORMAT,
                     "'%s' holds a model of V %d (padded %d), maxT %d, L %d, NH %d, C %d; expected V %d (padded %d), "
                     "maxT %d, L %d, NH %d, C %d", path, c.vocab_size, c.padded_vocab_size, c.max_seq_len,
                     c.num_layers, c.num_heads, c.channels, cfg->vocab_size, cfg->padded_vocab_size,
@@ -119,7 +109,7 @@ collage_status collage_ckpt_load_model(const char *path, const collage_gpt_confi
         void *dst = want_bf16 ? (void *)((uint16_t *)params + at) : (void *)((float *)params + at);
         if (fread(buf ? buf : dst, fes, k, f) != k) {
             free(buf); fclose(f);
-            return fail(err, cap, COLLAGE_ERR_IO, "read error in '%s' at parameter %zu", path, at);
+            return collage__fail(err, cap, COLLAGE_ERR_IO, "read error in '%s' at parameter %zu", path, at);
         }
         if (buf && want_bf16) collage_bf16_from_f32_row(dst, buf, k);
         else if (buf) collage_bf16_to_f32_row(dst, buf, k);

@@ -15,16 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static collage_status fail(char *err, size_t err_size, collage_status st, const char *fmt, ...) {
-    if (err && err_size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_size, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 static void put_le32(unsigned char *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
@@ -44,13 +34,13 @@ static void swap16(uint16_t *t, size_t n) {
 /* ------------------------------------------------------------------ shards */
 collage_status collage_shard_write(const char *path, const uint16_t *tokens, size_t n, int vocab_size,
                                    char *err, size_t err_size) {
-    if (!path || (n && !tokens)) return fail(err, err_size, COLLAGE_ERR_NULL, "shard write: NULL argument");
+    if (!path || (n && !tokens)) return collage__fail(err, err_size, COLLAGE_ERR_NULL, "shard write: NULL argument");
     if (n > INT32_MAX)
-        return fail(err, err_size, COLLAGE_ERR_SIZE, "'%s': %zu tokens do not fit one shard (at most %d)", path, n,
+        return collage__fail(err, err_size, COLLAGE_ERR_SIZE, "'%s': %zu tokens do not fit one shard (at most %d)", path, n,
                     INT32_MAX);
     for (size_t i = 0; vocab_size > 0 && i < n; i++)
         if (tokens[i] >= vocab_size)
-            return fail(err, err_size, COLLAGE_ERR_ARG, "'%s': token %u at position %zu is outside the vocabulary (%d)",
+            return collage__fail(err, err_size, COLLAGE_ERR_ARG, "'%s': token %u at position %zu is outside the vocabulary (%d)",
                         path, tokens[i], i, vocab_size);
     unsigned char header[COLLAGE_SHARD_HEADER_BYTES] = {0};
     put_le32(header, COLLAGE_SHARD_MAGIC);
@@ -70,7 +60,7 @@ collage_status collage_shard_write(const char *path, const uint16_t *tokens, siz
         }
     }
     if (!ok) {
-        st = fail(err, err_size, COLLAGE_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+        st = collage__fail(err, err_size, COLLAGE_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
         collage_atomic_abort(&af);
         return st;
     }
@@ -81,29 +71,29 @@ collage_status collage_shard_write(const char *path, const uint16_t *tokens, siz
 static collage_status shard_header(const char *path, const unsigned char *h, size_t got, long long fsize,
                                    int vocab_size, size_t *count, char *err, size_t err_size) {
     if (got < COLLAGE_SHARD_HEADER_BYTES)
-        return fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': truncated header: %zu bytes, an llm.c shard starts "
+        return collage__fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': truncated header: %zu bytes, an llm.c shard starts "
                     "with %d", path, got, COLLAGE_SHARD_HEADER_BYTES);
     uint32_t magic = get_le32(h), version = get_le32(h + 4), ntok = get_le32(h + 8), vocab = get_le32(h + 12);
     if (magic != COLLAGE_SHARD_MAGIC)
-        return fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': wrong magic %u (expected %d): not an llm.c token shard",
+        return collage__fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': wrong magic %u (expected %d): not an llm.c token shard",
                     path, magic, COLLAGE_SHARD_MAGIC);
     if (version != COLLAGE_SHARD_VERSION)
-        return fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': wrong version %u (expected %d: uint16 tokens)", path,
+        return collage__fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': wrong version %u (expected %d: uint16 tokens)", path,
                     version, COLLAGE_SHARD_VERSION);
     if (ntok > INT32_MAX)
-        return fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': negative token count %d in the header", path,
+        return collage__fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': negative token count %d in the header", path,
                     (int32_t)ntok);
     long long body = fsize - COLLAGE_SHARD_HEADER_BYTES, want = 2 * (long long)ntok;
     if (body != want) {
         const char *odd = body % 2 ? " and a stray byte" : "";
         if (body < want)
-            return fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': truncated: header says %u tokens, file has %lld%s",
+            return collage__fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': truncated: header says %u tokens, file has %lld%s",
                         path, ntok, body / 2, odd);
-        return fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': header says %u tokens, file has %lld%s (trailing data)",
+        return collage__fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': header says %u tokens, file has %lld%s (trailing data)",
                     path, ntok, body / 2, odd);
     }
     if (vocab_size > 0 && vocab != 0 && vocab != (uint32_t)vocab_size)
-        return fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': written for a vocabulary of %u tokens, the tokenizer "
+        return collage__fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': written for a vocabulary of %u tokens, the tokenizer "
                     "has %d", path, vocab, vocab_size);
     *count = ntok;
     return COLLAGE_OK;
@@ -111,15 +101,15 @@ static collage_status shard_header(const char *path, const unsigned char *h, siz
 
 collage_status collage_shard_read(const char *path, int vocab_size, uint16_t **tokens, size_t *n,
                                   char *err, size_t err_size) {
-    if (!path || !tokens || !n) return fail(err, err_size, COLLAGE_ERR_NULL, "shard read: NULL argument");
+    if (!path || !tokens || !n) return collage__fail(err, err_size, COLLAGE_ERR_NULL, "shard read: NULL argument");
     *tokens = NULL;
     *n = 0;
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, err_size, COLLAGE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (!f) return collage__fail(err, err_size, COLLAGE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
         fclose(f);
-        return fail(err, err_size, COLLAGE_ERR_IO, "'%s' is not a regular file", path);
+        return collage__fail(err, err_size, COLLAGE_ERR_IO, "'%s' is not a regular file", path);
     }
     unsigned char h[COLLAGE_SHARD_HEADER_BYTES];
     size_t got = fread(h, 1, sizeof h, f), count = 0;
@@ -128,20 +118,20 @@ collage_status collage_shard_read(const char *path, int vocab_size, uint16_t **t
     uint16_t *t = malloc(count ? count * 2 : 1);
     if (!t) {
         fclose(f);
-        return fail(err, err_size, COLLAGE_ERR_NOMEM, "'%s': out of memory for %zu tokens", path, count);
+        return collage__fail(err, err_size, COLLAGE_ERR_NOMEM, "'%s': out of memory for %zu tokens", path, count);
     }
     size_t rd = fread(t, 2, count, f);
     int bad = ferror(f);
     fclose(f);
     if (rd != count) {
         free(t);
-        return fail(err, err_size, bad ? COLLAGE_ERR_IO : COLLAGE_ERR_FORMAT, "'%s': %s after %zu of %zu tokens", path,
+        return collage__fail(err, err_size, bad ? COLLAGE_ERR_IO : COLLAGE_ERR_FORMAT, "'%s': %s after %zu of %zu tokens", path,
                     bad ? "read error" : "file shrank", rd, count);
     }
     if (!host_is_le()) swap16(t, count);
     for (size_t i = 0; vocab_size > 0 && i < count; i++)
         if (t[i] >= vocab_size) {
-            collage_status e = fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': token %u at position %zu is outside the "
+            collage_status e = collage__fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': token %u at position %zu is outside the "
                                     "vocabulary (%d tokens)", path, t[i], i, vocab_size);
             free(t);
             return e;
@@ -182,7 +172,7 @@ static int same_dir(const char *a, const char *b) {
 /* The files of folder dir in strcmp order (fortune: plain files without '.', symlinks skipped). */
 static collage_status list_dir(const char *dir, int fortune, source *s, char *err, size_t err_size) {
     DIR *d = opendir(dir);
-    if (!d) return fail(err, err_size, COLLAGE_ERR_IO, "cannot open folder '%s': %s", dir, strerror(errno));
+    if (!d) return collage__fail(err, err_size, COLLAGE_ERR_IO, "cannot open folder '%s': %s", dir, strerror(errno));
     size_t cap = 0, nbin = 0;
     struct dirent *e;
     collage_status st = COLLAGE_OK;
@@ -204,12 +194,12 @@ static collage_status list_dir(const char *dir, int fortune, source *s, char *er
         nbin += ends_with(e->d_name, ".bin");
     }
     closedir(d);
-    if (st) { source_free(s); return fail(err, err_size, st, "out of memory listing '%s'", dir); }
+    if (st) { source_free(s); return collage__fail(err, err_size, st, "out of memory listing '%s'", dir); }
     if (!s->n)
-        return fail(err, err_size, COLLAGE_ERR_IO, "folder '%s' holds no %sfiles", dir, fortune ? "fortune " : "");
+        return collage__fail(err, err_size, COLLAGE_ERR_IO, "folder '%s' holds no %sfiles", dir, fortune ? "fortune " : "");
     if (nbin && nbin != s->n) {
         source_free(s);
-        return fail(err, err_size, COLLAGE_ERR_ARG, "folder '%s' mixes %zu .bin shards with other files: keep shards "
+        return collage__fail(err, err_size, COLLAGE_ERR_ARG, "folder '%s' mixes %zu .bin shards with other files: keep shards "
                     "and text apart", dir, nbin);
     }
     qsort(s->files, s->n, sizeof *s->files, cmp_str);
@@ -222,19 +212,19 @@ static collage_status list_source(const char *path, source *s, char *err, size_t
     if (!path || !*path || same_dir(path, COLLAGE_FORTUNES_DIR)) {
         struct stat sb;
         if (stat(COLLAGE_FORTUNES_DIR, &sb) != 0 || !S_ISDIR(sb.st_mode))
-            return fail(err, err_size, COLLAGE_ERR_IO, "the default corpus %s is missing (Debian package 'fortunes')",
+            return collage__fail(err, err_size, COLLAGE_ERR_IO, "the default corpus %s is missing (Debian package 'fortunes')",
                         COLLAGE_FORTUNES_DIR);
         return list_dir(COLLAGE_FORTUNES_DIR, 1, s, err, err_size);
     }
     struct stat sb;
-    if (stat(path, &sb) != 0) return fail(err, err_size, COLLAGE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (stat(path, &sb) != 0) return collage__fail(err, err_size, COLLAGE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     if (S_ISDIR(sb.st_mode)) return list_dir(path, 0, s, err, err_size);
-    if (!S_ISREG(sb.st_mode)) return fail(err, err_size, COLLAGE_ERR_IO, "'%s' is not a regular file", path);
+    if (!S_ISREG(sb.st_mode)) return collage__fail(err, err_size, COLLAGE_ERR_IO, "'%s' is not a regular file", path);
     s->files = malloc(sizeof *s->files);
     if (!s->files || !(s->files[0] = strdup(path))) {
         free(s->files);
         s->files = NULL;
-        return fail(err, err_size, COLLAGE_ERR_NOMEM, "out of memory");
+        return collage__fail(err, err_size, COLLAGE_ERR_NOMEM, "out of memory");
     }
     s->n = 1;
     s->kind = ends_with(path, ".bin") ? SRC_SHARD : SRC_TEXT;
@@ -256,27 +246,15 @@ size_t collage_fortune_strip(char *text, size_t len) {
 
 /* One text file, whole, NUL-terminated; fortune separators rewritten when fortune. */
 static collage_status read_text(const char *path, int fortune, char **buf, size_t *len, char *err, size_t err_size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, err_size, COLLAGE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        n += fread(b + n, 1, cap - n - 1, f);
-        if (n < cap - 1) break;
-        char *nb = realloc(b, cap * 2);
-        if (!nb) { free(b); b = NULL; break; }
-        b = nb;
-        cap *= 2;
-    }
-    int bad = !b || ferror(f);
-    fclose(f);
-    if (!b) return fail(err, err_size, COLLAGE_ERR_NOMEM, "out of memory reading '%s'", path);
-    if (bad) { free(b); return fail(err, err_size, COLLAGE_ERR_IO, "cannot read '%s'", path); }
+    char *b;
+    size_t n;
+    collage_status st = collage__read_file(path, &b, &n, err, err_size);
+    if (st) return st;
     const char *nul = memchr(b, 0, n);
     if (nul) {
         size_t at = (size_t)(nul - b);
         free(b);
-        return fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': NUL byte at offset %zu: not a text file (token shards "
+        return collage__fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s': NUL byte at offset %zu: not a text file (token shards "
                     "must end in .bin)", path, at);
     }
     if (fortune) n = collage_fortune_strip(b, n);
@@ -288,14 +266,14 @@ static collage_status read_text(const char *path, int fortune, char **buf, size_
 
 collage_status collage_corpus_text(const char *path, char **text, size_t *len, collage_corpus_info *info,
                                    char *err, size_t err_size) {
-    if (!text || !len) return fail(err, err_size, COLLAGE_ERR_NULL, "corpus text: NULL argument");
+    if (!text || !len) return collage__fail(err, err_size, COLLAGE_ERR_NULL, "corpus text: NULL argument");
     *text = NULL;
     *len = 0;
     source s;
     collage_status st = list_source(path, &s, err, err_size);
     if (st) return st;
     if (s.kind == SRC_SHARD) {
-        st = fail(err, err_size, COLLAGE_ERR_ARG, "'%s' holds token shards, not text", path);
+        st = collage__fail(err, err_size, COLLAGE_ERR_ARG, "'%s' holds token shards, not text", path);
         source_free(&s);
         return st;
     }
@@ -308,7 +286,7 @@ collage_status collage_corpus_text(const char *path, char **text, size_t *len, c
         char *na = realloc(all, n + l + 1);
         if (!na) {
             free(b);
-            st = fail(err, err_size, COLLAGE_ERR_NOMEM, "out of memory reading '%s'", s.files[i]);
+            st = collage__fail(err, err_size, COLLAGE_ERR_NOMEM, "out of memory reading '%s'", s.files[i]);
             break;
         }
         all = na;
@@ -316,7 +294,7 @@ collage_status collage_corpus_text(const char *path, char **text, size_t *len, c
         n += l;
         free(b);
     }
-    if (!st && !all && !(all = calloc(1, 1))) st = fail(err, err_size, COLLAGE_ERR_NOMEM, "out of memory");
+    if (!st && !all && !(all = calloc(1, 1))) st = collage__fail(err, err_size, COLLAGE_ERR_NOMEM, "out of memory");
     if (st) { free(all); source_free(&s); return st; }
     if (info) *info = (collage_corpus_info){.files = s.n, .bytes = n, .tokens = 0, .shards = 0};
     source_free(&s);
@@ -342,7 +320,7 @@ static int append(uint16_t **t, size_t *n, size_t *cap, const uint16_t *src, siz
 
 collage_status collage_corpus_tokens(const char *path, const collage_tokenizer *tok, uint16_t **tokens,
                                      size_t *n, collage_corpus_info *info, char *err, size_t err_size) {
-    if (!tokens || !n) return fail(err, err_size, COLLAGE_ERR_NULL, "corpus tokens: NULL argument");
+    if (!tokens || !n) return collage__fail(err, err_size, COLLAGE_ERR_NULL, "corpus tokens: NULL argument");
     *tokens = NULL;
     *n = 0;
     collage_tokenizer *own = NULL;
@@ -370,13 +348,13 @@ collage_status collage_corpus_tokens(const char *path, const collage_tokenizer *
             if (!part) st = COLLAGE_ERR_NOMEM;
             else st = collage_tokenizer_encode(tok, b, l, part, &m);
             free(b);
-            if (st) fail(err, err_size, st, "cannot encode '%s': %s", s.files[i], collage_status_str(st));
+            if (st) collage__fail(err, err_size, st, "cannot encode '%s': %s", s.files[i], collage_status_str(st));
         }
         if (!st && append(&all, &na, &cap, part, m))
-            st = fail(err, err_size, COLLAGE_ERR_NOMEM, "out of memory after %zu tokens", na);
+            st = collage__fail(err, err_size, COLLAGE_ERR_NOMEM, "out of memory after %zu tokens", na);
         free(part);
     }
-    if (!st && !all && !(all = malloc(sizeof *all))) st = fail(err, err_size, COLLAGE_ERR_NOMEM, "out of memory");
+    if (!st && !all && !(all = malloc(sizeof *all))) st = collage__fail(err, err_size, COLLAGE_ERR_NOMEM, "out of memory");
     if (!st && info)
         *info = (collage_corpus_info){.files = s.n, .bytes = bytes, .tokens = na, .shards = s.kind == SRC_SHARD};
     source_free(&s);
@@ -389,7 +367,7 @@ collage_status collage_corpus_tokens(const char *path, const collage_tokenizer *
 
 collage_status collage_tokenize(const char *in_path, const collage_tokenizer *tok, const char *out_path,
                                 collage_corpus_info *info, char *err, size_t err_size) {
-    if (!out_path) return fail(err, err_size, COLLAGE_ERR_NULL, "tokenize: no output path");
+    if (!out_path) return collage__fail(err, err_size, COLLAGE_ERR_NULL, "tokenize: no output path");
     uint16_t *t;
     size_t n;
     collage_status st = collage_corpus_tokens(in_path, tok, &t, &n, info, err, err_size);
@@ -449,7 +427,7 @@ static uint64_t fnv_tokens(uint64_t h, const uint16_t *t, size_t n) {
 static collage_status check_ids(const uint16_t *t, size_t n, int vocab, char *err, size_t err_size) {
     for (size_t i = 0; i < n; i++)
         if (t[i] >= vocab)
-            return fail(err, err_size, COLLAGE_ERR_ARG, "loader: token %u at position %zu is outside the vocabulary "
+            return collage__fail(err, err_size, COLLAGE_ERR_ARG, "loader: token %u at position %zu is outside the vocabulary "
                         "(%d tokens)", t[i], i, vocab);
     return COLLAGE_OK;
 }
@@ -461,7 +439,7 @@ static collage_status loader_fill(collage_loader *l, const collage_loader_config
     if (c->tokens) {
         if ((st = check_ids(c->tokens, c->n_tokens, collage_tokenizer_vocab_size(tok), err, err_size))) return st;
         if (!(l->own_train = malloc((c->n_tokens ? c->n_tokens : 1) * sizeof *l->own_train)))
-            return fail(err, err_size, COLLAGE_ERR_NOMEM, "loader: out of memory");
+            return collage__fail(err, err_size, COLLAGE_ERR_NOMEM, "loader: out of memory");
         memcpy(l->own_train, c->tokens, c->n_tokens * sizeof *c->tokens);
         n = c->n_tokens;
     } else if ((st = collage_corpus_tokens(c->path, tok, &l->own_train, &n, NULL, err, err_size))) {
@@ -475,30 +453,30 @@ static collage_status loader_fill(collage_loader *l, const collage_loader_config
         l->val = l->own_val;
     } else if (c->val_fraction >= 0) {
         double f = c->val_fraction == 0 ? 0.1 : c->val_fraction;
-        if (!(f < 1)) return fail(err, err_size, COLLAGE_ERR_ARG, "loader: val_fraction %g is not below 1", f);
+        if (!(f < 1)) return collage__fail(err, err_size, COLLAGE_ERR_ARG, "loader: val_fraction %g is not below 1", f);
         l->n_val = (size_t)((double)n * f);
         l->n_train = n - l->n_val;
         l->val = l->train + l->n_train;
     }
     size_t need = (size_t)c->T + 1;
     if (l->n_train < need)
-        return fail(err, err_size, COLLAGE_ERR_SIZE, "loader: the training split of %s has %zu tokens, fewer than "
+        return collage__fail(err, err_size, COLLAGE_ERR_SIZE, "loader: the training split of %s has %zu tokens, fewer than "
                     "T + 1 = %zu", what, l->n_train, need);
     if (l->val && l->n_val < need)
-        return fail(err, err_size, COLLAGE_ERR_SIZE, "loader: the validation split of %s has %zu tokens, fewer than "
+        return collage__fail(err, err_size, COLLAGE_ERR_SIZE, "loader: the validation split of %s has %zu tokens, fewer than "
                     "T + 1 = %zu", c->val_path ? c->val_path : what, l->n_val, need);
     return COLLAGE_OK;
 }
 
 collage_status collage_loader_create(const collage_loader_config *cfg, collage_loader **out,
                                      char *err, size_t err_size) {
-    if (!cfg || !out) return fail(err, err_size, COLLAGE_ERR_NULL, "loader: NULL argument");
+    if (!cfg || !out) return collage__fail(err, err_size, COLLAGE_ERR_NULL, "loader: NULL argument");
     *out = NULL;
     if (cfg->B < 1 || cfg->T < 1)
-        return fail(err, err_size, COLLAGE_ERR_SIZE, "loader: B = %d and T = %d must both be at least 1", cfg->B,
+        return collage__fail(err, err_size, COLLAGE_ERR_SIZE, "loader: B = %d and T = %d must both be at least 1", cfg->B,
                     cfg->T);
     collage_loader *l = calloc(1, sizeof *l);
-    if (!l) return fail(err, err_size, COLLAGE_ERR_NOMEM, "loader: out of memory");
+    if (!l) return collage__fail(err, err_size, COLLAGE_ERR_NOMEM, "loader: out of memory");
     collage_tokenizer *own = NULL;
     const collage_tokenizer *tok = cfg->tokenizer;
     collage_status st = COLLAGE_OK;

@@ -88,6 +88,12 @@ collage_status collage_atomic_open(collage_atomic_file *af, const char *path, ch
 collage_status collage_atomic_commit(collage_atomic_file *af, char *err, size_t cap);
 void           collage_atomic_abort(collage_atomic_file *af);
 
+/* A status with a one-line message in err (cap bytes; err may be NULL). */
+collage_status collage__fail(char *err, size_t cap, collage_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The whole file, malloc'd, with a NUL after its len bytes. */
+collage_status collage__read_file(const char *path, char **buf, size_t *len, char *err, size_t cap);
+
 /* Threads for library kernels. */
 int collage__threads(void);
 

