@@ -1,6 +1,6 @@
 # collage — build: make (library + CLI), make test, make run (the main job), make ci-san / ci-noomp.
 # Variants build into their own folder: SAN=1 (ASan+UBSan), OMP=0 (no OpenMP), WERROR=1.
-# Never add -Ofast / -ffast-math / -fassociative-math: they compile TwoSum's error term to zero.
+# Never add the fast-math family (O-fast, fast-math, associative-math): it compiles TwoSum's error term to 0.
 CC      ?= cc
 BUILD   ?= build
 OMP     ?= 1
