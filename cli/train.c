@@ -483,6 +483,7 @@ static collage_gpt *load_model(const char *arg, int maxB, int maxT, float **para
         fprintf(stderr, "collage: %s\nhint: --checkpoint takes a model.bin (llm.c format) or a folder written by train --save\n", err);
         return NULL;
     }
+    if (maxT == 0) maxT = c->max_seq_len; /* the model's whole context */
     if (maxT > c->max_seq_len) {
         fprintf(stderr, "collage: --seq %d exceeds the model's context %d\n", maxT, c->max_seq_len);
         return NULL;
@@ -599,11 +600,8 @@ int cmd_sample(int argc, char **argv) {
     }
     if (!ck) { fprintf(stderr, "collage sample: --checkpoint PATH is required\n"); return 2; }
     collage_gpt_config c;
-    char path[4096], err[1024];
-    checkpoint_path(ck, path, sizeof path);
-    if (collage_ckpt_read_header(path, &c, NULL, err, sizeof err) != COLLAGE_OK) { fprintf(stderr, "collage sample: %s\n", err); return 1; }
     float *params = NULL;
-    collage_gpt *m = load_model(ck, 1, c.max_seq_len, &params, &c);
+    collage_gpt *m = load_model(ck, 1, 0, &params, &c);
     if (!m) return 1;
     collage_tokenizer *tok = tokenizer_for(tokname, c.vocab_size);
     size_t plen = strlen(prompt);

@@ -84,13 +84,6 @@ float collage__gpt_exp_f32(float x) { return exp_f32(x); }
 #define R_LOG logf
 #define R_SQRT sqrtf
 #include "ops.h"
-#undef real
-#undef SUF
-#undef GEMM
-#undef R_EXP
-#undef R_MIN
-#undef R_LOG
-#undef R_SQRT
 
 #define real double
 #define SUF(name) name##_f64
@@ -100,13 +93,6 @@ float collage__gpt_exp_f32(float x) { return exp_f32(x); }
 #define R_LOG log
 #define R_SQRT sqrt
 #include "ops.h"
-#undef real
-#undef SUF
-#undef GEMM
-#undef R_EXP
-#undef R_MIN
-#undef R_LOG
-#undef R_SQRT
 
 /* ---------------------------------------------------------------- configuration */
 const char *collage_gpt_precision_name(collage_gpt_precision p) {

@@ -218,6 +218,12 @@ static void SUF(matmul_backward)(real *dinp, real *dw, real *db, const real *dou
 /* GELU, tanh approximation, in the equivalent form 0.5 x (1 + tanh u) = x · σ(2u) = x / (1 + e^{−2u}),
  * u = sqrt(2/π)(x + 0.044715 x³): one exp instead of tanh (no cancellation for x < 0, and the loop
  * vectorises). n elements. */
+/* The exponent of the logistic form: −2u, clamped so that e^{−2u} stays finite. */
+static inline real SUF(gelu_t)(real x) {
+    real t = (real)-2 * OPS_GELU_K * (x + OPS_GELU_A * x * x * x);
+    return R_MIN(t, OPS_GELU_EXP_MAX);
+}
+
 static void SUF(gelu_forward)(real *out, const real *inp, size_t n, int bf, int nt) {
     (void)nt; /* read by the OpenMP pragmas only */
     const long nb = (long)((n + 4095) / 4096);
@@ -227,9 +233,7 @@ static void SUF(gelu_forward)(real *out, const real *inp, size_t n, int bf, int 
 #pragma omp simd
         for (size_t i = a; i < e; i++) {
             const real x = inp[i];
-            real t = (real)-2 * OPS_GELU_K * (x + OPS_GELU_A * x * x * x);
-            t = R_MIN(t, OPS_GELU_EXP_MAX);
-            out[i] = SUF(rnd)(bf, x / ((real)1 + R_EXP(t)));
+            out[i] = SUF(rnd)(bf, x / ((real)1 + R_EXP(SUF(gelu_t)(x))));
         }
     }
 }
@@ -245,9 +249,7 @@ static void SUF(gelu_backward)(real *d, const real *inp, size_t n, int bf, int n
 #pragma omp simd
         for (size_t i = a; i < e; i++) {
             const real x = inp[i];
-            real t = (real)-2 * OPS_GELU_K * (x + OPS_GELU_A * x * x * x);
-            t = R_MIN(t, OPS_GELU_EXP_MAX);
-            const real ex = R_EXP(t), sg = (real)1 / ((real)1 + ex);
+            const real ex = R_EXP(SUF(gelu_t)(x)), sg = (real)1 / ((real)1 + ex);
             const real du = OPS_GELU_K * ((real)1 + (real)3 * OPS_GELU_A * x * x);
             d[i] = SUF(rnd)(bf, (sg + (real)2 * x * sg * (ex * sg) * du) * d[i]);
         }
@@ -478,3 +480,12 @@ static void SUF(gpt_last_logits)(const gpt_plan *P, const real *w, real *a, cons
     SUF(matmul_forward)(AC(A_LOGITS, 0), AC(A_LNF, 0) + (size_t)(T - 1) * P->C, PW(COLLAGE_GPT_WTE, 0), NULL,
                         1, P->C, P->Vp, bf, nt);
 }
+
+/* this file is instantiated once per real type: release the parameters for the next one */
+#undef real
+#undef SUF
+#undef GEMM
+#undef R_EXP
+#undef R_MIN
+#undef R_LOG
+#undef R_SQRT
