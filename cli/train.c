@@ -22,7 +22,7 @@
 #define VAL_BATCHES 8
 
 typedef struct {
-    const char *data, *tokenizer, *model, *save, *resume, *log;
+    const char *data, *tokenizer, *model, *save, *resume, *log, *summary;
     collage_strategy strategy;
     int layers, heads, dim;     /* 0: from the preset */
     int steps, stop_after, batch, seq, warmup, eval_every, threads;
@@ -50,7 +50,8 @@ static void train_usage(FILE *f) {
             "  --seed N --threads N --eval-every N (default steps/10)\n"
             "  --save DIR          write model.bin (llm.c format), optimizer.state and train.state there\n"
             "  --resume DIR        continue a run saved with --save, bit for bit\n"
-            "  --log FILE          one JSON object per step\n");
+            "  --log FILE          one JSON object per step\n"
+            "  --summary FILE      one JSON object for the whole run, written atomically at its end\n");
 }
 
 static int parse_double(const char *flag, const char *v, double *out) {
@@ -80,6 +81,7 @@ static int parse_train(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--save")) o->save = v;
         else if (!strcmp(a, "--resume")) o->resume = v;
         else if (!strcmp(a, "--log")) o->log = v;
+        else if (!strcmp(a, "--summary")) o->summary = v;
         else if (!strcmp(a, "--precision")) {
             if (!v || collage_strategy_parse(v, &o->strategy) != COLLAGE_OK) {
                 fprintf(stderr, "collage train: unknown --precision '%s'\nhint: collage train --help lists the strategies\n", v ? v : "");
@@ -237,6 +239,34 @@ static int apply_manifest(const char *dir, train_opts *o, int *step, uint64_t *f
     return atoi(kv_get(it, n, "max_seq"));
 }
 
+/* JSON has no NaN: a missing figure is null. */
+static void json_num(FILE *f, const char *key, double x, const char *fmt) {
+    fprintf(f, ",\"%s\":", key);
+    if (isfinite(x)) fprintf(f, fmt, x);
+    else fputs("null", f);
+}
+
+/* --summary: the whole run as one JSON object (what `collage compare` tabulates), written atomically. */
+static int write_summary(const char *path, const train_opts *o, size_t n, int ran, double secs, double tokens,
+                         double last_loss, double tail_loss, double val, double edq_ratio, double lost, double bpp) {
+    char err[512];
+    collage_atomic_file af;
+    if (collage_atomic_open(&af, path, err, sizeof err)) { fprintf(stderr, "collage train: --summary: %s\n", err); return -1; }
+    fprintf(af.f, "{\"precision\":\"%s\",\"beta2\":%.10g,\"seed\":%llu,\"params\":%zu,\"steps\":%d,\"steps_run\":%d",
+            collage_strategy_name(o->strategy), o->beta2, (unsigned long long)o->seed, n, o->steps, ran);
+    json_num(af.f, "final_loss", last_loss, "%.6f");
+    json_num(af.f, "tail_loss", tail_loss, "%.6f");
+    json_num(af.f, "val_loss", val, "%.6f");
+    json_num(af.f, "edq_ratio", edq_ratio, "%.6f");
+    json_num(af.f, "lost", lost, "%.6f");
+    json_num(af.f, "bytes_per_param", bpp, "%.2f");
+    json_num(af.f, "tokens_per_s", tokens / secs, "%.1f");
+    json_num(af.f, "ms_per_step", 1e3 * secs / ran, "%.3f");
+    fprintf(af.f, ",\"peak_rss_mb\":%ld}\n", peak_rss_mb());
+    if (collage_atomic_commit(&af, err, sizeof err)) { fprintf(stderr, "collage train: --summary: %s\n", err); return -1; }
+    return 0;
+}
+
 static void progress(const train_opts *o, int step, int total, double loss, double tps, double eta_s, int tty) {
     if (o->quiet) return;
     if (tty) {
@@ -382,8 +412,9 @@ int cmd_train(int argc, char **argv) {
                o.tokenizer, (size_t)collage_loader_windows(ld, COLLAGE_SPLIT_TRAIN) * (size_t)o.seq,
                collage_strategy_name(o.strategy), mem.total, o.batch, o.seq, o.steps, o.lr, o.beta2,
                collage_get_threads());
-    double t_start = cli_now(), tokens_done = 0, last_loss = NAN;
-    int last_step = start;
+    double t_start = cli_now(), tokens_done = 0, last_loss = NAN, last_val = NAN;
+    double sum_edq_ratio = 0, sum_lost = 0, sum_tail = 0;
+    int last_step = start, n_edq = 0, n_tail = 0, tail_from = o.stop_after - (o.stop_after / 20 > 0 ? o.stop_after / 20 : 1);
     for (int step = start; step < o.stop_after; step++) {
         double t0 = cli_now(), loss = NAN;
         collage_loader_batch(ld, COLLAGE_SPLIT_TRAIN, (uint64_t)step, 0, 1, in, tg);
@@ -406,10 +437,13 @@ int cmd_train(int argc, char **argv) {
         tokens_done += (double)o.batch * o.seq;
         last_loss = loss;
         last_step = step + 1;
+        if (!ss.skipped && isfinite(ss.edq.edq_ratio)) { sum_edq_ratio += ss.edq.edq_ratio; sum_lost += ss.edq.lost; n_edq++; }
+        if (step >= tail_from) { sum_tail += loss; n_tail++; }
         double val = NAN;
         int is_eval = (step + 1) % o.eval_every == 0 || step + 1 == o.stop_after;
         if (is_eval && collage_loader_has_val(ld))
             val = eval_loss(m, params, ld, COLLAGE_SPLIT_VAL, o.batch, o.seq, VAL_BATCHES, in, tg);
+        if (!isnan(val)) last_val = val;
         if (logf) {
             fprintf(logf, "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"edq\":%.6g,\"edq_ratio\":%.6f,"
                           "\"lost\":%.6f,\"edq_state_ratio\":%.6f,\"tokens_per_s\":%.1f,\"ms\":%.2f,\"skipped\":%d",
@@ -438,6 +472,10 @@ int cmd_train(int argc, char **argv) {
                "(%.1f MB), peak RSS %ld MB\n",
                ran, total_s, 1e3 * total_s / ran, tokens_done / total_s, last_loss, mem.total, mem.total * (double)n / 1e6,
                peak_rss_mb());
+    if (o.summary && ran > 0 &&
+        write_summary(o.summary, &o, n, ran, total_s, tokens_done, last_loss, n_tail ? sum_tail / n_tail : last_loss, last_val,
+                      n_edq ? sum_edq_ratio / n_edq : (double)NAN, n_edq ? sum_lost / n_edq : (double)NAN, mem.total))
+        goto done;
     if (o.save) {
         if (mkdir_p(o.save) != 0) {
             fprintf(stderr, "collage train: cannot create --save folder '%s': %s\n", o.save, strerror(errno));
