@@ -5,6 +5,7 @@
 
 int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int collage_cli_tokenize(int argc, char **argv);
@@ -13,4 +14,6 @@ int collage_cli_tokenize(int argc, char **argv);
 int cli_parse_size(const char *flag, const char *s, size_t *out);
 int cli_parse_int(const char *flag, const char *s, int *out);
 double cli_now(void);
+/* mkdir -p: create path and every missing folder above it; 0 or -1 with errno. */
+int cli_mkdir_p(const char *path);
 #endif

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static void usage(FILE *f) {
@@ -15,6 +16,9 @@ static void usage(FILE *f) {
             "commands:\n"
             "  train [--data PATH] [--model PRESET] [--precision STRATEGY] [--steps N] ...\n"
             "                  train a GPT on text (default: the fortunes corpus); --help for all flags\n"
+            "  compare [--precision LIST|all] [--beta2 LIST] [--seeds N] [--steps N] [--out DIR] ...\n"
+            "                  train every strategy x beta2 x seed side by side on the same data\n"
+            "                  and weights; results.csv, report.md and plots; resumable\n"
             "  eval --checkpoint PATH [--data PATH] [--batch B] [--seq T] [--batches N] [--json]\n"
             "                  mean loss of a checkpoint on data\n"
             "  sample --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature X] [--seed N]\n"
@@ -67,6 +71,18 @@ int cli_parse_int(const char *flag, const char *s, int *out) {
     return 0;
 }
 
+int cli_mkdir_p(const char *path) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) { errno = ENAMETOOLONG; return -1; }
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
     const char *cmd = argv[1];
@@ -74,6 +90,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) { printf("collage %s\n", collage_version()); return 0; }
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "compare")) return cmd_compare(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return collage_cli_tokenize(argc - 2, argv + 2);

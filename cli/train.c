@@ -135,19 +135,6 @@ static double lr_at(const train_opts *o, int step) {
     return minlr + 0.5 * (o->lr - minlr) * (1.0 + cos(M_PI * p));
 }
 
-/* mkdir -p: every missing folder of path. */
-static int mkdir_p(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 static long peak_rss_mb(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -477,7 +464,7 @@ int cmd_train(int argc, char **argv) {
                       n_edq ? sum_edq_ratio / n_edq : (double)NAN, n_edq ? sum_lost / n_edq : (double)NAN, mem.total))
         goto done;
     if (o.save) {
-        if (mkdir_p(o.save) != 0) {
+        if (cli_mkdir_p(o.save) != 0) {
             fprintf(stderr, "collage train: cannot create --save folder '%s': %s\n", o.save, strerror(errno));
             goto done;
         }

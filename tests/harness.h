@@ -2,8 +2,11 @@
  * the failing input, and the closing line "N passed, N failed" with a non-zero exit on failure. */
 #ifndef COLLAGE_HARNESS_H
 #define COLLAGE_HARNESS_H
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 
 static int h_pass, h_fail, h_cur_fail;
@@ -40,6 +43,28 @@ static inline void h_run(const char *name, void (*fn)(void)) {
 static inline int h_end(void) {
     printf("%d passed, %d failed\n", h_pass, h_fail);
     return h_fail ? 1 : 0;
+}
+
+/* Run a shell command (printf-style); capture its stdout+stderr into out (cap bytes, may be NULL);
+ * return its exit status, or -1 when it did not exit normally. */
+static int h_sh(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4), unused));
+static int h_sh(char *out, size_t cap, const char *fmt, ...) {
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    if (out && cap) {
+        size_t n = fread(out, 1, cap - 1, p);
+        out[n] = 0;
+    }
+    char buf[4096];
+    while (fread(buf, 1, sizeof buf, p) > 0) {}
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 /* Deterministic test randomness (xorshift64*), seeded and printed by each test program. */

@@ -12,30 +12,6 @@
 
 static char g_bin[1024], g_dir[256], g_text[512];
 
-/* Run a shell command; capture stdout+stderr into out (cap bytes); return the exit status. */
-static int run(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-#include <stdarg.h>
-static int run(char *out, size_t cap, const char *fmt, ...) {
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = 0;
-    if (out && cap) {
-        n = fread(out, 1, cap - 1, p);
-        out[n] = 0;
-    } else {
-        char buf[4096];
-        while (fread(buf, 1, sizeof buf, p) > 0) {}
-    }
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* The "loss" values of a JSON-lines log, in order. */
 static int read_losses(const char *path, double *loss, int cap) {
     FILE *f = fopen(path, "r");
@@ -54,7 +30,7 @@ static void test_train_log_and_checkpoint(void) {
     char out[8192], log[600], save[600];
     snprintf(log, sizeof log, "%s/a.jsonl", g_dir);
     snprintf(save, sizeof save, "%s/ckpt", g_dir);
-    int rc = run(out, sizeof out, "%s train --data %s " TRAIN " --steps 12 --eval-every 4 --log %s --save %s", g_bin,
+    int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --steps 12 --eval-every 4 --log %s --save %s", g_bin,
                  g_text, log, save);
     CHECK(rc == 0, "train exited %d: %s", rc, out);
     FILE *f = fopen(log, "r");
@@ -90,7 +66,7 @@ static void test_train_log_and_checkpoint(void) {
               h[5], h[6], h[7]);
         fclose(f);
     }
-    rc = run(out, sizeof out, "%s eval --checkpoint %s --data %s --batch 2 --seq 16 --batches 3 --json", g_bin, save, g_text);
+    rc = h_sh(out, sizeof out, "%s eval --checkpoint %s --data %s --batch 2 --seq 16 --batches 3 --json", g_bin, save, g_text);
     CHECK(rc == 0 && strstr(out, "\"loss\":") && strstr(out, "\"tokens\":96"), "eval: rc %d: %s", rc, out);
     /* llm.c's bf16 checkpoints (version 5) load too: the same weights, rounded to bf16 by hand */
     char v5[700];
@@ -113,12 +89,12 @@ static void test_train_log_and_checkpoint(void) {
     if (in) fclose(in);
     if (o5) fclose(o5);
     char out5[8192];
-    rc = run(out5, sizeof out5, "%s eval --checkpoint %s --data %s --batch 2 --seq 16 --batches 3 --json", g_bin, v5, g_text);
+    rc = h_sh(out5, sizeof out5, "%s eval --checkpoint %s --data %s --batch 2 --seq 16 --batches 3 --json", g_bin, v5, g_text);
     CHECK(rc == 0 && strcmp(out5, out) == 0, "version-5 checkpoint: rc %d: %s vs %s", rc, out5, out);
     char s1[4096], s2[4096];
-    rc = run(s1, sizeof s1, "%s sample --checkpoint %s --prompt 'The ' --tokens 20 --seed 3", g_bin, save);
+    rc = h_sh(s1, sizeof s1, "%s sample --checkpoint %s --prompt 'The ' --tokens 20 --seed 3", g_bin, save);
     CHECK(rc == 0 && strncmp(s1, "The ", 4) == 0 && strlen(s1) >= 24, "sample: rc %d: %s", rc, s1);
-    run(s2, sizeof s2, "%s sample --checkpoint %s --prompt 'The ' --tokens 20 --seed 3", g_bin, save);
+    h_sh(s2, sizeof s2, "%s sample --checkpoint %s --prompt 'The ' --tokens 20 --seed 3", g_bin, save);
     CHECK(strcmp(s1, s2) == 0, "sample not reproducible for a seed");
 }
 
@@ -131,13 +107,13 @@ static void test_exact_resume(void) {
     const char *strategies[] = {"collage-plus", "bf16-sr", "fp32"};
     for (int s = 0; s < 3; s++) {
         unlink(la); unlink(lb);
-        int rc = run(out, sizeof out, "%s train --data %s " TRAIN " --precision %s --steps 10 --log %s", g_bin, g_text,
+        int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --precision %s --steps 10 --log %s", g_bin, g_text,
                      strategies[s], la);
         CHECK(rc == 0, "%s full run: %s", strategies[s], out);
-        rc = run(out, sizeof out, "%s train --data %s " TRAIN " --precision %s --steps 10 --stop-after 5 --save %s --log %s",
+        rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --precision %s --steps 10 --stop-after 5 --save %s --log %s",
                  g_bin, g_text, strategies[s], save, lb);
         CHECK(rc == 0, "%s first half: %s", strategies[s], out);
-        rc = run(out, sizeof out, "%s train --data %s --threads 1 --quiet --precision %s --resume %s --log %s", g_bin, g_text,
+        rc = h_sh(out, sizeof out, "%s train --data %s --threads 1 --quiet --precision %s --resume %s --log %s", g_bin, g_text,
                  strategies[s], save, lb);
         CHECK(rc == 0, "%s resumed half: %s", strategies[s], out);
         double a[32], b[32];
@@ -151,46 +127,46 @@ static void test_exact_resume(void) {
 static void test_tokenize_then_train_on_shard(void) {
     char out[8192], shard[600];
     snprintf(shard, sizeof shard, "%s/text.bin", g_dir);
-    int rc = run(out, sizeof out, "%s tokenize --tokenizer byte --in %s --out %s", g_bin, g_text, shard);
+    int rc = h_sh(out, sizeof out, "%s tokenize --tokenizer byte --in %s --out %s", g_bin, g_text, shard);
     CHECK(rc == 0, "tokenize: %s", out);
     struct stat sb, st;
     CHECK(stat(shard, &sb) == 0 && stat(g_text, &st) == 0 && sb.st_size == 1024 + 2 * st.st_size,
           "shard size %lld for %lld text bytes", (long long)sb.st_size, (long long)st.st_size);
-    rc = run(out, sizeof out, "%s train --data %s " TRAIN " --steps 3", g_bin, shard);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --steps 3", g_bin, shard);
     CHECK(rc == 0, "train on shard: %s", out);
 }
 
 static void test_bad_input(void) {
     char out[8192], save[600], bad[600];
-    int rc = run(out, sizeof out, "%s train --data %s/missing.txt " TRAIN " --steps 2", g_bin, g_dir);
+    int rc = h_sh(out, sizeof out, "%s train --data %s/missing.txt " TRAIN " --steps 2", g_bin, g_dir);
     CHECK(rc != 0 && strstr(out, "missing.txt"), "missing data file: rc %d: %s", rc, out);
-    rc = run(out, sizeof out, "%s train --bogus 3", g_bin);
+    rc = h_sh(out, sizeof out, "%s train --bogus 3", g_bin);
     CHECK(rc == 2 && strstr(out, "--bogus") && strstr(out, "hint"), "unknown flag: rc %d: %s", rc, out);
-    rc = run(out, sizeof out, "%s train --data %s --dim 30 --heads 4 --steps 2 --quiet", g_bin, g_text);
+    rc = h_sh(out, sizeof out, "%s train --data %s --dim 30 --heads 4 --steps 2 --quiet", g_bin, g_text);
     CHECK(rc != 0 && strstr(out, "divisible"), "bad shape: rc %d: %s", rc, out);
-    rc = run(out, sizeof out, "%s train --data %s " TRAIN " --lr abc", g_bin, g_text);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --lr abc", g_bin, g_text);
     CHECK(rc == 2 && strstr(out, "--lr"), "bad number: rc %d: %s", rc, out);
     snprintf(bad, sizeof bad, "%s/bad.bin", g_dir);
     FILE *f = fopen(bad, "wb");
     if (f) { fputs("not a checkpoint, not a checkpoint, not a checkpoint", f); fclose(f); }
-    rc = run(out, sizeof out, "%s eval --checkpoint %s --data %s", g_bin, bad, g_text);
+    rc = h_sh(out, sizeof out, "%s eval --checkpoint %s --data %s", g_bin, bad, g_text);
     CHECK(rc != 0 && strstr(out, "bad.bin"), "bad checkpoint: rc %d: %s", rc, out);
-    rc = run(out, sizeof out, "%s train --data %s --resume %s/nowhere --quiet", g_bin, g_text, g_dir);
+    rc = h_sh(out, sizeof out, "%s train --data %s --resume %s/nowhere --quiet", g_bin, g_text, g_dir);
     CHECK(rc != 0 && strstr(out, "nowhere"), "resume from nowhere: rc %d: %s", rc, out);
     /* a failing run (its data is missing) leaves an existing checkpoint as it was */
     snprintf(save, sizeof save, "%s/keep", g_dir);
-    rc = run(out, sizeof out, "%s train --data %s " TRAIN " --steps 2 --save %s", g_bin, g_text, save);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --steps 2 --save %s", g_bin, g_text, save);
     CHECK(rc == 0, "save: %s", out);
     char model[700];
     snprintf(model, sizeof model, "%s/model.bin", save);
     struct stat before, after;
     stat(model, &before);
-    rc = run(out, sizeof out, "%s train --data %s/missing.txt " TRAIN " --steps 2 --save %s", g_bin, g_dir, save);
+    rc = h_sh(out, sizeof out, "%s train --data %s/missing.txt " TRAIN " --steps 2 --save %s", g_bin, g_dir, save);
     CHECK(rc != 0 && stat(model, &after) == 0 && after.st_size == before.st_size && after.st_mtime == before.st_mtime,
           "a failed run touched %s", model);
     char cmd[800];
     snprintf(cmd, sizeof cmd, "ls %s | grep -c tmp", save);
-    rc = run(out, sizeof out, "%s", cmd);
+    rc = h_sh(out, sizeof out, "%s", cmd);
     CHECK(atoi(out) == 0, "temporary files left in %s: %s", save, out);
 }
 

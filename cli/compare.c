@@ -1,0 +1,758 @@
+/* compare.c — `collage compare`: the Collage paper's experiment in miniature. Every (strategy, β2, seed)
+ * combination is trained by a child `collage train` on the same data, the same initial weights and the
+ * same batch order, so that runs differ only in precision; runs go side by side, one thread each, and a
+ * finished run (its summary.json, with the same arguments) is never redone. The results become
+ * results.csv, report.md and three gnuplot PNGs in --out. */
+#include "cli.h"
+#include "internal.h" /* collage_atomic_*: every output file is written to a temporary name, then renamed */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_STRATEGIES 16
+#define MAX_BETA2 8
+#define MAX_SEEDS 32
+#define MAX_PASS 64
+#define REF_NOISE 0.01 /* with one seed, a val-loss difference below this is reported as a match */
+
+typedef struct {
+    collage_strategy strategy;
+    double beta2;
+    int seed_index;
+    char dir[1024];
+    /* results (NAN when the run has none) */
+    int done, steps_run;
+    double train_loss, val_loss, edq_ratio, lost, bpp, tps, ms, rss;
+    /* scheduling */
+    pid_t pid;
+    int steps_seen;
+    double t0, secs;
+} run_t;
+
+typedef struct {
+    collage_strategy strategies[MAX_STRATEGIES];
+    int n_strategies;
+    double beta2[MAX_BETA2];
+    int n_beta2, seeds, steps, jobs, threads, eval_every;
+    uint64_t seed;
+    const char *out;
+    const char *pass[MAX_PASS]; /* train flags passed through, as given */
+    int n_pass;
+} compare_opts;
+
+static void compare_usage(FILE *f) {
+    fprintf(f,
+            "usage: collage compare [--precision LIST|all] [--beta2 LIST] [--seeds N] [--steps N] [--out DIR]\n"
+            "                       [--jobs J] [--threads T] [--seed N] [train flags...]\n"
+            "Trains every (strategy, beta2, seed) on the same data, initial weights and batch order, then writes\n"
+            "results.csv, report.md and plots (val_loss.png, edq.png, loss_vs_bytes.png) to --out.\n"
+            "  --precision LIST    comma-separated strategies, or 'all'\n"
+            "                      (default: fp32,bf16,collage-light,collage-plus,bf16-master)\n"
+            "  --beta2 LIST        comma-separated (default: 0.95,0.999)\n"
+            "  --seeds N           seeds per combination (default 1); seed k trains with --seed SEED+k\n"
+            "  --steps N           steps per run (default 1000: most of the gap opens late, as the lr decays)\n"
+            "  --out DIR           output folder (default compare); rerunning skips finished runs\n"
+            "  --jobs J            runs side by side (default: the number of cores)\n"
+            "  --threads T         threads per run (default: cores / jobs)\n"
+            "  --eval-every N      validation interval (default steps/20)\n"
+            "Other flags go to `collage train` unchanged; the defaults are the configuration of NUMERICS.md §6:\n"
+            "  --model tiny (2 layers, width 128, 4 heads), --seq 64, --batch 16, --lr 3e-4, warm-up steps/20,\n"
+            "  --wd 0.1, --clip 1.0, --eps 1e-8, on the fortunes corpus with 10%% held out.\n");
+}
+
+/* Comma-separated list of strategies ("all": every one). */
+static int parse_strategies(const char *v, compare_opts *o) {
+    o->n_strategies = 0;
+    if (!strcmp(v, "all")) {
+        for (int s = 0; s < COLLAGE_STRATEGY_COUNT && s < MAX_STRATEGIES; s++) o->strategies[o->n_strategies++] = (collage_strategy)s;
+        return 0;
+    }
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        collage_strategy s;
+        if (collage_strategy_parse(t, &s) != COLLAGE_OK) {
+            fprintf(stderr, "collage compare: unknown strategy '%s' in --precision\nhint: collage train --help lists them, or pass 'all'\n", t);
+            return -1;
+        }
+        for (int i = 0; i < o->n_strategies; i++)
+            if (o->strategies[i] == s) { fprintf(stderr, "collage compare: '%s' appears twice in --precision\n", t); return -1; }
+        if (o->n_strategies == MAX_STRATEGIES) return -1;
+        o->strategies[o->n_strategies++] = s;
+    }
+    if (!o->n_strategies) { fprintf(stderr, "collage compare: --precision lists no strategy\n"); return -1; }
+    return 0;
+}
+
+static int parse_beta2(const char *v, compare_opts *o) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", v);
+    o->n_beta2 = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *end;
+        double b = strtod(t, &end);
+        if (*end || end == t || !(b > 0 && b < 1)) {
+            fprintf(stderr, "collage compare: --beta2 expects numbers in (0, 1) separated by commas, got '%s'\n", t);
+            return -1;
+        }
+        if (o->n_beta2 == MAX_BETA2) { fprintf(stderr, "collage compare: at most %d values of --beta2\n", MAX_BETA2); return -1; }
+        o->beta2[o->n_beta2++] = b;
+    }
+    if (!o->n_beta2) { fprintf(stderr, "collage compare: --beta2 lists no value\n"); return -1; }
+    return 0;
+}
+
+/* Flags of `collage train` that take no value; every other passed-through flag takes one. */
+static int train_flag_is_bare(const char *a) { return !strcmp(a, "--quiet"); }
+
+static int parse_compare(int argc, char **argv, compare_opts *o) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    *o = (compare_opts){.seeds = 1, .steps = 1000, .out = "compare", .seed = 1337, .eval_every = -1};
+    if (cpus < 1) cpus = 1;
+    parse_strategies("fp32,bf16,collage-light,collage-plus,bf16-master", o);
+    parse_beta2("0.95,0.999", o);
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        size_t z;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { compare_usage(stdout); exit(0); }
+        if (strncmp(a, "--", 2) != 0) {
+            fprintf(stderr, "collage compare: unexpected argument '%s'\nhint: collage compare --help\n", a);
+            return -1;
+        }
+        if (!strcmp(a, "--save") || !strcmp(a, "--resume") || !strcmp(a, "--log") || !strcmp(a, "--summary") ||
+            !strcmp(a, "--stop-after")) {
+            fprintf(stderr, "collage compare: %s is set by compare for each run (its files live in --out)\n", a);
+            return -1;
+        }
+        if (train_flag_is_bare(a)) continue; /* compare's children are quiet already */
+        if (!v) { fprintf(stderr, "collage compare: %s needs a value\n", a); return -1; }
+        if (!strcmp(a, "--precision")) bad = parse_strategies(v, o);
+        else if (!strcmp(a, "--beta2")) bad = parse_beta2(v, o);
+        else if (!strcmp(a, "--seeds")) bad = cli_parse_int(a, v, &o->seeds);
+        else if (!strcmp(a, "--steps")) bad = cli_parse_int(a, v, &o->steps);
+        else if (!strcmp(a, "--jobs")) bad = cli_parse_int(a, v, &o->jobs);
+        else if (!strcmp(a, "--threads")) bad = cli_parse_int(a, v, &o->threads);
+        else if (!strcmp(a, "--eval-every")) bad = cli_parse_int(a, v, &o->eval_every);
+        else if (!strcmp(a, "--seed")) { bad = cli_parse_size(a, v, &z); o->seed = z; }
+        else if (!strcmp(a, "--out")) o->out = v;
+        else {
+            if (o->n_pass + 2 > MAX_PASS) { fprintf(stderr, "collage compare: too many flags\n"); return -1; }
+            o->pass[o->n_pass++] = a;
+            o->pass[o->n_pass++] = v;
+        }
+        if (bad) return -1;
+        i++;
+    }
+    if (o->seeds < 1 || o->seeds > MAX_SEEDS || o->steps < 1) {
+        fprintf(stderr, "collage compare: --seeds must be in 1..%d and --steps positive\n", MAX_SEEDS);
+        return -1;
+    }
+    if (o->jobs <= 0) o->jobs = (int)cpus;
+    if (o->threads <= 0) o->threads = (int)cpus / o->jobs > 0 ? (int)cpus / o->jobs : 1;
+    if (o->eval_every <= 0) o->eval_every = o->steps / 20 > 0 ? o->steps / 20 : 1;
+    return 0;
+}
+
+/* The flags given to compare take precedence over its §6 defaults. */
+static int passed(const compare_opts *o, const char *flag) {
+    for (int i = 0; i < o->n_pass; i += 2)
+        if (!strcmp(o->pass[i], flag)) return 1;
+    return 0;
+}
+
+#define MAX_ARGV 96
+/* argv of the child `collage train` of one run, NULL-terminated; its strings live in a static store that
+ * the next call overwrites. -1 when an argument does not fit. */
+static int run_argv(const compare_opts *o, const run_t *r, char **argv) {
+    static char store[MAX_ARGV][2048];
+    int n = 0;
+#define ARG(...) do { if (n + 1 >= MAX_ARGV || snprintf(store[n], sizeof store[n], __VA_ARGS__) >= (int)sizeof store[n]) return -1; \
+                      argv[n] = store[n]; n++; } while (0)
+    ARG("collage"); ARG("train");
+    static const char *defaults[][2] = {{"--model", "tiny"}, {"--seq", "64"}, {"--batch", "16"}, {"--lr", "3e-4"},
+                                        {"--wd", "0.1"}, {"--clip", "1.0"}, {"--eps", "1e-8"}};
+    for (size_t d = 0; d < sizeof defaults / sizeof *defaults; d++)
+        if (!passed(o, defaults[d][0])) {
+            ARG("%s", defaults[d][0]); ARG("%s", defaults[d][1]);
+        }
+    for (int i = 0; i < o->n_pass; i++) ARG("%s", o->pass[i]);
+    ARG("--precision"); ARG("%s", collage_strategy_name(r->strategy));
+    ARG("--beta2"); ARG("%.10g", r->beta2);
+    ARG("--seed"); ARG("%llu", (unsigned long long)(o->seed + (uint64_t)r->seed_index));
+    ARG("--steps"); ARG("%d", o->steps);
+    ARG("--eval-every"); ARG("%d", o->eval_every);
+    ARG("--threads"); ARG("%d", o->threads);
+    ARG("--log"); ARG("%s/log.jsonl", r->dir);
+    ARG("--summary"); ARG("%s/summary.json", r->dir);
+#undef ARG
+    argv[n] = NULL;
+    return n;
+}
+
+/* One line with every argument, to tell whether a finished run was made with the same command. */
+static void argv_line(char **argv, char *out, size_t cap) {
+    size_t len = 0;
+    out[0] = 0;
+    for (int i = 1; argv[i] && len < cap; i++) len += (size_t)snprintf(out + len, cap - len, "%s%s", i > 1 ? " " : "", argv[i]);
+}
+
+static int read_text(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return 0;
+}
+
+static int write_text(const char *path, const char *text) {
+    char err[512];
+    collage_atomic_file af;
+    if (collage_atomic_open(&af, path, err, sizeof err)) { fprintf(stderr, "collage compare: %s\n", err); return -1; }
+    fputs(text, af.f);
+    if (collage_atomic_commit(&af, err, sizeof err)) { fprintf(stderr, "collage compare: %s\n", err); return -1; }
+    return 0;
+}
+
+/* A number of a flat JSON object by key; NAN when absent or null. */
+static double json_get(const char *js, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(js, pat);
+    if (!p) return (double)NAN;
+    p += strlen(pat);
+    if (!strncmp(p, "null", 4)) return (double)NAN;
+    char *end;
+    double x = strtod(p, &end);
+    return end == p ? (double)NAN : x;
+}
+
+/* A run is finished when its summary exists, covers every step and was made with the same arguments. */
+static int load_result(run_t *r, const char *args, int steps) {
+    char path[4200], buf[4096], saved[8192];
+    snprintf(path, sizeof path, "%s/args.txt", r->dir);
+    if (read_text(path, saved, sizeof saved) || strcmp(saved, args) != 0) return 0;
+    snprintf(path, sizeof path, "%s/summary.json", r->dir);
+    if (read_text(path, buf, sizeof buf)) return 0;
+    r->steps_run = (int)json_get(buf, "steps_run");
+    if (r->steps_run != steps) return 0;
+    r->train_loss = json_get(buf, "tail_loss");
+    r->val_loss = json_get(buf, "val_loss");
+    r->edq_ratio = json_get(buf, "edq_ratio");
+    r->lost = json_get(buf, "lost");
+    r->bpp = json_get(buf, "bytes_per_param");
+    r->tps = json_get(buf, "tokens_per_s");
+    r->ms = json_get(buf, "ms_per_step");
+    r->rss = json_get(buf, "peak_rss_mb");
+    r->done = 1;
+    return 1;
+}
+
+/* The step of the last line of a run's log (progress for the ETA); 0 when there is none yet. */
+static int last_logged_step(const char *dir) {
+    char path[4200], buf[1024];
+    snprintf(path, sizeof path, "%s/log.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f), from = size > 1000 ? size - 1000 : 0;
+    fseek(f, from, SEEK_SET);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *last = NULL;
+    for (const char *p = buf; (p = strstr(p, "{\"step\":")); p++) last = p;
+    return last ? atoi(last + 8) : 0;
+}
+
+static pid_t launch(char **argv, const char *dir) {
+    char logpath[4200];
+    snprintf(logpath, sizeof logpath, "%s/train.out", dir);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    FILE *o = fopen(logpath, "w");
+    if (o) { dup2(fileno(o), 1); dup2(fileno(o), 2); }
+    execv("/proc/self/exe", argv);
+    fprintf(stderr, "collage compare: cannot run /proc/self/exe: %s\n", strerror(errno));
+    _exit(127);
+}
+
+static void tail_file(const char *path, FILE *to) {
+    char buf[2048];
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, size > 1500 ? size - 1500 : 0, SEEK_SET);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fprintf(to, "%s", buf);
+    fclose(f);
+}
+
+static const char *b2str(double b, char *buf) { snprintf(buf, 32, "%g", b); return buf; }
+
+/* ------------------------------------------------------------------ statistics and the report */
+typedef struct { double mean, sd, min, max; int n; } stat_t;
+
+static stat_t stat_of(const run_t *runs, int nruns, collage_strategy s, double b2, size_t off) {
+    stat_t st = {0, 0, INFINITY, -INFINITY, 0};
+    double sum = 0, sq = 0;
+    for (int i = 0; i < nruns; i++) {
+        if (runs[i].strategy != s || runs[i].beta2 != b2 || !runs[i].done) continue;
+        double x = *(const double *)((const char *)&runs[i] + off);
+        if (!isfinite(x)) continue;
+        sum += x; sq += x * x; st.n++;
+        if (x < st.min) st.min = x;
+        if (x > st.max) st.max = x;
+    }
+    if (!st.n) { st.mean = st.sd = (double)NAN; return st; }
+    st.mean = sum / st.n;
+    st.sd = st.n > 1 ? sqrt(fmax(0.0, (sq - sum * sum / st.n) / (st.n - 1))) : 0.0;
+    return st;
+}
+#define STAT(field) stat_of(runs, nruns, s, b2, offsetof(run_t, field))
+
+/* Text appended to a growing buffer. */
+typedef struct { char *p; size_t len, cap; } sbuf;
+__attribute__((format(printf, 2, 3))) static void sb_printf(sbuf *b, const char *fmt, ...) {
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int k = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (k >= 0 && b->len + (size_t)k < b->cap) { b->len += (size_t)k; return; }
+        size_t cap = b->cap * 2 + (size_t)(k > 0 ? k : 0) + 256;
+        char *q = realloc(b->p, cap);
+        if (!q) return;
+        b->p = q; b->cap = cap;
+    }
+}
+
+static void fmt_stat(char *out, size_t cap, stat_t st, const char *fmt, double scale) {
+    char a[32], b[32], sdfmt[16];
+    size_t k = 0;
+    if (!st.n) { snprintf(out, cap, "—"); return; }
+    for (const char *f = fmt; *f && k + 1 < sizeof sdfmt; f++)
+        if (*f != '+') sdfmt[k++] = *f; /* a spread has no sign */
+    sdfmt[k] = 0;
+    snprintf(a, sizeof a, fmt, st.mean * scale);
+    if (st.n > 1) { snprintf(b, sizeof b, sdfmt, st.sd * scale); snprintf(out, cap, "%s ± %s", a, b); }
+    else snprintf(out, cap, "%s", a);
+}
+
+static int has(const compare_opts *o, collage_strategy s) {
+    for (int i = 0; i < o->n_strategies; i++)
+        if (o->strategies[i] == s) return 1;
+    return 0;
+}
+
+/* The strategy the others are judged against: bf16-master when it ran, else fp32, else the first. */
+static collage_strategy reference(const compare_opts *o) {
+    return has(o, COLLAGE_BF16_MASTER) ? COLLAGE_BF16_MASTER : has(o, COLLAGE_FP32) ? COLLAGE_FP32 : o->strategies[0];
+}
+
+/* Paired difference of the final validation loss, s minus the reference, over the seeds where both
+ * finished: runs of one seed share weights and batches, so the pair removes most of the seed noise. */
+static stat_t paired_diff(const run_t *runs, int nruns, collage_strategy s, collage_strategy ref, double b2) {
+    stat_t st = {0, 0, INFINITY, -INFINITY, 0};
+    double sum = 0, sq = 0;
+    for (int i = 0; i < nruns; i++) {
+        const run_t *a = &runs[i];
+        if (a->strategy != s || a->beta2 != b2 || !a->done || !isfinite(a->val_loss)) continue;
+        for (int j = 0; j < nruns; j++) {
+            const run_t *r = &runs[j];
+            if (r->strategy != ref || r->beta2 != b2 || r->seed_index != a->seed_index || !r->done || !isfinite(r->val_loss)) continue;
+            double d = a->val_loss - r->val_loss;
+            sum += d; sq += d * d; st.n++;
+            if (d < st.min) st.min = d;
+            if (d > st.max) st.max = d;
+        }
+    }
+    if (!st.n) { st.mean = st.sd = (double)NAN; return st; }
+    st.mean = sum / st.n;
+    st.sd = st.n > 1 ? sqrt(fmax(0.0, (sq - sum * sum / st.n) / (st.n - 1))) : 0.0;
+    return st;
+}
+
+/* Strategies whose stored bf16 weight may stay put while the update is kept elsewhere. */
+static const char *keeps_update_in(collage_strategy s) {
+    switch (s) {
+    case COLLAGE_LIGHT: case COLLAGE_PLUS: case COLLAGE_PLUS_V1: return "its compensation word δθ";
+    case COLLAGE_BF16_MASTER: return "its fp32 master weights";
+    case COLLAGE_BF16_KAHAN: return "its Kahan buffer";
+    case COLLAGE_BF16_REMAINDER: return "its remainder bits";
+    default: return NULL;
+    }
+}
+
+/* One paragraph per β2: every strategy's final validation loss against the reference, as a paired
+ * difference judged against its spread over seeds (MATCH_FLOOR below which a difference is a match). */
+#define MATCH_FLOOR 0.005
+static void paragraph(sbuf *b, const compare_opts *o, const run_t *runs, int nruns, double b2) {
+    collage_strategy ref = reference(o), s = ref;
+    stat_t r = STAT(val_loss);
+    if (!r.n) { sb_printf(b, "No finished run of %s at β2 = %g to compare against.\n\n", collage_strategy_name(ref), b2); return; }
+    sb_printf(b, "At β2 = %g the reference, %s, ends at a validation loss of %.4f. ", b2, collage_strategy_name(ref), r.mean);
+    if (o->seeds > 1)
+        sb_printf(b, "Each difference below is paired by seed; it counts when it exceeds both twice its standard error over "
+                     "the %d seeds and %.3f. ", o->seeds, MATCH_FLOOR);
+    else
+        sb_printf(b, "With one seed the noise is not measured: a difference below %.2f is called a match (rerun with "
+                     "--seeds 3 to measure it). ", REF_NOISE);
+    for (int i = 0; i < o->n_strategies; i++) {
+        s = o->strategies[i];
+        if (s == ref) continue;
+        stat_t d = paired_diff(runs, nruns, s, ref, b2), lost = STAT(lost), e = STAT(edq_ratio), bpp = STAT(bpp);
+        if (!d.n) continue;
+        double noise = o->seeds > 1 ? fmax(2 * d.sd / sqrt((double)d.n), MATCH_FLOOR) : REF_NOISE;
+        const char *verdict = fabs(d.mean) <= noise ? "matches it" : d.mean > 0 ? "ends worse" : "ends better";
+        sb_printf(b, "**%s** %s (%+.4f", collage_strategy_name(s), verdict, d.mean);
+        if (d.n > 1) sb_printf(b, " ± %.4f", d.sd);
+        sb_printf(b, ") at %.0f bytes per parameter", bpp.mean);
+        if (isfinite(lost.mean) && lost.mean > 0.001) {
+            const char *kept = keeps_update_in(s);
+            if (kept) sb_printf(b, "; its bf16 weights stayed put on %.1f%% of nonzero updates, which %s carried instead", 100 * lost.mean, kept);
+            else sb_printf(b, "; %.1f%% of its nonzero weight updates were lost to rounding (EDQ ratio %.3f)", 100 * lost.mean, e.mean);
+        }
+        sb_printf(b, ". ");
+    }
+    sb_printf(b, "\n\n");
+}
+
+static void beta2_paragraph(sbuf *b, const compare_opts *o, const run_t *runs, int nruns) {
+    if (o->n_beta2 < 2) return;
+    double lo = o->beta2[0], hi = o->beta2[0];
+    for (int j = 1; j < o->n_beta2; j++) { if (o->beta2[j] < lo) lo = o->beta2[j]; if (o->beta2[j] > hi) hi = o->beta2[j]; }
+    sb_printf(b, "From β2 = %g to β2 = %g, the final validation loss changes by: ", lo, hi);
+    for (int i = 0; i < o->n_strategies; i++) {
+        collage_strategy s = o->strategies[i];
+        double b2 = lo;
+        stat_t a = STAT(val_loss);
+        b2 = hi;
+        stat_t c = STAT(val_loss);
+        if (a.n && c.n) sb_printf(b, "%s %+.4f%s", collage_strategy_name(s), c.mean - a.mean, i + 1 < o->n_strategies ? ", " : ". ");
+    }
+    sb_printf(b, "A strategy whose second moment is a plain bf16 word cannot decay it at β2 = 0.999 (1 − β2 is below half an "
+                 "ulp of 1), so its loss is expected to grow the most there; collage-plus keeps v as two words.\n\n");
+}
+
+static int write_report(const compare_opts *o, const run_t *runs, int nruns, const char *cmdline, int plots_ok) {
+    sbuf b = {malloc(4096), 0, 4096};
+    if (!b.p) return -1;
+    time_t now = time(NULL);
+    char date[64];
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    sb_printf(&b, "# collage compare: report\n\nMade %s by `%s` (collage %s). %d runs: %d strategies × %d values of β2 × %d seed%s, "
+                  "%d steps each; every run starts from the same weights and sees the same batches (seed k trains with "
+                  "--seed %llu+k), so the runs of one seed differ only in precision. Each run's own files, including the exact "
+                  "`collage train` command (args.txt), are in `runs/`.\n\n",
+              date, cmdline, collage_version(), nruns, o->n_strategies, o->n_beta2, o->seeds, o->seeds > 1 ? "s" : "", o->steps,
+              (unsigned long long)o->seed);
+    sb_printf(&b, "Columns: validation loss at the last step (8 held-out batches, the same for every run); train loss as the mean "
+                  "of the last 5%% of steps; EDQ ratio ⟨Δ_eff, Δ⟩/‖Δ‖² averaged over steps (1 = every update applied in full); "
+                  "lost = the fraction of nonzero intended updates that left the stored bf16 weight unchanged (a compensated "
+                  "strategy keeps them in its compensation, master or remainder); Δ val = the validation loss minus the "
+                  "reference's in the run of the same seed; bytes of training "
+                  "state per parameter; tokens/s of one run (runs go side by side, %d thread%s each). Values are mean ± standard "
+                  "deviation over seeds when there is more than one.\n\n", o->threads, o->threads > 1 ? "s" : "");
+    for (int j = 0; j < o->n_beta2; j++) {
+        double b2 = o->beta2[j];
+        sb_printf(&b, "## β2 = %g\n\n| strategy | val loss | Δ val vs %s | train loss | EDQ ratio | lost | bytes/param | tokens/s | peak MB |\n"
+                      "|---|---|---|---|---|---|---|---|---|\n", b2, collage_strategy_name(reference(o)));
+        for (int i = 0; i < o->n_strategies; i++) {
+            collage_strategy s = o->strategies[i];
+            char c[8][96];
+            fmt_stat(c[0], 96, STAT(val_loss), "%.4f", 1);
+            if (s == reference(o)) snprintf(c[7], 96, "(reference)");
+            else fmt_stat(c[7], 96, paired_diff(runs, nruns, s, reference(o), b2), "%+.4f", 1);
+            fmt_stat(c[1], 96, STAT(train_loss), "%.4f", 1);
+            fmt_stat(c[2], 96, STAT(edq_ratio), "%.4f", 1);
+            fmt_stat(c[3], 96, STAT(lost), "%.1f%%", 100);
+            fmt_stat(c[4], 96, STAT(bpp), "%.0f", 1);
+            fmt_stat(c[5], 96, STAT(tps), "%.0f", 1);
+            fmt_stat(c[6], 96, STAT(rss), "%.0f", 1);
+            sb_printf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", collage_strategy_name(s), c[0], c[7], c[1], c[2], c[3],
+                      c[4], c[5], c[6]);
+        }
+        sb_printf(&b, "\n");
+        paragraph(&b, o, runs, nruns, b2);
+    }
+    beta2_paragraph(&b, o, runs, nruns);
+    if (plots_ok)
+        sb_printf(&b, "## Plots\n\n![validation loss against step](val_loss.png)\n\n![EDQ ratio against step](edq.png)\n\n"
+                      "![final validation loss against bytes per parameter](loss_vs_bytes.png)\n");
+    else sb_printf(&b, "## Plots\n\nNot rendered: gnuplot was not found or failed (see the message of the run; `apt-get install gnuplot-nox`).\n");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/report.md", o->out);
+    int rc = write_text(path, b.p);
+    free(b.p);
+    return rc;
+}
+
+static int write_csv(const compare_opts *o, const run_t *runs, int nruns) {
+    sbuf b = {malloc(4096), 0, 4096};
+    if (!b.p) return -1;
+    sb_printf(&b, "strategy,beta2,seed,steps,train_loss,val_loss,edq_ratio,lost,bytes_per_param,tokens_per_s,ms_per_step,peak_rss_mb\n");
+    for (int i = 0; i < nruns; i++) {
+        const run_t *r = &runs[i];
+        if (!r->done) continue;
+        sb_printf(&b, "%s,%g,%llu,%d,%.6f,%.6f,%.6f,%.6f,%.2f,%.1f,%.3f,%.0f\n", collage_strategy_name(r->strategy), r->beta2,
+                  (unsigned long long)(o->seed + (uint64_t)r->seed_index), r->steps_run, r->train_loss, r->val_loss, r->edq_ratio,
+                  r->lost, r->bpp, r->tps, r->ms, r->rss);
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/results.csv", o->out);
+    int rc = write_text(path, b.p);
+    free(b.p);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ plots */
+/* Per run of the first seed: the validation curve and a moving average of the EDQ ratio, as data files. */
+static int write_plot_data(const run_t *runs, int nruns, int window) {
+    char path[4200], line[2048];
+    for (int i = 0; i < nruns; i++) {
+        const run_t *r = &runs[i];
+        if (r->seed_index != 0 || !r->done) continue;
+        snprintf(path, sizeof path, "%s/log.jsonl", r->dir);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        sbuf val = {malloc(1024), 0, 1024}, edq = {malloc(1024), 0, 1024};
+        enum { WMAX = 25 };
+        double win[WMAX] = {0}, sum = 0;
+        int W = window < 1 ? 1 : window > WMAX ? WMAX : window;
+        int k = 0;
+        while (val.p && edq.p && fgets(line, sizeof line, f)) {
+            double step = json_get(line, "step"), v = json_get(line, "val_loss"), e = json_get(line, "edq_ratio");
+            if (isfinite(v)) sb_printf(&val, "%g %.6f\n", step, v);
+            if (!isfinite(e)) continue;
+            sum += e - win[k % W];
+            win[k % W] = e;
+            k++;
+            if (k >= W) sb_printf(&edq, "%g %.6f\n", step, sum / W);
+        }
+        fclose(f);
+        int bad = !val.p || !edq.p;
+        if (!bad) {
+            snprintf(path, sizeof path, "%s/val.dat", r->dir);
+            bad |= write_text(path, val.p);
+            snprintf(path, sizeof path, "%s/edq.dat", r->dir);
+            bad |= write_text(path, edq.p);
+        }
+        free(val.p); free(edq.p);
+        if (bad) return -1;
+    }
+    return 0;
+}
+
+/* Renders the three PNGs with gnuplot (a script in --out, so a user can restyle them). */
+static int render_plots(const compare_opts *o, const run_t *runs, int nruns) {
+    int window = o->steps / 20 < 25 ? (o->steps / 20 > 0 ? o->steps / 20 : 1) : 25;
+    if (write_plot_data(runs, nruns, window)) return -1;
+    sbuf g = {malloc(4096), 0, 4096};
+    if (!g.p) return -1;
+    char b2s[32];
+    sb_printf(&g, "# gnuplot script written by collage compare; run `gnuplot plots.gp` in this folder to redraw.\n"
+                  "set terminal pngcairo size %d,420 font ',10'\nset grid\nset key top right\n", 520 * o->n_beta2);
+    for (int plot = 0; plot < 2; plot++) {
+        const char *name = plot == 0 ? "val_loss" : "edq", *file = plot == 0 ? "val.dat" : "edq.dat";
+        sb_printf(&g, "set output '%s.png'\nset multiplot layout 1,%d\nset xlabel 'step'\nset ylabel '%s'\n", name, o->n_beta2,
+                  plot == 0 ? "validation loss" : "EDQ ratio (moving average)");
+        if (plot == 1) sb_printf(&g, "set key bottom left\n");
+        for (int j = 0; j < o->n_beta2; j++) {
+            sb_printf(&g, "set title 'beta2 = %s'\nplot ", b2str(o->beta2[j], b2s));
+            int first = 1;
+            for (int i = 0; i < nruns; i++) {
+                const run_t *r = &runs[i];
+                if (r->seed_index || r->beta2 != o->beta2[j] || !r->done) continue;
+                const char *base = strrchr(r->dir, '/');
+                sb_printf(&g, "%s'runs/%s/%s' with lines lw 2 title '%s'", first ? "" : ", ", base + 1, file,
+                          collage_strategy_name(r->strategy));
+                first = 0;
+            }
+            sb_printf(&g, "%s\n", first ? "NaN notitle" : "");
+        }
+        sb_printf(&g, "unset multiplot\nset key top right\n");
+    }
+    /* Final validation loss against bytes per parameter: one series per β2, points labelled by strategy. */
+    sb_printf(&g, "set terminal pngcairo size 640,440 font ',10'\nset output 'loss_vs_bytes.png'\nset title 'final validation loss "
+                  "against training-state bytes per parameter'\nset xlabel 'bytes per parameter'\nset ylabel 'validation loss "
+                  "(mean over seeds)'\nset offsets 1, 3, 0.02, 0.02\nset key top right\nplot ");
+    for (int j = 0; j < o->n_beta2; j++) {
+        sb_printf(&g, "%s'-' using 1:2 with points pt %d ps 1.5 title 'beta2 = %s', '-' using 1:2:3 with labels left offset 1,0 "
+                      "font ',8' notitle", j ? ", " : "", 7 + 2 * j, b2str(o->beta2[j], b2s));
+    }
+    sb_printf(&g, "\n");
+    for (int j = 0; j < o->n_beta2; j++)
+        for (int rep = 0; rep < 2; rep++) {
+            for (int i = 0; i < o->n_strategies; i++) {
+                collage_strategy s = o->strategies[i];
+                double b2 = o->beta2[j];
+                stat_t v = STAT(val_loss), bpp = STAT(bpp);
+                if (v.n && isfinite(v.mean)) sb_printf(&g, "%g %.6f %s\n", bpp.mean, v.mean, collage_strategy_name(s));
+            }
+            sb_printf(&g, "e\n");
+        }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/plots.gp", o->out);
+    int rc = write_text(path, g.p);
+    free(g.p);
+    if (rc) return -1;
+    char cmd[8600];
+    snprintf(cmd, sizeof cmd, "cd '%s' && gnuplot plots.gp 2> plots.err", o->out);
+    if (strchr(o->out, '\'')) return -1;
+    rc = system(cmd);
+    if (rc != 0) {
+        fprintf(stderr, "collage compare: gnuplot failed (exit %d) — see %s/plots.err\nhint: apt-get install gnuplot-nox\n",
+                WIFEXITED(rc) ? WEXITSTATUS(rc) : rc, o->out);
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/plots.err", o->out);
+    unlink(path);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the command */
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) { (void)sig; g_stop = 1; }
+
+int cmd_compare(int argc, char **argv) {
+    compare_opts o;
+    if (parse_compare(argc, argv, &o)) return 2;
+    int nruns = o.n_strategies * o.n_beta2 * o.seeds;
+    run_t *runs = calloc((size_t)nruns, sizeof *runs);
+    if (!runs) return 1;
+    char cmdline[4096] = "collage compare";
+    for (int i = 0; i < argc; i++) {
+        size_t len = strlen(cmdline);
+        snprintf(cmdline + len, sizeof cmdline - len, " %s", argv[i]);
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/runs", o.out);
+    if (cli_mkdir_p(path)) {
+        fprintf(stderr, "collage compare: cannot create '%s': %s\nhint: --out takes a writable folder\n", path, strerror(errno));
+        free(runs);
+        return 1;
+    }
+    /* Every combination, strategy-major within a β2 so that the first results to arrive can be compared. */
+    int k = 0, finished = 0;
+    for (int si = 0; si < o.seeds; si++)
+        for (int j = 0; j < o.n_beta2; j++)
+            for (int i = 0; i < o.n_strategies; i++) {
+                run_t *r = &runs[k++];
+                char b2s[32];
+                *r = (run_t){.strategy = o.strategies[i], .beta2 = o.beta2[j], .seed_index = si};
+                snprintf(r->dir, sizeof r->dir, "%s/runs/%s-b%s-s%d", o.out, collage_strategy_name(r->strategy),
+                         b2str(r->beta2, b2s), si + 1);
+                char *av[MAX_ARGV], args[8192];
+                if (run_argv(&o, r, av) < 0) { fprintf(stderr, "collage compare: too many flags\n"); free(runs); return 2; }
+                argv_line(av, args, sizeof args);
+                finished += load_result(r, args, o.steps);
+            }
+    printf("collage compare: %d runs (%d strategies x %d beta2 x %d seeds), %d steps each, %d side by side with %d thread%s each; "
+           "%d already finished in %s/\n",
+           nruns, o.n_strategies, o.n_beta2, o.seeds, o.steps, o.jobs, o.threads, o.threads > 1 ? "s" : "", finished, o.out);
+    fflush(stdout);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    int running = 0, next = 0, failed = 0, started = 0, tty = isatty(1);
+    int todo = nruns - finished;
+    double t_start = cli_now(), last_print = 0;
+    long steps_total = (long)todo * o.steps;
+    while (!g_stop && !failed && (next < nruns || running)) {
+        while (!g_stop && !failed && running < o.jobs && next < nruns) {
+            run_t *r = &runs[next++];
+            if (r->done) continue;
+            char *av[MAX_ARGV], args[8192];
+            run_argv(&o, r, av);
+            argv_line(av, args, sizeof args);
+            snprintf(path, sizeof path, "%s/summary.json", r->dir);
+            unlink(path); /* a stale result never counts for a new run */
+            if (cli_mkdir_p(r->dir)) { fprintf(stderr, "collage compare: cannot create '%s': %s\n", r->dir, strerror(errno)); failed = 1; break; }
+            snprintf(path, sizeof path, "%s/args.txt", r->dir);
+            if (write_text(path, args)) { failed = 1; break; }
+            r->pid = launch(av, r->dir);
+            if (r->pid < 0) { fprintf(stderr, "collage compare: fork: %s\n", strerror(errno)); failed = 1; break; }
+            r->t0 = cli_now();
+            r->steps_seen = 0;
+            running++; started++;
+            printf("%s[start %d of %d] %s beta2 %g seed %llu\n", tty ? "\r\033[K" : "", started, todo,
+                   collage_strategy_name(r->strategy), r->beta2, (unsigned long long)(o.seed + (uint64_t)r->seed_index));
+            fflush(stdout);
+        }
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid > 0) {
+            for (int i = 0; i < nruns; i++) {
+                run_t *r = &runs[i];
+                if (r->pid != pid) continue;
+                r->pid = 0;
+                running--;
+                r->secs = cli_now() - r->t0;
+                char args[8192], *av[MAX_ARGV];
+                run_argv(&o, r, av);
+                argv_line(av, args, sizeof args);
+                if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && load_result(r, args, o.steps)) {
+                    finished++;
+                    printf("%s[%d/%d] done  %s beta2 %g seed %llu: val loss %.4f, EDQ ratio %.3f, lost %.1f%% (%.0f s)\n",
+                           tty ? "\r\033[K" : "", finished, nruns, collage_strategy_name(r->strategy), r->beta2,
+                           (unsigned long long)(o.seed + (uint64_t)r->seed_index), r->val_loss, r->edq_ratio, 100 * r->lost, r->secs);
+                } else if (!g_stop) {
+                    snprintf(path, sizeof path, "%s/train.out", r->dir);
+                    fprintf(stderr, "\ncollage compare: the run in %s failed (%s %d); the end of %s:\n", r->dir,
+                            WIFEXITED(status) ? "exit" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), path);
+                    tail_file(path, stderr);
+                    fprintf(stderr, "hint: fix the flag or file it names and rerun the same command; finished runs are kept\n");
+                    failed = 1;
+                }
+            }
+            continue;
+        }
+        if (pid < 0 && errno != EINTR && errno != ECHILD) break;
+        /* Progress: steps logged by the running runs; the ETA assumes the remaining steps go as fast. */
+        long steps_done = 0;
+        for (int i = 0; i < nruns; i++) {
+            if (runs[i].pid > 0) runs[i].steps_seen = last_logged_step(runs[i].dir);
+            if (runs[i].pid > 0 || (runs[i].secs > 0 && runs[i].done)) steps_done += runs[i].pid > 0 ? runs[i].steps_seen : o.steps;
+        }
+        double now = cli_now(), el = now - t_start;
+        if (steps_done > 0 && now - last_print >= (tty ? 1.0 : 60.0)) {
+            double eta = el / (double)steps_done * (double)(steps_total - steps_done);
+            if (tty) printf("\r\033[K%ld/%ld steps, %d running, ETA %dm%02ds", steps_done, steps_total, running, (int)eta / 60, (int)eta % 60);
+            else printf("progress: %ld/%ld steps, %d running, ETA %dm%02ds\n", steps_done, steps_total, running, (int)eta / 60, (int)eta % 60);
+            fflush(stdout);
+            last_print = now;
+        }
+        usleep(200000);
+    }
+    if (g_stop || failed) {
+        for (int i = 0; i < nruns; i++)
+            if (runs[i].pid > 0) kill(runs[i].pid, SIGTERM);
+        while (wait(NULL) > 0) {}
+        if (g_stop) fprintf(stderr, "\ncollage compare: interrupted; %d of %d runs finished — rerun the same command to continue\n", finished, nruns);
+        free(runs);
+        return 1;
+    }
+    if (tty) printf("\r\033[K");
+    int rc = write_csv(&o, runs, nruns);
+    int plots_ok = rc == 0 && render_plots(&o, runs, nruns) == 0;
+    rc |= write_report(&o, runs, nruns, cmdline, plots_ok);
+    if (!rc)
+        printf("wrote %s/results.csv, %s/report.md%s (%.0f s)\n", o.out, o.out,
+               plots_ok ? " and val_loss.png, edq.png, loss_vs_bytes.png" : " (no plots)", cli_now() - t_start);
+    free(runs);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,178 @@
+/* test_compare.c — `collage compare` end to end on a very small model: every file is written, the CSV
+ * parses and holds every (strategy, β2, seed) once, the report has a table per β2, the plots are PNGs,
+ * and a rerun after deleting one result redoes only that one (and a changed command redoes all). */
+#include "harness.h"
+#include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SHAPE "--layers 1 --dim 32 --heads 2 --batch 4 --seq 16"
+#define LIST_P "fp32,bf16,collage-light"
+static const char *g_strategies[] = {"fp32", "bf16", "collage-light"};
+static const char *g_betas[] = {"0.95", "0.999"};
+enum { NS = 3, NB = 2, NSEED = 2, NRUNS = NS * NB * NSEED };
+
+static char g_bin[1024], g_dir[256], g_text[512], g_out[512];
+
+static int is_png(const char *path) {
+    unsigned char sig[8] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t n = fread(sig, 1, 8, f);
+    fclose(f);
+    return n == 8 && sig[0] == 0x89 && sig[1] == 'P' && sig[2] == 'N' && sig[3] == 'G';
+}
+
+/* The modification time of one run's summary, in ns (0 when it is missing). */
+static long long summary_mtime(const char *strategy, const char *b2, int seed) {
+    char path[1024];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/runs/%s-b%s-s%d/summary.json", g_out, strategy, b2, seed);
+    if (stat(path, &sb) != 0) return 0;
+    return (long long)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
+}
+
+/* Parses results.csv: every row has 12 fields, finite numbers, and each combination occurs once. */
+static int check_csv(int expect_rows) {
+    char path[700], line[1024];
+    snprintf(path, sizeof path, "%s/results.csv", g_out);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "no %s", path);
+    if (!f) return 0;
+    int seen[NS][NB][NSEED] = {{{0}}}, rows = 0;
+    CHECK(fgets(line, sizeof line, f) && !strncmp(line, "strategy,beta2,seed,steps,train_loss,val_loss,edq_ratio,lost,", 61),
+          "header: %s", line);
+    while (fgets(line, sizeof line, f)) {
+        char strat[64];
+        double b2, v[9];
+        unsigned long long seed;
+        int k = sscanf(line, "%63[^,],%lf,%llu,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf", strat, &b2, &seed, &v[0], &v[1], &v[2], &v[3],
+                       &v[4], &v[5], &v[6], &v[7], &v[8]);
+        CHECK(k == 12, "row has %d fields: %s", k, line);
+        rows++;
+        if (k != 12) continue;
+        for (int i = 0; i < 9; i++) CHECK(isfinite(v[i]), "field %d not finite: %s", i + 4, line);
+        CHECK(v[0] == 6 && v[2] > 0 && v[2] < 10 && v[3] >= 0 && v[3] <= 1.5 && v[4] >= 0 && v[4] <= 1 && v[5] >= 8 && v[5] <= 16,
+              "implausible row: %s", line);
+        int s = -1, b = b2 == 0.95 ? 0 : b2 == 0.999 ? 1 : -1, sd = (int)(seed - 1337);
+        for (int i = 0; i < NS; i++)
+            if (!strcmp(strat, g_strategies[i])) s = i;
+        CHECK(s >= 0 && b >= 0 && sd >= 0 && sd < NSEED, "unexpected combination: %s", line);
+        if (s >= 0 && b >= 0 && sd >= 0 && sd < NSEED) seen[s][b][sd]++;
+        /* bf16 rounds updates away; fp32 loses none */
+        if (s == 0) CHECK(v[4] < 1e-3, "fp32 lost %g of its updates", v[4]);
+        if (s == 1) CHECK(v[4] > 0.01, "bf16 lost only %g of its updates", v[4]);
+    }
+    fclose(f);
+    CHECK(rows == expect_rows, "%d rows, expected %d", rows, expect_rows);
+    int once = 1;
+    for (int s = 0; s < NS; s++)
+        for (int b = 0; b < NB; b++)
+            for (int d = 0; d < NSEED; d++) once &= seen[s][b][d] == 1;
+    CHECK(once, "a combination is missing or repeated");
+    return rows;
+}
+
+static int run_compare(char *out, size_t cap, const char *extra) {
+    return h_sh(out, cap, "%s compare --out %s --data %s --precision " LIST_P " --beta2 0.95,0.999 --seeds %d --steps 6 "
+                "--eval-every 2 " SHAPE " %s", g_bin, g_out, g_text, NSEED, extra);
+}
+
+static void test_compare_writes_everything(void) {
+    static char out[65536];
+    int rc = run_compare(out, sizeof out, "");
+    CHECK(rc == 0, "compare exited %d: %s", rc, out);
+    CHECK(strstr(out, "0 already finished") != NULL, "first run: %s", out);
+    check_csv(NRUNS);
+    const char *pngs[] = {"val_loss.png", "edq.png", "loss_vs_bytes.png"};
+    for (int i = 0; i < 3; i++) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/%s", g_out, pngs[i]);
+        CHECK(is_png(path), "%s is not a PNG", path);
+    }
+    char path[700], report[65536] = "";
+    snprintf(path, sizeof path, "%s/report.md", g_out);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "no report.md");
+    if (f) { report[fread(report, 1, sizeof report - 1, f)] = 0; fclose(f); }
+    CHECK(strstr(report, "## β2 = 0.95\n") && strstr(report, "## β2 = 0.999\n"), "a table per beta2: %.400s", report);
+    for (int s = 0; s < NS; s++) {
+        char row[64];
+        snprintf(row, sizeof row, "| %s |", g_strategies[s]);
+        const char *first = strstr(report, row);
+        CHECK(first && strstr(first + 1, row), "report lacks two rows of %s", g_strategies[s]);
+    }
+    CHECK(strstr(report, "At β2 = 0.95 the reference, fp32,") && strstr(report, "At β2 = 0.999 the reference, fp32,"),
+          "a paragraph per beta2");
+    CHECK(strstr(report, "val_loss.png") != NULL, "report does not show the plot");
+}
+
+static void test_rerun_redoes_only_deleted(void) {
+    static char out[65536];
+    long long before[NS][NB][NSEED];
+    for (int s = 0; s < NS; s++)
+        for (int b = 0; b < NB; b++)
+            for (int d = 0; d < NSEED; d++) before[s][b][d] = summary_mtime(g_strategies[s], g_betas[b], d + 1);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/runs/bf16-b0.999-s2/summary.json", g_out);
+    CHECK(unlink(path) == 0, "cannot delete %s", path);
+    int rc = run_compare(out, sizeof out, "");
+    CHECK(rc == 0, "rerun exited %d: %s", rc, out);
+    CHECK(strstr(out, "11 already finished") != NULL && strstr(out, "[start 1 of 1] bf16 beta2 0.999 seed 1338"), "rerun: %s", out);
+    for (int s = 0; s < NS; s++)
+        for (int b = 0; b < NB; b++)
+            for (int d = 0; d < NSEED; d++) {
+                long long now = summary_mtime(g_strategies[s], g_betas[b], d + 1);
+                if (s == 1 && b == 1 && d == 1) CHECK(now != 0, "the deleted run was not redone");
+                else CHECK(now == before[s][b][d], "%s beta2 %s seed %d was redone", g_strategies[s], g_betas[b], d + 1);
+            }
+    check_csv(NRUNS);
+    /* a different command (another learning rate) redoes every run */
+    rc = run_compare(out, sizeof out, "--lr 1e-3");
+    CHECK(rc == 0 && strstr(out, "0 already finished"), "changed command: rc %d: %s", rc, out);
+    check_csv(NRUNS);
+}
+
+static void test_compare_bad_input(void) {
+    char out[8192], bad[700];
+    snprintf(bad, sizeof bad, "%s/bad", g_dir);
+    int rc = h_sh(out, sizeof out, "%s compare --out %s --precision fp32,nonsense", g_bin, bad);
+    CHECK(rc == 2 && strstr(out, "nonsense"), "unknown strategy: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s compare --out %s --beta2 0.9,1.5", g_bin, bad);
+    CHECK(rc == 2 && strstr(out, "1.5"), "beta2 out of range: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s compare --out %s --save x", g_bin, bad);
+    CHECK(rc == 2 && strstr(out, "--save"), "--save: rc %d: %s", rc, out);
+    /* a train flag that is wrong fails the first run, and compare names its log and stops */
+    rc = h_sh(out, sizeof out, "%s compare --out %s --data %s/missing.txt --precision fp32 --beta2 0.95 --steps 2", g_bin, bad, g_dir);
+    CHECK(rc == 1 && strstr(out, "missing.txt") && strstr(out, "train.out"), "missing data: rc %d: %s", rc, out);
+    char csv[800];
+    snprintf(csv, sizeof csv, "%s/results.csv", bad);
+    CHECK(access(csv, F_OK) != 0, "a failed comparison wrote %s", csv);
+}
+
+int main(void) {
+    const char *bin = getenv("COLLAGE_BIN");
+    snprintf(g_bin, sizeof g_bin, "%s", bin ? bin : "build/collage");
+    if (access(g_bin, X_OK) != 0) {
+        printf("test_compare: %s not found (set COLLAGE_BIN)\n0 passed, 1 failed\n", g_bin);
+        return 1;
+    }
+    snprintf(g_dir, sizeof g_dir, "/tmp/collage-compare-XXXXXX");
+    if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
+    snprintf(g_text, sizeof g_text, "%s/text.txt", g_dir);
+    snprintf(g_out, sizeof g_out, "%s/out", g_dir);
+    FILE *f = fopen(g_text, "w");
+    const char *lines[] = {"The quick brown fox jumps over the lazy dog.\n", "A stitch in time saves nine.\n",
+                           "All that glitters is not gold.\n", "Fortune favours the bold.\n"};
+    h_seed(2);
+    for (int i = 0; i < 2000; i++) fputs(lines[h_rand32() % 4], f);
+    fclose(f);
+    printf("test_compare: %s, data in %s\n", g_bin, g_dir);
+    RUN(test_compare_writes_everything);
+    RUN(test_rerun_redoes_only_deleted);
+    RUN(test_compare_bad_input);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd) != 0) printf("could not remove %s\n", g_dir);
+    return h_end();
+}
