@@ -431,21 +431,45 @@ static void paragraph(sbuf *b, const compare_opts *o, const run_t *runs, int nru
     sb_printf(b, "\n\n");
 }
 
+/* Plain bf16 second moment: at β2 = 0.999, 1 − β2 is below half an ulp of 1, so v cannot decay. */
+static int plain_bf16_v(collage_strategy s) {
+    return s == COLLAGE_BF16 || s == COLLAGE_LIGHT || s == COLLAGE_BF16_KAHAN || s == COLLAGE_BF16_SR || s == COLLAGE_BF16_REMAINDER;
+}
+
+/* The paper's β2 claim, read off the runs: how each strategy's final loss moves from the smallest to the
+ * largest β2, relative to the reference's move (a positive number: it fell behind as β2 grew). */
 static void beta2_paragraph(sbuf *b, const compare_opts *o, const run_t *runs, int nruns) {
     if (o->n_beta2 < 2) return;
     double lo = o->beta2[0], hi = o->beta2[0];
     for (int j = 1; j < o->n_beta2; j++) { if (o->beta2[j] < lo) lo = o->beta2[j]; if (o->beta2[j] > hi) hi = o->beta2[j]; }
-    sb_printf(b, "From β2 = %g to β2 = %g, the final validation loss changes by: ", lo, hi);
+    collage_strategy ref = reference(o);
+    stat_t rl = paired_diff(runs, nruns, ref, ref, lo); /* n only: is the reference there at both */
+    stat_t rh = paired_diff(runs, nruns, ref, ref, hi);
+    if (!rl.n || !rh.n) return;
+    sb_printf(b, "## From β2 = %g to β2 = %g\n\nThe change of each strategy's gap to %s (its Δ val at β2 = %g minus its Δ val at "
+                 "β2 = %g; positive: it falls further behind as β2 grows): ", lo, hi, collage_strategy_name(ref), hi, lo);
+    double least_plain = INFINITY, most_other = -INFINITY;
+    int first = 1;
     for (int i = 0; i < o->n_strategies; i++) {
         collage_strategy s = o->strategies[i];
-        double b2 = lo;
-        stat_t a = STAT(val_loss);
-        b2 = hi;
-        stat_t c = STAT(val_loss);
-        if (a.n && c.n) sb_printf(b, "%s %+.4f%s", collage_strategy_name(s), c.mean - a.mean, i + 1 < o->n_strategies ? ", " : ". ");
+        if (s == ref) continue;
+        stat_t a = paired_diff(runs, nruns, s, ref, lo), c = paired_diff(runs, nruns, s, ref, hi);
+        if (!a.n || !c.n) continue;
+        double g = c.mean - a.mean;
+        sb_printf(b, "%s%s %+.4f", first ? "" : ", ", collage_strategy_name(s), g);
+        first = 0;
+        if (plain_bf16_v(s)) least_plain = fmin(least_plain, g);
+        else most_other = fmax(most_other, g);
     }
-    sb_printf(b, "A strategy whose second moment is a plain bf16 word cannot decay it at β2 = 0.999 (1 − β2 is below half an "
-                 "ulp of 1), so its loss is expected to grow the most there; collage-plus keeps v as two words.\n\n");
+    sb_printf(b, ". A second moment stored as one bf16 word (bf16, collage-light, bf16-kahan, bf16-sr, bf16-remainder) cannot "
+                 "decay at β2 = 0.999, because 1 − β2 is below half an ulp of 1, so those strategies are expected to fall "
+                 "behind as β2 approaches 1; collage-plus keeps v as two words and the fp32 strategies keep it in fp32. ");
+    if (isfinite(least_plain) && isfinite(most_other))
+        sb_printf(b, "Here the smallest move among the plain-bf16-v strategies is %+.4f and the largest among the others %+.4f: %s\n\n",
+                  least_plain, most_other,
+                  least_plain > most_other + (o->seeds > 1 ? MATCH_FLOOR : REF_NOISE) ? "every one of them fell further behind than any other, as expected."
+                                                                                     : "the runs do not separate the two groups beyond the noise.");
+    else sb_printf(b, "\n\n");
 }
 
 static int write_report(const compare_opts *o, const run_t *runs, int nruns, const char *cmdline, int plots_ok) {
@@ -565,43 +589,60 @@ static int render_plots(const compare_opts *o, const run_t *runs, int nruns) {
     if (!g.p) return -1;
     char b2s[32];
     sb_printf(&g, "# gnuplot script written by collage compare; run `gnuplot plots.gp` in this folder to redraw.\n"
-                  "set terminal pngcairo size %d,420 font ',10'\nset grid\nset key top right\n", 520 * o->n_beta2);
+                  "set grid\nset key top right\n");
+    /* Validation loss (top: the whole run; bottom: its second half, where the gaps open) and the EDQ ratio:
+     * one column per β2, one line per strategy, runs of the first seed. */
     for (int plot = 0; plot < 2; plot++) {
         const char *name = plot == 0 ? "val_loss" : "edq", *file = plot == 0 ? "val.dat" : "edq.dat";
-        sb_printf(&g, "set output '%s.png'\nset multiplot layout 1,%d\nset xlabel 'step'\nset ylabel '%s'\n", name, o->n_beta2,
+        int rows = plot == 0 ? 2 : 1;
+        sb_printf(&g, "set terminal pngcairo size %d,%d font ',10'\nset output '%s.png'\nset multiplot layout %d,%d\n"
+                      "set xlabel 'step'\nset ylabel '%s'\n", 520 * o->n_beta2, 400 * rows, name, rows, o->n_beta2,
                   plot == 0 ? "validation loss" : "EDQ ratio (moving average)");
-        if (plot == 1) sb_printf(&g, "set key bottom left\n");
-        for (int j = 0; j < o->n_beta2; j++) {
-            sb_printf(&g, "set title 'beta2 = %s'\nplot ", b2str(o->beta2[j], b2s));
-            int first = 1;
-            for (int i = 0; i < nruns; i++) {
-                const run_t *r = &runs[i];
-                if (r->seed_index || r->beta2 != o->beta2[j] || !r->done) continue;
-                const char *base = strrchr(r->dir, '/');
-                sb_printf(&g, "%s'runs/%s/%s' with lines lw 2 title '%s'", first ? "" : ", ", base + 1, file,
-                          collage_strategy_name(r->strategy));
-                first = 0;
+        sb_printf(&g, "set key %s\n", plot == 0 ? "top right" : "bottom left");
+        for (int row = 0; row < rows; row++) {
+            if (row == 1) sb_printf(&g, "set xrange [%d:*]\nset autoscale y\nset key top right\n", o->steps / 2);
+            for (int j = 0; j < o->n_beta2; j++) {
+                sb_printf(&g, "set title 'beta2 = %s%s'\nplot ", b2str(o->beta2[j], b2s), row ? ", second half" : "");
+                int first = 1;
+                for (int i = 0; i < nruns; i++) {
+                    const run_t *r = &runs[i];
+                    if (r->seed_index || r->beta2 != o->beta2[j] || !r->done) continue;
+                    const char *base = strrchr(r->dir, '/');
+                    sb_printf(&g, "%s'runs/%s/%s' with lines lw 2 title '%s'", first ? "" : ", ", base + 1, file,
+                              collage_strategy_name(r->strategy));
+                    first = 0;
+                }
+                sb_printf(&g, "%s\n", first ? "NaN notitle" : "");
             }
-            sb_printf(&g, "%s\n", first ? "NaN notitle" : "");
         }
-        sb_printf(&g, "unset multiplot\nset key top right\n");
+        sb_printf(&g, "unset multiplot\nset xrange [*:*]\n");
     }
-    /* Final validation loss against bytes per parameter: one series per β2, points labelled by strategy. */
+    /* Final validation loss against bytes per parameter: one series per β2, points labelled by strategy;
+     * a label whose point shares its x with an earlier one of the same β2 goes on the left. */
     sb_printf(&g, "set terminal pngcairo size 640,440 font ',10'\nset output 'loss_vs_bytes.png'\nset title 'final validation loss "
                   "against training-state bytes per parameter'\nset xlabel 'bytes per parameter'\nset ylabel 'validation loss "
-                  "(mean over seeds)'\nset offsets 1, 3, 0.02, 0.02\nset key top right\nplot ");
-    for (int j = 0; j < o->n_beta2; j++) {
+                  "(mean over seeds)'\nset offsets 2, 3, 0.02, 0.02\nset key top right\nplot ");
+    for (int j = 0; j < o->n_beta2; j++)
         sb_printf(&g, "%s'-' using 1:2 with points pt %d ps 1.5 title 'beta2 = %s', '-' using 1:2:3 with labels left offset 1,0 "
-                      "font ',8' notitle", j ? ", " : "", 7 + 2 * j, b2str(o->beta2[j], b2s));
-    }
+                      "font ',8' notitle, '-' using 1:2:3 with labels right offset -1,0 font ',8' notitle",
+                  j ? ", " : "", 7 + 2 * j, b2str(o->beta2[j], b2s));
     sb_printf(&g, "\n");
     for (int j = 0; j < o->n_beta2; j++)
-        for (int rep = 0; rep < 2; rep++) {
+        for (int part = 0; part < 3; part++) { /* points, labels on the right, labels on the left */
             for (int i = 0; i < o->n_strategies; i++) {
                 collage_strategy s = o->strategies[i];
                 double b2 = o->beta2[j];
                 stat_t v = STAT(val_loss), bpp = STAT(bpp);
-                if (v.n && isfinite(v.mean)) sb_printf(&g, "%g %.6f %s\n", bpp.mean, v.mean, collage_strategy_name(s));
+                if (!v.n || !isfinite(v.mean)) continue;
+                int shared = 0;
+                for (int e = 0; e < i; e++) {
+                    s = o->strategies[e];
+                    stat_t be = STAT(bpp);
+                    shared |= be.n && fabs(be.mean - bpp.mean) < 0.01;
+                }
+                s = o->strategies[i];
+                if (part == 0 || (part == 1 && !shared) || (part == 2 && shared))
+                    sb_printf(&g, "%g %.6f %s\n", bpp.mean, v.mean, collage_strategy_name(s));
             }
             sb_printf(&g, "e\n");
         }
