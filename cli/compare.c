@@ -304,23 +304,26 @@ static void tail_file(const char *path, FILE *to) {
 static const char *b2str(double b, char *buf) { snprintf(buf, 32, "%g", b); return buf; }
 
 /* ------------------------------------------------------------------ statistics and the report */
-typedef struct { double mean, sd, min, max; int n; } stat_t;
-
-static stat_t stat_of(const run_t *runs, int nruns, collage_strategy s, double b2, size_t off) {
-    stat_t st = {0, 0, INFINITY, -INFINITY, 0};
-    double sum = 0, sq = 0;
-    for (int i = 0; i < nruns; i++) {
-        if (runs[i].strategy != s || runs[i].beta2 != b2 || !runs[i].done) continue;
-        double x = *(const double *)((const char *)&runs[i] + off);
-        if (!isfinite(x)) continue;
-        sum += x; sq += x * x; st.n++;
-        if (x < st.min) st.min = x;
-        if (x > st.max) st.max = x;
-    }
+/* Mean and sample standard deviation of the finite values added (NAN for both when there is none). */
+typedef struct { double mean, sd, sum, sq; int n; } stat_t;
+static void stat_add(stat_t *st, double x) {
+    if (!isfinite(x)) return;
+    st->sum += x; st->sq += x * x; st->n++;
+}
+static stat_t stat_done(stat_t st) {
     if (!st.n) { st.mean = st.sd = (double)NAN; return st; }
-    st.mean = sum / st.n;
-    st.sd = st.n > 1 ? sqrt(fmax(0.0, (sq - sum * sum / st.n) / (st.n - 1))) : 0.0;
+    st.mean = st.sum / st.n;
+    st.sd = st.n > 1 ? sqrt(fmax(0.0, (st.sq - st.sum * st.sum / st.n) / (st.n - 1))) : 0.0;
     return st;
+}
+
+/* One field (at byte offset off of run_t) over the finished runs of (s, β2). */
+static stat_t stat_of(const run_t *runs, int nruns, collage_strategy s, double b2, size_t off) {
+    stat_t st = {0};
+    for (int i = 0; i < nruns; i++)
+        if (runs[i].strategy == s && runs[i].beta2 == b2 && runs[i].done)
+            stat_add(&st, *(const double *)((const char *)&runs[i] + off));
+    return stat_done(st);
 }
 #define STAT(field) stat_of(runs, nruns, s, b2, offsetof(run_t, field))
 
@@ -366,24 +369,16 @@ static collage_strategy reference(const compare_opts *o) {
 /* Paired difference of the final validation loss, s minus the reference, over the seeds where both
  * finished: runs of one seed share weights and batches, so the pair removes most of the seed noise. */
 static stat_t paired_diff(const run_t *runs, int nruns, collage_strategy s, collage_strategy ref, double b2) {
-    stat_t st = {0, 0, INFINITY, -INFINITY, 0};
-    double sum = 0, sq = 0;
+    stat_t st = {0};
     for (int i = 0; i < nruns; i++) {
         const run_t *a = &runs[i];
-        if (a->strategy != s || a->beta2 != b2 || !a->done || !isfinite(a->val_loss)) continue;
+        if (a->strategy != s || a->beta2 != b2 || !a->done) continue;
         for (int j = 0; j < nruns; j++) {
             const run_t *r = &runs[j];
-            if (r->strategy != ref || r->beta2 != b2 || r->seed_index != a->seed_index || !r->done || !isfinite(r->val_loss)) continue;
-            double d = a->val_loss - r->val_loss;
-            sum += d; sq += d * d; st.n++;
-            if (d < st.min) st.min = d;
-            if (d > st.max) st.max = d;
+            if (r->strategy == ref && r->beta2 == b2 && r->seed_index == a->seed_index && r->done) stat_add(&st, a->val_loss - r->val_loss);
         }
     }
-    if (!st.n) { st.mean = st.sd = (double)NAN; return st; }
-    st.mean = sum / st.n;
-    st.sd = st.n > 1 ? sqrt(fmax(0.0, (sq - sum * sum / st.n) / (st.n - 1))) : 0.0;
-    return st;
+    return stat_done(st);
 }
 
 /* Strategies whose stored bf16 weight may stay put while the update is kept elsewhere. */
