@@ -647,8 +647,11 @@ static int render_plots(const compare_opts *o, const run_t *runs, int nruns) {
     free(g.p);
     if (rc) return -1;
     char cmd[8600];
+    if (strchr(o->out, '\'')) {
+        fprintf(stderr, "collage compare: not rendering the plots: --out '%s' holds a quote\nhint: run `gnuplot plots.gp` in that folder\n", o->out);
+        return -1;
+    }
     snprintf(cmd, sizeof cmd, "cd '%s' && gnuplot plots.gp 2> plots.err", o->out);
-    if (strchr(o->out, '\'')) return -1;
     rc = system(cmd);
     if (rc != 0) {
         fprintf(stderr, "collage compare: gnuplot failed (exit %d) — see %s/plots.err\nhint: apt-get install gnuplot-nox\n",
