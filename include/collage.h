@@ -191,6 +191,12 @@ typedef struct {
     uint64_t seed;                    /* stochastic rounding stream (bf16-sr) */
     void *params;                     /* optional: the caller's weight slab (bf16, or float for fp32);
                                          NULL = the optimizer allocates and owns it */
+    /* Sharding (ZeRO-1): the optimizer holds elements [index0, index0 + n) of a slab of `total`
+     * elements (0, 0: the whole slab, index0 = 0, total = n). params, grads and every state word
+     * are the shard's n elements; groups stay in the slab's coordinates and are clipped to the
+     * shard; bf16-sr draws its random bits by slab index. Shards of one slab, stepped with the
+     * whole slab's Σg² (collage_adamw_step_sumsq), give the whole slab's step bit for bit. */
+    size_t index0, total;
 } collage_adamw_config;
 
 typedef struct {
@@ -201,7 +207,14 @@ typedef struct {
     double edq_state_ratio;
     double update_norm;      /* ‖Δ‖ */
     uint64_t updates;        /* #{Δ ≠ 0} */
+    /* The sums the figures above come from (in double; counts exact), so that the EDQ of pieces
+     * (shards of a slab) combine: Σ Δ_eff·Δ, Σ Δ_state·Δ, Σ Δ², #{Δ ≠ 0, w unchanged}. */
+    double sum_dot, sum_dot_state, sum_nn;
+    uint64_t lost_count;
 } collage_edq;
+/* The EDQ of the union of k disjoint pieces: their sums added in the order given (so the result is
+ * deterministic for a fixed order), then the figures recomputed. */
+collage_edq    collage_edq_combine(const collage_edq *parts, int k);
 
 typedef struct {
     uint64_t step;           /* steps taken so far (after this one) */
@@ -234,6 +247,15 @@ collage_status collage_adamw_kept_f64(const collage_adamw *opt, double *out, siz
  * Returns COLLAGE_ERR_NONFINITE (state untouched, stats->skipped = 1) for a NaN/Inf gradient when
  * skip_nonfinite is set. stats may be NULL. */
 collage_status collage_adamw_step(collage_adamw *opt, const void *grads, double lr, collage_step_stats *stats);
+/* Σ g² of grads over this optimizer's elements, in double, summed exactly as collage_adamw_step
+ * sums it (fixed blocks, in order); +Inf or NaN when an element is not finite. */
+collage_status collage_adamw_grad_sumsq(const collage_adamw *opt, const void *grads, double *sumsq);
+/* collage_adamw_step with the gradient's Σg² given by the caller: for a shard whose clipping needs
+ * the norm of the whole slab (summed across processes). A non-finite grad_sumsq means a NaN/Inf
+ * somewhere in the slab (skipped when skip_nonfinite). Contract: collage_adamw_step(opt, g, lr) ==
+ * collage_adamw_step_sumsq(opt, g, lr, s) with s from collage_adamw_grad_sumsq(opt, g), bit for bit. */
+collage_status collage_adamw_step_sumsq(collage_adamw *opt, const void *grads, double lr, double grad_sumsq,
+                                        collage_step_stats *stats);
 /* The scalar reference step (one thread, no SIMD): bit-identical to collage_adamw_step by contract. */
 collage_status collage_adamw_step_ref(collage_adamw *opt, const void *grads, double lr, collage_step_stats *stats);
 /* Per-group EDQ of the last step (group -1: elements in no group). */
@@ -246,6 +268,12 @@ const char    *collage_adamw_group_name(const collage_adamw *opt, int group);
  * may differ on resume. */
 collage_status collage_adamw_save(const collage_adamw *opt, const char *path);
 collage_status collage_adamw_load(collage_adamw *opt, const char *path);
+/* Re-sharding: from a state saved by an optimizer over any range of the same slab (same strategy,
+ * total, groups, β1, β2), load the elements that range shares with this optimizer's; the others are
+ * untouched. *copied (may be NULL) = their count (0 is not an error). Validates the whole file
+ * (checksum included) first. Loading the parts that cover this optimizer's range gives the state
+ * collage_adamw_load would give from the whole. The step count and stream come from the file. */
+collage_status collage_adamw_load_part(collage_adamw *opt, const char *path, size_t *copied);
 /* After a failed load or save: a message naming the file and the problem. */
 const char    *collage_adamw_error(const collage_adamw *opt);
 

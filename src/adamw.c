@@ -94,6 +94,15 @@ static void *zalloc(size_t bytes) {
 }
 
 
+/* Group G clipped to the shard [index0, index0 + n), in the shard's coordinates (may be empty). */
+static void group_local(const collage_adamw *o, int G, size_t *a, size_t *b) {
+    size_t lo = o->cfg.index0, hi = lo + o->cfg.n, ga = o->groups[G].offset, gb = ga + o->groups[G].count;
+    ga = ga < lo ? lo : ga > hi ? hi : ga;
+    gb = gb < lo ? lo : gb > hi ? hi : gb;
+    *a = ga - lo;
+    *b = gb - lo;
+}
+
 /* Split [0, n) into fixed blocks that never straddle a group boundary. */
 static collage_status make_blocks(collage_adamw *o) {
     size_t n = o->cfg.n, cap = n / BLOCK + 2 * (size_t)o->n_groups + 2, nb = 0;
@@ -102,9 +111,10 @@ static collage_status make_blocks(collage_adamw *o) {
     size_t pos = 0;
     for (int gi = 0; gi <= o->n_groups; gi++) {
         int G = gi < o->n_groups ? o->order[gi] : o->n_groups; /* groups in offset order */
-        size_t ga = gi < o->n_groups ? o->groups[G].offset : n;
+        size_t ga = n, gb = n;
+        if (gi < o->n_groups) group_local(o, G, &ga, &gb);
         for (int pass = 0; pass < 2; pass++) { /* pass 0: the gap before group G; pass 1: the group */
-            size_t a = pass ? ga : pos, b = pass ? (gi < o->n_groups ? ga + o->groups[G].count : n) : ga;
+            size_t a = pass ? ga : pos, b = pass ? gb : ga;
             if (pass && gi == o->n_groups) break;
             for (size_t x = a; x < b; x += BLOCK) {
                 if (nb == cap) {
@@ -134,7 +144,10 @@ collage_status collage_adamw_create(const collage_adamw_config *cfg, collage_ada
     if (o->cfg.beta1 == 0) o->cfg.beta1 = 0.9;
     if (o->cfg.beta2 == 0) o->cfg.beta2 = 0.999;
     if (o->cfg.eps == 0) o->cfg.eps = 1e-8;
+    if (o->cfg.total == 0 && o->cfg.index0 == 0) o->cfg.total = cfg->n;
+    size_t total = o->cfg.total;
     collage_status st = COLLAGE_OK;
+    if (o->cfg.index0 > total || cfg->n > total - o->cfg.index0) st = COLLAGE_ERR_SIZE;
     if (!(o->cfg.beta1 > 0 && o->cfg.beta1 < 1 && o->cfg.beta2 > 0 && o->cfg.beta2 < 1 && o->cfg.eps > 0 &&
           o->cfg.weight_decay >= 0 && o->cfg.clip >= 0 && isfinite(o->cfg.weight_decay) && isfinite(o->cfg.clip)))
         st = COLLAGE_ERR_ARG;
@@ -156,7 +169,7 @@ collage_status collage_adamw_create(const collage_adamw_config *cfg, collage_ada
         }
         for (int i = 0; st == COLLAGE_OK && i < o->n_groups; i++) {
             const collage_param_group *g = &o->groups[o->order[i]], *prev = i ? &o->groups[o->order[i - 1]] : NULL;
-            if (g->count == 0 || g->offset > cfg->n || g->count > cfg->n - g->offset) st = COLLAGE_ERR_SIZE;
+            if (g->count == 0 || g->offset > total || g->count > total - g->offset) st = COLLAGE_ERR_SIZE;
             else if (prev && g->offset < prev->offset + prev->count) st = COLLAGE_ERR_SIZE;
             else if (!(g->weight_decay >= 0) || !isfinite(g->weight_decay)) st = COLLAGE_ERR_ARG;
         }
@@ -285,6 +298,10 @@ static void grad_sq_block(collage_strategy s, const void *g, size_t a, size_t b,
 
 static void edq_finish(collage_edq *e, double dot, double dot_state, double nn, uint64_t lost, uint64_t nz) {
     double norm = sqrt(nn);
+    e->sum_dot = dot;
+    e->sum_dot_state = dot_state;
+    e->sum_nn = nn;
+    e->lost_count = lost;
     e->update_norm = norm;
     e->updates = nz;
     e->edq = nn > 0 ? dot / norm : 0;
@@ -294,7 +311,48 @@ static void edq_finish(collage_edq *e, double dot, double dot_state, double nn, 
     e->lost = nz ? (double)lost / (double)nz : 0;
 }
 
-static collage_status step(collage_adamw *o, const void *grads, double lr, collage_step_stats *stats, int ref) {
+collage_edq collage_edq_combine(const collage_edq *parts, int k) {
+    double dot = 0, ds = 0, nn = 0;
+    uint64_t lost = 0, nz = 0;
+    for (int i = 0; parts && i < k; i++) {
+        dot += parts[i].sum_dot; ds += parts[i].sum_dot_state; nn += parts[i].sum_nn;
+        lost += parts[i].lost_count; nz += parts[i].updates;
+    }
+    collage_edq e = {0};
+    edq_finish(&e, dot, ds, nn, lost, nz);
+    return e;
+}
+
+/* Σ g² over the blocks, in block order (the blocks' partials computed in parallel). */
+static double grad_sumsq(collage_adamw *o, const void *grads, int nt) {
+    long nb = (long)o->n_blocks;
+    collage_strategy s = o->cfg.strategy;
+    (void)nt; /* unused without OpenMP */
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (long bi = 0; bi < nb; bi++) grad_sq_block(s, grads, o->blocks[bi].a, o->blocks[bi].b, &o->acc[bi]);
+    double sum = 0;
+    int bad = 0;
+    for (long bi = 0; bi < nb; bi++) { sum += o->acc[bi].gsq; bad |= o->acc[bi].nonfinite; }
+    return bad && isfinite(sum) ? (double)INFINITY : sum;
+}
+
+collage_status collage_adamw_grad_sumsq(const collage_adamw *oc, const void *grads, double *out) {
+    collage_adamw *o = (collage_adamw *)oc; /* only the scratch partials are written */
+    if (!o || !grads || !out) return COLLAGE_ERR_NULL;
+    *out = grad_sumsq(o, grads, collage__threads());
+    return COLLAGE_OK;
+}
+
+/* The kernels index the slabs and bf16-sr's random stream with one index: a shard hands them slab
+ * pointers biased by −index0 and slab-coordinate ranges, so the stream is keyed by the slab index.
+ * Computed through uintptr_t (flat addresses); only elements of the shard are ever accessed. */
+static void *bias(const void *p, size_t index0, size_t elsize) {
+    return p ? (void *)((uintptr_t)p - index0 * elsize) : NULL;
+}
+
+/* have_sumsq: the gradient's Σg² is given_sumsq (the whole slab's, for a shard); else summed here. */
+static collage_status step(collage_adamw *o, const void *grads, double lr, collage_step_stats *stats, int ref,
+                           int have_sumsq, double given_sumsq) {
     if (!o || !grads) return COLLAGE_ERR_NULL;
     if (!isfinite(lr) || lr < 0) { set_err(o, "learning rate %g is not a finite non-negative number", lr); return COLLAGE_ERR_ARG; }
     collage_strategy s = o->cfg.strategy;
@@ -306,11 +364,8 @@ static collage_status step(collage_adamw *o, const void *grads, double lr, colla
     double gnorm = NAN, coef = 1.0;
     if (stats) memset(stats, 0, sizeof *stats);
     if (o->cfg.clip > 0 || o->cfg.skip_nonfinite) {
-#pragma omp parallel for schedule(static) num_threads(nt)
-        for (long bi = 0; bi < nb; bi++) grad_sq_block(s, grads, o->blocks[bi].a, o->blocks[bi].b, &o->acc[bi]);
-        double sum = 0;
-        int bad = 0;
-        for (long bi = 0; bi < nb; bi++) { sum += o->acc[bi].gsq; bad |= o->acc[bi].nonfinite; }
+        double sum = have_sumsq ? given_sumsq : grad_sumsq(o, grads, nt);
+        int bad = !isfinite(sum);
         gnorm = sqrt(sum);
         if (bad && o->cfg.skip_nonfinite) {
             if (stats) { stats->skipped = 1; stats->step = o->t; stats->grad_norm = gnorm; stats->clip_coef = 1; }
@@ -332,7 +387,9 @@ static collage_status step(collage_adamw *o, const void *grads, double lr, colla
     collage_lp_pair sp = collage_lp_split(COLLAGE_FMT_BF16, b2);
     k.b2hi = sp.hi; k.b2lo = sp.lo;
     k.key = collage_rand_key(o->cfg.seed, t);
-    adamw_slabs S = {o->params, grads, o->m, o->v, o->comp, o->dv, o->master};
+    size_t i0 = o->cfg.index0, wb = wbytes(s), mb = mbytes(s);
+    adamw_slabs S = {bias(o->params, i0, wb), bias(grads, i0, wb), bias(o->m, i0, mb), bias(o->v, i0, mb),
+                     bias(o->comp, i0, 2), bias(o->dv, i0, 2), bias(o->master, i0, 4)};
     int edq = o->cfg.edq;
     collage_isa isa = ref ? COLLAGE_ISA_SCALAR : collage_get_isa();
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -343,9 +400,10 @@ static collage_status step(collage_adamw *o, const void *grads, double lr, colla
         kb.lrwd = (float)(lr * wd);
         adamw_acc *acc = edq ? &o->acc[bi] : NULL;
         if (acc) memset(acc, 0, sizeof *acc);
-        if (isa == COLLAGE_ISA_AVX512) collage__adamw_block_avx512(s, &S, B->a, B->b, &kb, acc);
-        else if (isa == COLLAGE_ISA_AVX2) collage__adamw_block_avx2(s, &S, B->a, B->b, &kb, acc);
-        else collage__adamw_block_ref(s, &S, B->a, B->b, &kb, acc);
+        size_t a = B->a + i0, b = B->b + i0;
+        if (isa == COLLAGE_ISA_AVX512) collage__adamw_block_avx512(s, &S, a, b, &kb, acc);
+        else if (isa == COLLAGE_ISA_AVX2) collage__adamw_block_avx2(s, &S, a, b, &kb, acc);
+        else collage__adamw_block_ref(s, &S, a, b, &kb, acc);
     }
     o->t = t;
     if (stats) { stats->step = t; stats->grad_norm = gnorm; stats->clip_coef = coef; }
@@ -372,20 +430,24 @@ static collage_status step(collage_adamw *o, const void *grads, double lr, colla
 }
 
 collage_status collage_adamw_step(collage_adamw *o, const void *g, double lr, collage_step_stats *st) {
-    return step(o, g, lr, st, 0);
+    return step(o, g, lr, st, 0, 0, 0);
+}
+collage_status collage_adamw_step_sumsq(collage_adamw *o, const void *g, double lr, double sumsq, collage_step_stats *st) {
+    return step(o, g, lr, st, 0, 1, sumsq);
 }
 collage_status collage_adamw_step_ref(collage_adamw *o, const void *g, double lr, collage_step_stats *st) {
-    return step(o, g, lr, st, 1);
+    return step(o, g, lr, st, 1, 0, 0);
 }
 
 /* ------------------------------------------------------------------ save and load */
-/* File layout (little-endian, as the machine writes it; version 1):
+/* File layout (little-endian, as the machine writes it; version 2):
  *   "CLGADAMW" | u32 version | u32 strategy | u64 n | u64 t | u32 synced | u32 n_groups
- *   | f64 beta1, beta2, eps, weight_decay, clip | u64 seed
- *   | n_groups × (u64 offset, u64 count, f64 weight_decay, char name[64])
- *   | weights | m | v | [comp] | [dv] | [master] | u64 FNV-1a of everything before. */
+ *   | f64 beta1, beta2, eps, weight_decay, clip | u64 seed | u64 index0, total (version 2 only)
+ *   | n_groups × (u64 offset, u64 count, f64 weight_decay, char name[64])   (slab coordinates)
+ *   | weights | m | v | [comp] | [dv] | [master]   (n elements each: the shard [index0, index0 + n))
+ *   | u64 FNV-1a of everything before. Version 1 (no index0, total: the whole slab) still loads. */
 #define ADAMW_MAGIC "CLGADAMW"
-#define ADAMW_VERSION 1u
+#define ADAMW_VERSION 2u
 #define NAME_LEN 64
 
 typedef struct {
@@ -396,6 +458,10 @@ typedef struct {
     double beta1, beta2, eps, weight_decay, clip;
     uint64_t seed;
 } adamw_header;
+
+typedef struct {
+    uint64_t index0, total;
+} adamw_shard_rec;
 
 typedef struct {
     uint64_t offset, count;
@@ -410,17 +476,16 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t len) {
 }
 #define FNV_INIT 0xcbf29ce484222325ull
 
-/* The slabs in file order, with their sizes. */
-static int slab_list(const collage_adamw *o, void **p, size_t *bytes) {
+/* The slabs in file order, with their element sizes. */
+static int slab_list(const collage_adamw *o, void **p, size_t *elsize) {
     collage_strategy s = o->cfg.strategy;
-    size_t n = o->cfg.n;
     int k = 0;
-    p[k] = o->params; bytes[k++] = n * wbytes(s);
-    p[k] = o->m; bytes[k++] = n * mbytes(s);
-    p[k] = o->v; bytes[k++] = n * mbytes(s);
-    if (o->comp) { p[k] = o->comp; bytes[k++] = n * 2; }
-    if (o->dv) { p[k] = o->dv; bytes[k++] = n * 2; }
-    if (o->master) { p[k] = o->master; bytes[k++] = n * 4; }
+    p[k] = o->params; elsize[k++] = wbytes(s);
+    p[k] = o->m; elsize[k++] = mbytes(s);
+    p[k] = o->v; elsize[k++] = mbytes(s);
+    if (o->comp) { p[k] = o->comp; elsize[k++] = 2; }
+    if (o->dv) { p[k] = o->dv; elsize[k++] = 2; }
+    if (o->master) { p[k] = o->master; elsize[k++] = 4; }
     return k;
 }
 
@@ -439,17 +504,18 @@ collage_status collage_adamw_save(const collage_adamw *oc, const char *path) {
                       (uint32_t)o->n_groups, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, o->cfg.weight_decay,
                       o->cfg.clip, o->cfg.seed};
     memcpy(h.magic, ADAMW_MAGIC, 8);
+    adamw_shard_rec sh = {o->cfg.index0, o->cfg.total};
     uint64_t hash = FNV_INIT;
-    int ok = write_all(af.f, &h, sizeof h, &hash);
+    int ok = write_all(af.f, &h, sizeof h, &hash) && write_all(af.f, &sh, sizeof sh, &hash);
     for (int i = 0; ok && i < o->n_groups; i++) {
         adamw_group_rec g = {o->groups[i].offset, o->groups[i].count, o->groups[i].weight_decay, {0}};
         snprintf(g.name, NAME_LEN, "%s", o->groups[i].name);
         ok = write_all(af.f, &g, sizeof g, &hash);
     }
     void *p[6];
-    size_t bytes[6];
-    int ns = slab_list(o, p, bytes);
-    for (int i = 0; ok && i < ns; i++) ok = write_all(af.f, p[i], bytes[i], &hash);
+    size_t es[6];
+    int ns = slab_list(o, p, es);
+    for (int i = 0; ok && i < ns; i++) ok = write_all(af.f, p[i], o->cfg.n * es[i], &hash);
     ok = ok && fwrite(&hash, 8, 1, af.f) == 1;
     if (!ok) {
         set_err(o, "cannot write optimizer state to '%s': %s", path, strerror(errno));
@@ -468,7 +534,10 @@ static collage_status load_fail(collage_adamw *o, FILE *f, collage_status st, co
     return st;
 }
 
-collage_status collage_adamw_load(collage_adamw *o, const char *path) {
+/* part = 0: the file must hold exactly this optimizer's range; part = 1: any range of the same slab,
+ * and only the overlap is read. Nothing is written before the whole file has been validated. */
+static collage_status load(collage_adamw *o, const char *path, int part, size_t *copied) {
+    if (copied) *copied = 0;
     if (!o || !path) return COLLAGE_ERR_NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return load_fail(o, NULL, COLLAGE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
@@ -477,15 +546,25 @@ collage_status collage_adamw_load(collage_adamw *o, const char *path) {
         return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' is too short to be a collage optimizer state", path);
     if (memcmp(h.magic, ADAMW_MAGIC, 8) != 0)
         return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' is not a collage optimizer state (wrong magic)", path);
-    if (h.version != ADAMW_VERSION)
-        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' has format version %u; this build reads version %u", path,
+    if (h.version != ADAMW_VERSION && h.version != 1u)
+        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' has format version %u; this build reads versions 1 and %u", path,
                          h.version, ADAMW_VERSION);
+    uint64_t hash = fnv1a(FNV_INIT, &h, sizeof h);
+    adamw_shard_rec sh = {0, h.n};
+    if (h.version >= 2) {
+        if (fread(&sh, sizeof sh, 1, f) != 1)
+            return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' is too short to be a collage optimizer state", path);
+        hash = fnv1a(hash, &sh, sizeof sh);
+    }
     if (h.strategy != (uint32_t)o->cfg.strategy)
         return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' holds '%s' state but the optimizer is '%s'", path,
                          collage_strategy_name((collage_strategy)h.strategy), collage_strategy_name(o->cfg.strategy));
-    if (h.n != o->cfg.n)
-        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' holds %llu parameters but the optimizer has %zu", path,
-                         (unsigned long long)h.n, o->cfg.n);
+    if (sh.total != o->cfg.total || sh.index0 > sh.total || h.n > sh.total - sh.index0)
+        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' holds a slab of %llu parameters but the optimizer's has %zu", path,
+                         (unsigned long long)sh.total, o->cfg.total);
+    if (!part && (h.n != o->cfg.n || sh.index0 != o->cfg.index0))
+        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' holds %llu parameters from %llu but the optimizer has %zu from %zu",
+                         path, (unsigned long long)h.n, (unsigned long long)sh.index0, o->cfg.n, o->cfg.index0);
     /* β1 and β2 give m and v their meaning; lr, wd, eps and clipping may change on resume */
     if (h.beta1 != o->cfg.beta1 || h.beta2 != o->cfg.beta2)
         return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' was saved with beta1 = %g, beta2 = %g but the optimizer has %g, %g",
@@ -493,7 +572,6 @@ collage_status collage_adamw_load(collage_adamw *o, const char *path) {
     if (h.n_groups != (uint32_t)o->n_groups)
         return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' has %u parameter groups but the optimizer has %d", path,
                          h.n_groups, o->n_groups);
-    uint64_t hash = fnv1a(FNV_INIT, &h, sizeof h);
     for (int i = 0; i < o->n_groups; i++) {
         adamw_group_rec g;
         if (fread(&g, sizeof g, 1, f) != 1)
@@ -505,17 +583,17 @@ collage_status collage_adamw_load(collage_adamw *o, const char *path) {
                              o->groups[i].offset, o->groups[i].count);
     }
     void *p[6];
-    size_t bytes[6], total = 0;
-    int ns = slab_list(o, p, bytes);
-    for (int i = 0; i < ns; i++) total += bytes[i];
+    size_t es[6], total = 0;
+    int ns = slab_list(o, p, es);
+    for (int i = 0; i < ns; i++) total += (size_t)h.n * es[i];
     long data_at = ftell(f);
     if (fseek(f, 0, SEEK_END) != 0)
         return load_fail(o, f, COLLAGE_ERR_IO, "cannot seek in '%s': %s", path, strerror(errno));
     long size = ftell(f);
     long want = data_at + (long)total + 8;
     if (size != want)
-        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' has %ld bytes but a '%s' state of %zu parameters has %ld (%s)",
-                         path, size, collage_strategy_name(o->cfg.strategy), o->cfg.n, want,
+        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' has %ld bytes but a '%s' state of %llu parameters has %ld (%s)",
+                         path, size, collage_strategy_name(o->cfg.strategy), (unsigned long long)h.n, want,
                          size < want ? "truncated" : "trailing data");
     /* pass 1: verify the checksum before touching any state word */
     fseek(f, data_at, SEEK_SET);
@@ -529,14 +607,27 @@ collage_status collage_adamw_load(collage_adamw *o, const char *path) {
     uint64_t stored;
     if (fread(&stored, 8, 1, f) != 1 || stored != hash)
         return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' is corrupt (checksum mismatch)", path);
-    /* pass 2: read the slabs */
-    fseek(f, data_at, SEEK_SET);
-    for (int i = 0; i < ns; i++)
-        if (fread(p[i], 1, bytes[i], f) != bytes[i])
+    /* pass 2: read the overlap of the file's range and ours, slab by slab */
+    size_t lo = o->cfg.index0 > sh.index0 ? o->cfg.index0 : (size_t)sh.index0;
+    size_t hi = o->cfg.index0 + o->cfg.n < sh.index0 + h.n ? o->cfg.index0 + o->cfg.n : (size_t)(sh.index0 + h.n);
+    if (lo >= hi) { fclose(f); return COLLAGE_OK; } /* nothing shared: state untouched */
+    long slab_at = data_at;
+    for (int i = 0; i < ns; i++) {
+        size_t c = (hi - lo) * es[i];
+        if (fseek(f, slab_at + (long)((lo - sh.index0) * es[i]), SEEK_SET) != 0 ||
+            fread((char *)p[i] + (lo - o->cfg.index0) * es[i], 1, c, f) != c)
             return load_fail(o, f, COLLAGE_ERR_IO, "read error in '%s' (the state may be partly loaded)", path);
+        slab_at += (long)((size_t)h.n * es[i]);
+    }
     fclose(f);
     o->t = h.t;
     o->synced = (int)h.synced;
     o->err[0] = 0;
+    if (copied) *copied = hi - lo;
     return COLLAGE_OK;
+}
+
+collage_status collage_adamw_load(collage_adamw *o, const char *path) { return load(o, path, 0, NULL); }
+collage_status collage_adamw_load_part(collage_adamw *o, const char *path, size_t *copied) {
+    return load(o, path, 1, copied);
 }

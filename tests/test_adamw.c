@@ -1652,6 +1652,128 @@ static void remove_dir(const char *dir) {
     rmdir(dir);
 }
 
+/* ------------------------------------------------------------------ sharding (ZeRO-1) */
+/* A slab cut into shards (cuts inside groups and blocks, a gap outside every group), each shard an
+ * optimizer over [lo, hi) stepped with the whole slab's Σg², steps exactly as the whole slab: weights
+ * and kept values bit for bit, with clipping active, for every strategy (bf16-sr's stream is keyed
+ * by the slab index). The EDQ of the shards, combined, matches the whole's: counts exactly, the
+ * figures to SHARD_EDQ_REL (the fast step's fp32 lane sums start where a block starts, and a shard's
+ * blocks start elsewhere: the EDQ_FAST_REL_TOL of fast vs reference applies). Then the 3 shards are saved and
+ * re-sharded into 2 by collage_adamw_load_part, and both go on exactly as the whole. */
+#define SHARD_N 40000
+#define SHARD_STEPS 4
+#define SHARD_EDQ_REL EDQ_FAST_REL_TOL
+static const collage_param_group SHARD_GROUPS[2] = {{"mat", 0, 17000, 0.1}, {"bias", 20000, 15000, 0.0}};
+static const size_t CUT3[4] = {0, 12345, 29999, SHARD_N}, CUT2[3] = {0, 20001, SHARD_N};
+
+static collage_adamw_config shard_cfg(collage_strategy s, size_t lo, size_t hi) {
+    return (collage_adamw_config){.strategy = s, .n = hi - lo, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.05,
+                                  .groups = SHARD_GROUPS, .n_groups = 2, .clip = 0.05, .skip_nonfinite = 1,
+                                  .edq = 1, .seed = 7, .index0 = lo, .total = SHARD_N};
+}
+/* Weights and kept values of shards [cut[k], cut[k+1]) against the whole; returns the mismatches. */
+static int shard_cmp(collage_adamw *whole, collage_adamw **sh, const size_t *cut, int ns, double *kw, double *ks) {
+    int bad = 0;
+    collage_adamw_kept_f64(whole, kw, SHARD_N);
+    for (int k = 0; k < ns && sh[k]; k++) {
+        size_t lo = cut[k], n = cut[k + 1] - lo;
+        collage_adamw_kept_f64(sh[k], ks, n);
+        for (size_t i = 0; i < n; i++)
+            if (lib_wbits(sh[k], i) != lib_wbits(whole, lo + i) || !same_double_bits(ks[i], kw[lo + i])) {
+                if (bad++ < 3)
+                    printf("    %s shard %d element %zu: w %08x kept %.17g, whole %08x %.17g\n",
+                           SNAME(collage_adamw_strategy(whole)), k, lo + i, lib_wbits(sh[k], i), ks[i],
+                           lib_wbits(whole, lo + i), kw[lo + i]);
+            }
+    }
+    return bad;
+}
+
+static void shard_steps(collage_adamw *whole, collage_adamw **sh, const size_t *cut, int ns, uint16_t *g, float *gf,
+                        int steps) {
+    collage_strategy s = collage_adamw_strategy(whole);
+    for (int t = 0; t < steps; t++) {
+        for (size_t i = 0; i < SHARD_N; i++) g[i] = rnd_bf16(-14, -4);
+        const char *gp = grad_ptr(s, g, gf, SHARD_N);
+        double lr = 1e-3 * (1 + t % 3), sumsq = NAN;
+        collage_step_stats sw, sk[3];
+        collage_edq parts[3];
+        CHECK(collage_adamw_grad_sumsq(whole, gp, &sumsq) == COLLAGE_OK, "grad_sumsq");
+        CHECK(collage_adamw_step(whole, gp, lr, &sw) == COLLAGE_OK, "%s whole step", SNAME(s));
+        for (int k = 0; k < ns; k++) {
+            CHECK(collage_adamw_step_sumsq(sh[k], gp + cut[k] * wsize(s), lr, sumsq, &sk[k]) == COLLAGE_OK,
+                  "%s shard %d step", SNAME(s), k);
+            CHECK(same_double_bits(sk[k].grad_norm, sw.grad_norm) && sk[k].clip_coef == sw.clip_coef && sw.clip_coef < 1,
+                  "%s shard %d norm %.17g coef %g, whole %.17g %g", SNAME(s), k, sk[k].grad_norm, sk[k].clip_coef,
+                  sw.grad_norm, sw.clip_coef);
+            parts[k] = sk[k].edq;
+        }
+        collage_edq e = collage_edq_combine(parts, ns);
+        CHECK(e.updates == sw.edq.updates && e.lost_count == sw.edq.lost_count && close_rel(e.edq, sw.edq.edq, SHARD_EDQ_REL) &&
+                  close_rel(e.edq_state_ratio, sw.edq.edq_state_ratio, SHARD_EDQ_REL),
+              "%s step %d EDQ of the shards: %llu %llu %.17g, whole %llu %llu %.17g", SNAME(s), t + 1,
+              (unsigned long long)e.updates, (unsigned long long)e.lost_count, e.edq, (unsigned long long)sw.edq.updates,
+              (unsigned long long)sw.edq.lost_count, sw.edq.edq);
+    }
+}
+
+static void test_sharded_equals_whole(void) {
+    uint16_t *g = malloc(SHARD_N * 2);
+    float *gf = malloc(SHARD_N * 4), *w = malloc(SHARD_N * 4);
+    double *kw = malloc(SHARD_N * 8), *ks = malloc(SHARD_N * 8);
+    h_seed(4242);
+    printf("    seed 4242, %d elements, cuts 12345 and 29999, then 20001\n", SHARD_N);
+    for (int si = 0; si < NS && g && gf && w && kw && ks; si++) {
+        collage_strategy s = ALL[si];
+        for (size_t i = 0; i < SHARD_N; i++) w[i] = (float)(0.05 * gauss());
+        collage_adamw_config cw = shard_cfg(s, 0, SHARD_N);
+        cw.index0 = 0; cw.total = 0; /* the plain, unsharded optimizer */
+        collage_adamw *whole = mk(&cw), *sh[3] = {0}, *re[2] = {0};
+        if (whole) collage_adamw_set_weights_f32(whole, w, SHARD_N);
+        for (int k = 0; k < 3; k++) {
+            collage_adamw_config ck = shard_cfg(s, CUT3[k], CUT3[k + 1]);
+            sh[k] = mk(&ck);
+            if (sh[k]) collage_adamw_set_weights_f32(sh[k], w + CUT3[k], CUT3[k + 1] - CUT3[k]);
+        }
+        if (!whole || !sh[0] || !sh[1] || !sh[2]) goto next;
+        shard_steps(whole, sh, CUT3, 3, g, gf, SHARD_STEPS);
+        CHECK(shard_cmp(whole, sh, CUT3, 3, kw, ks) == 0, "%s: 3 shards differ from the whole slab", SNAME(s));
+        /* save the 3 shards, load them as 2 */
+        char path[3][256];
+        for (int k = 0; k < 3; k++) {
+            snprintf(path[k], sizeof path[k], "%s/shard%d-of-3.state", g_dir, k);
+            CHECK(collage_adamw_save(sh[k], path[k]) == COLLAGE_OK, "save: %s", collage_adamw_error(sh[k]));
+        }
+        CHECK(collage_adamw_load(sh[1], path[0]) == COLLAGE_ERR_FORMAT, "%s: a shard loaded another shard's range", SNAME(s));
+        for (int k = 0; k < 2; k++) {
+            collage_adamw_config ck = shard_cfg(s, CUT2[k], CUT2[k + 1]);
+            re[k] = mk(&ck);
+            size_t got = 0, c;
+            for (int j = 0; re[k] && j < 3; j++) {
+                CHECK(collage_adamw_load_part(re[k], path[j], &c) == COLLAGE_OK, "load_part: %s", collage_adamw_error(re[k]));
+                got += c;
+            }
+            CHECK(got == CUT2[k + 1] - CUT2[k], "%s: re-shard %d loaded %zu of %zu elements", SNAME(s), k, got,
+                  CUT2[k + 1] - CUT2[k]);
+            CHECK(re[k] && collage_adamw_steps(re[k]) == SHARD_STEPS, "steps after load_part");
+        }
+        if (!re[0] || !re[1]) goto next;
+        CHECK(shard_cmp(whole, re, CUT2, 2, kw, ks) == 0, "%s: re-sharded state differs", SNAME(s));
+        shard_steps(whole, re, CUT2, 2, g, gf, 2);
+        CHECK(shard_cmp(whole, re, CUT2, 2, kw, ks) == 0, "%s: 2 re-sharded shards differ after 2 more steps", SNAME(s));
+    next:
+        collage_adamw_free(whole);
+        for (int k = 0; k < 3; k++) collage_adamw_free(sh[k]);
+        for (int k = 0; k < 2; k++) collage_adamw_free(re[k]);
+    }
+    /* a shard outside its slab, a group outside the slab */
+    collage_adamw_config bad = shard_cfg(COLLAGE_LIGHT, 30000, 40001);
+    collage_adamw *o = NULL;
+    CHECK(collage_adamw_create(&bad, &o) == COLLAGE_ERR_SIZE && !o, "a shard past the slab's end was accepted");
+    collage_adamw_free(o);
+    free(g); free(gf); free(w); free(kw); free(ks);
+}
+
 int main(void) {
     g_quick = getenv("COLLAGE_TEST_QUICK") && *getenv("COLLAGE_TEST_QUICK");
     printf("test_adamw%s\n", g_quick ? " (COLLAGE_TEST_QUICK: shortened long runs)" : "");
@@ -1671,6 +1793,7 @@ int main(void) {
     printf("    files in %s\n", g_dir);
     RUN(test_save_load_roundtrip);
     RUN(test_save_load_bad_files);
+    RUN(test_sharded_equals_whole);
     remove_dir(g_dir);
     RUN(test_bad_input);
     RUN(test_skip_nonfinite);
