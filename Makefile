@@ -1,5 +1,6 @@
 # collage — build: make (library + CLI), make test, make run (the main job), make ci-san / ci-noomp.
 # Variants build into their own folder: SAN=1 (ASan+UBSan), OMP=0 (no OpenMP), WERROR=1.
+# MPI=auto (default: on when mpicc is found) builds `collage train` data-parallel over MPI; MPI=0 without.
 # Never add the fast-math family (O-fast, fast-math, associative-math): it compiles TwoSum's error term to 0.
 CC      ?= cc
 BUILD   ?= build
@@ -22,6 +23,15 @@ ifeq ($(SAN),1)
 CFLAGS_BASE += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LDSAN = -fsanitize=address,undefined
 endif
+# MPI is the CLI's only (libcollage stays MPI-free): its headers as system headers (no warnings of theirs).
+MPI ?= auto
+ifeq ($(MPI),auto)
+MPI := $(if $(shell command -v mpicc 2>/dev/null),1,0)
+endif
+ifeq ($(MPI),1)
+MPI_CFLAGS := -DCOLLAGE_MPI $(patsubst -I%,-isystem %,$(shell mpicc --showme:compile))
+MPI_LIBS := $(shell mpicc --showme:link)
+endif
 CFLAGS_ALL = $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS_ALL = $(LDOMP) $(LDSAN) -lopenblas -lm $(LDLIBS)
 
@@ -33,7 +43,7 @@ TEST_SRC = $(wildcard tests/test_*.c)
 TEST_BIN = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 HDRS     = include/collage.h $(wildcard src/*.h) $(wildcard src/*.inc) $(wildcard cli/*.h) tests/harness.h
 
-.PHONY: all lib cli tests test run setup clean ci-san ci-noomp
+.PHONY: all lib cli tests test run setup clean ci-san ci-noomp FORCE
 all: lib cli
 lib: $(BUILD)/libcollage.a $(BUILD)/libcollage.so
 cli: $(BUILD)/collage
@@ -44,8 +54,12 @@ $(BUILD)/obj/%.o: src/%.c $(HDRS) | $(BUILD)/obj
 # Vector kernels: one translation unit per instruction set, entered only after a run-time CPU check.
 $(BUILD)/obj/adamw_avx512.o: ISA_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
 $(BUILD)/obj/adamw_avx2.o: ISA_FLAGS = -mavx2 -mfma -mf16c
-$(BUILD)/obj/cli_%.o: cli/%.c $(HDRS) | $(BUILD)/obj
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+$(BUILD)/obj/cli_%.o: cli/%.c $(HDRS) $(BUILD)/mpi.flag | $(BUILD)/obj
+	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -c $< -o $@
+# Rebuild the CLI when MPI is switched on or off for this folder.
+$(BUILD)/mpi.flag: FORCE | $(BUILD)/obj
+	@echo "$(MPI)" | cmp -s - $@ || echo "$(MPI)" > $@
+FORCE:
 $(BUILD)/obj $(BUILD)/tests:
 	mkdir -p $@
 $(BUILD)/libcollage.a: $(LIB_OBJ)
@@ -53,7 +67,7 @@ $(BUILD)/libcollage.a: $(LIB_OBJ)
 $(BUILD)/libcollage.so: $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(LDLIBS_ALL)
 $(BUILD)/collage: $(CLI_OBJ) $(BUILD)/libcollage.a
-	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libcollage.a $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libcollage.a $(LDLIBS_ALL) $(MPI_LIBS)
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libcollage.a $(HDRS) | $(BUILD)/tests
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libcollage.a $(LDLIBS_ALL) -lmpfr -lgmp
 

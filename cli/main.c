@@ -1,5 +1,6 @@
 /* main.c — the `collage` command: dispatches subcommands, prints help and version. */
 #include "cli.h"
+#include "dist.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,8 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  train [--data PATH] [--model PRESET] [--precision STRATEGY] [--steps N] ...\n"
-            "                  train a GPT on text (default: the fortunes corpus); --help for all flags\n"
+            "                  train a GPT on text (default: the fortunes corpus); --help for all flags;\n"
+            "                  data parallel: mpirun -np N collage train ...\n"
             "  compare [--precision LIST|all] [--beta2 LIST] [--seeds N] [--steps N] [--out DIR] ...\n"
             "                  train every strategy x beta2 x seed side by side on the same data\n"
             "                  and weights; results.csv, report.md and plots; resumable\n"
@@ -87,7 +89,10 @@ int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) { usage(stdout); return 0; }
-    if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) { printf("collage %s\n", collage_version()); return 0; }
+    if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
+        printf("collage %s (%s MPI)\n", collage_version(), dist_built_with_mpi() ? "with" : "without");
+        return 0;
+    }
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "compare")) return cmd_compare(argc - 2, argv + 2);

@@ -5,6 +5,7 @@
 #include "ckpt.h"
 #include "internal.h" /* collage_atomic_*: the manifest is written like every other file */
 #include "data.h"
+#include "dist.h"
 #include "gpt.h"
 #include <errno.h>
 #include <math.h>
@@ -25,7 +26,7 @@ typedef struct {
     const char *data, *tokenizer, *model, *save, *resume, *log, *summary;
     collage_strategy strategy;
     int layers, heads, dim;     /* 0: from the preset */
-    int steps, stop_after, batch, seq, warmup, eval_every, threads;
+    int steps, stop_after, batch, seq, warmup, eval_every, threads, accum;
     double lr, beta1, beta2, eps, wd, clip;
     uint64_t seed;
     int quiet;
@@ -51,7 +52,11 @@ static void train_usage(FILE *f) {
             "  --save DIR          write model.bin (llm.c format), optimizer.state and train.state there\n"
             "  --resume DIR        continue a run saved with --save, bit for bit\n"
             "  --log FILE          one JSON object per step\n"
-            "  --summary FILE      one JSON object for the whole run, written atomically at its end\n");
+            "  --summary FILE      one JSON object for the whole run, written atomically at its end\n"
+            "  --accum A           micro-batches per rank per step (default 1): the gradient of the batch is\n"
+            "                      summed over ranks x A micro-batches in a fixed order\n"
+            "data parallel: mpirun -np N collage train ... (--batch stays the global batch; each rank reads\n"
+            "its 1/N of it and holds 1/N of the optimizer state; see README)\n");
 }
 
 static int parse_double(const char *flag, const char *v, double *out) {
@@ -70,7 +75,7 @@ static int parse_double(const char *flag, const char *v, double *out) {
 static int parse_train(int argc, char **argv, train_opts *o) {
     *o = (train_opts){.strategy = COLLAGE_LIGHT, .model = "tiny", .tokenizer = "byte", .steps = 1000, .batch = 16,
                       .seq = 0, .warmup = -1, .eval_every = -1, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95,
-                      .eps = 1e-8, .wd = 0.1, .clip = 1.0, .seed = 1337};
+                      .eps = 1e-8, .wd = 0.1, .clip = 1.0, .seed = 1337, .accum = 1};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         size_t z;
@@ -97,6 +102,7 @@ static int parse_train(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--warmup")) bad = cli_parse_int(a, v, &o->warmup);
         else if (!strcmp(a, "--eval-every")) bad = cli_parse_int(a, v, &o->eval_every);
         else if (!strcmp(a, "--threads")) bad = cli_parse_int(a, v, &o->threads);
+        else if (!strcmp(a, "--accum")) bad = cli_parse_int(a, v, &o->accum);
         else if (!strcmp(a, "--seed")) { bad = cli_parse_size(a, v, &z); o->seed = z; }
         else if (!strcmp(a, "--lr")) bad = parse_double(a, v, &o->lr);
         else if (!strcmp(a, "--beta1")) bad = parse_double(a, v, &o->beta1);
@@ -105,7 +111,7 @@ static int parse_train(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--wd")) bad = parse_double(a, v, &o->wd);
         else if (!strcmp(a, "--clip")) bad = parse_double(a, v, &o->clip);
         else if (!strcmp(a, "--quiet")) { o->quiet = 1; used = 0; }
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { train_usage(stdout); exit(0); }
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { if (dist_rank() == 0) train_usage(stdout); return 1; }
         else {
             fprintf(stderr, "collage train: unknown option '%s'\nhint: collage train --help\n", a);
             return -1;
@@ -116,9 +122,9 @@ static int parse_train(int argc, char **argv, train_opts *o) {
             i++;
         }
     }
-    if (o->steps < 1 || o->batch < 1 || o->lr < 0 || !(o->beta1 > 0 && o->beta1 < 1) || !(o->beta2 > 0 && o->beta2 < 1) ||
+    if (o->steps < 1 || o->batch < 1 || o->accum < 1 || o->lr < 0 || !(o->beta1 > 0 && o->beta1 < 1) || !(o->beta2 > 0 && o->beta2 < 1) ||
         o->eps <= 0 || o->wd < 0 || o->clip < 0) {
-        fprintf(stderr, "collage train: --steps and --batch must be positive, betas in (0, 1), eps > 0, lr/wd/clip >= 0\n");
+        fprintf(stderr, "collage train: --steps, --batch and --accum must be positive, betas in (0, 1), eps > 0, lr/wd/clip >= 0\n");
         return -1;
     }
     if (o->warmup < 0) o->warmup = o->steps / 20;
@@ -143,18 +149,18 @@ static long peak_rss_mb(void) {
 
 /* The manifest: every setting that shapes the run, so that --resume continues the same run. */
 static int write_manifest(const char *dir, const train_opts *o, const collage_gpt_config *c, int step,
-                          uint64_t fingerprint) {
+                          uint64_t fingerprint, int ranks, int accum) {
     char path[4096], err[512];
     snprintf(path, sizeof path, "%s/train.state", dir);
     collage_atomic_file af;
     if (collage_atomic_open(&af, path, err, sizeof err)) { fprintf(stderr, "collage train: %s\n", err); return -1; }
     fprintf(af.f, "%s\nstep %d\nprecision %s\ntokenizer %s\nvocab %d\npadded_vocab %d\nmax_seq %d\nlayers %d\nheads %d\n"
                   "dim %d\nbatch %d\nseq %d\nsteps %d\nwarmup %d\nlr %.17g\nbeta1 %.17g\nbeta2 %.17g\neps %.17g\n"
-                  "wd %.17g\nclip %.17g\nseed %llu\ndata_fingerprint %llu\n",
+                  "wd %.17g\nclip %.17g\nseed %llu\ndata_fingerprint %llu\nranks %d\naccum %d\n",
             MANIFEST_MAGIC, step, collage_strategy_name(o->strategy), o->tokenizer, c->vocab_size,
             c->padded_vocab_size, c->max_seq_len, c->num_layers, c->num_heads, c->channels, o->batch, o->seq,
             o->steps, o->warmup, o->lr, o->beta1, o->beta2, o->eps, o->wd, o->clip, (unsigned long long)o->seed,
-            (unsigned long long)fingerprint);
+            (unsigned long long)fingerprint, ranks, accum);
     if (collage_atomic_commit(&af, err, sizeof err)) { fprintf(stderr, "collage train: %s\n", err); return -1; }
     return 0;
 }
@@ -190,7 +196,7 @@ static const char *kv_get(const kv *items, int n, const char *key) {
 
 /* Resume: the saved run's settings replace the flags that shape the run; a flag given explicitly with
  * a different value is an error (it would silently change the run). */
-static int apply_manifest(const char *dir, train_opts *o, int *step, uint64_t *fingerprint) {
+static int apply_manifest(const char *dir, train_opts *o, int *step, uint64_t *fingerprint, int *ranks, int *accum) {
     kv it[64];
     int n = read_manifest(dir, it, 64);
     if (n < 0) return -1;
@@ -222,6 +228,13 @@ static int apply_manifest(const char *dir, train_opts *o, int *step, uint64_t *f
     o->wd = strtod(kv_get(it, n, "wd"), NULL); o->clip = strtod(kv_get(it, n, "clip"), NULL);
     o->seed = strtoull(kv_get(it, n, "seed"), NULL, 10);
     *fingerprint = strtoull(kv_get(it, n, "data_fingerprint"), NULL, 10);
+    /* runs saved before data parallelism: one rank, one micro-batch */
+    *ranks = kv_get(it, n, "ranks") ? atoi(kv_get(it, n, "ranks")) : 1;
+    *accum = kv_get(it, n, "accum") ? atoi(kv_get(it, n, "accum")) : 1;
+    if (*ranks < 1 || *accum < 1) {
+        fprintf(stderr, "collage train: '%s/train.state' has ranks %d, accum %d\n", dir, *ranks, *accum);
+        return -1;
+    }
     o->model = NULL;
     return atoi(kv_get(it, n, "max_seq"));
 }
@@ -235,7 +248,8 @@ static void json_num(FILE *f, const char *key, double x, const char *fmt) {
 
 /* --summary: the whole run as one JSON object (what `collage compare` tabulates), written atomically. */
 static int write_summary(const char *path, const train_opts *o, size_t n, int ran, double secs, double tokens,
-                         double last_loss, double tail_loss, double val, double edq_ratio, double lost, double bpp) {
+                         double last_loss, double tail_loss, double val, double edq_ratio, double lost, double bpp,
+                         int ranks, int micro, double state_mb, double comm_s) {
     char err[512];
     collage_atomic_file af;
     if (collage_atomic_open(&af, path, err, sizeof err)) { fprintf(stderr, "collage train: --summary: %s\n", err); return -1; }
@@ -249,6 +263,9 @@ static int write_summary(const char *path, const train_opts *o, size_t n, int ra
     json_num(af.f, "bytes_per_param", bpp, "%.2f");
     json_num(af.f, "tokens_per_s", tokens / secs, "%.1f");
     json_num(af.f, "ms_per_step", 1e3 * secs / ran, "%.3f");
+    fprintf(af.f, ",\"ranks\":%d,\"micro_batches\":%d", ranks, micro);
+    json_num(af.f, "optimizer_state_mb_per_rank", state_mb, "%.4f");
+    json_num(af.f, "comm_ms_per_step", 1e3 * comm_s / ran, "%.3f");
     fprintf(af.f, ",\"peak_rss_mb\":%ld}\n", peak_rss_mb());
     if (collage_atomic_commit(&af, err, sizeof err)) { fprintf(stderr, "collage train: --summary: %s\n", err); return -1; }
     return 0;
@@ -307,16 +324,165 @@ static double eval_loss(collage_gpt *m, const void *params, const collage_loader
     return done ? sum / done : (double)NAN;
 }
 
-int cmd_train(int argc, char **argv) {
+/* "rank 2: " before a message that may concern one rank only, when there are several */
+static const char *rank_tag(void) {
+    static char t[32];
+    if (dist_size() == 1) return "";
+    snprintf(t, sizeof t, "rank %d: ", dist_rank());
+    return t;
+}
+
+/* The optimizer files of a checkpoint: one per rank, optimizer.state for a single rank. */
+static void opt_path(char *out, size_t cap, const char *dir, int r, int nranks) {
+    if (nranks == 1) snprintf(out, cap, "%s/optimizer.state", dir);
+    else snprintf(out, cap, "%s/optimizer.rank%d-of-%d.state", dir, r, nranks);
+}
+
+/* Mean loss of one global batch of the split, computed as the training step does: micro-batch
+ * k = rank·A + a of M on this rank, the M losses gathered and added in k order. NaN if a forward
+ * failed on any rank (every rank still takes part in the gather). */
+static double global_loss(const double *mine, int A, int M) {
+    double all[4096], sum = 0;
+    if (M > 4096) return (double)NAN;
+    dist_allgather_doubles(mine, A, all);
+    for (int k = 0; k < M; k++) sum += all[k];
+    return sum / M;
+}
+
+static double eval_loss_dist(collage_gpt *m, const void *params, const collage_loader *ld, collage_split split, int Bm,
+                             int T, int batches, int A, int M, int32_t *in, int32_t *tg) {
+    uint64_t per_epoch = collage_loader_steps_per_epoch(ld, split);
+    if (per_epoch == 0) return (double)NAN;
+    if ((uint64_t)batches > per_epoch) batches = (int)per_epoch;
+    double sum = 0, mine[256];
+    for (int b = 0; b < batches; b++) {
+        for (int a = 0; a < A; a++) {
+            int k = dist_rank() * A + a;
+            mine[a] = NAN;
+            if (collage_loader_batch(ld, split, (uint64_t)b, k, M, in, tg) == COLLAGE_OK)
+                collage_gpt_forward(m, params, in, tg, Bm, T, &mine[a]);
+        }
+        sum += global_loss(mine, A, M);
+    }
+    return batches ? sum / batches : (double)NAN;
+}
+
+/* Every rank states whether it failed; all stop together, rank 0 says so. Returns 1 to stop. */
+static int stop_all(int failed, const char *where) {
+    int any = dist_any(failed);
+    if (any && dist_rank() == 0 && dist_size() > 1)
+        fprintf(stderr, "collage train: %s failed (rank %d of %d; the messages are above); every rank stops\n", where,
+                any - 1, dist_size());
+    return any != 0;
+}
+
+/* EDQ of the whole slab from every rank's shard, combined in rank order. */
+static collage_edq edq_all(const collage_edq *mine) {
+    double v[5] = {mine->sum_dot, mine->sum_dot_state, mine->sum_nn, (double)mine->lost_count, (double)mine->updates};
+    double all[5 * 1024];
+    collage_edq parts[1024];
+    int P = dist_size();
+    if (P > 1024) return *mine;
+    dist_allgather_doubles(v, 5, all);
+    for (int k = 0; k < P; k++)
+        parts[k] = (collage_edq){.sum_dot = all[5 * k], .sum_dot_state = all[5 * k + 1], .sum_nn = all[5 * k + 2],
+                                 .lost_count = (uint64_t)all[5 * k + 3], .updates = (uint64_t)all[5 * k + 4]};
+    return collage_edq_combine(parts, P);
+}
+
+/* Resume: this rank's shard from the saved one (same rank count) or from the saved shards it
+ * overlaps (another rank count: re-sharding). Returns 0 or -1 with a message. */
+static int load_shard(collage_adamw *opt, const char *dir, int saved_ranks, size_t n, size_t lo, size_t hi, int start) {
+    char path[4096];
+    int P = dist_size(), R = dist_rank();
+    if (saved_ranks == P) {
+        opt_path(path, sizeof path, dir, R, P);
+        if (collage_adamw_load(opt, path) != COLLAGE_OK) {
+            fprintf(stderr, "collage train: rank %d: %s\n", R, collage_adamw_error(opt));
+            return -1;
+        }
+    } else {
+        size_t got = 0;
+        for (int k = 0; k < saved_ranks; k++) {
+            size_t a, b, c = 0;
+            dist_bounds(n, saved_ranks, k, &a, &b);
+            if (b <= lo || a >= hi) continue;
+            opt_path(path, sizeof path, dir, k, saved_ranks);
+            if (collage_adamw_load_part(opt, path, &c) != COLLAGE_OK) {
+                fprintf(stderr, "collage train: rank %d: %s\n", R, collage_adamw_error(opt));
+                return -1;
+            }
+            got += c;
+        }
+        if (got != hi - lo) {
+            fprintf(stderr, "collage train: rank %d: the %d saved shards in '%s' cover %zu of its %zu parameters\n", R,
+                    saved_ranks, dir, got, hi - lo);
+            return -1;
+        }
+    }
+    if (collage_adamw_steps(opt) != (uint64_t)start) {
+        fprintf(stderr, "collage train: rank %d: '%s' holds step %llu but train.state says %d\n", R, dir,
+                (unsigned long long)collage_adamw_steps(opt), start);
+        return -1;
+    }
+    return 0;
+}
+
+/* --save: rank 0 makes the folder; each rank writes its shard; rank 0 then writes model.bin and,
+ * last, the manifest that commits the checkpoint. Every file atomic; every rank learns the outcome. */
+static int save_all(const train_opts *o, const collage_gpt_config *c, collage_adamw *opt, const void *params, size_t n,
+                    int bf16, int step, uint64_t fp, int micro) {
+    int R = dist_rank(), P = dist_size(), bad = 0;
+    char path[4096], err[1024];
+    if (R == 0 && cli_mkdir_p(o->save) != 0) {
+        fprintf(stderr, "collage train: cannot create --save folder '%s': %s\n", o->save, strerror(errno));
+        bad = 1;
+    }
+    if (stop_all(bad, "--save")) return -1;
+    opt_path(path, sizeof path, o->save, R, P);
+    if (collage_adamw_save(opt, path) != COLLAGE_OK) {
+        fprintf(stderr, "collage train: rank %d: %s\n", R, collage_adamw_error(opt));
+        bad = 1;
+    }
+    if (stop_all(bad, "--save")) return -1;
+    if (R == 0) {
+        snprintf(path, sizeof path, "%s/model.bin", o->save);
+        float *w32 = bf16 ? malloc(n * sizeof(float)) : (float *)params;
+        collage_status st = COLLAGE_ERR_NOMEM;
+        if (w32) {
+            if (bf16) collage_bf16_to_f32_row(w32, params, n); /* exact: llm.c's fp32 format loads everywhere */
+            st = collage_ckpt_save_model(path, c, w32, 0, err, sizeof err);
+            if (bf16) free(w32);
+            if (st) fprintf(stderr, "collage train: %s\n", err);
+        } else fprintf(stderr, "collage train: out of memory writing '%s'\n", path);
+        if (st) bad = 1;
+        if (!bad && write_manifest(o->save, o, c, step, fp, P, micro)) bad = 1; /* last: it commits the checkpoint */
+    }
+    if (stop_all(bad, "--save")) return -1;
+    return 0;
+}
+
+static int train_main(int argc, char **argv) {
     train_opts o;
-    if (parse_train(argc, argv, &o)) return 2;
-    int start = 0, max_seq = 0;
+    int pr = parse_train(argc, argv, &o);
+    if (pr) return pr > 0 ? 0 : 2;
+    const int P = dist_size(), R = dist_rank();
+    if (R != 0) o.quiet = 1; /* only rank 0 prints, logs and writes the summary */
+    int start = 0, max_seq = 0, saved_ranks = 1, saved_micro = 1;
     uint64_t saved_fp = 0;
     if (o.resume) {
-        max_seq = apply_manifest(o.resume, &o, &start, &saved_fp);
-        if (max_seq < 0) return 1;
+        max_seq = apply_manifest(o.resume, &o, &start, &saved_fp, &saved_ranks, &saved_micro);
+        if (stop_all(max_seq < 0, "--resume")) return 1;
         if (o.stop_after <= start || o.stop_after > o.steps) o.stop_after = o.steps;
     }
+    const int A = o.accum, M = P * A; /* micro-batches per rank, in all */
+    if (o.batch % M != 0 || M > 4096 || A > 256) {
+        if (R == 0)
+            fprintf(stderr, "collage train: --batch %d must split into %d ranks x %d micro-batches (--accum) of equal size\n"
+                            "hint: a --batch that is a multiple of %d\n", o.batch, P, A, M);
+        return 2;
+    }
+    const int Bm = o.batch / M;
     if (o.threads > 0) collage_set_threads(o.threads);
 #ifdef _OPENMP
     if (o.threads > 0) omp_set_num_threads(o.threads);
@@ -324,118 +490,166 @@ int cmd_train(int argc, char **argv) {
     char err[1024];
     collage_tokenizer_kind tk;
     if (collage_tokenizer_kind_parse(o.tokenizer, &tk) != COLLAGE_OK) {
-        fprintf(stderr, "collage train: unknown --tokenizer '%s'\nhint: byte or gpt2\n", o.tokenizer);
+        if (R == 0) fprintf(stderr, "collage train: unknown --tokenizer '%s'\nhint: byte or gpt2\n", o.tokenizer);
         return 2;
     }
     collage_tokenizer *tok = NULL;
+    collage_loader *ld = NULL;
+    collage_gpt *m = NULL;
+    collage_adamw *opt = NULL;
+    void *params = NULL, *gshard = NULL;
+    float *gacc = NULL;
+    int32_t *in = NULL, *tg = NULL;
+    FILE *logf = NULL;
+    int rc = 1, bad = 0;
+    collage_gpt_config c;
+    size_t n = 0, lo = 0, hi = 0;
+    int bf16 = o.strategy != COLLAGE_FP32;
+    size_t wb = bf16 ? 2 : 4;
+    uint64_t fp = 0;
+    /* set-up: each rank on its own (no collective until stop_all), so a failure on one rank cannot hang */
     if (collage_tokenizer_create(tk, NULL, &tok, err, sizeof err) != COLLAGE_OK) {
         fprintf(stderr, "collage train: %s\nhint: scripts/setup.sh installs the GPT-2 vocabulary\n", err);
-        return 1;
+        bad = 1; goto setup_done;
     }
-    collage_gpt_config c;
-    if (model_shape(&o, tok, max_seq, &c)) { collage_tokenizer_free(tok); return 2; }
+    if (model_shape(&o, tok, max_seq, &c)) { rc = 2; bad = 1; goto setup_done; }
     collage_loader_config lc = {.path = o.data, .tokenizer = tok, .B = o.batch, .T = o.seq, .seed = o.seed};
-    collage_loader *ld = NULL;
     if (collage_loader_create(&lc, &ld, err, sizeof err) != COLLAGE_OK) {
-        fprintf(stderr, "collage train: %s\nhint: --data takes a text file, a folder of text files or llm.c .bin shards\n", err);
-        collage_tokenizer_free(tok);
-        return 1;
+        fprintf(stderr, "collage train: %s%s\nhint: --data takes a text file, a folder of text files or llm.c .bin shards\n",
+                rank_tag(), err);
+        bad = 1; goto setup_done;
     }
-    uint64_t fp = collage_loader_fingerprint(ld);
+    fp = collage_loader_fingerprint(ld);
     if (o.resume && fp != saved_fp) {
         fprintf(stderr, "collage train: the data differ from the run saved in '%s'\nhint: pass the same --data and --tokenizer\n", o.resume);
-        collage_loader_free(ld); collage_tokenizer_free(tok);
-        return 1;
+        bad = 1; goto setup_done;
     }
-    int bf16 = o.strategy != COLLAGE_FP32;
-    collage_gpt *m = NULL;
-    collage_status st = collage_gpt_create(&c, bf16 ? COLLAGE_GPT_BF16 : COLLAGE_GPT_FP32, o.batch, o.seq, &m);
-    size_t n = collage_gpt_num_params(&c);
+    collage_status st = collage_gpt_create(&c, bf16 ? COLLAGE_GPT_BF16 : COLLAGE_GPT_FP32, Bm, o.seq, &m);
+    n = collage_gpt_num_params(&c);
+    dist_bounds(n, P, R, &lo, &hi);
+    if (hi == lo || n / (size_t)P > (size_t)INT32_MAX) {
+        fprintf(stderr, "collage train: %zu parameters do not split into %d shards of whole %zu-element chunks\n", n, P,
+                DIST_CHUNK);
+        bad = 1; goto setup_done;
+    }
     collage_param_group groups[COLLAGE_GPT_NTENSORS];
     int ng = collage_gpt_param_groups(&c, o.wd, groups);
-    collage_adamw_config ac = {.strategy = o.strategy, .n = n, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps,
+    params = aligned_alloc(64, (n * wb + 63) & ~(size_t)63);
+    collage_adamw_config ac = {.strategy = o.strategy, .n = hi - lo, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps,
                                .weight_decay = o.wd, .groups = groups, .n_groups = ng, .clip = o.clip,
-                               .skip_nonfinite = 1, .edq = 1, .seed = o.seed};
-    collage_adamw *opt = NULL;
+                               .skip_nonfinite = 1, .edq = 1, .seed = o.seed, .params = (char *)params + lo * wb,
+                               .index0 = lo, .total = n};
+    if (st == COLLAGE_OK && !params) st = COLLAGE_ERR_NOMEM;
     if (st == COLLAGE_OK) st = collage_adamw_create(&ac, &opt);
-    int32_t *in = malloc(sizeof(int32_t) * (size_t)o.batch * (size_t)o.seq);
-    int32_t *tg = malloc(sizeof(int32_t) * (size_t)o.batch * (size_t)o.seq);
-    FILE *logf = NULL;
-    int rc = 1;
-    if (st != COLLAGE_OK || !in || !tg) {
-        fprintf(stderr, "collage train: cannot create the model or optimizer (%zu parameters): %s\nhint: a smaller --model or --batch\n",
-                n, m ? collage_gpt_error(m) : collage_status_str(st));
-        goto done;
+    in = malloc(sizeof(int32_t) * (size_t)Bm * (size_t)o.seq);
+    tg = malloc(sizeof(int32_t) * (size_t)Bm * (size_t)o.seq);
+    if (M > 1) gshard = malloc((hi - lo) * wb);
+    if (A > 1) gacc = malloc(n * sizeof(float));
+    if (st != COLLAGE_OK || !in || !tg || (M > 1 && !gshard) || (A > 1 && !gacc)) {
+        fprintf(stderr, "collage train: %scannot create the model or optimizer (%zu parameters): %s\nhint: a smaller --model or --batch\n",
+                rank_tag(), n, m ? collage_gpt_error(m) : collage_status_str(st));
+        bad = 1; goto setup_done;
     }
     if (o.resume) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/optimizer.state", o.resume);
-        if (collage_adamw_load(opt, path) != COLLAGE_OK) {
-            fprintf(stderr, "collage train: %s\n", collage_adamw_error(opt));
-            goto done;
-        }
-        if (collage_adamw_steps(opt) != (uint64_t)start) {
-            fprintf(stderr, "collage train: '%s' is at step %llu but train.state says %d\n", path,
-                    (unsigned long long)collage_adamw_steps(opt), start);
-            goto done;
-        }
+        if (load_shard(opt, o.resume, saved_ranks, n, lo, hi, start)) { bad = 1; goto setup_done; }
+        if (saved_ranks * saved_micro != M && !o.quiet)
+            printf("collage train: resuming a run of %d x %d micro-batches with %d x %d: the state is re-sharded exactly, "
+                   "but gradient sums now round as %d micro-batches do\n", saved_ranks, saved_micro, P, A, M);
     } else {
         float *w0 = malloc(n * sizeof(float));
-        if (!w0 || collage_gpt_init_weights(&c, o.seed, w0, n) != COLLAGE_OK) { free(w0); goto done; }
-        collage_adamw_set_weights_f32(opt, w0, n);
+        if (!w0 || collage_gpt_init_weights(&c, o.seed, w0, n) != COLLAGE_OK) {
+            fprintf(stderr, "collage train: cannot initialise %zu weights (out of memory?)\n", n);
+            free(w0); bad = 1; goto setup_done;
+        }
+        collage_adamw_set_weights_f32(opt, w0 + lo, hi - lo);
         free(w0);
     }
-    if (o.log && !(logf = fopen(o.log, o.resume ? "a" : "w"))) {
+    if (R == 0 && o.log && !(logf = fopen(o.log, o.resume ? "a" : "w"))) {
         fprintf(stderr, "collage train: cannot write --log '%s': %s\n", o.log, strerror(errno));
-        goto done;
+        bad = 1; goto setup_done;
     }
-    void *params = collage_adamw_params(opt);
+setup_done:
+    if (stop_all(bad, "set-up")) goto done;
+    dist_allgather(params, wb, n); /* every rank's shard of the weights to every rank */
     collage_memory mem = collage_adamw_memory(opt);
-    int tty = isatty(2);
-    if (!o.quiet)
+    /* optimizer state per parameter (m, v, compensation, master), on the largest shard */
+    double state_bpp = mem.m + mem.v + mem.compensation + mem.master;
+    size_t max_shard = 0;
+    for (int k = 0; k < P; k++) {
+        size_t a, b;
+        dist_bounds(n, P, k, &a, &b);
+        if (b - a > max_shard) max_shard = b - a;
+    }
+    double state_mb = state_bpp * (double)max_shard / 1e6;
+    int tty = isatty(2) && !o.quiet;
+    if (!o.quiet) {
         printf("collage train: %s, %zu parameters (L%d H%d C%d, context %d, vocab %d), %s tokenizer, %zu train tokens\n"
                "  precision %s (%.0f bytes/param of training state), batch %d x %d, %d steps, lr %g, beta2 %g, %d threads\n",
                o.model ? o.model : "custom", n, c.num_layers, c.num_heads, c.channels, c.max_seq_len, c.vocab_size,
                o.tokenizer, (size_t)collage_loader_windows(ld, COLLAGE_SPLIT_TRAIN) * (size_t)o.seq,
                collage_strategy_name(o.strategy), mem.total, o.batch, o.seq, o.steps, o.lr, o.beta2,
                collage_get_threads());
-    double t_start = cli_now(), tokens_done = 0, last_loss = NAN, last_val = NAN;
+        if (dist_mpi() || M > 1)
+            printf("  data parallel: %d rank%s x %d micro-batch%s of %d sequences; optimizer state %.2f MB per rank "
+                   "(%.2f MB unsharded)\n", P, P > 1 ? "s" : "", A, A > 1 ? "es" : "", Bm, state_mb,
+                   state_bpp * (double)n / 1e6);
+    }
+    double t_start = cli_now(), tokens_done = 0, last_loss = NAN, last_val = NAN, comm0 = dist_comm_seconds();
     double sum_edq_ratio = 0, sum_lost = 0, sum_tail = 0;
     int last_step = start, n_edq = 0, n_tail = 0, tail_from = o.stop_after - (o.stop_after / 20 > 0 ? o.stop_after / 20 : 1);
+    void *gm = collage_gpt_grads(m);
     for (int step = start; step < o.stop_after; step++) {
-        double t0 = cli_now(), loss = NAN;
-        collage_loader_batch(ld, COLLAGE_SPLIT_TRAIN, (uint64_t)step, 0, 1, in, tg);
-        collage_gpt_zero_grad(m);
-        if (collage_gpt_forward(m, params, in, tg, o.batch, o.seq, &loss) != COLLAGE_OK ||
-            collage_gpt_backward(m) != COLLAGE_OK) {
-            fprintf(stderr, "collage train: step %d: %s\n", step + 1, collage_gpt_error(m));
-            goto done;
+        double t0 = cli_now(), c0 = dist_comm_seconds(), mine[256];
+        for (int a = 0; a < A && !bad; a++) { /* this rank's micro-batches, in order */
+            collage_loader_batch(ld, COLLAGE_SPLIT_TRAIN, (uint64_t)step, R * A + a, M, in, tg);
+            collage_gpt_zero_grad(m);
+            if (collage_gpt_forward(m, params, in, tg, Bm, o.seq, &mine[a]) != COLLAGE_OK ||
+                collage_gpt_backward(m) != COLLAGE_OK) {
+                fprintf(stderr, "collage train: %sstep %d: %s\n", rank_tag(), step + 1, collage_gpt_error(m));
+                bad = 1;
+            } else if (A > 1) dist_accumulate(gacc, gm, bf16, n, a > 0);
         }
+        if (stop_all(bad, "a training step")) goto done;
+        double loss = global_loss(mine, A, M);
+        /* the gradient of the whole batch, this rank's shard of it: sums in a fixed order */
+        const void *g = gm;
+        if (M > 1) {
+            if (dist_reduce_scatter(A > 1 ? (const void *)gacc : gm, A > 1 ? 0 : bf16, n, M, gshard, bf16)) {
+                fprintf(stderr, "collage train: out of memory in the gradient reduction\n");
+                dist_abort(1);
+            }
+            g = gshard;
+        }
+        double sumsq = dist_grad_sumsq(g, bf16, n);
         double lr = lr_at(&o, step);
         collage_step_stats ss;
-        collage_status os = collage_adamw_step(opt, collage_gpt_grads(m), lr, &ss);
-        if (os == COLLAGE_ERR_NONFINITE)
-            fprintf(stderr, "\ncollage train: step %d: %s\n", step + 1, collage_adamw_error(opt));
-        else if (os != COLLAGE_OK) {
+        collage_status os = collage_adamw_step_sumsq(opt, g, lr, sumsq, &ss);
+        if (os == COLLAGE_ERR_NONFINITE) {
+            if (!o.quiet) fprintf(stderr, "\ncollage train: step %d: %s\n", step + 1, collage_adamw_error(opt));
+        } else if (os != COLLAGE_OK) { /* the same on every rank: the same lr, the same global norm */
             fprintf(stderr, "collage train: optimizer: %s\n", collage_status_str(os));
             goto done;
         }
+        dist_allgather(params, wb, n); /* the updated weights to every rank */
+        collage_edq edq = edq_all(&ss.edq);
+        double comm_ms = (dist_comm_seconds() - c0) * 1e3;
         double ms = (cli_now() - t0) * 1e3, tps = (double)o.batch * o.seq / (ms * 1e-3);
         tokens_done += (double)o.batch * o.seq;
         last_loss = loss;
         last_step = step + 1;
-        if (!ss.skipped && isfinite(ss.edq.edq_ratio)) { sum_edq_ratio += ss.edq.edq_ratio; sum_lost += ss.edq.lost; n_edq++; }
+        if (!ss.skipped && isfinite(edq.edq_ratio)) { sum_edq_ratio += edq.edq_ratio; sum_lost += edq.lost; n_edq++; }
         if (step >= tail_from) { sum_tail += loss; n_tail++; }
         double val = NAN;
         int is_eval = (step + 1) % o.eval_every == 0 || step + 1 == o.stop_after;
         if (is_eval && collage_loader_has_val(ld))
-            val = eval_loss(m, params, ld, COLLAGE_SPLIT_VAL, o.batch, o.seq, VAL_BATCHES, in, tg);
+            val = eval_loss_dist(m, params, ld, COLLAGE_SPLIT_VAL, Bm, o.seq, VAL_BATCHES, A, M, in, tg);
         if (!isnan(val)) last_val = val;
         if (logf) {
             fprintf(logf, "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"edq\":%.6g,\"edq_ratio\":%.6f,"
                           "\"lost\":%.6f,\"edq_state_ratio\":%.6f,\"tokens_per_s\":%.1f,\"ms\":%.2f,\"skipped\":%d",
-                    step + 1, loss, lr, ss.grad_norm, ss.edq.edq, ss.edq.edq_ratio, ss.edq.lost,
-                    ss.edq.edq_state_ratio, tps, ms, ss.skipped);
+                    step + 1, loss, lr, ss.grad_norm, edq.edq, edq.edq_ratio, edq.lost, edq.edq_state_ratio, tps, ms,
+                    ss.skipped);
+            if (dist_mpi()) fprintf(logf, ",\"comm_ms\":%.3f", comm_ms);
             if (!isnan(val)) fprintf(logf, ",\"val_loss\":%.6f", val);
             fprintf(logf, "}\n");
             fflush(logf);
@@ -448,47 +662,52 @@ int cmd_train(int argc, char **argv) {
             char vs[32] = "";
             if (!isnan(val)) snprintf(vs, sizeof vs, "  val %.4f", val);
             printf("step %5d/%d  loss %.4f%s  lr %.2e  norm %.3f  edq %.3f  lost %5.1f%%  %.0f ms  %.0f tok/s\n",
-                   step + 1, o.steps, loss, vs, lr, ss.grad_norm, ss.edq.edq_ratio, 100 * ss.edq.lost, ms, tps);
+                   step + 1, o.steps, loss, vs, lr, ss.grad_norm, edq.edq_ratio, 100 * edq.lost, ms, tps);
             fflush(stdout);
         }
     }
-    double total_s = cli_now() - t_start;
+    double total_s = cli_now() - t_start, comm_s = dist_comm_seconds() - comm0;
     int ran = last_step - start;
-    if (!o.quiet && ran > 0)
+    if (!o.quiet && ran > 0) {
         printf("done: %d steps in %.1f s, %.1f ms/step, %.0f tokens/s, final loss %.4f; %.0f bytes/param of training state "
                "(%.1f MB), peak RSS %ld MB\n",
                ran, total_s, 1e3 * total_s / ran, tokens_done / total_s, last_loss, mem.total, mem.total * (double)n / 1e6,
                peak_rss_mb());
-    if (o.summary && ran > 0 &&
+        if (dist_mpi())
+            printf("communication (rank 0): %.1f ms/step of %.1f (%.1f%%), %d rank%s\n", 1e3 * comm_s / ran,
+                   1e3 * total_s / ran, 100 * comm_s / total_s, P, P > 1 ? "s" : "");
+    }
+    if (R == 0 && o.summary && ran > 0 &&
         write_summary(o.summary, &o, n, ran, total_s, tokens_done, last_loss, n_tail ? sum_tail / n_tail : last_loss, last_val,
-                      n_edq ? sum_edq_ratio / n_edq : (double)NAN, n_edq ? sum_lost / n_edq : (double)NAN, mem.total))
-        goto done;
+                      n_edq ? sum_edq_ratio / n_edq : (double)NAN, n_edq ? sum_lost / n_edq : (double)NAN, mem.total,
+                      P, M, state_mb, comm_s))
+        bad = 1;
+    if (stop_all(bad, "--summary")) goto done;
     if (o.save) {
-        if (cli_mkdir_p(o.save) != 0) {
-            fprintf(stderr, "collage train: cannot create --save folder '%s': %s\n", o.save, strerror(errno));
-            goto done;
-        }
-        char path[4096];
-        snprintf(path, sizeof path, "%s/model.bin", o.save);
-        float *w32 = bf16 ? malloc(n * sizeof(float)) : params;
-        if (!w32) goto done;
-        if (bf16) collage_bf16_to_f32_row(w32, params, n); /* exact: llm.c's fp32 format loads everywhere */
-        st = collage_ckpt_save_model(path, &c, w32, 0, err, sizeof err);
-        if (bf16) free(w32);
-        if (st) { fprintf(stderr, "collage train: %s\n", err); goto done; }
-        snprintf(path, sizeof path, "%s/optimizer.state", o.save);
-        if (collage_adamw_save(opt, path) != COLLAGE_OK) { fprintf(stderr, "collage train: %s\n", collage_adamw_error(opt)); goto done; }
-        if (write_manifest(o.save, &o, &c, last_step, fp)) goto done; /* last: it commits the checkpoint */
-        if (!o.quiet) printf("saved step %d to %s/ (model.bin in llm.c format, optimizer.state, train.state)\n", last_step, o.save);
+        if (save_all(&o, &c, opt, params, n, bf16, last_step, fp, A)) goto done;
+        if (!o.quiet)
+            printf("saved step %d to %s/ (model.bin in llm.c format, %s, train.state)\n", last_step, o.save,
+                   P > 1 ? "one optimizer state per rank" : "optimizer.state");
     }
     rc = 0;
 done:
     if (logf) fclose(logf);
-    free(in); free(tg);
+    free(in); free(tg); free(gshard); free(gacc);
     collage_adamw_free(opt);
+    free(params);
     collage_gpt_free(m);
     collage_loader_free(ld);
     collage_tokenizer_free(tok);
+    return rc;
+}
+
+int cmd_train(int argc, char **argv) {
+    if (dist_init(&argc, &argv) != 0) {
+        fprintf(stderr, "collage train: MPI could not start\n");
+        return 1;
+    }
+    int rc = train_main(argc, argv);
+    dist_finalize();
     return rc;
 }
 
