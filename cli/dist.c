@@ -193,8 +193,11 @@ double dist_grad_sumsq(const void *g, int bf16, size_t n) {
     if (!all) { fprintf(stderr, "collage: out of memory (rank %d, gradient norm)\n", g_rank); dist_abort(1); }
     const uint16_t *h = g;
     const float *f = g;
-    for (size_t c = lo / DIST_CHUNK; c * DIST_CHUNK < hi; c++) {
-        size_t a = c * DIST_CHUNK, b = a + DIST_CHUNK < hi ? a + DIST_CHUNK : hi;
+    long c0 = (long)(lo / DIST_CHUNK), c1 = (long)((hi + DIST_CHUNK - 1) / DIST_CHUNK);
+    /* each chunk summed by one thread, in order: the same bits for any thread count */
+#pragma omp parallel for schedule(static)
+    for (long c = c0; c < c1; c++) {
+        size_t a = (size_t)c * DIST_CHUNK, b = a + DIST_CHUNK < hi ? a + DIST_CHUNK : hi;
         double s = 0;
         for (size_t i = a; i < b; i++) {
             double v = bf16 ? (double)bf16_bits_f32(h[i - lo]) : (double)f[i - lo];
