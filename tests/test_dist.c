@@ -7,7 +7,6 @@
 #include "harness.h"
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,26 +28,6 @@
 #define MPIRUN "timeout 120 mpirun --oversubscribe -x LSAN_OPTIONS -x ASAN_OPTIONS -x PMIX_MCA_mca_base_component_disable_dlclose -np"
 
 static char g_bin[1024], g_dir[256], g_text[512];
-
-static int run(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int run(char *out, size_t cap, const char *fmt, ...) {
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    strncat(cmd, " 2>&1", sizeof cmd - strlen(cmd) - 1);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = 0;
-    char sink[4096];
-    if (!out || !cap) { out = sink; cap = sizeof sink; }
-    n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    while (fread(sink, 1, sizeof sink, p) > 0) {}
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 static int read_losses(const char *path, double *loss, int cap) {
     FILE *f = fopen(path, "r");
@@ -85,7 +64,7 @@ static double json_field(const char *path, const char *key) {
 /* 1 when the two files hold the same bytes */
 static int same_file(const char *a, const char *b) {
     char out[256];
-    return run(out, sizeof out, "cmp -s %s %s", a, b) == 0;
+    return h_sh(out, sizeof out, "cmp -s %s %s", a, b) == 0;
 }
 static void path(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", g_dir, name); }
 
@@ -97,10 +76,10 @@ static void check_ranks_vs_accum(int N, const char *prec) {
     snprintf(lb, sizeof lb, "%s/accum-%s.jsonl", g_dir, tag);
     snprintf(sa, sizeof sa, "%s/ranks-%s", g_dir, tag);
     snprintf(sb, sizeof sb, "%s/accum-%s", g_dir, tag);
-    int rc = run(out, sizeof out, MPIRUN " %d %s train --data %s " TRAIN " --precision %s --steps 8 --log %s --save %s", N,
+    int rc = h_sh(out, sizeof out, MPIRUN " %d %s train --data %s " TRAIN " --precision %s --steps 8 --log %s --save %s", N,
                  g_bin, g_text, prec, la, sa);
     CHECK(rc == 0, "%d ranks, %s: rc %d: %s", N, prec, rc, out);
-    rc = run(out, sizeof out, "%s train --data %s " TRAIN " --precision %s --steps 8 --accum %d --log %s --save %s", g_bin,
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --precision %s --steps 8 --accum %d --log %s --save %s", g_bin,
              g_text, prec, N, lb, sb);
     CHECK(rc == 0, "1 rank --accum %d, %s: rc %d: %s", N, prec, rc, out);
     double a[16], b[16];
@@ -126,7 +105,7 @@ static void test_ranks_vs_one_batch(void) {
     char out[8192], la[600], lb[600];
     path(la, sizeof la, "onebatch.jsonl");
     path(lb, sizeof lb, "ranks-collage-light-2.jsonl"); /* from the test above */
-    int rc = run(out, sizeof out, "%s train --data %s " TRAIN " --precision collage-light --steps 8 --log %s", g_bin, g_text, la);
+    int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --precision collage-light --steps 8 --log %s", g_bin, g_text, la);
     CHECK(rc == 0, "one batch: rc %d: %s", rc, out);
     double a[16], b[16], worst = 0;
     int na = read_losses(la, a, 16), nb = read_losses(lb, b, 16);
@@ -142,9 +121,9 @@ static void test_memory_per_rank(void) {
     double mb[3];
     for (int N = 1; N <= 3; N++) {
         snprintf(s[N - 1], sizeof s[N - 1], "%s/mem%d.json", g_dir, N);
-        int rc = N == 1 ? run(out, sizeof out, "%s train --data %s --model tiny --batch 6 --seq 16 --threads 1 --quiet "
+        int rc = N == 1 ? h_sh(out, sizeof out, "%s train --data %s --model tiny --batch 6 --seq 16 --threads 1 --quiet "
                                                "--precision collage-plus --steps 1 --summary %s", g_bin, g_text, s[0])
-                        : run(out, sizeof out, MPIRUN " %d %s train --data %s --model tiny --batch 6 --seq 16 --threads 1 "
+                        : h_sh(out, sizeof out, MPIRUN " %d %s train --data %s --model tiny --batch 6 --seq 16 --threads 1 "
                                                "--quiet --precision collage-plus --steps 1 --summary %s", N, g_bin, g_text,
                               s[N - 1]);
         CHECK(rc == 0, "%d rank(s): rc %d: %s", N, rc, out);
@@ -168,9 +147,9 @@ static void test_resume_two_then_two_three_one(void) {
     path(half, sizeof half, "half2.jsonl");
     path(save, sizeof save, "half2");
     const char *P = "--precision collage-plus";
-    int rc = run(out, sizeof out, MPIRUN " 2 %s train --data %s " TRAIN " %s --steps 10 --log %s", g_bin, g_text, P, full);
+    int rc = h_sh(out, sizeof out, MPIRUN " 2 %s train --data %s " TRAIN " %s --steps 10 --log %s", g_bin, g_text, P, full);
     CHECK(rc == 0, "full: rc %d: %s", rc, out);
-    rc = run(out, sizeof out, MPIRUN " 2 %s train --data %s " TRAIN " %s --steps 10 --stop-after 5 --save %s --log %s", g_bin,
+    rc = h_sh(out, sizeof out, MPIRUN " 2 %s train --data %s " TRAIN " %s --steps 10 --stop-after 5 --save %s --log %s", g_bin,
              g_text, P, save, half);
     CHECK(rc == 0, "first half: rc %d: %s", rc, out);
     char shard[700];
@@ -179,16 +158,16 @@ static void test_resume_two_then_two_three_one(void) {
     for (int v = 0; v < 4; v++) {
         path(lg[v], sizeof lg[v], name[v]);
         strcat(lg[v], ".jsonl");
-        run(out, sizeof out, "cp %s %s", half, lg[v]);
+        h_sh(out, sizeof out, "cp %s %s", half, lg[v]);
     }
     const char *R = "--threads 1 --quiet --precision collage-plus";
-    rc = run(out, sizeof out, MPIRUN " 2 %s train --data %s %s --resume %s --log %s", g_bin, g_text, R, save, lg[0]);
+    rc = h_sh(out, sizeof out, MPIRUN " 2 %s train --data %s %s --resume %s --log %s", g_bin, g_text, R, save, lg[0]);
     CHECK(rc == 0, "resume with 2: rc %d: %s", rc, out);
-    rc = run(out, sizeof out, "%s train --data %s %s --accum 2 --resume %s --log %s", g_bin, g_text, R, save, lg[1]);
+    rc = h_sh(out, sizeof out, "%s train --data %s %s --accum 2 --resume %s --log %s", g_bin, g_text, R, save, lg[1]);
     CHECK(rc == 0, "resume with 1 --accum 2: rc %d: %s", rc, out);
-    rc = run(out, sizeof out, MPIRUN " 3 %s train --data %s %s --resume %s --log %s", g_bin, g_text, R, save, lg[2]);
+    rc = h_sh(out, sizeof out, MPIRUN " 3 %s train --data %s %s --resume %s --log %s", g_bin, g_text, R, save, lg[2]);
     CHECK(rc == 0, "resume with 3: rc %d: %s", rc, out);
-    rc = run(out, sizeof out, "%s train --data %s %s --accum 3 --resume %s --log %s", g_bin, g_text, R, save, lg[3]);
+    rc = h_sh(out, sizeof out, "%s train --data %s %s --accum 3 --resume %s --log %s", g_bin, g_text, R, save, lg[3]);
     CHECK(rc == 0, "resume with 1 --accum 3: rc %d: %s", rc, out);
     double f[16], x[4][16], worst = 0;
     int nf = read_losses(full, f, 16);
@@ -210,11 +189,11 @@ static void test_failure_on_one_rank_stops_all(void) {
     char out[16384], save[600], bad[600], shard[700];
     path(save, sizeof save, "half2");
     path(bad, sizeof bad, "bad");
-    run(out, sizeof out, "rm -rf %s && cp -r %s %s", bad, save, bad);
+    h_sh(out, sizeof out, "rm -rf %s && cp -r %s %s", bad, save, bad);
     snprintf(shard, sizeof shard, "%s/optimizer.rank1-of-2.state", bad);
     CHECK(truncate(shard, 1000) == 0, "cannot truncate %s", shard);
     double t0 = h_now();
-    int rc = run(out, sizeof out, MPIRUN " 2 %s train --data %s --threads 1 --quiet --precision collage-plus --resume %s", g_bin,
+    int rc = h_sh(out, sizeof out, MPIRUN " 2 %s train --data %s --threads 1 --quiet --precision collage-plus --resume %s", g_bin,
                  g_text, bad);
     double dt = h_now() - t0;
     CHECK(rc != 0 && rc != 124, "rc %d (124: it hung until the timeout)", rc);
@@ -222,7 +201,7 @@ static void test_failure_on_one_rank_stops_all(void) {
           "no clear message: %s", out);
     printf("    truncated shard on rank 1: every rank stopped in %.1f s with: %.*s\n", dt,
            (int)(strchr(out, '\n') ? strchr(out, '\n') - out : 80), out);
-    rc = run(out, sizeof out, MPIRUN " 2 %s train --data %s " TRAIN " --batch 5 --steps 1", g_bin, g_text);
+    rc = h_sh(out, sizeof out, MPIRUN " 2 %s train --data %s " TRAIN " --batch 5 --steps 1", g_bin, g_text);
     CHECK(rc == 2 && strstr(out, "--batch 5"), "a batch that does not split: rc %d: %s", rc, out);
 }
 
@@ -230,7 +209,7 @@ int main(void) {
     const char *bin = getenv("COLLAGE_BIN");
     snprintf(g_bin, sizeof g_bin, "%s", bin ? bin : "build/collage");
     char out[4096];
-    if (access(g_bin, X_OK) != 0 || run(out, sizeof out, "%s --version", g_bin) != 0) {
+    if (access(g_bin, X_OK) != 0 || h_sh(out, sizeof out, "%s --version", g_bin) != 0) {
         printf("test_dist: %s not found (set COLLAGE_BIN)\n0 passed, 1 failed\n", g_bin);
         return 1;
     }
@@ -257,7 +236,7 @@ int main(void) {
     snprintf(asan, sizeof asan, "%s%sfast_unwind_on_malloc=0", getenv("ASAN_OPTIONS") ? getenv("ASAN_OPTIONS") : "",
              getenv("ASAN_OPTIONS") && *getenv("ASAN_OPTIONS") ? ":" : "");
     setenv("ASAN_OPTIONS", asan, 1);
-    if (run(out, sizeof out, "mpirun --version") != 0) {
+    if (h_sh(out, sizeof out, "mpirun --version") != 0) {
         printf("test_dist: %s was built with MPI but mpirun does not run: %s\n0 passed, 1 failed\n", g_bin, out);
         return 1;
     }
