@@ -52,8 +52,11 @@ tests: $(TEST_BIN)
 $(BUILD)/obj/%.o: src/%.c $(HDRS) | $(BUILD)/obj
 	$(CC) $(CFLAGS_ALL) $(ISA_FLAGS) -c $< -o $@
 # Vector kernels: one translation unit per instruction set, entered only after a run-time CPU check.
-$(BUILD)/obj/adamw_avx512.o: ISA_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
-$(BUILD)/obj/adamw_avx2.o: ISA_FLAGS = -mavx2 -mfma -mf16c
+# The fused AdamW loops are long dependency chains of emulated roundings; scheduling before register
+# allocation interleaves the two vectors of an iteration (about 10% faster, same instructions).
+KERNEL_SCHED = -fschedule-insns -fsched-pressure
+$(BUILD)/obj/adamw_avx512.o: ISA_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c $(KERNEL_SCHED)
+$(BUILD)/obj/adamw_avx2.o: ISA_FLAGS = -mavx2 -mfma -mf16c $(KERNEL_SCHED)
 $(BUILD)/obj/cli_%.o: cli/%.c $(HDRS) $(BUILD)/mpi.flag | $(BUILD)/obj
 	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -c $< -o $@
 # Rebuild the CLI when MPI is switched on or off for this folder.

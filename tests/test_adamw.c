@@ -780,6 +780,22 @@ static void test_fast_equals_ref_special_values(void) {
     collage_set_isa(isa0);
 }
 
+/* The vector kernels round √v (v a bf16 value) half up instead of to even (adamw_kernel.inc sqrt_rn):
+ * exact only because the fp32 root of a bf16 value is never halfway between two bf16 values, and a NaN
+ * root has zero low 16 bits. All 2^16 inputs. */
+static void test_sqrt_no_tie(void) {
+    int ties = 0;
+    for (uint32_t b = 0; b < 0x10000u; b++) {
+        float r = sqrtf(bf((uint16_t)b));
+        uint32_t u = fbits(r), low = u & 0xffffu;
+        int bad = isnan(r) ? low != 0 : low == 0x8000u;
+        uint16_t up = (uint16_t)((u + 0x8000u) >> 16);
+        if (!isnan(r)) bad |= up != o_rnf(r);
+        if (bad && ties++ < 5) CHECK(0, "sqrt(bf16 %04x) = %08x: a tie, NaN low bits, or half up != RN", b, u);
+    }
+    CHECK(ties == 0, "%d of 65536 bf16 roots break the no-tie rounding", ties);
+}
+
 /* ------------------------------------------------------------------ 4. long run vs float64 AdamW */
 #define LONG_SEED 4000ull
 #define LONG_LR 1e-3
@@ -1783,6 +1799,7 @@ int main(void) {
     RUN(test_set_weights_kept);
     RUN(test_fast_equals_ref);
     RUN(test_fast_equals_ref_special_values);
+    RUN(test_sqrt_no_tie);
     RUN(test_long_run_vs_float64);
     RUN(test_lost_update);
     RUN(test_weight_decay);
