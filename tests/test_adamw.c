@@ -780,6 +780,102 @@ static void test_fast_equals_ref_special_values(void) {
     collage_set_isa(isa0);
 }
 
+/* Adversarial states for the fast path's skipped roundings (adamw_kernel.inc exact_ok): weights and
+ * gradients over 2^-140 .. 2^20 with zeros and subnormals, and learning rates from 1e-30 to 1e3, so
+ * that within one vector some lanes have |update| far above |θ| (Grow's inner roundings inexact),
+ * θ = 0 (exact although |d| > |θ|), v = 0 under a large g² (GrowAddcmul), and others where all is
+ * exact. Fast and reference steps must agree bit for bit on every state word, every ISA. */
+#define ADV_N 4099
+#define ADV_STEPS 12
+static float adv_value(void) {
+    unsigned r = h_rand32() % 16;
+    if (r == 0) return 0.0f;
+    if (r == 1) return bitsf(h_rand32() & 0x807fffffu); /* subnormal of either sign */
+    double mag = ldexp(1.0 + h_uniform(), -140 + (int)(h_rand32() % 161u));
+    return (float)((h_rand32() & 1) ? -mag : mag);
+}
+static void adversarial_run(collage_strategy s, double beta2, int isa) {
+    collage_adamw_config c = {.strategy = s, .n = ADV_N, .beta1 = 0.9, .beta2 = beta2, .eps = 1e-8,
+                              .weight_decay = 0.01, .edq = 1, .seed = 11};
+    collage_adamw *o[2] = {mk(&c), mk(&c)};
+    float *w = malloc(ADV_N * 4), *gf = malloc(ADV_N * 4);
+    uint16_t *g = malloc(ADV_N * 2);
+    double *k0 = malloc(ADV_N * 8), *k1 = malloc(ADV_N * 8);
+    static const double LR[ADV_STEPS] = {1e-3, 1.0, 1e3, 1e-30, 1e-3, 10.0, 1e-8, 1e-3, 1e2, 1e-3, 1e-20, 1.0};
+    if (!o[0] || !o[1] || !w || !gf || !g || !k0 || !k1) goto out;
+    h_seed(777 + (unsigned long long)s);
+    for (size_t i = 0; i < ADV_N; i++) w[i] = adv_value();
+    collage_adamw_set_weights_f32(o[0], w, ADV_N);
+    collage_adamw_set_weights_f32(o[1], w, ADV_N);
+    collage_set_isa((collage_isa)isa);
+    for (int t = 0; t < ADV_STEPS; t++) {
+        for (size_t i = 0; i < ADV_N; i++) {
+            float x = adv_value();
+            if (x > 1e20f || x < -1e20f) x = x * 1e-20f;
+            g[i] = o_rnf(x);
+            gf[i] = bf(g[i]);
+        }
+        const void *gp = collage_strategy_is_fp32(s) ? (const void *)gf : (const void *)g;
+        collage_step_stats a, b;
+        CHECK(collage_adamw_step(o[0], gp, LR[t], &a) == COLLAGE_OK, "%s adversarial step", SNAME(s));
+        CHECK(collage_adamw_step_ref(o[1], gp, LR[t], &b) == COLLAGE_OK, "%s adversarial step_ref", SNAME(s));
+        CHECK(a.edq.updates == b.edq.updates && a.edq.lost == b.edq.lost, "%s adversarial step %d: EDQ counts "
+              "%llu/%g vs %llu/%g", SNAME(s), t, (unsigned long long)a.edq.updates, a.edq.lost,
+              (unsigned long long)b.edq.updates, b.edq.lost);
+        collage_adamw_kept_f64(o[0], k0, ADV_N);
+        collage_adamw_kept_f64(o[1], k1, ADV_N);
+        for (size_t i = 0; i < ADV_N; i++) {
+            uint32_t wa = lib_wbits(o[0], i), wb = lib_wbits(o[1], i);
+            if (wa == wb && same_double_bits(k0[i], k1[i])) continue;
+            if (isnan(lib_wval(o[0], i)) && isnan(lib_wval(o[1], i)) && isnan(k0[i]) && isnan(k1[i])) continue;
+            CHECK(0, "%s adversarial (beta2 %g, isa %s) step %d (lr %g) elem %zu: fast %08x kept %a, ref %08x "
+                     "kept %a; w0 %a grad %04x", SNAME(s), beta2, collage_isa_name((collage_isa)isa), t, LR[t], i,
+                  wa, k0[i], wb, k1[i], (double)w[i], g[i]);
+            goto out; /* diverged: one report per run */
+        }
+    }
+out:
+    collage_adamw_free(o[0]); collage_adamw_free(o[1]);
+    free(w); free(gf); free(g); free(k0); free(k1);
+}
+static void test_fast_equals_ref_adversarial(void) {
+    collage_isa isa0 = collage_get_isa();
+    printf("    n %d, %d steps, lr 1e-30 .. 1e3, values 2^-140 .. 2^20, zeros, subnormals; every strategy and ISA\n",
+           ADV_N, ADV_STEPS);
+    for (int si = 0; si < NS; si++)
+        for (int isa = COLLAGE_ISA_SCALAR; isa <= COLLAGE_ISA_AVX512; isa++) {
+            if (!collage_isa_supported((collage_isa)isa)) continue;
+            adversarial_run(ALL[si], 0.95, isa);
+            adversarial_run(ALL[si], 0.999, isa);
+        }
+    collage_set_isa(isa0);
+}
+
+/* The fast path's Fast2Sum shortcut (adamw_kernel.inc exact_ok) tests only z = fp32(s − a) for being a
+ * bf16 value, s = RN(fp32(a + b)); it relies on e = fp32(b − z) then being one too. All 2^32 bf16
+ * pairs, NaN, Inf and subnormals included (with COLLAGE_TEST_QUICK every 61st b). */
+static float lemma_rn(float x) {
+    uint32_t u = fbits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return bitsf((u | 0x400000u) & 0xffff0000u);
+    return bitsf((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+static void test_fast2sum_error_exact(void) {
+    unsigned long long bad = 0, tried = 0;
+    uint32_t step = g_quick ? 61 : 1;
+#pragma omp parallel for reduction(+ : bad, tried) schedule(dynamic, 256)
+    for (long ai = 0; ai < 65536; ai++) {
+        float a = bf((uint16_t)ai);
+        for (uint32_t bi = 0; bi < 65536; bi += step) {
+            float b = bf((uint16_t)bi), s = lemma_rn(a + b), z = s - a;
+            if (fbits(z) & 0xffffu) continue;
+            tried++;
+            if (fbits(b - z) & 0xffffu) bad++;
+        }
+    }
+    CHECK(bad == 0, "%llu of %llu pairs with an exact z have an inexact b - z", bad, tried);
+    printf("    %llu pairs with z exact, b - z exact in all\n", tried);
+}
+
 /* The vector kernels round √v (v a bf16 value) half up instead of to even (adamw_kernel.inc sqrt_rn):
  * exact only because the fp32 root of a bf16 value is never halfway between two bf16 values, and a NaN
  * root has zero low 16 bits. All 2^16 inputs. */
@@ -1799,7 +1895,9 @@ int main(void) {
     RUN(test_set_weights_kept);
     RUN(test_fast_equals_ref);
     RUN(test_fast_equals_ref_special_values);
+    RUN(test_fast_equals_ref_adversarial);
     RUN(test_sqrt_no_tie);
+    RUN(test_fast2sum_error_exact);
     RUN(test_long_run_vs_float64);
     RUN(test_lost_update);
     RUN(test_weight_decay);
