@@ -53,7 +53,7 @@ $(BUILD)/obj/%.o: src/%.c $(HDRS) | $(BUILD)/obj
 	$(CC) $(CFLAGS_ALL) $(ISA_FLAGS) -c $< -o $@
 # Vector kernels: one translation unit per instruction set, entered only after a run-time CPU check.
 # The fused AdamW loops are long dependency chains of emulated roundings; scheduling before register
-# allocation interleaves the two vectors of an iteration (about 10% faster, same instructions).
+# allocation interleaves the vectors of an iteration (10-20% faster, same instructions).
 KERNEL_SCHED = -fschedule-insns -fsched-pressure --param=sched-pressure-algorithm=2
 ifeq ($(SAN),1)
 KERNEL_SCHED = # the sanitizers' checks make the blocks too big to schedule in reasonable time and memory
