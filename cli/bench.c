@@ -137,13 +137,16 @@ static double median_of(double *t, int r) {
 
 typedef struct { double ns, ns_edq, ns_cache; } opt_times;
 
-static int time_strategy(collage_strategy s, size_t n, int reps, int edq, double *ns_out) {
-    collage_adamw_config c = {.strategy = s, .n = n, .beta2 = 0.95, .weight_decay = 0.1, .edq = edq, .seed = 1};
+/* ns/param of the step with EDQ off and on, measured on one optimizer object (the same memory)
+ * in alternating steps, so that the EDQ cost is not confused with where two allocations landed. */
+static int time_strategy(collage_strategy s, size_t n, int reps, double *ns_off, double *ns_on) {
+    collage_adamw_config c = {.strategy = s, .n = n, .beta2 = 0.95, .weight_decay = 0.1, .edq = 0, .seed = 1};
     collage_adamw *o;
     if (collage_adamw_create(&c, &o) != COLLAGE_OK) return -1;
     size_t gb = collage_strategy_is_fp32(s) ? 4 : 2;
     void *g = malloc(n * gb);
-    if (!g) { collage_adamw_free(o); return -1; }
+    double *t = malloc(sizeof(double) * 2 * (size_t)reps);
+    if (!g || !t) { free(g); free(t); collage_adamw_free(o); return -1; }
     float *w = collage_adamw_params(o);
     uint16_t *w16 = collage_adamw_params(o), *g16 = g;
     float *g32 = g;
@@ -156,15 +159,16 @@ static int time_strategy(collage_strategy s, size_t n, int reps, int edq, double
         if (gb == 4) { w[i] = wv; g32[i] = gv; }
         else { w16[i] = collage_bf16_from_f32(wv).bits; g16[i] = collage_bf16_from_f32(gv).bits; }
     }
-    double *t = malloc(sizeof(double) * (size_t)reps);
     collage_adamw_step(o, g, 1e-3, NULL); /* warm-up: pages touched, threads started */
-    for (int r = 0; r < reps; r++) {
+    for (int r = 0; r < 2 * reps; r++) {
         collage_step_stats st;
+        collage_adamw_set_edq(o, r & 1);
         double t0 = cli_now();
         collage_adamw_step(o, g, 1e-3, &st);
-        t[r] = cli_now() - t0;
+        t[r / 2 + (r & 1) * reps] = cli_now() - t0;
     }
-    *ns_out = median_of(t, reps) / (double)n * 1e9;
+    *ns_off = median_of(t, reps) / (double)n * 1e9;
+    if (ns_on) *ns_on = median_of(t + reps, reps) / (double)n * 1e9;
     free(t); free(g);
     collage_adamw_free(o);
     return 0;
@@ -198,8 +202,7 @@ static int bench_optimizer(size_t n, int threads, int reps, int json, const char
         collage_strategy s = (collage_strategy)order[oi];
         if (only && strcmp(only, collage_strategy_name(s)) && s != COLLAGE_BF16_MASTER) continue;
         opt_times *R = &res[s];
-        if (time_strategy(s, n, reps, 0, &R->ns) || time_strategy(s, n, reps, 1, &R->ns_edq) ||
-            time_strategy(s, n_cache, reps * 20, 0, &R->ns_cache)) {
+        if (time_strategy(s, n, reps, &R->ns, &R->ns_edq) || time_strategy(s, n_cache, reps * 20, &R->ns_cache, NULL)) {
             fprintf(stderr, "collage bench: cannot create a %s optimizer of %zu params (out of memory?)\n",
                     collage_strategy_name(s), n);
             return 1;

@@ -258,6 +258,9 @@ collage_status collage_adamw_step_sumsq(collage_adamw *opt, const void *grads, d
                                         collage_step_stats *stats);
 /* The scalar reference step (one thread, no SIMD): bit-identical to collage_adamw_step by contract. */
 collage_status collage_adamw_step_ref(collage_adamw *opt, const void *grads, double lr, collage_step_stats *stats);
+/* EDQ on or off from the next step on (config.edq is the initial setting): e.g. measure it every k-th
+ * step only. It changes no state word: the update is the same with EDQ on or off. */
+collage_status collage_adamw_set_edq(collage_adamw *opt, int on);
 /* Per-group EDQ of the last step (group -1: elements in no group). */
 collage_status collage_adamw_group_edq(const collage_adamw *opt, int group, collage_edq *out);
 int            collage_adamw_n_groups(const collage_adamw *opt);

@@ -226,6 +226,11 @@ const char *collage_adamw_group_name(const collage_adamw *o, int g) {
     if (!o || g < -1 || g >= o->n_groups) return NULL;
     return g < 0 ? "(ungrouped)" : o->groups[g].name;
 }
+collage_status collage_adamw_set_edq(collage_adamw *o, int on) {
+    if (!o) return COLLAGE_ERR_NULL;
+    o->cfg.edq = on != 0;
+    return COLLAGE_OK;
+}
 collage_status collage_adamw_group_edq(const collage_adamw *o, int g, collage_edq *out) {
     if (!o || !out) return COLLAGE_ERR_NULL;
     if (g < -1 || g >= o->n_groups) return COLLAGE_ERR_ARG;

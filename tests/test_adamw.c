@@ -1710,6 +1710,51 @@ static collage_edq edq_small_steps(collage_strategy s, double theta, double lr, 
     return st.edq;
 }
 
+/* collage_adamw_set_edq: EDQ toggled step by step leaves every state word as with EDQ always off,
+ * reports EDQ exactly on the steps where it is on, and rejects NULL. */
+static void test_set_edq(void) {
+    enum { N = 3000 };
+    uint16_t *g = malloc(N * 2), *w0 = malloc(N * 2);
+    float *g32 = malloc(N * 4);
+    h_seed(4242);
+    for (int i = 0; i < N; i++) { w0[i] = collage_bf16_from_f32((float)h_uniform() - 0.5f).bits; }
+    for (int si = 0; si < NS && g && w0 && g32; si++) {
+        collage_strategy s = ALL[si];
+        int f32 = collage_strategy_is_fp32(s);
+        collage_adamw_config c = {.strategy = s, .n = N, .beta2 = 0.95, .weight_decay = 0.1, .seed = 9};
+        collage_adamw *a = mk(&c), *b = mk(&c);
+        if (!a || !b) { collage_adamw_free(a); collage_adamw_free(b); continue; }
+        for (int i = 0; i < N; i++) {
+            float x = collage_bf16_to_f32((collage_bf16){w0[i]});
+            if (f32) { ((float *)collage_adamw_params(a))[i] = x; ((float *)collage_adamw_params(b))[i] = x; }
+            else { ((uint16_t *)collage_adamw_params(a))[i] = w0[i]; ((uint16_t *)collage_adamw_params(b))[i] = w0[i]; }
+        }
+        int edq_seen = 1;
+        for (int t = 0; t < 6; t++) {
+            for (int i = 0; i < N; i++) { g32[i] = (float)(0.01 * (h_uniform() - 0.5)); g[i] = collage_bf16_from_f32(g32[i]).bits; }
+            collage_step_stats sa, sb;
+            memset(&sb, 0, sizeof sb);
+            collage_adamw_set_edq(b, t & 1);
+            collage_adamw_step(a, f32 ? (void *)g32 : (void *)g, 1e-3, &sa);
+            collage_adamw_step(b, f32 ? (void *)g32 : (void *)g, 1e-3, &sb);
+            if (t & 1) edq_seen &= sb.edq.updates > 0;
+        }
+        CHECK(edq_seen, "%s: no EDQ on the steps where it was switched on", collage_strategy_name(s));
+        double *ka = malloc(N * sizeof(double)), *kb = malloc(N * sizeof(double));
+        if (ka && kb) {
+            collage_adamw_kept_f64(a, ka, N);
+            collage_adamw_kept_f64(b, kb, N);
+            CHECK(memcmp(ka, kb, N * sizeof(double)) == 0 &&
+                      memcmp(collage_adamw_params(a), collage_adamw_params(b), (size_t)N * (f32 ? 4 : 2)) == 0,
+                  "%s: toggling EDQ changed the weights", collage_strategy_name(s));
+        }
+        free(ka); free(kb);
+        collage_adamw_free(a); collage_adamw_free(b);
+    }
+    CHECK(collage_adamw_set_edq(NULL, 1) == COLLAGE_ERR_NULL, "set_edq(NULL)");
+    free(g); free(w0); free(g32);
+}
+
 static void test_edq(void) {
     for (int si = 0; si < NS; si++) { edq_one_strategy(ALL[si], 1); edq_one_strategy(ALL[si], 0); }
     h_seed(1313);
@@ -1914,5 +1959,6 @@ int main(void) {
     RUN(test_skip_nonfinite);
     RUN(test_memory_table);
     RUN(test_edq);
+    RUN(test_set_edq);
     return h_end();
 }
