@@ -67,6 +67,35 @@ static int h_sh(char *out, size_t cap, const char *fmt, ...) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* The "loss" values of a JSON-lines training log, in order (at most cap); -1 when it cannot be read. */
+static int h_read_losses(const char *path, double *loss, int cap) __attribute__((unused));
+static int h_read_losses(const char *path, double *loss, int cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[2048];
+    int n = 0;
+    while (n < cap && fgets(line, sizeof line, f)) {
+        char *p = strstr(line, "\"loss\":");
+        if (p) loss[n++] = strtod(p + 7, NULL);
+    }
+    fclose(f);
+    return n;
+}
+
+static inline unsigned h_rand32(void);
+static inline void h_seed(unsigned long long s);
+/* A small English corpus for the CLI tests: 2000 lines drawn from four proverbs by seed. 0 or -1. */
+static int h_write_corpus(const char *path, unsigned long long seed) __attribute__((unused));
+static int h_write_corpus(const char *path, unsigned long long seed) {
+    static const char *lines[] = {"The quick brown fox jumps over the lazy dog.\n", "A stitch in time saves nine.\n",
+                                  "All that glitters is not gold.\n", "Fortune favours the bold.\n"};
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    h_seed(seed);
+    for (int i = 0; i < 2000; i++) fputs(lines[h_rand32() % 4], f);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 /* Deterministic test randomness (xorshift64*), seeded and printed by each test program. */
 static unsigned long long h_rng_state = 0x853c49e6748fea9bULL;
 static inline void h_seed(unsigned long long s) { h_rng_state = s ? s : 1; }

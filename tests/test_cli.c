@@ -12,19 +12,6 @@
 
 static char g_bin[1024], g_dir[256], g_text[512];
 
-/* The "loss" values of a JSON-lines log, in order. */
-static int read_losses(const char *path, double *loss, int cap) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[2048];
-    int n = 0;
-    while (n < cap && fgets(line, sizeof line, f)) {
-        char *p = strstr(line, "\"loss\":");
-        if (p) loss[n++] = strtod(p + 7, NULL);
-    }
-    fclose(f);
-    return n;
-}
 
 static void test_train_log_and_checkpoint(void) {
     char out[8192], log[600], save[600];
@@ -51,7 +38,7 @@ static void test_train_log_and_checkpoint(void) {
         CHECK(vals == 3, "%d eval lines (every 4 of 12 steps)", vals);
     }
     double loss[64];
-    int n = read_losses(log, loss, 64);
+    int n = h_read_losses(log, loss, 64);
     CHECK(n == 12 && loss[11] < loss[0], "loss did not fall: %g -> %g", n ? loss[0] : 0.0, n ? loss[n - 1] : 0.0);
     /* llm.c header: magic 20240326, version 3 (fp32), and the file size matches the header */
     char model[700];
@@ -117,7 +104,7 @@ static void test_exact_resume(void) {
                  strategies[s], save, lb);
         CHECK(rc == 0, "%s resumed half: %s", strategies[s], out);
         double a[32], b[32];
-        int na = read_losses(la, a, 32), nb = read_losses(lb, b, 32);
+        int na = h_read_losses(la, a, 32), nb = h_read_losses(lb, b, 32);
         CHECK(na == 10 && nb == 10, "%s: %d and %d log lines", strategies[s], na, nb);
         for (int i = 0; i < na && i < nb; i++)
             CHECK(a[i] == b[i], "%s step %d: %.6f vs resumed %.6f", strategies[s], i + 1, a[i], b[i]);
@@ -181,12 +168,7 @@ int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/collage-cli-XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     snprintf(g_text, sizeof g_text, "%s/text.txt", g_dir);
-    FILE *f = fopen(g_text, "w");
-    const char *lines[] = {"The quick brown fox jumps over the lazy dog.\n", "A stitch in time saves nine.\n",
-                           "All that glitters is not gold.\n", "Fortune favours the bold.\n"};
-    h_seed(1);
-    for (int i = 0; i < 2000; i++) fputs(lines[h_rand32() % 4], f);
-    fclose(f);
+    if (h_write_corpus(g_text, 1)) { perror(g_text); return 1; }
     printf("test_cli: %s, data in %s\n", g_bin, g_dir);
     RUN(test_train_log_and_checkpoint);
     RUN(test_exact_resume);

@@ -161,12 +161,7 @@ int main(void) {
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     snprintf(g_text, sizeof g_text, "%s/text.txt", g_dir);
     snprintf(g_out, sizeof g_out, "%s/out", g_dir);
-    FILE *f = fopen(g_text, "w");
-    const char *lines[] = {"The quick brown fox jumps over the lazy dog.\n", "A stitch in time saves nine.\n",
-                           "All that glitters is not gold.\n", "Fortune favours the bold.\n"};
-    h_seed(2);
-    for (int i = 0; i < 2000; i++) fputs(lines[h_rand32() % 4], f);
-    fclose(f);
+    if (h_write_corpus(g_text, 2)) { perror(g_text); return 1; }
     printf("test_compare: %s, data in %s\n", g_bin, g_dir);
     RUN(test_compare_writes_everything);
     RUN(test_rerun_redoes_only_deleted);

@@ -29,18 +29,6 @@
 
 static char g_bin[1024], g_dir[256], g_text[512];
 
-static int read_losses(const char *path, double *loss, int cap) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[2048];
-    int n = 0;
-    while (n < cap && fgets(line, sizeof line, f)) {
-        char *p = strstr(line, "\"loss\":");
-        if (p) loss[n++] = strtod(p + 7, NULL);
-    }
-    fclose(f);
-    return n;
-}
 static int file_has(const char *path, const char *s) {
     FILE *f = fopen(path, "r");
     if (!f) return 0;
@@ -83,7 +71,7 @@ static void check_ranks_vs_accum(int N, const char *prec) {
              g_text, prec, N, lb, sb);
     CHECK(rc == 0, "1 rank --accum %d, %s: rc %d: %s", N, prec, rc, out);
     double a[16], b[16];
-    int na = read_losses(la, a, 16), nb = read_losses(lb, b, 16);
+    int na = h_read_losses(la, a, 16), nb = h_read_losses(lb, b, 16);
     CHECK(na == 8 && nb == 8, "%s: %d and %d log lines", tag, na, nb);
     for (int i = 0; i < na && i < nb; i++)
         CHECK(a[i] == b[i], "%s step %d: %d ranks %.6f, 1 rank --accum %d %.6f", prec, i + 1, N, a[i], N, b[i]);
@@ -108,7 +96,7 @@ static void test_ranks_vs_one_batch(void) {
     int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --precision collage-light --steps 8 --log %s", g_bin, g_text, la);
     CHECK(rc == 0, "one batch: rc %d: %s", rc, out);
     double a[16], b[16], worst = 0;
-    int na = read_losses(la, a, 16), nb = read_losses(lb, b, 16);
+    int na = h_read_losses(la, a, 16), nb = h_read_losses(lb, b, 16);
     CHECK(na == 8 && nb == 8, "%d and %d log lines", na, nb);
     for (int i = 0; i < na && i < nb; i++) worst = fmax(worst, fabs(a[i] - b[i]));
     CHECK(worst <= ONE_BATCH_LOSS_TOL && na == nb, "losses of 2 ranks and of one batch differ by %.3g", worst);
@@ -170,9 +158,9 @@ static void test_resume_two_then_two_three_one(void) {
     rc = h_sh(out, sizeof out, "%s train --data %s %s --accum 3 --resume %s --log %s", g_bin, g_text, R, save, lg[3]);
     CHECK(rc == 0, "resume with 1 --accum 3: rc %d: %s", rc, out);
     double f[16], x[4][16], worst = 0;
-    int nf = read_losses(full, f, 16);
+    int nf = h_read_losses(full, f, 16);
     CHECK(nf == 10, "full run: %d losses", nf);
-    for (int v = 0; v < 4; v++) CHECK(read_losses(lg[v], x[v], 16) == 10, "%s: not 10 losses", name[v]);
+    for (int v = 0; v < 4; v++) CHECK(h_read_losses(lg[v], x[v], 16) == 10, "%s: not 10 losses", name[v]);
     for (int i = 0; i < 10 && nf == 10; i++) {
         CHECK(x[0][i] == f[i], "resumed with 2, step %d: %.6f vs %.6f", i + 1, x[0][i], f[i]);
         CHECK(x[1][i] == f[i], "resumed with 1 --accum 2, step %d: %.6f vs %.6f", i + 1, x[1][i], f[i]);
@@ -243,12 +231,7 @@ int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/collage-dist-XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     snprintf(g_text, sizeof g_text, "%s/text.txt", g_dir);
-    FILE *f = fopen(g_text, "w");
-    const char *lines[] = {"The quick brown fox jumps over the lazy dog.\n", "A stitch in time saves nine.\n",
-                           "All that glitters is not gold.\n", "Fortune favours the bold.\n"};
-    h_seed(2);
-    for (int i = 0; f && i < 2000; i++) fputs(lines[h_rand32() % 4], f);
-    if (f) fclose(f);
+    if (h_write_corpus(g_text, 2)) { perror(g_text); return 1; }
     printf("test_dist: %s under mpirun (2 and 3 ranks), data in %s\n", g_bin, g_dir);
     RUN(test_ranks_equal_one_rank_accum);
     RUN(test_ranks_vs_one_batch);
