@@ -237,11 +237,9 @@ static double json_get(const char *js, const char *key) {
     return end == p ? (double)NAN : x;
 }
 
-/* A run is finished when its summary exists, covers every step and was made with the same arguments. */
-static int load_result(run_t *r, const char *args, int steps) {
-    char path[4200], buf[4096], saved[8192];
-    snprintf(path, sizeof path, "%s/args.txt", r->dir);
-    if (read_text(path, saved, sizeof saved) || strcmp(saved, args) != 0) return 0;
+/* The results of a run from its summary.json; 1 when it exists and covers every step. */
+static int load_result(run_t *r, int steps) {
+    char path[4200], buf[4096];
     snprintf(path, sizeof path, "%s/summary.json", r->dir);
     if (read_text(path, buf, sizeof buf)) return 0;
     r->steps_run = (int)json_get(buf, "steps_run");
@@ -256,6 +254,15 @@ static int load_result(run_t *r, const char *args, int steps) {
     r->rss = json_get(buf, "peak_rss_mb");
     r->done = 1;
     return 1;
+}
+
+/* A run made earlier counts as finished when it was made with the same arguments (its args.txt) and
+ * its summary covers every step. */
+static int finished_before(run_t *r, const char *args, int steps) {
+    char path[4200], saved[8192];
+    snprintf(path, sizeof path, "%s/args.txt", r->dir);
+    if (read_text(path, saved, sizeof saved) || strcmp(saved, args) != 0) return 0;
+    return load_result(r, steps);
 }
 
 /* The step of the last line of a run's log (progress for the ETA); 0 when there is none yet. */
@@ -698,7 +705,7 @@ int cmd_compare(int argc, char **argv) {
                 char *av[MAX_ARGV], args[8192];
                 if (run_argv(&o, r, av) < 0) { fprintf(stderr, "collage compare: too many flags\n"); free(runs); return 2; }
                 argv_line(av, args, sizeof args);
-                finished += load_result(r, args, o.steps);
+                finished += finished_before(r, args, o.steps);
             }
     printf("collage compare: %d runs (%d strategies x %d beta2 x %d seeds), %d steps each, %d side by side with %d thread%s each; "
            "%d already finished in %s/\n",
@@ -741,10 +748,7 @@ int cmd_compare(int argc, char **argv) {
                 r->pid = 0;
                 running--;
                 r->secs = cli_now() - r->t0;
-                char args[8192], *av[MAX_ARGV];
-                run_argv(&o, r, av);
-                argv_line(av, args, sizeof args);
-                if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && load_result(r, args, o.steps)) {
+                if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && load_result(r, o.steps)) {
                     finished++;
                     printf("%s[%d/%d] done  %s beta2 %g seed %llu: val loss %.4f, EDQ ratio %.3f, lost %.1f%% (%.0f s)\n",
                            tty ? "\r\033[K" : "", finished, nruns, collage_strategy_name(r->strategy), r->beta2,

@@ -431,7 +431,7 @@ static int load_shard(collage_adamw *opt, const char *dir, int saved_ranks, size
 /* --save: rank 0 makes the folder; each rank writes its shard; rank 0 then writes model.bin and,
  * last, the manifest that commits the checkpoint. Every file atomic; every rank learns the outcome. */
 static int save_all(const train_opts *o, const collage_gpt_config *c, collage_adamw *opt, const void *params, size_t n,
-                    int bf16, int step, uint64_t fp, int micro) {
+                    int bf16, int step, uint64_t fp, int accum) {
     int R = dist_rank(), P = dist_size(), bad = 0;
     char path[4096], err[1024];
     if (R == 0 && cli_mkdir_p(o->save) != 0) {
@@ -456,7 +456,7 @@ static int save_all(const train_opts *o, const collage_gpt_config *c, collage_ad
             if (st) fprintf(stderr, "collage train: %s\n", err);
         } else fprintf(stderr, "collage train: out of memory writing '%s'\n", path);
         if (st) bad = 1;
-        if (!bad && write_manifest(o->save, o, c, step, fp, P, micro)) bad = 1; /* last: it commits the checkpoint */
+        if (!bad && write_manifest(o->save, o, c, step, fp, P, accum)) bad = 1; /* last: it commits the checkpoint */
     }
     if (stop_all(bad, "--save")) return -1;
     return 0;
