@@ -191,20 +191,8 @@ double dist_grad_sumsq(const void *g, int bf16, size_t n) {
     dist_bounds(n, g_size, g_rank, &lo, &hi);
     double *all = calloc(chunks ? chunks : 1, sizeof *all);
     if (!all) { fprintf(stderr, "collage: out of memory (rank %d, gradient norm)\n", g_rank); dist_abort(1); }
-    const uint16_t *h = g;
-    const float *f = g;
-    long c0 = (long)(lo / DIST_CHUNK), c1 = (long)((hi + DIST_CHUNK - 1) / DIST_CHUNK);
-    /* each chunk summed by one thread, in order: the same bits for any thread count */
-#pragma omp parallel for schedule(static)
-    for (long c = c0; c < c1; c++) {
-        size_t a = (size_t)c * DIST_CHUNK, b = a + DIST_CHUNK < hi ? a + DIST_CHUNK : hi;
-        double s = 0;
-        for (size_t i = a; i < b; i++) {
-            double v = bf16 ? (double)bf16_bits_f32(h[i - lo]) : (double)f[i - lo];
-            s += v * v;
-        }
-        all[c] = s;
-    }
+    /* this rank's chunks (lo is chunk-aligned), each summed in the library's fixed order */
+    if (hi > lo) collage_sumsq_chunks(g, bf16, hi - lo, DIST_CHUNK, all + lo / DIST_CHUNK);
     allgather_chunk_sums(all, n);
     double sum = 0;
     for (size_t c = 0; c < chunks; c++) sum += all[c];

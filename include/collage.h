@@ -250,6 +250,13 @@ collage_status collage_adamw_step(collage_adamw *opt, const void *grads, double 
 /* Σ g² of grads over this optimizer's elements, in double, summed exactly as collage_adamw_step
  * sums it (fixed blocks, in order); +Inf or NaN when an element is not finite. */
 collage_status collage_adamw_grad_sumsq(const collage_adamw *opt, const void *grads, double *sumsq);
+/* Σ x² per chunk of a slab of n bf16 (bf16 != 0; collage_bf16 *) or fp32 elements: out[c] is the sum
+ * over [c·chunk, min(n, (c + 1)·chunk)), c < ceil(n / chunk). Each square is exact and each chunk is
+ * summed in double in one fixed order (16 interleaved partial sums, then a pairwise tree), threaded
+ * over chunks: the same bits for any thread count. A NaN/Inf element makes its chunk's sum non-finite.
+ * For a data-parallel trainer: each process sums its chunks, the chunk sums are gathered and added in
+ * chunk order, and the total goes to collage_adamw_step_sumsq. */
+collage_status collage_sumsq_chunks(const void *x, int bf16, size_t n, size_t chunk, double *out);
 /* collage_adamw_step with the gradient's Σg² given by the caller: for a shard whose clipping needs
  * the norm of the whole slab (summed across processes). A non-finite grad_sumsq means a NaN/Inf
  * somewhere in the slab (skipped when skip_nonfinite). Contract: collage_adamw_step(opt, g, lr) ==

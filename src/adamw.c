@@ -287,16 +287,62 @@ collage_status collage_adamw_kept_f64(const collage_adamw *o, double *out, size_
     return COLLAGE_OK;
 }
 
-/* Σ g² per block (double), and whether any element is NaN/Inf. */
-static void grad_sq_block(collage_strategy s, const void *g, size_t a, size_t b, adamw_acc *acc) {
-    double sum = 0;
-    if (s == COLLAGE_FP32) {
-        const float *x = g;
-        for (size_t i = a; i < b; i++) sum += (double)x[i] * (double)x[i];
-    } else {
-        const uint16_t *x = g;
-        for (size_t i = a; i < b; i++) { double d = (double)bf16_f32(x[i]); sum += d * d; }
+/* Σ x² of x[a, b) (bf16 bits, or fp32), in double. Each square is exact (8- or 24-bit significands
+ * squared fit double's 53), summed into 16 interleaved partial sums (element i into lane (i − a) mod 16)
+ * that are then added as a fixed pairwise tree: the bits depend only on (x, a, b), never on the threads
+ * or the compiler's vectoriser, and the 16 independent chains keep the loop at memory speed instead of
+ * one add's latency per element. Non-finite elements give a non-finite sum (the squares are ≥ 0, so
+ * +Inf cannot cancel). collage__sumsq_ref is the scalar loop; collage__sumsq has the SIMD kernels
+ * (lowp_x86.c) fill the same 16 lanes whole groups at a time, then the same tail and tree. */
+static double sumsq_tail(const void *x, int bf16, size_t i, size_t b, double l[16]) {
+    for (int j = 0; i < b; i++, j++) {
+        const double d = bf16 ? (double)bf16_f32(((const uint16_t *)x)[i]) : (double)((const float *)x)[i];
+        l[j] += d * d;
     }
+    for (int w = 8; w; w >>= 1)
+        for (int j = 0; j < w; j++) l[j] += l[j + w];
+    return l[0];
+}
+
+double collage__sumsq_ref(const void *x, int bf16, size_t a, size_t b) {
+    double l[16] = {0};
+    size_t i = a;
+    for (; b - i >= 16; i += 16)
+        for (int j = 0; j < 16; j++) {
+            const double d = bf16 ? (double)bf16_f32(((const uint16_t *)x)[i + j]) : (double)((const float *)x)[i + j];
+            l[j] += d * d;
+        }
+    return sumsq_tail(x, bf16, i, b, l);
+}
+
+double collage__sumsq(const void *x, int bf16, size_t a, size_t b) {
+    collage_isa isa = collage_get_isa();
+    if (isa == COLLAGE_ISA_SCALAR || b - a < 16) return collage__sumsq_ref(x, bf16, a, b);
+    double l[16] = {0};
+    const size_t groups = (b - a) / 16;
+    if (isa == COLLAGE_ISA_AVX512) collage__sumsq16_avx512(x, bf16, a, groups, l);
+    else collage__sumsq16_avx2(x, bf16, a, groups, l);
+    return sumsq_tail(x, bf16, a + 16 * groups, b, l);
+}
+
+collage_status collage_sumsq_chunks(const void *x, int bf16, size_t n, size_t chunk, double *out) {
+    if (n == 0) return COLLAGE_OK;
+    if (!x || !out) return COLLAGE_ERR_NULL;
+    if (chunk == 0) return COLLAGE_ERR_SIZE;
+    const long nc = (long)((n - 1) / chunk + 1);
+    const int nt = collage__threads();
+    (void)nt; /* unused without OpenMP */
+#pragma omp parallel for schedule(static) num_threads(nt) if (n >= ((size_t)1 << 16))
+    for (long c = 0; c < nc; c++) {
+        const size_t a = (size_t)c * chunk, b = n - a > chunk ? a + chunk : n;
+        out[c] = collage__sumsq(x, bf16, a, b);
+    }
+    return COLLAGE_OK;
+}
+
+/* Σ g² per block (double), and whether any element is NaN/Inf. */
+static void grad_sq_block(collage_strategy s, const void *g, size_t a, size_t b, adamw_acc *acc, int ref) {
+    const double sum = ref ? collage__sumsq_ref(g, s != COLLAGE_FP32, a, b) : collage__sumsq(g, s != COLLAGE_FP32, a, b);
     acc->gsq = sum;
     acc->nonfinite = !isfinite(sum);
 }
@@ -329,12 +375,12 @@ collage_edq collage_edq_combine(const collage_edq *parts, int k) {
 }
 
 /* Σ g² over the blocks, in block order (the blocks' partials computed in parallel). */
-static double grad_sumsq(collage_adamw *o, const void *grads, int nt) {
+static double grad_sumsq(collage_adamw *o, const void *grads, int nt, int ref) {
     long nb = (long)o->n_blocks;
     collage_strategy s = o->cfg.strategy;
     (void)nt; /* unused without OpenMP */
 #pragma omp parallel for schedule(static) num_threads(nt)
-    for (long bi = 0; bi < nb; bi++) grad_sq_block(s, grads, o->blocks[bi].a, o->blocks[bi].b, &o->acc[bi]);
+    for (long bi = 0; bi < nb; bi++) grad_sq_block(s, grads, o->blocks[bi].a, o->blocks[bi].b, &o->acc[bi], ref);
     double sum = 0;
     int bad = 0;
     for (long bi = 0; bi < nb; bi++) { sum += o->acc[bi].gsq; bad |= o->acc[bi].nonfinite; }
@@ -344,7 +390,7 @@ static double grad_sumsq(collage_adamw *o, const void *grads, int nt) {
 collage_status collage_adamw_grad_sumsq(const collage_adamw *oc, const void *grads, double *out) {
     collage_adamw *o = (collage_adamw *)oc; /* only the scratch partials are written */
     if (!o || !grads || !out) return COLLAGE_ERR_NULL;
-    *out = grad_sumsq(o, grads, collage__threads());
+    *out = grad_sumsq(o, grads, collage__threads(), 0);
     return COLLAGE_OK;
 }
 
@@ -369,7 +415,7 @@ static collage_status step(collage_adamw *o, const void *grads, double lr, colla
     double gnorm = NAN, coef = 1.0;
     if (stats) memset(stats, 0, sizeof *stats);
     if (o->cfg.clip > 0 || o->cfg.skip_nonfinite) {
-        double sum = have_sumsq ? given_sumsq : grad_sumsq(o, grads, nt);
+        double sum = have_sumsq ? given_sumsq : grad_sumsq(o, grads, nt, ref);
         int bad = !isfinite(sum);
         gnorm = sqrt(sum);
         if (bad && o->cfg.skip_nonfinite) {

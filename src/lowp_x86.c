@@ -234,6 +234,49 @@ T_AVX512 void collage__fp16_to_f32_avx512(float *dst, const uint16_t *src, size_
     }
 }
 
+/* ------------------------------------------------------------------ Σ x², 16 lanes */
+/* l[j] += Σ_k x[a + 16k + j]² for k < groups, j < 16: the lanes of collage__sumsq_ref (adamw.c), each
+ * square exact in double, so the lanes hold the same bits as the scalar loop's. */
+T_AVX2 void collage__sumsq16_avx2(const void *x, int bf16, size_t a, size_t groups, double l[16]) {
+    __m256d acc[4];
+    for (int q = 0; q < 4; q++) acc[q] = _mm256_loadu_pd(l + 4 * q);
+    for (size_t k = 0; k < groups; k++) {
+        const size_t i = a + 16 * k;
+        __m256 f[2];
+        if (bf16) {
+            const uint16_t *h = x;
+            for (int p = 0; p < 2; p++) {
+                __m128i w = _mm_loadu_si128((const __m128i *)(h + i + 8 * p));
+                f[p] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(w), 16));
+            }
+        } else {
+            f[0] = _mm256_loadu_ps((const float *)x + i);
+            f[1] = _mm256_loadu_ps((const float *)x + i + 8);
+        }
+        for (int q = 0; q < 4; q++) {
+            __m256d d = _mm256_cvtps_pd(q & 1 ? _mm256_extractf128_ps(f[q >> 1], 1) : _mm256_castps256_ps128(f[q >> 1]));
+            acc[q] = _mm256_add_pd(acc[q], _mm256_mul_pd(d, d));
+        }
+    }
+    for (int q = 0; q < 4; q++) _mm256_storeu_pd(l + 4 * q, acc[q]);
+}
+
+T_AVX512 void collage__sumsq16_avx512(const void *x, int bf16, size_t a, size_t groups, double l[16]) {
+    __m512d lo = _mm512_loadu_pd(l), hi = _mm512_loadu_pd(l + 8);
+    for (size_t k = 0; k < groups; k++) {
+        const size_t i = a + 16 * k;
+        __m512 f = bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(
+                              _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)x + i))), 16))
+                        : _mm512_loadu_ps((const float *)x + i);
+        __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
+        __m512d d1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
+        lo = _mm512_add_pd(lo, _mm512_mul_pd(d0, d0));
+        hi = _mm512_add_pd(hi, _mm512_mul_pd(d1, d1));
+    }
+    _mm512_storeu_pd(l, lo);
+    _mm512_storeu_pd(l + 8, hi);
+}
+
 #else /* not x86-64: only the scalar kernels exist; rows.c never selects these */
 int collage__cpu_has_avx2(void) { return 0; }
 int collage__cpu_has_avx512(void) { return 0; }
@@ -250,4 +293,6 @@ NO_SIMD(collage__fp16_from_f32_sr_avx2, uint16_t *d, const float *s, size_t n, u
 NO_SIMD(collage__fp16_from_f32_sr_avx512, uint16_t *d, const float *s, size_t n, uint64_t k, uint64_t i)
 NO_SIMD(collage__fp16_to_f32_avx2, float *d, const uint16_t *s, size_t n)
 NO_SIMD(collage__fp16_to_f32_avx512, float *d, const uint16_t *s, size_t n)
+NO_SIMD(collage__sumsq16_avx2, const void *x, int b, size_t a, size_t g, double l[16])
+NO_SIMD(collage__sumsq16_avx512, const void *x, int b, size_t a, size_t g, double l[16])
 #endif

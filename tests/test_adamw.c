@@ -1931,6 +1931,79 @@ static void test_sharded_equals_whole(void) {
     free(g); free(gf); free(w); free(kw); free(ks);
 }
 
+/* collage_sumsq_chunks against this file's transcription of its contract (16 interleaved double lanes,
+ * element i of a chunk into lane i mod 16, then the pairwise tree 8, 4, 2, 1), bit for bit, on every ISA
+ * and thread count, bf16 and fp32, chunks with tails; a NaN/Inf makes its chunk's sum non-finite. */
+static double sumsq_oracle(const void *x, int bf16, size_t a, size_t b) {
+    double l[16] = {0};
+    for (size_t i = a; i < b; i++) {
+        double d = bf16 ? (double)bf(((const uint16_t *)x)[i]) : (double)((const float *)x)[i];
+        l[(i - a) % 16] += d * d;
+    }
+    for (int w = 8; w; w >>= 1)
+        for (int j = 0; j < w; j++) l[j] += l[j + w];
+    return l[0];
+}
+
+static void test_sumsq_chunks(void) {
+    const size_t n = 200003;
+    uint16_t *h = malloc(n * sizeof *h);
+    float *f = malloc(n * sizeof *f);
+    double *got = malloc((n + 1) * sizeof *got), *want = malloc((n + 1) * sizeof *want);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = rnd_bf16(-30, 20);
+        f[i] = (float)(gauss() * ldexp(1.0, (int)(h_rand32() % 40) - 20));
+    }
+    const size_t chunks[] = {1, 15, 16, 17, 4096, 65536, 300000};
+    const collage_isa isa0 = collage_get_isa();
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        const void *x = bf16 ? (const void *)h : (const void *)f;
+        for (size_t ci = 0; ci < sizeof chunks / sizeof *chunks; ci++) {
+            const size_t ch = chunks[ci], nc = (n + ch - 1) / ch;
+            for (size_t c = 0; c < nc; c++) want[c] = sumsq_oracle(x, bf16, c * ch, c * ch + ch < n ? c * ch + ch : n);
+            for (int isa = COLLAGE_ISA_SCALAR; isa <= COLLAGE_ISA_AVX512; isa++) {
+                if (!collage_isa_supported((collage_isa)isa)) continue;
+                collage_set_isa((collage_isa)isa);
+                for (int nt = 1; nt <= 3; nt++) {
+                    collage_set_threads(nt);
+                    got[nc] = 12345.0; /* must stay untouched */
+                    CHECK(collage_sumsq_chunks(x, bf16, n, ch, got) == COLLAGE_OK, "status");
+                    int bad = 0;
+                    for (size_t c = 0; c < nc; c++) bad += !same_double_bits(got[c], want[c]);
+                    CHECK(bad == 0, "%s chunk %zu isa %s threads %d: %d chunk sums differ from the contract's order",
+                          bf16 ? "bf16" : "fp32", ch, collage_isa_name((collage_isa)isa), nt, bad);
+                    CHECK(got[nc] == 12345.0, "wrote past the last chunk (chunk %zu)", ch);
+                }
+            }
+            collage_set_threads(0);
+            collage_set_isa(isa0);
+        }
+        /* the whole sum is the sum of squares to double's precision */
+        double one, ld = 0;
+        collage_sumsq_chunks(x, bf16, n, n, &one);
+        for (size_t i = 0; i < n; i++) {
+            double d = bf16 ? (double)bf(h[i]) : (double)f[i];
+            ld += d * d;
+        }
+        CHECK(close_rel(one, ld, 1e-12), "%s: sum %.17g vs serial %.17g", bf16 ? "bf16" : "fp32", one, ld);
+    }
+    /* a NaN or Inf: its chunk only turns non-finite */
+    const uint16_t specials[] = {0x7fc0, 0x7f80, 0xff80};
+    for (int k = 0; k < 3; k++) {
+        uint16_t keep = h[5000];
+        h[5000] = specials[k];
+        collage_sumsq_chunks(h, 1, n, 4096, got);
+        CHECK(!isfinite(got[1]) && isfinite(got[0]) && isfinite(got[2]), "special 0x%04x: chunk sums %g %g %g",
+              specials[k], got[0], got[1], got[2]);
+        h[5000] = keep;
+    }
+    CHECK(collage_sumsq_chunks(NULL, 1, 10, 4, got) == COLLAGE_ERR_NULL, "NULL x");
+    CHECK(collage_sumsq_chunks(h, 1, 10, 4, NULL) == COLLAGE_ERR_NULL, "NULL out");
+    CHECK(collage_sumsq_chunks(h, 1, 10, 0, got) == COLLAGE_ERR_SIZE, "chunk 0");
+    CHECK(collage_sumsq_chunks(NULL, 1, 0, 4, NULL) == COLLAGE_OK, "n = 0 is nothing to do");
+    free(h); free(f); free(got); free(want);
+}
+
 int main(void) {
     g_quick = getenv("COLLAGE_TEST_QUICK") && *getenv("COLLAGE_TEST_QUICK");
     printf("test_adamw%s\n", g_quick ? " (COLLAGE_TEST_QUICK: shortened long runs)" : "");
@@ -1943,6 +2016,7 @@ int main(void) {
     RUN(test_fast_equals_ref_adversarial);
     RUN(test_sqrt_no_tie);
     RUN(test_fast2sum_error_exact);
+    RUN(test_sumsq_chunks);
     RUN(test_long_run_vs_float64);
     RUN(test_lost_update);
     RUN(test_weight_decay);
