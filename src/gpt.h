@@ -94,7 +94,10 @@ collage_status collage_gpt_forward(collage_gpt *m, const void *params, const int
  * in bf16 the fp32 accumulator is rounded into the bf16 slab after each backward). Needs a forward
  * with targets; consumes it (a second backward returns COLLAGE_ERR_ARG). */
 collage_status collage_gpt_backward(collage_gpt *m);
-void          *collage_gpt_grads(collage_gpt *m);    /* float / collage_bf16 / double slab */
+/* The gradient slab: float / collage_bf16 / double. Read it through this call after zero_grad: in bf16
+ * zero_grad clears the fp32 accumulator and defers clearing the bf16 slab to this call (a backward
+ * overwrites it whole), so a pointer kept from before zero_grad may still show the old values. */
+void          *collage_gpt_grads(collage_gpt *m);
 void           collage_gpt_zero_grad(collage_gpt *m);
 
 /* Stored activations (for tests and diagnostics): the slab (float for fp32 and bf16, double for
