@@ -31,7 +31,13 @@ typedef struct {
     uint64_t seed;
     int quiet;
     int steps_given; /* --steps was on the command line */
+    unsigned given;  /* G_* bits: flags that shape the run, given on the command line */
 } train_opts;
+
+/* The flags a resumed run takes from its manifest; given explicitly, they must agree with it. */
+enum { G_TOKENIZER = 1u << 0, G_MODEL = 1u << 1, G_LAYERS = 1u << 2, G_HEADS = 1u << 3, G_DIM = 1u << 4,
+       G_BATCH = 1u << 5, G_SEQ = 1u << 6, G_WARMUP = 1u << 7, G_LR = 1u << 8, G_BETA1 = 1u << 9,
+       G_BETA2 = 1u << 10, G_EPS = 1u << 11, G_WD = 1u << 12, G_CLIP = 1u << 13, G_SEED = 1u << 14 };
 
 static void train_usage(FILE *f) {
     fprintf(f,
@@ -81,8 +87,8 @@ static int parse_train(int argc, char **argv, train_opts *o) {
         size_t z;
         int bad = 0, used = 1;
         if (!strcmp(a, "--data")) o->data = v;
-        else if (!strcmp(a, "--tokenizer")) o->tokenizer = v;
-        else if (!strcmp(a, "--model")) o->model = v;
+        else if (!strcmp(a, "--tokenizer")) { o->tokenizer = v; o->given |= G_TOKENIZER; }
+        else if (!strcmp(a, "--model")) { o->model = v; o->given |= G_MODEL; }
         else if (!strcmp(a, "--save")) o->save = v;
         else if (!strcmp(a, "--resume")) o->resume = v;
         else if (!strcmp(a, "--log")) o->log = v;
@@ -92,24 +98,24 @@ static int parse_train(int argc, char **argv, train_opts *o) {
                 fprintf(stderr, "collage train: unknown --precision '%s'\nhint: collage train --help lists the strategies\n", v ? v : "");
                 return -1;
             }
-        } else if (!strcmp(a, "--layers")) bad = cli_parse_int(a, v, &o->layers);
-        else if (!strcmp(a, "--heads")) bad = cli_parse_int(a, v, &o->heads);
-        else if (!strcmp(a, "--dim")) bad = cli_parse_int(a, v, &o->dim);
+        } else if (!strcmp(a, "--layers")) { bad = cli_parse_int(a, v, &o->layers); o->given |= G_LAYERS; }
+        else if (!strcmp(a, "--heads")) { bad = cli_parse_int(a, v, &o->heads); o->given |= G_HEADS; }
+        else if (!strcmp(a, "--dim")) { bad = cli_parse_int(a, v, &o->dim); o->given |= G_DIM; }
         else if (!strcmp(a, "--steps")) { bad = cli_parse_int(a, v, &o->steps); o->steps_given = 1; }
         else if (!strcmp(a, "--stop-after")) bad = cli_parse_int(a, v, &o->stop_after);
-        else if (!strcmp(a, "--batch")) bad = cli_parse_int(a, v, &o->batch);
-        else if (!strcmp(a, "--seq")) bad = cli_parse_int(a, v, &o->seq);
-        else if (!strcmp(a, "--warmup")) bad = cli_parse_int(a, v, &o->warmup);
+        else if (!strcmp(a, "--batch")) { bad = cli_parse_int(a, v, &o->batch); o->given |= G_BATCH; }
+        else if (!strcmp(a, "--seq")) { bad = cli_parse_int(a, v, &o->seq); o->given |= G_SEQ; }
+        else if (!strcmp(a, "--warmup")) { bad = cli_parse_int(a, v, &o->warmup); o->given |= G_WARMUP; }
         else if (!strcmp(a, "--eval-every")) bad = cli_parse_int(a, v, &o->eval_every);
         else if (!strcmp(a, "--threads")) bad = cli_parse_int(a, v, &o->threads);
         else if (!strcmp(a, "--accum")) bad = cli_parse_int(a, v, &o->accum);
-        else if (!strcmp(a, "--seed")) { bad = cli_parse_size(a, v, &z); o->seed = z; }
-        else if (!strcmp(a, "--lr")) bad = parse_double(a, v, &o->lr);
-        else if (!strcmp(a, "--beta1")) bad = parse_double(a, v, &o->beta1);
-        else if (!strcmp(a, "--beta2")) bad = parse_double(a, v, &o->beta2);
-        else if (!strcmp(a, "--eps")) bad = parse_double(a, v, &o->eps);
-        else if (!strcmp(a, "--wd")) bad = parse_double(a, v, &o->wd);
-        else if (!strcmp(a, "--clip")) bad = parse_double(a, v, &o->clip);
+        else if (!strcmp(a, "--seed")) { bad = cli_parse_size(a, v, &z); o->seed = z; o->given |= G_SEED; }
+        else if (!strcmp(a, "--lr")) { bad = parse_double(a, v, &o->lr); o->given |= G_LR; }
+        else if (!strcmp(a, "--beta1")) { bad = parse_double(a, v, &o->beta1); o->given |= G_BETA1; }
+        else if (!strcmp(a, "--beta2")) { bad = parse_double(a, v, &o->beta2); o->given |= G_BETA2; }
+        else if (!strcmp(a, "--eps")) { bad = parse_double(a, v, &o->eps); o->given |= G_EPS; }
+        else if (!strcmp(a, "--wd")) { bad = parse_double(a, v, &o->wd); o->given |= G_WD; }
+        else if (!strcmp(a, "--clip")) { bad = parse_double(a, v, &o->clip); o->given |= G_CLIP; }
         else if (!strcmp(a, "--quiet")) { o->quiet = 1; used = 0; }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { if (dist_rank() == 0) train_usage(stdout); return 1; }
         else {
@@ -213,6 +219,66 @@ static int apply_manifest(const char *dir, train_opts *o, int *step, uint64_t *f
     if (s != o->strategy) {
         fprintf(stderr, "collage train: '%s' holds a %s run; this command asks for %s\nhint: pass --precision %s\n",
                 dir, collage_strategy_name(s), collage_strategy_name(o->strategy), collage_strategy_name(s));
+        return -1;
+    }
+    /* every flag given explicitly must agree with the saved run */
+    const train_opts given = *o;
+    char why[600] = "", was[600] = "";
+    const char *flag = NULL;
+#define MUST_INT(bit, name, key, field)                                                                        \
+    if (!flag && (o->given & (bit)) && given.field != atoi(kv_get(it, n, key))) {                             \
+        flag = name;                                                                                          \
+        snprintf(why, sizeof why, "%s %d", name, given.field);                                                \
+        snprintf(was, sizeof was, "%s %s", key, kv_get(it, n, key));                                          \
+    }
+#define MUST_DBL(bit, name, key, field)                                                                        \
+    if (!flag && (o->given & (bit)) && given.field != strtod(kv_get(it, n, key), NULL)) {                     \
+        flag = name;                                                                                          \
+        snprintf(why, sizeof why, "%s %g", name, given.field);                                                \
+        snprintf(was, sizeof was, "%s %s", key, kv_get(it, n, key));                                          \
+    }
+    MUST_INT(G_LAYERS, "--layers", "layers", layers)
+    MUST_INT(G_HEADS, "--heads", "heads", heads)
+    MUST_INT(G_DIM, "--dim", "dim", dim)
+    MUST_INT(G_BATCH, "--batch", "batch", batch)
+    MUST_INT(G_SEQ, "--seq", "seq", seq)
+    MUST_INT(G_WARMUP, "--warmup", "warmup", warmup)
+    MUST_DBL(G_LR, "--lr", "lr", lr)
+    MUST_DBL(G_BETA1, "--beta1", "beta1", beta1)
+    MUST_DBL(G_BETA2, "--beta2", "beta2", beta2)
+    MUST_DBL(G_EPS, "--eps", "eps", eps)
+    MUST_DBL(G_WD, "--wd", "wd", wd)
+    MUST_DBL(G_CLIP, "--clip", "clip", clip)
+#undef MUST_INT
+#undef MUST_DBL
+    if (!flag && (o->given & G_SEED) && given.seed != strtoull(kv_get(it, n, "seed"), NULL, 10)) {
+        flag = "--seed";
+        snprintf(why, sizeof why, "--seed %llu", (unsigned long long)given.seed);
+        snprintf(was, sizeof was, "seed %s", kv_get(it, n, "seed"));
+    }
+    if (!flag && (o->given & G_TOKENIZER) && strcmp(given.tokenizer, kv_get(it, n, "tokenizer"))) {
+        flag = "--tokenizer";
+        snprintf(why, sizeof why, "--tokenizer %.200s", given.tokenizer);
+        snprintf(was, sizeof was, "tokenizer %.200s", kv_get(it, n, "tokenizer"));
+    }
+    if (!flag && (o->given & G_MODEL)) {
+        collage_gpt_config pc; /* the preset, with --layers --heads --dim over it as a new run would have it */
+        int known = collage_gpt_preset(given.model, &pc) == COLLAGE_OK;
+        if (o->given & G_LAYERS) pc.num_layers = given.layers;
+        if (o->given & G_HEADS) pc.num_heads = given.heads;
+        if (o->given & G_DIM) pc.channels = given.dim;
+        if (!known || pc.num_layers != atoi(kv_get(it, n, "layers")) ||
+            pc.num_heads != atoi(kv_get(it, n, "heads")) || pc.channels != atoi(kv_get(it, n, "dim"))) {
+            flag = "--model";
+            snprintf(why, sizeof why, "--model %.200s", given.model);
+            snprintf(was, sizeof was, "%.20s layers, %.20s heads, dim %.20s", kv_get(it, n, "layers"),
+                     kv_get(it, n, "heads"), kv_get(it, n, "dim"));
+        }
+    }
+    if (flag) {
+        fprintf(stderr, "collage train: %s differs from the run saved in '%s' (%s there)\nhint: --resume continues "
+                        "that run as it was set up; drop %s (only --steps may change: it extends the schedule), or "
+                        "start a new run with --save\n", why, dir, was, flag);
         return -1;
     }
     static char tok[256];

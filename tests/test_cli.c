@@ -100,7 +100,20 @@ static void test_exact_resume(void) {
         rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --precision %s --steps 10 --stop-after 5 --save %s --log %s",
                  g_bin, g_text, strategies[s], save, lb);
         CHECK(rc == 0, "%s first half: %s", strategies[s], out);
-        rc = h_sh(out, sizeof out, "%s train --data %s --threads 1 --quiet --precision %s --resume %s --log %s", g_bin, g_text,
+        if (s == 0) { /* a flag that shapes the run, given with another value than the saved run's: refused */
+            rc = h_sh(out, sizeof out, "%s train --data %s --threads 1 --quiet --precision %s --batch 3 --resume %s",
+                      g_bin, g_text, strategies[s], save);
+            CHECK(rc != 0 && strstr(out, "--batch 3") && strstr(out, save) && strstr(out, "hint"),
+                  "resume with another --batch: rc %d: %s", rc, out);
+            rc = h_sh(out, sizeof out, "%s train --data %s --threads 1 --quiet --precision %s --lr 0.5 --resume %s",
+                      g_bin, g_text, strategies[s], save);
+            CHECK(rc != 0 && strstr(out, "--lr 0.5"), "resume with another --lr: rc %d: %s", rc, out);
+            rc = h_sh(out, sizeof out, "%s train --data %s --threads 1 --quiet --precision %s --model gpt2 --resume %s",
+                      g_bin, g_text, strategies[s], save);
+            CHECK(rc != 0 && strstr(out, "--model gpt2"), "resume with another --model: rc %d: %s", rc, out);
+        }
+        /* the same values given again are accepted (here: the flags of TRAIN) */
+        rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --precision %s --resume %s --log %s", g_bin, g_text,
                  strategies[s], save, lb);
         CHECK(rc == 0, "%s resumed half: %s", strategies[s], out);
         double a[32], b[32];
