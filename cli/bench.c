@@ -168,7 +168,7 @@ static double median_of(double *t, int r) {
     return t[r / 2];
 }
 
-typedef struct { double ns, ns_edq, ns_cache, bound; } opt_times;
+typedef struct { double ns, ns_edq, bound, master_ns; } opt_times;
 
 /* The streaming bound's buffers, timed beside each strategy's steps. */
 typedef struct { float *a, *b; size_t n; int threads; } bound_buf;
@@ -179,21 +179,25 @@ static double bound_once(const bound_buf *B) {
     return cli_now() - t0;
 }
 
-/* ns/param of the step with EDQ off and on, measured on one optimizer object (the same memory)
- * in alternating steps, so that the EDQ cost is not confused with where two allocations landed;
- * with bb, the streaming bound in GB/s is timed before each step (the same minutes of the machine). */
-static int time_strategy(collage_strategy s, size_t n, int reps, double *ns_off, double *ns_on, const bound_buf *bb,
-                         double *bound) {
+/* An optimizer under test and its gradient, filled with the same pseudo-random values every run. */
+typedef struct { collage_adamw *o; void *g; size_t n; } timed_opt;
+
+static void timed_opt_free(timed_opt *T) {
+    collage_adamw_free(T->o);
+    free(T->g);
+    memset(T, 0, sizeof *T);
+}
+
+static int timed_opt_make(timed_opt *T, collage_strategy s, size_t n) {
+    memset(T, 0, sizeof *T);
     collage_adamw_config c = {.strategy = s, .n = n, .beta2 = 0.95, .weight_decay = 0.1, .edq = 0, .seed = 1};
-    collage_adamw *o;
-    if (collage_adamw_create(&c, &o) != COLLAGE_OK) return -1;
+    if (collage_adamw_create(&c, &T->o) != COLLAGE_OK) return -1;
     size_t gb = collage_strategy_is_fp32(s) ? 4 : 2;
-    void *g = malloc(n * gb);
-    double *t = malloc(sizeof(double) * 4 * (size_t)reps);
-    if (!g || !t) { free(g); free(t); collage_adamw_free(o); return -1; }
-    float *w = collage_adamw_params(o);
-    uint16_t *w16 = collage_adamw_params(o), *g16 = g;
-    float *g32 = g;
+    T->n = n;
+    T->g = malloc(n * gb);
+    if (!T->g) { timed_opt_free(T); return -1; }
+    float *w = collage_adamw_params(T->o), *g32 = T->g;
+    uint16_t *w16 = collage_adamw_params(T->o), *g16 = T->g;
     uint64_t x = 0x9e3779b97f4a7c15ull;
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < (long)n; i++) {
@@ -203,83 +207,113 @@ static int time_strategy(collage_strategy s, size_t n, int reps, double *ns_off,
         if (gb == 4) { w[i] = wv; g32[i] = gv; }
         else { w16[i] = collage_bf16_from_f32(wv).bits; g16[i] = collage_bf16_from_f32(gv).bits; }
     }
-    collage_adamw_step(o, g, 1e-3, NULL); /* warm-up: pages touched, threads started */
-    for (int r = 0; r < 2 * reps; r++) {
-        collage_step_stats st;
-        if (bb) t[2 * reps + r] = bound_once(bb);
-        collage_adamw_set_edq(o, r & 1);
-        double t0 = cli_now();
-        collage_adamw_step(o, g, 1e-3, &st);
-        t[r / 2 + (r & 1) * reps] = cli_now() - t0;
+    collage_adamw_step(T->o, T->g, 1e-3, NULL); /* warm-up: pages touched, threads started */
+    return 0;
+}
+
+static double timed_step(timed_opt *T, int edq) {
+    collage_step_stats st;
+    collage_adamw_set_edq(T->o, edq);
+    double t0 = cli_now();
+    collage_adamw_step(T->o, T->g, 1e-3, &st);
+    return cli_now() - t0;
+}
+
+/* One strategy over `reps` rounds of: the streaming bound (bb), a bf16-master step (partner), a step
+ * with EDQ off and one with EDQ on (one object, the same memory, so that the EDQ cost is not where
+ * two allocations landed). The machine's bandwidth drifts by 2x over minutes here: every figure of
+ * a row comes from the same rounds. Without bb and partner: the EDQ-off time only. */
+static int time_strategy(collage_strategy s, size_t n, int reps, opt_times *R, const bound_buf *bb, timed_opt *partner) {
+    timed_opt T;
+    if (timed_opt_make(&T, s, n)) return -1;
+    double *t = malloc(sizeof(double) * 4 * (size_t)reps);
+    if (!t) { timed_opt_free(&T); return -1; }
+    double *off = t, *on = t + reps, *bt = t + 2 * reps, *mt = t + 3 * reps;
+    for (int r = 0; r < reps; r++) {
+        if (bb) bt[r] = bound_once(bb);
+        if (partner) mt[r] = timed_step(partner, 0);
+        off[r] = timed_step(&T, 0);
+        if (bb) on[r] = timed_step(&T, 1);
     }
-    *ns_off = median_of(t, reps) / (double)n * 1e9;
-    if (ns_on) *ns_on = median_of(t + reps, reps) / (double)n * 1e9;
-    if (bb && bound) *bound = 12.0 * (double)bb->n / median_of(t + 2 * reps, 2 * reps) * 1e-9;
-    free(t); free(g);
-    collage_adamw_free(o);
+    R->ns = median_of(off, reps) / (double)n * 1e9;
+    if (bb) {
+        R->ns_edq = median_of(on, reps) / (double)n * 1e9;
+        R->bound = 12.0 * (double)bb->n / median_of(bt, reps) * 1e-9;
+    }
+    R->master_ns = partner ? median_of(mt, reps) / (double)n * 1e9 : R->ns;
+    free(t);
+    timed_opt_free(&T);
     return 0;
 }
 
 static int bench_optimizer(size_t n, int threads, int reps, int json, const char *only) {
     collage_set_threads(threads);
     float *a = aligned_alloc(64, (n * 4 + 63) & ~(size_t)63), *b = aligned_alloc(64, (n * 4 + 63) & ~(size_t)63);
-    if (!a || !b) { fprintf(stderr, "collage bench: cannot allocate %zu MB\nhint: use a smaller --params\n", n * 8 >> 20); return 1; }
+    timed_opt master;
+    if (!a || !b || timed_opt_make(&master, COLLAGE_BF16_MASTER, n)) {
+        fprintf(stderr, "collage bench: cannot allocate the bound's %zu MB and a bf16-master optimizer\n"
+                        "hint: use a smaller --params\n", n * 8 >> 20);
+        free(a); free(b);
+        return 1;
+    }
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (long i = 0; i < (long)n; i++) { a[i] = 1.0f; b[i] = 1e-3f; }
     double *t = malloc(sizeof(double) * (size_t)reps);
     bound_buf bb = {a, b, n, threads};
     stream_bound(a, b, n, threads); /* warm-up: pages touched */
-    for (int r = 0; r < reps; r++) t[r] = bound_once(&bb);
-    double bound0 = 12.0 * (double)n / median_of(t, reps) * 1e-9;
+    for (int r = 0; r < reps && t; r++) t[r] = bound_once(&bb);
+    double bound0 = t ? 12.0 * (double)n / median_of(t, reps) * 1e-9 : (double)NAN;
     free(t);
     /* compute cost: the same step on a cache-resident slab */
     size_t n_cache = (size_t)1 << 15;
     if (!json)
-        printf("collage bench optimizer: n = %zu params, %d thread%s, isa %s, median of %d steps\n"
-               "memory bound (in-place a[i] = a[i]*s + b[i], vectorised): %.1f GB/s at the start; each strategy's\n"
-               "bound column uses the bound timed before each of its steps (the machine's bandwidth drifts)\n\n"
-               "%-17s %8s %7s %7s %7s %7s %9s %9s %8s  %s\n", n, threads, threads == 1 ? "" : "s",
+        printf("collage bench optimizer: n = %zu params, %d thread%s, isa %s, median of %d rounds\n"
+               "memory bound (in-place a[i] = a[i]*s + b[i], vectorised): %.1f GB/s at the start. Each round times the\n"
+               "bound, a bf16-master step and the strategy's step with EDQ off and on: a row's columns come from the\n"
+               "same minutes of a machine whose bandwidth drifts\n\n"
+               "%-17s %8s %7s %7s %7s %8s %9s %9s %8s  %s\n", n, threads, threads == 1 ? "" : "s",
                collage_isa_name(collage_get_isa()), reps, bound0, "strategy", "ns/param", "B/param", "GB/s", "bound",
                "of bound", "vs master", "EDQ cost", "in-cache", "limit");
-    double master_ns = 0;
-    opt_times res[COLLAGE_STRATEGY_COUNT];
     int order[COLLAGE_STRATEGY_COUNT] = {COLLAGE_BF16_MASTER, COLLAGE_FP32, COLLAGE_BF16, COLLAGE_LIGHT, COLLAGE_PLUS,
                                          COLLAGE_BF16_FP32_STATES, COLLAGE_BF16_KAHAN, COLLAGE_BF16_SR,
                                          COLLAGE_BF16_REMAINDER, COLLAGE_PLUS_V1};
+    int rc = 0;
     for (int oi = 0; oi < COLLAGE_STRATEGY_COUNT; oi++) {
         collage_strategy s = (collage_strategy)order[oi];
         if (only && strcmp(only, collage_strategy_name(s)) && s != COLLAGE_BF16_MASTER) continue;
-        opt_times *R = &res[s];
-        if (time_strategy(s, n, reps, &R->ns, &R->ns_edq, &bb, &R->bound) ||
-            time_strategy(s, n_cache, reps * 20, &R->ns_cache, NULL, NULL, NULL)) {
+        opt_times R = {0}, C = {0};
+        if (time_strategy(s, n, reps, &R, &bb, s == COLLAGE_BF16_MASTER ? NULL : &master) ||
+            time_strategy(s, n_cache, reps * 20, &C, NULL, NULL)) {
             fprintf(stderr, "collage bench: cannot create a %s optimizer of %zu params (out of memory?)\n",
                     collage_strategy_name(s), n);
-            free(a); free(b);
-            return 1;
+            rc = 1;
+            break;
         }
-        if (s == COLLAGE_BF16_MASTER) master_ns = R->ns;
-        double bound = R->bound, bytes = step_bytes(s), gbps = bytes / R->ns, frac = gbps / bound;
+        double bound = R.bound, bytes = step_bytes(s), gbps = bytes / R.ns, frac = gbps / bound;
         /* memory-limited when the in-cache step is clearly faster than the streaming one */
-        int compute_bound = R->ns_cache > 0.8 * R->ns;
+        int compute_bound = C.ns > 0.8 * R.ns;
         if (json)
             printf("{\"strategy\":\"%s\",\"n\":%zu,\"threads\":%d,\"ns_per_param\":%.4f,\"bytes_per_param\":%.1f,"
-                   "\"gbps\":%.2f,\"bound_gbps\":%.2f,\"bound_fraction\":%.3f,\"speed_vs_bf16_master\":%.3f,"
-                   "\"edq_ns_per_param\":%.4f,\"edq_overhead\":%.3f,\"in_cache_ns_per_param\":%.4f,\"limit\":\"%s\"}\n",
-                   collage_strategy_name(s), n, threads, R->ns, bytes, gbps, bound, frac, master_ns / R->ns, R->ns_edq,
-                   R->ns_edq / R->ns - 1.0, R->ns_cache, compute_bound ? "compute" : "memory");
+                   "\"gbps\":%.2f,\"bound_gbps\":%.2f,\"bound_fraction\":%.3f,\"bf16_master_ns_per_param\":%.4f,"
+                   "\"speed_vs_bf16_master\":%.3f,\"edq_ns_per_param\":%.4f,\"edq_overhead\":%.3f,"
+                   "\"in_cache_ns_per_param\":%.4f,\"limit\":\"%s\"}\n",
+                   collage_strategy_name(s), n, threads, R.ns, bytes, gbps, bound, frac, R.master_ns, R.master_ns / R.ns,
+                   R.ns_edq, R.ns_edq / R.ns - 1.0, C.ns, compute_bound ? "compute" : "memory");
         else
-            printf("%-17s %8.3f %7.0f %7.1f %7.1f %7.0f%% %8.2fx %8.1f%% %8.3f  %s\n", collage_strategy_name(s), R->ns,
-                   bytes, gbps, bound, 100.0 * frac, master_ns / R->ns, 100.0 * (R->ns_edq / R->ns - 1.0), R->ns_cache,
+            printf("%-17s %8.3f %7.0f %7.1f %7.1f %7.0f%% %8.2fx %8.1f%% %8.3f  %s\n", collage_strategy_name(s), R.ns,
+                   bytes, gbps, bound, 100.0 * frac, R.master_ns / R.ns, 100.0 * (R.ns_edq / R.ns - 1.0), C.ns,
                    compute_bound ? "compute (emulated bf16 rounding)" : "memory");
         fflush(stdout);
     }
-    if (!json)
+    if (!json && !rc)
         printf("\nB/param: bytes one step reads and writes per parameter (state words, weights, bf16 gradient).\n"
-               "bound: achieved GB/s over the streaming bound. in-cache: ns/param on a %zu-param slab that fits\n"
-               "in cache; a step no slower than that is limited by compute, not memory.\n", n_cache);
+               "bound: the streaming bound in GB/s; of bound: the step's GB/s over it. vs master: speed over the\n"
+               "bf16-master steps of the same rounds. in-cache: ns/param on a %zu-param slab that fits in cache;\n"
+               "a step no slower than that is limited by compute, not memory.\n", n_cache);
     collage_set_threads(0);
+    timed_opt_free(&master);
     free(a); free(b);
-    return 0;
+    return rc;
 }
 
 static void bench_opt_usage(FILE *f) {
