@@ -394,13 +394,6 @@ collage_status collage_adamw_grad_sumsq(const collage_adamw *oc, const void *gra
     return COLLAGE_OK;
 }
 
-/* The kernels index the slabs and bf16-sr's random stream with one index: a shard hands them slab
- * pointers biased by −index0 and slab-coordinate ranges, so the stream is keyed by the slab index.
- * Computed through uintptr_t (flat addresses); only elements of the shard are ever accessed. */
-static void *bias(const void *p, size_t index0, size_t elsize) {
-    return p ? (void *)((uintptr_t)p - index0 * elsize) : NULL;
-}
-
 /* have_sumsq: the gradient's Σg² is given_sumsq (the whole slab's, for a shard); else summed here. */
 static collage_status step(collage_adamw *o, const void *grads, double lr, collage_step_stats *stats, int ref,
                            int have_sumsq, double given_sumsq) {
@@ -438,9 +431,8 @@ static collage_status step(collage_adamw *o, const void *grads, double lr, colla
     collage_lp_pair sp = collage_lp_split(COLLAGE_FMT_BF16, b2);
     k.b2hi = sp.hi; k.b2lo = sp.lo;
     k.key = collage_rand_key(o->cfg.seed, t);
-    size_t i0 = o->cfg.index0, wb = wbytes(s), mb = mbytes(s);
-    adamw_slabs S = {bias(o->params, i0, wb), bias(grads, i0, wb), bias(o->m, i0, mb), bias(o->v, i0, mb),
-                     bias(o->comp, i0, 2), bias(o->dv, i0, 2), bias(o->master, i0, 4)};
+    k.index0 = o->cfg.index0;
+    adamw_slabs S = {o->params, grads, o->m, o->v, o->comp, o->dv, o->master};
     int edq = o->cfg.edq;
     collage_isa isa = ref ? COLLAGE_ISA_SCALAR : collage_get_isa();
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -451,10 +443,9 @@ static collage_status step(collage_adamw *o, const void *grads, double lr, colla
         kb.lrwd = (float)(lr * wd);
         adamw_acc *acc = edq ? &o->acc[bi] : NULL;
         if (acc) memset(acc, 0, sizeof *acc);
-        size_t a = B->a + i0, b = B->b + i0;
-        if (isa == COLLAGE_ISA_AVX512) collage__adamw_block_avx512(s, &S, a, b, &kb, acc);
-        else if (isa == COLLAGE_ISA_AVX2) collage__adamw_block_avx2(s, &S, a, b, &kb, acc);
-        else collage__adamw_block_ref(s, &S, a, b, &kb, acc);
+        if (isa == COLLAGE_ISA_AVX512) collage__adamw_block_avx512(s, &S, B->a, B->b, &kb, acc);
+        else if (isa == COLLAGE_ISA_AVX2) collage__adamw_block_avx2(s, &S, B->a, B->b, &kb, acc);
+        else collage__adamw_block_ref(s, &S, B->a, B->b, &kb, acc);
     }
     o->t = t;
     if (stats) { stats->step = t; stats->grad_norm = gnorm; stats->clip_coef = coef; }

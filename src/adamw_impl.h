@@ -16,6 +16,8 @@ typedef struct {
     int clip;             /* coef != 1 */
     uint16_t b2hi, b2lo;  /* β2 split for collage-plus */
     uint64_t key;         /* SR key of this step */
+    uint64_t index0;      /* the slab index of element 0 of the slabs (a shard's offset): bf16-sr's
+                             random stream is keyed by the slab index, the same for any sharding */
 } adamw_k;
 
 /* The slabs. w: bf16 or float weights; g: bf16 or float gradients; m, v: bf16 or float moments;

@@ -90,7 +90,7 @@ void collage__adamw_block_ref(collage_strategy s, const adamw_slabs *S, size_t a
         case COLLAGE_BF16_SR: {
             uint16_t old = w16[i], raw = lp_raw(old, g16[i], &m16[i], &v16[i], NULL, 0, k);
             if (s == COLLAGE_BF16) w16[i] = lp_add_(BF, old, raw);
-            else w16[i] = bf16_sr_bits(F(old) + F(raw), collage_rand32(k->key, i));
+            else w16[i] = bf16_sr_bits(F(old) + F(raw), collage_rand32(k->key, k->index0 + i));
             d = (double)F(raw); de = ds = (double)F(w16[i]) - (double)F(old);
             break;
         }

@@ -2004,6 +2004,43 @@ static void test_sumsq_chunks(void) {
     free(h); free(f); free(got); free(want);
 }
 
+/* bf16-sr's random stream is keyed by the slab index: a shard whose elements cross 2^32 (the key
+ * changes with the index's high half, and vector lanes there take the per-lane path) steps exactly
+ * as the scalar reference does, on every ISA. */
+static void test_sr_shard_across_2_32(void) {
+    const size_t n = 5003, i0 = ((size_t)1 << 32) - 1001;
+    uint16_t *g = malloc(n * 2);
+    float *w = malloc(n * 4);
+    double *kr = malloc(n * 8), *kf = malloc(n * 8);
+    h_seed(2032);
+    for (size_t i = 0; i < n; i++) { w[i] = (float)(0.05 * gauss()); g[i] = o_rn(1e-3 * gauss()); }
+    collage_adamw_config c = {.strategy = COLLAGE_BF16_SR, .n = n, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.05,
+                              .edq = 1, .seed = 11, .index0 = i0, .total = i0 + n + 7};
+    const collage_isa isa0 = collage_get_isa();
+    collage_adamw *ref = mk(&c);
+    if (ref) collage_adamw_set_weights_f32(ref, w, n);
+    for (int t = 0; t < 3 && ref; t++) collage_adamw_step_ref(ref, g, 1e-3, NULL);
+    if (ref) collage_adamw_kept_f64(ref, kr, n);
+    for (int isa = COLLAGE_ISA_SCALAR; isa <= COLLAGE_ISA_AVX512 && ref; isa++) {
+        if (!collage_isa_supported((collage_isa)isa)) continue;
+        collage_set_isa((collage_isa)isa);
+        collage_adamw *o = mk(&c);
+        if (!o) break;
+        collage_adamw_set_weights_f32(o, w, n);
+        for (int t = 0; t < 3; t++) collage_adamw_step(o, g, 1e-3, NULL);
+        collage_adamw_kept_f64(o, kf, n);
+        int bad = 0, moved = 0;
+        for (size_t i = 0; i < n; i++) { bad += !same_double_bits(kf[i], kr[i]); moved += kr[i] != (double)o_rn(w[i]); }
+        CHECK(bad == 0, "isa %s: %d of %zu weights differ from the reference across index 2^32",
+              collage_isa_name((collage_isa)isa), bad, n);
+        CHECK(moved > (int)n / 2, "only %d weights moved", moved);
+        collage_adamw_free(o);
+    }
+    collage_set_isa(isa0);
+    collage_adamw_free(ref);
+    free(g); free(w); free(kr); free(kf);
+}
+
 int main(void) {
     g_quick = getenv("COLLAGE_TEST_QUICK") && *getenv("COLLAGE_TEST_QUICK");
     printf("test_adamw%s\n", g_quick ? " (COLLAGE_TEST_QUICK: shortened long runs)" : "");
@@ -2028,6 +2065,7 @@ int main(void) {
     RUN(test_save_load_roundtrip);
     RUN(test_save_load_bad_files);
     RUN(test_sharded_equals_whole);
+    RUN(test_sr_shard_across_2_32);
     remove_dir(g_dir);
     RUN(test_bad_input);
     RUN(test_skip_nonfinite);
