@@ -170,6 +170,50 @@ static void test_bad_input(void) {
     CHECK(atoi(out) == 0, "temporary files left in %s: %s", save, out);
 }
 
+/* The benchmarks' JSON lines carry the documented keys (what is measured, not how fast: no timing is
+ * asserted), and bad flags are refused. */
+static int count_lines_with(const char *out, const char *const *keys, int nk) {
+    int lines = 0;
+    for (const char *p = out; p && *p;) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len && p[0] == '{') {
+            int all = 1;
+            for (int k = 0; k < nk; k++) {
+                char q[64];
+                snprintf(q, sizeof q, "\"%s\":", keys[k]);
+                const char *f = strstr(p, q);
+                all &= f && f < p + len;
+            }
+            lines += all;
+        }
+        p = e ? e + 1 : NULL;
+    }
+    return lines;
+}
+
+static void test_bench_json(void) {
+    static char out[65536];
+    const char *ok[] = {"strategy", "ns_per_param", "bytes_per_param", "gbps", "bound_fraction", "bound_gbps",
+                        "speed_vs_bf16_master", "edq_overhead", "limit"};
+    int rc = h_sh(out, sizeof out, "%s bench optimizer --params 64K --threads 1 --reps 2 --strategy collage-light --json",
+                  g_bin);
+    CHECK(rc == 0 && count_lines_with(out, ok, 9) == 2, "bench optimizer --json: rc %d: %s", rc, out);
+    CHECK(strstr(out, "\"strategy\":\"bf16-master\"") && strstr(out, "\"strategy\":\"collage-light\""),
+          "bench optimizer rows: %s", out);
+    const char *mk[] = {"model", "strategy", "ms_per_step", "tokens_per_s", "fraction_of_sgemm", "slowdown_vs_fp32",
+                        "forward_ms", "backward_ms", "optimizer_ms"};
+    rc = h_sh(out, sizeof out, "%s bench model --model tiny --steps 2 --warmup 0 --strategy collage-plus --json", g_bin);
+    CHECK(rc == 0 && count_lines_with(out, mk, 9) == 2, "bench model --json: rc %d: %s", rc, out);
+    CHECK(strstr(out, "\"strategy\":\"fp32\"") && strstr(out, "\"strategy\":\"collage-plus\""), "bench model rows: %s", out);
+    rc = h_sh(out, sizeof out, "%s bench model --strategy nonsense", g_bin);
+    CHECK(rc == 2 && strstr(out, "nonsense") && strstr(out, "hint"), "bench model bad strategy: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s bench model --warmup -1", g_bin);
+    CHECK(rc == 2 && strstr(out, "--warmup"), "bench model negative warmup: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s bench optimizer --bogus", g_bin);
+    CHECK(rc == 2 && strstr(out, "--bogus"), "bench optimizer bad flag: rc %d: %s", rc, out);
+}
+
 int main(void) {
     const char *bin = getenv("COLLAGE_BIN");
     snprintf(g_bin, sizeof g_bin, "%s", bin ? bin : "build/collage");
@@ -187,6 +231,7 @@ int main(void) {
     RUN(test_exact_resume);
     RUN(test_tokenize_then_train_on_shard);
     RUN(test_bad_input);
+    RUN(test_bench_json);
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) printf("could not remove %s\n", g_dir);
