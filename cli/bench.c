@@ -220,9 +220,9 @@ static double timed_step(timed_opt *T, int edq) {
 }
 
 /* One strategy over `reps` rounds of: the streaming bound (bb), a bf16-master step (partner), a step
- * with EDQ off and one with EDQ on (one object, the same memory, so that the EDQ cost is not where
- * two allocations landed). The machine's bandwidth drifts by 2x over minutes here: every figure of
- * a row comes from the same rounds. Without bb and partner: the EDQ-off time only. */
+ * with EDQ off and one with EDQ on, in alternating order (one object, the same memory, so that the
+ * EDQ cost is not where two allocations landed). The machine's bandwidth drifts by 2x over minutes
+ * here: every figure of a row comes from the same rounds. Without bb and partner: EDQ off only. */
 static int time_strategy(collage_strategy s, size_t n, int reps, opt_times *R, const bound_buf *bb, timed_opt *partner) {
     timed_opt T;
     if (timed_opt_make(&T, s, n)) return -1;
@@ -232,8 +232,13 @@ static int time_strategy(collage_strategy s, size_t n, int reps, opt_times *R, c
     for (int r = 0; r < reps; r++) {
         if (bb) bt[r] = bound_once(bb);
         if (partner) mt[r] = timed_step(partner, 0);
-        off[r] = timed_step(&T, 0);
-        if (bb) on[r] = timed_step(&T, 1);
+        if (bb && (r & 1)) { /* odd rounds: EDQ on first, so that neither setting always follows the other */
+            on[r] = timed_step(&T, 1);
+            off[r] = timed_step(&T, 0);
+        } else {
+            off[r] = timed_step(&T, 0);
+            if (bb) on[r] = timed_step(&T, 1);
+        }
     }
     R->ns = median_of(off, reps) / (double)n * 1e9;
     if (bb) {
