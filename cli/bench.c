@@ -323,15 +323,16 @@ static int bench_optimizer(size_t n, int threads, int reps, int json, const char
 
 static void bench_opt_usage(FILE *f) {
     fprintf(f, "usage: collage bench optimizer [--params N] [--threads T] [--reps R] [--strategy NAME] [--json]\n"
-               "  --params N   parameters (default 64M = 67108864; suffixes K, M, G are powers of 1000)\n"
+               "  --params N   parameters (default 64M = 64,000,000; suffixes K, M, G are powers of 1000)\n"
                "  --threads T  threads (default: all cores)\n"
-               "  --reps R     timed steps per strategy, the median is reported (default 5)\n"
+               "  --reps R     rounds per strategy (bound, bf16-master step, EDQ-off and EDQ-on steps);\n"
+               "               the median of each is reported (default 5)\n"
                "  --strategy S only this strategy (and bf16-master, the reference)\n"
                "  --json       one JSON object per line per strategy\n");
 }
 
 static int cmd_bench_optimizer(int argc, char **argv) {
-    size_t n = (size_t)64 << 20;
+    size_t n = 64000000;
     int threads = collage_get_threads(), reps = 5, json = 0;
     const char *only = NULL;
     for (int i = 0; i < argc; i++) {
@@ -562,7 +563,13 @@ static int cmd_bench_model(int argc, char **argv) {
         else if (!strcmp(a, "--warmup")) bad = cli_parse_int(a, v, &warmup);
         else if (!strcmp(a, "--strategy")) only = v;
         else if (!strcmp(a, "--json")) { json = 1; continue; }
-        else {
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: collage bench model [--model tiny|small|gpt2] [--batch B] [--seq T] [--steps N] [--warmup W] "
+                   "[--strategy S] [--json]\n"
+                   "  each strategy is stepped in alternation with an fp32 model; N timed steps after W untimed\n"
+                   "  (defaults: gpt2, 4 x 64, 5 steps, 3 untimed; --strategy: fp32 and that one only)\n");
+            return 0;
+        } else {
             fprintf(stderr, "usage: collage bench model [--model tiny|small|gpt2] [--batch B] [--seq T] [--steps N] "
                             "[--warmup N] [--strategy S] [--json]\n");
             return 2;
