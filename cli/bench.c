@@ -571,7 +571,7 @@ static int cmd_bench_model(int argc, char **argv) {
             return 0;
         } else {
             fprintf(stderr, "usage: collage bench model [--model tiny|small|gpt2] [--batch B] [--seq T] [--steps N] "
-                            "[--warmup N] [--strategy S] [--json]\n");
+                            "[--warmup W] [--strategy S] [--json]\n");
             return 2;
         }
         if (bad) return 2;
