@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static int h_pass, h_fail, h_cur_fail;
 
@@ -94,6 +95,32 @@ static int h_write_corpus(const char *path, unsigned long long seed) {
     h_seed(seed);
     for (int i = 0; i < 2000; i++) fputs(lines[h_rand32() % 4], f);
     return fclose(f) == 0 ? 0 : -1;
+}
+
+/* The CLI test programs' set-up: the binary (COLLAGE_BIN, else build/collage; bin, 1024 bytes), a
+ * fresh folder /tmp/collage-NAME-XXXXXX (dir, 256) and in it text.txt, the corpus of `seed` (text,
+ * 512). 0, or 1 after printing why and a failed result line. */
+static int h_cli_setup(const char *name, char *bin, char *dir, char *text, unsigned long long seed)
+    __attribute__((unused));
+static int h_cli_setup(const char *name, char *bin, char *dir, char *text, unsigned long long seed) {
+    const char *b = getenv("COLLAGE_BIN");
+    snprintf(bin, 1024, "%s", b ? b : "build/collage");
+    if (access(bin, X_OK) != 0) {
+        printf("test_%s: %s not found (set COLLAGE_BIN)\n0 passed, 1 failed\n", name, bin);
+        return 1;
+    }
+    snprintf(dir, 256, "/tmp/collage-%s-XXXXXX", name);
+    if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
+    snprintf(text, 512, "%s/text.txt", dir);
+    if (h_write_corpus(text, seed)) { perror(text); return 1; }
+    return 0;
+}
+/* rm -rf dir (the CLI tests' folder), reporting a failure without counting it. */
+static void h_rm_rf(const char *dir) __attribute__((unused));
+static void h_rm_rf(const char *dir) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) printf("could not remove %s\n", dir);
 }
 
 /* Deterministic test randomness (xorshift64*), seeded and printed by each test program. */

@@ -215,25 +215,13 @@ static void test_bench_json(void) {
 }
 
 int main(void) {
-    const char *bin = getenv("COLLAGE_BIN");
-    snprintf(g_bin, sizeof g_bin, "%s", bin ? bin : "build/collage");
-    if (access(g_bin, X_OK) != 0) {
-        printf("test_cli: %s not found (set COLLAGE_BIN)\n", g_bin);
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
-    snprintf(g_dir, sizeof g_dir, "/tmp/collage-cli-XXXXXX");
-    if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
-    snprintf(g_text, sizeof g_text, "%s/text.txt", g_dir);
-    if (h_write_corpus(g_text, 1)) { perror(g_text); return 1; }
+    if (h_cli_setup("cli", g_bin, g_dir, g_text, 1)) return 1;
     printf("test_cli: %s, data in %s\n", g_bin, g_dir);
     RUN(test_train_log_and_checkpoint);
     RUN(test_exact_resume);
     RUN(test_tokenize_then_train_on_shard);
     RUN(test_bad_input);
     RUN(test_bench_json);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    if (system(cmd) != 0) printf("could not remove %s\n", g_dir);
+    h_rm_rf(g_dir);
     return h_end();
 }

@@ -151,23 +151,12 @@ static void test_compare_bad_input(void) {
 }
 
 int main(void) {
-    const char *bin = getenv("COLLAGE_BIN");
-    snprintf(g_bin, sizeof g_bin, "%s", bin ? bin : "build/collage");
-    if (access(g_bin, X_OK) != 0) {
-        printf("test_compare: %s not found (set COLLAGE_BIN)\n0 passed, 1 failed\n", g_bin);
-        return 1;
-    }
-    snprintf(g_dir, sizeof g_dir, "/tmp/collage-compare-XXXXXX");
-    if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
-    snprintf(g_text, sizeof g_text, "%s/text.txt", g_dir);
+    if (h_cli_setup("compare", g_bin, g_dir, g_text, 2)) return 1;
     snprintf(g_out, sizeof g_out, "%s/out", g_dir);
-    if (h_write_corpus(g_text, 2)) { perror(g_text); return 1; }
     printf("test_compare: %s, data in %s\n", g_bin, g_dir);
     RUN(test_compare_writes_everything);
     RUN(test_rerun_redoes_only_deleted);
     RUN(test_compare_bad_input);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    if (system(cmd) != 0) printf("could not remove %s\n", g_dir);
+    h_rm_rf(g_dir);
     return h_end();
 }

@@ -194,16 +194,17 @@ static void test_failure_on_one_rank_stops_all(void) {
 }
 
 int main(void) {
-    const char *bin = getenv("COLLAGE_BIN");
-    snprintf(g_bin, sizeof g_bin, "%s", bin ? bin : "build/collage");
+    if (h_cli_setup("dist", g_bin, g_dir, g_text, 2)) return 1;
     char out[4096];
-    if (access(g_bin, X_OK) != 0 || h_sh(out, sizeof out, "%s --version", g_bin) != 0) {
-        printf("test_dist: %s not found (set COLLAGE_BIN)\n0 passed, 1 failed\n", g_bin);
+    if (h_sh(out, sizeof out, "%s --version", g_bin) != 0) {
+        printf("test_dist: %s --version failed: %s\n0 passed, 1 failed\n", g_bin, out);
+        h_rm_rf(g_dir);
         return 1;
     }
     if (strstr(out, "without MPI")) {
         printf("SKIP test_dist: %s was built without MPI (make MPI=1 needs mpicc): the data-parallel tests did not run\n",
                g_bin);
+        h_rm_rf(g_dir);
         return h_end();
     }
     /* OpenMPI refuses root unless told; past 2 ranks this 2-core machine needs --oversubscribe.
@@ -226,20 +227,15 @@ int main(void) {
     setenv("ASAN_OPTIONS", asan, 1);
     if (h_sh(out, sizeof out, "mpirun --version") != 0) {
         printf("test_dist: %s was built with MPI but mpirun does not run: %s\n0 passed, 1 failed\n", g_bin, out);
+        h_rm_rf(g_dir);
         return 1;
     }
-    snprintf(g_dir, sizeof g_dir, "/tmp/collage-dist-XXXXXX");
-    if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
-    snprintf(g_text, sizeof g_text, "%s/text.txt", g_dir);
-    if (h_write_corpus(g_text, 2)) { perror(g_text); return 1; }
     printf("test_dist: %s under mpirun (2 and 3 ranks), data in %s\n", g_bin, g_dir);
     RUN(test_ranks_equal_one_rank_accum);
     RUN(test_ranks_vs_one_batch);
     RUN(test_memory_per_rank);
     RUN(test_resume_two_then_two_three_one);
     RUN(test_failure_on_one_rank_stops_all);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    if (system(cmd) != 0) printf("could not remove %s\n", g_dir);
+    h_rm_rf(g_dir);
     return h_end();
 }
