@@ -4,6 +4,7 @@
  * the same bits whatever algorithm MPI picks. Without MPI there is one rank. */
 #include "dist.h"
 #include "cli.h"
+#include "internal.h" /* bf16_f32 */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -29,17 +30,11 @@ void dist_bounds(size_t n, int size, int r, size_t *lo, size_t *hi) {
     *hi = c1 * DIST_CHUNK < n ? c1 * DIST_CHUNK : n;
 }
 
-static float bf16_bits_f32(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
 void dist_accumulate(float *acc, const void *x, int x_bf16, size_t n, int add) {
     const uint16_t *h = x;
     const float *f = x;
     for (size_t i = 0; i < n; i++) {
-        float v = x_bf16 ? bf16_bits_f32(h[i]) : f[i];
+        float v = x_bf16 ? bf16_f32(h[i]) : f[i];
         acc[i] = add ? acc[i] + v : v;
     }
 }

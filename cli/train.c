@@ -221,20 +221,19 @@ static int apply_manifest(const char *dir, train_opts *o, int *step, uint64_t *f
                 dir, collage_strategy_name(s), collage_strategy_name(o->strategy), collage_strategy_name(s));
         return -1;
     }
-    /* every flag given explicitly must agree with the saved run */
-    const train_opts given = *o;
+    /* every flag given explicitly must agree with the saved run (o still holds the command line's) */
     char why[600] = "", was[600] = "";
     const char *flag = NULL;
 #define MUST_INT(bit, name, key, field)                                                                        \
-    if (!flag && (o->given & (bit)) && given.field != atoi(kv_get(it, n, key))) {                             \
+    if (!flag && (o->given & (bit)) && o->field != atoi(kv_get(it, n, key))) {                             \
         flag = name;                                                                                          \
-        snprintf(why, sizeof why, "%s %d", name, given.field);                                                \
+        snprintf(why, sizeof why, "%s %d", name, o->field);                                                \
         snprintf(was, sizeof was, "%s %s", key, kv_get(it, n, key));                                          \
     }
 #define MUST_DBL(bit, name, key, field)                                                                        \
-    if (!flag && (o->given & (bit)) && given.field != strtod(kv_get(it, n, key), NULL)) {                     \
+    if (!flag && (o->given & (bit)) && o->field != strtod(kv_get(it, n, key), NULL)) {                     \
         flag = name;                                                                                          \
-        snprintf(why, sizeof why, "%s %g", name, given.field);                                                \
+        snprintf(why, sizeof why, "%s %g", name, o->field);                                                \
         snprintf(was, sizeof was, "%s %s", key, kv_get(it, n, key));                                          \
     }
     MUST_INT(G_LAYERS, "--layers", "layers", layers)
@@ -251,26 +250,26 @@ static int apply_manifest(const char *dir, train_opts *o, int *step, uint64_t *f
     MUST_DBL(G_CLIP, "--clip", "clip", clip)
 #undef MUST_INT
 #undef MUST_DBL
-    if (!flag && (o->given & G_SEED) && given.seed != strtoull(kv_get(it, n, "seed"), NULL, 10)) {
+    if (!flag && (o->given & G_SEED) && o->seed != strtoull(kv_get(it, n, "seed"), NULL, 10)) {
         flag = "--seed";
-        snprintf(why, sizeof why, "--seed %llu", (unsigned long long)given.seed);
+        snprintf(why, sizeof why, "--seed %llu", (unsigned long long)o->seed);
         snprintf(was, sizeof was, "seed %s", kv_get(it, n, "seed"));
     }
-    if (!flag && (o->given & G_TOKENIZER) && strcmp(given.tokenizer, kv_get(it, n, "tokenizer"))) {
+    if (!flag && (o->given & G_TOKENIZER) && strcmp(o->tokenizer, kv_get(it, n, "tokenizer"))) {
         flag = "--tokenizer";
-        snprintf(why, sizeof why, "--tokenizer %.200s", given.tokenizer);
+        snprintf(why, sizeof why, "--tokenizer %.200s", o->tokenizer);
         snprintf(was, sizeof was, "tokenizer %.200s", kv_get(it, n, "tokenizer"));
     }
     if (!flag && (o->given & G_MODEL)) {
         collage_gpt_config pc; /* the preset, with --layers --heads --dim over it as a new run would have it */
-        int known = collage_gpt_preset(given.model, &pc) == COLLAGE_OK;
-        if (o->given & G_LAYERS) pc.num_layers = given.layers;
-        if (o->given & G_HEADS) pc.num_heads = given.heads;
-        if (o->given & G_DIM) pc.channels = given.dim;
+        int known = collage_gpt_preset(o->model, &pc) == COLLAGE_OK;
+        if (o->given & G_LAYERS) pc.num_layers = o->layers;
+        if (o->given & G_HEADS) pc.num_heads = o->heads;
+        if (o->given & G_DIM) pc.channels = o->dim;
         if (!known || pc.num_layers != atoi(kv_get(it, n, "layers")) ||
             pc.num_heads != atoi(kv_get(it, n, "heads")) || pc.channels != atoi(kv_get(it, n, "dim"))) {
             flag = "--model";
-            snprintf(why, sizeof why, "--model %.200s", given.model);
+            snprintf(why, sizeof why, "--model %.200s", o->model);
             snprintf(was, sizeof was, "%.20s layers, %.20s heads, dim %.20s", kv_get(it, n, "layers"),
                      kv_get(it, n, "heads"), kv_get(it, n, "dim"));
         }
