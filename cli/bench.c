@@ -180,7 +180,7 @@ static double bound_once(const bound_buf *B) {
 }
 
 /* An optimizer under test and its gradient, filled with the same pseudo-random values every run. */
-typedef struct { collage_adamw *o; void *g; size_t n; } timed_opt;
+typedef struct { collage_adamw *o; void *g; } timed_opt;
 
 static void timed_opt_free(timed_opt *T) {
     collage_adamw_free(T->o);
@@ -193,7 +193,6 @@ static int timed_opt_make(timed_opt *T, collage_strategy s, size_t n) {
     collage_adamw_config c = {.strategy = s, .n = n, .beta2 = 0.95, .weight_decay = 0.1, .edq = 0, .seed = 1};
     if (collage_adamw_create(&c, &T->o) != COLLAGE_OK) return -1;
     size_t gb = collage_strategy_is_fp32(s) ? 4 : 2;
-    T->n = n;
     T->g = malloc(n * gb);
     if (!T->g) { timed_opt_free(T); return -1; }
     float *w = collage_adamw_params(T->o), *g32 = T->g;
@@ -449,16 +448,10 @@ static void bench_run_step(bench_run *r, const int32_t *in, const int32_t *tg, i
     if (j >= 0) r->t[0][j] = t3 - t0, r->t[1][j] = t1 - t0, r->t[2][j] = t2 - t1, r->t[3][j] = t3 - t2;
 }
 
-/* Median of the first n samples of each phase, in ms, into med[4] (1 if out of memory). */
-static int bench_run_medians(const bench_run *r, int n, double med[4]) {
-    double *tmp = malloc(sizeof(double) * (size_t)n);
-    if (!tmp) return 1;
-    for (int k = 0; k < 4; k++) {
-        memcpy(tmp, r->t[k], sizeof(double) * (size_t)n);
-        med[k] = median_of(tmp, n) * 1e3;
-    }
-    free(tmp);
-    return 0;
+/* Median of the first n samples of each phase, in ms, into med[4]. Sorts the samples in place: a
+ * median taken later over more of them does not depend on their order. */
+static void bench_run_medians(const bench_run *r, int n, double med[4]) {
+    for (int k = 0; k < 4; k++) med[k] = median_of(r->t[k], n) * 1e3;
 }
 
 static void bench_model_row(collage_strategy s, const double med[4], double ms_fp32, double tok, double flops_tok,
@@ -533,14 +526,15 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
         }
         bench_run alongside = f;
         for (int q = 0; q < 4; q++) alongside.t[q] = f.t[q] + (size_t)si * steps;
-        if (bench_run_medians(&r, steps, med[si]) || bench_run_medians(&alongside, steps, fmed[si])) rc = 1;
+        bench_run_medians(&r, steps, med[si]);
+        bench_run_medians(&alongside, steps, fmed[si]);
         bench_run_free(&r);
-        if (rc) break;
         done++;
         if (!json) fprintf(stderr, "[%s measured]\n", collage_strategy_name(chosen[si]));
     }
     double fall[4];
-    if (!rc && !bench_run_medians(&f, nl ? done * steps : steps, fall)) {
+    if (!rc) {
+        bench_run_medians(&f, nl ? done * steps : steps, fall);
         bench_model_row(COLLAGE_FP32, fall, fall[0], tok, flops_tok, sg, preset, B, T, json);
         for (int si = 0; si < done; si++)
             bench_model_row(chosen[si], med[si], fmed[si][0], tok, flops_tok, sg, preset, B, T, json);
