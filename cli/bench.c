@@ -271,7 +271,7 @@ static int bench_optimizer(size_t n, int threads, int reps, int json, const char
     /* compute cost: the same step on a cache-resident slab, 2^16 parameters a thread (at most 1.8 MB of
      * state each: L2 or L3). Smaller slabs measured the threads' fork and join: 32768 parameters on
      * two threads read bf16-master 0.27-0.43 ns/param in cache against 0.27 streaming from memory. */
-    size_t n_cache = ((size_t)1 << 16) * (size_t)(threads > 0 ? threads : 1);
+    size_t n_cache = ((size_t)1 << 16) * (size_t)threads; /* threads ≥ 1: checked by the caller */
     if (!json)
         printf("collage bench optimizer: n = %zu params, %d thread%s, isa %s, median of %d rounds\n"
                "memory bound (in-place a[i] = a[i]*s + b[i], vectorised): %.1f GB/s at the start. Each round times the\n"
