@@ -716,8 +716,8 @@ static void special_inputs(collage_strategy s, int nonfinite, int t, uint16_t *g
     }
 }
 
-static void special_run(collage_strategy s, int nonfinite, int edq, double clip, int isa) {
-    collage_adamw_config c = {.strategy = s, .n = SPECIAL_N, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+static void special_run(collage_strategy s, int nonfinite, int edq, double clip, int isa, double beta2) {
+    collage_adamw_config c = {.strategy = s, .n = SPECIAL_N, .beta1 = 0.9, .beta2 = beta2, .eps = 1e-8,
                               .weight_decay = 0.01, .clip = clip, .edq = edq, .seed = 9};
     collage_adamw *o[2] = {mk(&c), mk(&c)};
     uint16_t *g = malloc(SPECIAL_N * 2);
@@ -742,8 +742,8 @@ static void special_run(collage_strategy s, int nonfinite, int edq, double clip,
                      (!sums_comparable || edq_close(&a.edq, &b.edq, EDQ_FAST_REL_TOL));
         if (!stats_bad && !(edq_ok && close_rel(a.grad_norm, b.grad_norm, EDQ_FAST_REL_TOL))) {
             stats_bad = 1; /* one report per run */
-            CHECK(0, "%s specials (nonfinite %d, edq %d, clip %g, isa %s) step %d: fast EDQ %g ratio %g grad_norm %g, "
-                     "ref EDQ %g ratio %g grad_norm %g", SNAME(s), nonfinite, edq, clip,
+            CHECK(0, "%s specials (beta2 %g, nonfinite %d, edq %d, clip %g, isa %s) step %d: fast EDQ %g ratio %g grad_norm %g, "
+                     "ref EDQ %g ratio %g grad_norm %g", SNAME(s), c.beta2, nonfinite, edq, clip,
                   collage_isa_name((collage_isa)isa), t, a.edq.edq, a.edq.edq_ratio, a.grad_norm, b.edq.edq,
                   b.edq.edq_ratio, b.grad_norm);
         }
@@ -755,8 +755,8 @@ static void special_run(collage_strategy s, int nonfinite, int edq, double clip,
             if (!SPECIAL_NAN_BITS && isnan(lib_wval(o[0], i)) && isnan(lib_wval(o[1], i)) && isnan(k0[i]) &&
                 isnan(k1[i]))
                 continue;
-            CHECK(0, "%s specials (nonfinite %d, edq %d, clip %g, isa %s) step %d elem %zu: fast %08x kept %a, "
-                     "ref %08x kept %a; grad %04x / %08x", SNAME(s), nonfinite, edq, clip,
+            CHECK(0, "%s specials (beta2 %g, nonfinite %d, edq %d, clip %g, isa %s) step %d elem %zu: fast %08x kept %a, "
+                     "ref %08x kept %a; grad %04x / %08x", SNAME(s), c.beta2, nonfinite, edq, clip,
                   collage_isa_name((collage_isa)isa), t, i, wa, k0[i], wb, k1[i], g[i], fbits(gf[i]));
             goto out; /* the states have diverged: one report per run */
         }
@@ -773,9 +773,12 @@ static void test_fast_equals_ref_special_values(void) {
     for (int si = 0; si < NS; si++)
         for (int isa = COLLAGE_ISA_SCALAR; isa <= COLLAGE_ISA_AVX512; isa++) {
             if (!collage_isa_supported((collage_isa)isa)) continue;
-            special_run(ALL[si], 0, 1, 1.0, isa);  /* finite extremes, clipping active */
-            special_run(ALL[si], 1, 1, 0.0, isa);  /* NaN/Inf, skip_nonfinite = 0 */
-            special_run(ALL[si], 1, 0, 1.0, isa);
+            special_run(ALL[si], 0, 1, 1.0, isa, 0.95);  /* finite extremes, clipping active */
+            special_run(ALL[si], 1, 1, 0.0, isa, 0.95);  /* NaN/Inf, skip_nonfinite = 0 */
+            special_run(ALL[si], 1, 0, 1.0, isa, 0.95);
+            /* beta2 0.999: bf16(beta2) = 1, collage-plus's second loop (adamw_kernel.inc lp_raw_mcf) */
+            special_run(ALL[si], 0, 1, 1.0, isa, 0.999);
+            special_run(ALL[si], 1, 1, 0.0, isa, 0.999);
         }
     collage_set_isa(isa0);
 }
@@ -2006,7 +2009,7 @@ static void test_sumsq_chunks(void) {
 
 /* bf16-sr's random stream is keyed by the slab index: a shard whose elements cross 2^32 (the key
  * changes with the index's high half, and vector lanes there take the per-lane path) steps exactly
- * as the scalar reference does, on every ISA. */
+ * as the scalar reference does, on every ISA, and its EDQ counts those lanes once each. */
 static void test_sr_shard_across_2_32(void) {
     const size_t n = 5003, i0 = ((size_t)1 << 32) - 1001;
     uint16_t *g = malloc(n * 2);
@@ -2019,7 +2022,8 @@ static void test_sr_shard_across_2_32(void) {
     const collage_isa isa0 = collage_get_isa();
     collage_adamw *ref = mk(&c);
     if (ref) collage_adamw_set_weights_f32(ref, w, n);
-    for (int t = 0; t < 3 && ref; t++) collage_adamw_step_ref(ref, g, 1e-3, NULL);
+    collage_step_stats sr[3], sf;
+    for (int t = 0; t < 3 && ref; t++) collage_adamw_step_ref(ref, g, 1e-3, &sr[t]);
     if (ref) collage_adamw_kept_f64(ref, kr, n);
     for (int isa = COLLAGE_ISA_SCALAR; isa <= COLLAGE_ISA_AVX512 && ref; isa++) {
         if (!collage_isa_supported((collage_isa)isa)) continue;
@@ -2027,7 +2031,13 @@ static void test_sr_shard_across_2_32(void) {
         collage_adamw *o = mk(&c);
         if (!o) break;
         collage_adamw_set_weights_f32(o, w, n);
-        for (int t = 0; t < 3; t++) collage_adamw_step(o, g, 1e-3, NULL);
+        for (int t = 0; t < 3; t++) {
+            collage_adamw_step(o, g, 1e-3, &sf);
+            CHECK(edq_close(&sf.edq, &sr[t].edq, EDQ_FAST_REL_TOL), "isa %s step %d across index 2^32: EDQ %.17g lost %.0f "
+                  "of %.0f, reference %.17g lost %.0f of %.0f", collage_isa_name((collage_isa)isa), t + 1, sf.edq.edq,
+                  (double)sf.edq.lost_count, (double)sf.edq.updates, sr[t].edq.edq, (double)sr[t].edq.lost_count,
+                  (double)sr[t].edq.updates);
+        }
         collage_adamw_kept_f64(o, kf, n);
         int bad = 0, moved = 0;
         for (size_t i = 0; i < n; i++) { bad += !same_double_bits(kf[i], kr[i]); moved += kr[i] != (double)o_rn(w[i]); }
