@@ -188,9 +188,9 @@ static void timed_opt_free(timed_opt *T) {
     memset(T, 0, sizeof *T);
 }
 
-static int timed_opt_make(timed_opt *T, collage_strategy s, size_t n) {
+static int timed_opt_make(timed_opt *T, collage_strategy s, size_t n, double beta2) {
     memset(T, 0, sizeof *T);
-    collage_adamw_config c = {.strategy = s, .n = n, .beta2 = 0.95, .weight_decay = 0.1, .edq = 0, .seed = 1};
+    collage_adamw_config c = {.strategy = s, .n = n, .beta2 = beta2, .weight_decay = 0.1, .edq = 0, .seed = 1};
     if (collage_adamw_create(&c, &T->o) != COLLAGE_OK) return -1;
     size_t gb = collage_strategy_is_fp32(s) ? 4 : 2;
     T->g = malloc(n * gb);
@@ -222,9 +222,10 @@ static double timed_step(timed_opt *T, int edq) {
  * with EDQ off and one with EDQ on, in alternating order (one object, the same memory, so that the
  * EDQ cost is not where two allocations landed). The machine's bandwidth drifts by 2x over minutes
  * here: every figure of a row comes from the same rounds. Without bb and partner: EDQ off only. */
-static int time_strategy(collage_strategy s, size_t n, int reps, opt_times *R, const bound_buf *bb, timed_opt *partner) {
+static int time_strategy(collage_strategy s, size_t n, double beta2, int reps, opt_times *R, const bound_buf *bb,
+                         timed_opt *partner) {
     timed_opt T;
-    if (timed_opt_make(&T, s, n)) return -1;
+    if (timed_opt_make(&T, s, n, beta2)) return -1;
     double *t = malloc(sizeof(double) * 4 * (size_t)reps);
     if (!t) { timed_opt_free(&T); return -1; }
     double *off = t, *on = t + reps, *bt = t + 2 * reps, *mt = t + 3 * reps;
@@ -250,11 +251,11 @@ static int time_strategy(collage_strategy s, size_t n, int reps, opt_times *R, c
     return 0;
 }
 
-static int bench_optimizer(size_t n, int threads, int reps, int json, const char *only) {
+static int bench_optimizer(size_t n, int threads, double beta2, int reps, int json, const char *only) {
     collage_set_threads(threads);
     float *a = aligned_alloc(64, (n * 4 + 63) & ~(size_t)63), *b = aligned_alloc(64, (n * 4 + 63) & ~(size_t)63);
     timed_opt master;
-    if (!a || !b || timed_opt_make(&master, COLLAGE_BF16_MASTER, n)) {
+    if (!a || !b || timed_opt_make(&master, COLLAGE_BF16_MASTER, n, beta2)) {
         fprintf(stderr, "collage bench: cannot allocate the bound's %zu MB and a bf16-master optimizer\n"
                         "hint: use a smaller --params\n", n * 8 >> 20);
         free(a); free(b);
@@ -273,12 +274,12 @@ static int bench_optimizer(size_t n, int threads, int reps, int json, const char
      * two threads read bf16-master 0.27-0.43 ns/param in cache against 0.27 streaming from memory. */
     size_t n_cache = ((size_t)1 << 16) * (size_t)threads; /* threads ≥ 1: checked by the caller */
     if (!json)
-        printf("collage bench optimizer: n = %zu params, %d thread%s, isa %s, median of %d rounds\n"
+        printf("collage bench optimizer: n = %zu params, %d thread%s, isa %s, beta2 %g, median of %d rounds\n"
                "memory bound (in-place a[i] = a[i]*s + b[i], vectorised): %.1f GB/s at the start. Each round times the\n"
                "bound, a bf16-master step and the strategy's step with EDQ off and on: a row's columns come from the\n"
                "same minutes of a machine whose bandwidth drifts\n\n"
                "%-17s %8s %7s %7s %7s %8s %9s %9s %8s  %s\n", n, threads, threads == 1 ? "" : "s",
-               collage_isa_name(collage_get_isa()), reps, bound0, "strategy", "ns/param", "B/param", "GB/s", "bound",
+               collage_isa_name(collage_get_isa()), beta2, reps, bound0, "strategy", "ns/param", "B/param", "GB/s", "bound",
                "of bound", "vs master", "EDQ cost", "in-cache", "limit");
     int order[COLLAGE_STRATEGY_COUNT] = {COLLAGE_BF16_MASTER, COLLAGE_FP32, COLLAGE_BF16, COLLAGE_LIGHT, COLLAGE_PLUS,
                                          COLLAGE_BF16_FP32_STATES, COLLAGE_BF16_KAHAN, COLLAGE_BF16_SR,
@@ -288,8 +289,8 @@ static int bench_optimizer(size_t n, int threads, int reps, int json, const char
         collage_strategy s = (collage_strategy)order[oi];
         if (only && strcmp(only, collage_strategy_name(s)) && s != COLLAGE_BF16_MASTER) continue;
         opt_times R = {0}, C = {0};
-        if (time_strategy(s, n, reps, &R, &bb, s == COLLAGE_BF16_MASTER ? NULL : &master) ||
-            time_strategy(s, n_cache, reps * 20, &C, NULL, NULL)) {
+        if (time_strategy(s, n, beta2, reps, &R, &bb, s == COLLAGE_BF16_MASTER ? NULL : &master) ||
+            time_strategy(s, n_cache, beta2, reps * 20, &C, NULL, NULL)) {
             fprintf(stderr, "collage bench: cannot create a %s optimizer of %zu params (out of memory?)\n",
                     collage_strategy_name(s), n);
             rc = 1;
@@ -299,11 +300,11 @@ static int bench_optimizer(size_t n, int threads, int reps, int json, const char
         /* memory-limited when the in-cache step is clearly faster than the streaming one */
         int compute_bound = C.ns > 0.8 * R.ns;
         if (json)
-            printf("{\"strategy\":\"%s\",\"n\":%zu,\"threads\":%d,\"ns_per_param\":%.4f,\"bytes_per_param\":%.1f,"
+            printf("{\"strategy\":\"%s\",\"n\":%zu,\"threads\":%d,\"beta2\":%g,\"ns_per_param\":%.4f,\"bytes_per_param\":%.1f,"
                    "\"gbps\":%.2f,\"bound_gbps\":%.2f,\"bound_fraction\":%.3f,\"bf16_master_ns_per_param\":%.4f,"
                    "\"speed_vs_bf16_master\":%.3f,\"edq_ns_per_param\":%.4f,\"edq_overhead\":%.3f,"
                    "\"in_cache_ns_per_param\":%.4f,\"limit\":\"%s\"}\n",
-                   collage_strategy_name(s), n, threads, R.ns, bytes, gbps, bound, frac, R.master_ns, R.master_ns / R.ns,
+                   collage_strategy_name(s), n, threads, beta2, R.ns, bytes, gbps, bound, frac, R.master_ns, R.master_ns / R.ns,
                    R.ns_edq, R.ns_edq / R.ns - 1.0, C.ns, compute_bound ? "compute" : "memory");
         else
             printf("%-17s %8.3f %7.0f %7.1f %7.1f %7.0f%% %8.2fx %8.1f%% %8.3f  %s\n", collage_strategy_name(s), R.ns,
@@ -323,9 +324,11 @@ static int bench_optimizer(size_t n, int threads, int reps, int json, const char
 }
 
 static void bench_opt_usage(FILE *f) {
-    fprintf(f, "usage: collage bench optimizer [--params N] [--threads T] [--reps R] [--strategy NAME] [--json]\n"
+    fprintf(f, "usage: collage bench optimizer [--params N] [--threads T] [--beta2 B] [--reps R] [--strategy NAME] [--json]\n"
                "  --params N   parameters (default 64M = 64,000,000; suffixes K, M, G are powers of 1000)\n"
                "  --threads T  threads (default: all cores)\n"
+               "  --beta2 B    AdamW's beta2 (default 0.95; from 0.998046875 on, bf16(beta2) = 1 and collage-plus\n"
+               "               takes a loop with four fewer roundings)\n"
                "  --reps R     rounds per strategy (bound, bf16-master step, EDQ-off and EDQ-on steps);\n"
                "               the median of each is reported (default 5)\n"
                "  --strategy S only this strategy (and bf16-master, the reference)\n"
@@ -335,12 +338,18 @@ static void bench_opt_usage(FILE *f) {
 static int cmd_bench_optimizer(int argc, char **argv) {
     size_t n = 64000000;
     int threads = collage_get_threads(), reps = 5, json = 0;
+    double beta2 = 0.95;
     const char *only = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--params")) { if (cli_parse_size(a, v, &n)) return 2; i++; }
         else if (!strcmp(a, "--threads")) { if (cli_parse_int(a, v, &threads)) return 2; i++; }
         else if (!strcmp(a, "--reps")) { if (cli_parse_int(a, v, &reps)) return 2; i++; }
+        else if (!strcmp(a, "--beta2")) {
+            if (cli_parse_double(a, v, &beta2)) return 2;
+            if (!(beta2 > 0 && beta2 < 1)) { fprintf(stderr, "collage bench: --beta2 must lie in (0, 1), got %s\n", v); return 2; }
+            i++;
+        }
         else if (!strcmp(a, "--strategy")) {
             collage_strategy s;
             if (!v || collage_strategy_parse(v, &s) != COLLAGE_OK) {
@@ -355,7 +364,7 @@ static int cmd_bench_optimizer(int argc, char **argv) {
         else { fprintf(stderr, "collage bench optimizer: unknown option '%s'\n", a); bench_opt_usage(stderr); return 2; }
     }
     if (n == 0 || threads < 1 || reps < 1) { fprintf(stderr, "collage bench: --params, --threads and --reps must be positive\n"); return 2; }
-    return bench_optimizer(n, threads, reps, json, only);
+    return bench_optimizer(n, threads, beta2, reps, json, only);
 }
 
 

@@ -13,6 +13,7 @@ int collage_cli_tokenize(int argc, char **argv);
 /* Parse a non-negative integer / a double for flag `flag`; on error print a hint and return -1. */
 int cli_parse_size(const char *flag, const char *s, size_t *out);
 int cli_parse_int(const char *flag, const char *s, int *out);
+int cli_parse_double(const char *flag, const char *s, double *out); /* finite */
 double cli_now(void);
 /* mkdir -p: create path and every missing folder above it; 0 or -1 with errno. */
 int cli_mkdir_p(const char *path);

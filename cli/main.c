@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "dist.h"
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,19 @@ int cli_parse_int(const char *flag, const char *s, int *out) {
     if (cli_parse_size(flag, s, &v)) return -1;
     if (v > 1000000) { fprintf(stderr, "collage: %s value %s is too large\n", flag, s); return -1; }
     *out = (int)v;
+    return 0;
+}
+
+int cli_parse_double(const char *flag, const char *s, double *out) {
+    char *end;
+    if (!s) { fprintf(stderr, "collage: %s needs a value\n", flag); return -1; }
+    errno = 0;
+    double x = strtod(s, &end);
+    if (errno || *end || end == s || !isfinite(x)) {
+        fprintf(stderr, "collage: %s expects a number, got '%s'\n", flag, s);
+        return -1;
+    }
+    *out = x;
     return 0;
 }
 

@@ -65,19 +65,6 @@ static void train_usage(FILE *f) {
             "its 1/N of it and holds 1/N of the optimizer state; see README)\n");
 }
 
-static int parse_double(const char *flag, const char *v, double *out) {
-    char *end;
-    if (!v) { fprintf(stderr, "collage: %s needs a value\n", flag); return -1; }
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || *end || end == v || !isfinite(x)) {
-        fprintf(stderr, "collage: %s expects a number, got '%s'\n", flag, v);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
 static int parse_train(int argc, char **argv, train_opts *o) {
     *o = (train_opts){.strategy = COLLAGE_LIGHT, .model = "tiny", .tokenizer = "byte", .steps = 1000, .batch = 16,
                       .seq = 0, .warmup = -1, .eval_every = -1, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95,
@@ -110,12 +97,12 @@ static int parse_train(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--threads")) bad = cli_parse_int(a, v, &o->threads);
         else if (!strcmp(a, "--accum")) bad = cli_parse_int(a, v, &o->accum);
         else if (!strcmp(a, "--seed")) { bad = cli_parse_size(a, v, &z); o->seed = z; o->given |= G_SEED; }
-        else if (!strcmp(a, "--lr")) { bad = parse_double(a, v, &o->lr); o->given |= G_LR; }
-        else if (!strcmp(a, "--beta1")) { bad = parse_double(a, v, &o->beta1); o->given |= G_BETA1; }
-        else if (!strcmp(a, "--beta2")) { bad = parse_double(a, v, &o->beta2); o->given |= G_BETA2; }
-        else if (!strcmp(a, "--eps")) { bad = parse_double(a, v, &o->eps); o->given |= G_EPS; }
-        else if (!strcmp(a, "--wd")) { bad = parse_double(a, v, &o->wd); o->given |= G_WD; }
-        else if (!strcmp(a, "--clip")) { bad = parse_double(a, v, &o->clip); o->given |= G_CLIP; }
+        else if (!strcmp(a, "--lr")) { bad = cli_parse_double(a, v, &o->lr); o->given |= G_LR; }
+        else if (!strcmp(a, "--beta1")) { bad = cli_parse_double(a, v, &o->beta1); o->given |= G_BETA1; }
+        else if (!strcmp(a, "--beta2")) { bad = cli_parse_double(a, v, &o->beta2); o->given |= G_BETA2; }
+        else if (!strcmp(a, "--eps")) { bad = cli_parse_double(a, v, &o->eps); o->given |= G_EPS; }
+        else if (!strcmp(a, "--wd")) { bad = cli_parse_double(a, v, &o->wd); o->given |= G_WD; }
+        else if (!strcmp(a, "--clip")) { bad = cli_parse_double(a, v, &o->clip); o->given |= G_CLIP; }
         else if (!strcmp(a, "--quiet")) { o->quiet = 1; used = 0; }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { if (dist_rank() == 0) train_usage(stdout); return 1; }
         else {
@@ -896,7 +883,7 @@ int cmd_sample(int argc, char **argv) {
         else if (!strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "--tokenizer")) tokname = v;
         else if (!strcmp(a, "--tokens")) bad = cli_parse_int(a, v, &ntok);
-        else if (!strcmp(a, "--temperature")) bad = parse_double(a, v, &temp);
+        else if (!strcmp(a, "--temperature")) bad = cli_parse_double(a, v, &temp);
         else if (!strcmp(a, "--seed")) bad = cli_parse_size(a, v, &seed);
         else {
             fprintf(stderr, "collage sample: unknown option '%s'\nusage: collage sample --checkpoint PATH [--prompt TEXT] "

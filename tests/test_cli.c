@@ -212,6 +212,14 @@ static void test_bench_json(void) {
     CHECK(rc == 2 && strstr(out, "--warmup"), "bench model negative warmup: rc %d: %s", rc, out);
     rc = h_sh(out, sizeof out, "%s bench optimizer --bogus", g_bin);
     CHECK(rc == 2 && strstr(out, "--bogus"), "bench optimizer bad flag: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s bench optimizer --beta2 1.5", g_bin);
+    CHECK(rc == 2 && strstr(out, "--beta2") && strstr(out, "1.5"), "bench optimizer beta2 out of range: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s bench optimizer --beta2 x", g_bin);
+    CHECK(rc == 2 && strstr(out, "--beta2"), "bench optimizer beta2 not a number: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s bench optimizer --params 64K --threads 1 --reps 1 --strategy collage-plus --beta2 0.999 --json",
+              g_bin);
+    CHECK(rc == 0 && strstr(out, "\"strategy\":\"collage-plus\"") && strstr(out, "\"beta2\":0.999"),
+          "bench optimizer --beta2 0.999: rc %d: %s", rc, out);
 }
 
 int main(void) {
