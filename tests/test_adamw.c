@@ -797,6 +797,29 @@ static float adv_value(void) {
     double mag = ldexp(1.0 + h_uniform(), -140 + (int)(h_rand32() % 161u));
     return (float)((h_rand32() & 1) ? -mag : mag);
 }
+static char g_dir[64]; /* a temporary folder for the tests' files */
+
+/* 1 if two optimizers hold the same bits in every state word (θ, δθ, m, v, δv, master, remainder,
+ * step, RNG counter): their saved files compared byte for byte, then removed. */
+static int same_saved_state(const collage_adamw *a, const collage_adamw *b) {
+    char path[2][160];
+    unsigned char *buf[2] = {NULL, NULL};
+    long len[2] = {-1, -2};
+    for (int k = 0; k < 2; k++) {
+        snprintf(path[k], sizeof path[k], "%s/compare%d.state", g_dir, k);
+        if (collage_adamw_save(k ? b : a, path[k]) != COLLAGE_OK) continue;
+        FILE *f = fopen(path[k], "rb");
+        if (f && fseek(f, 0, SEEK_END) == 0 && (len[k] = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+            (buf[k] = malloc((size_t)len[k])) != NULL && fread(buf[k], 1, (size_t)len[k], f) != (size_t)len[k])
+            len[k] = -1 - k;
+        if (f) fclose(f);
+        remove(path[k]);
+    }
+    int same = len[0] == len[1] && len[0] > 0 && buf[0] && buf[1] && !memcmp(buf[0], buf[1], (size_t)len[0]);
+    free(buf[0]); free(buf[1]);
+    return same;
+}
+
 static void adversarial_run(collage_strategy s, double beta2, int isa) {
     collage_adamw_config c = {.strategy = s, .n = ADV_N, .beta1 = 0.9, .beta2 = beta2, .eps = 1e-8,
                               .weight_decay = 0.01, .edq = 1, .seed = 11};
@@ -835,6 +858,11 @@ static void adversarial_run(collage_strategy s, double beta2, int isa) {
                      "kept %a; w0 %a grad %04x", SNAME(s), beta2, collage_isa_name((collage_isa)isa), t, LR[t], i,
                   wa, k0[i], wb, k1[i], (double)w[i], g[i]);
             goto out; /* diverged: one report per run */
+        }
+        if (!same_saved_state(o[0], o[1])) { /* m, v, δv, ...: differences that have not reached θ yet */
+            CHECK(0, "%s adversarial (beta2 %g, isa %s) step %d (lr %g): the weights agree, other state words "
+                     "differ", SNAME(s), beta2, collage_isa_name((collage_isa)isa), t, LR[t]);
+            goto out;
         }
     }
 out:
@@ -1255,7 +1283,6 @@ static void test_sr_unbiased(void) {
 
 /* ------------------------------------------------------------------ 9. save and load */
 #define SL_N 1000
-static char g_dir[64];
 
 static const collage_param_group SL_GROUPS[2] = {{"a", 0, 400, 0.1}, {"b", 600, 300, 0.0}};
 static collage_adamw_config sl_cfg(collage_strategy s, size_t n, double beta2) {
@@ -2054,6 +2081,9 @@ static void test_sr_shard_across_2_32(void) {
 int main(void) {
     g_quick = getenv("COLLAGE_TEST_QUICK") && *getenv("COLLAGE_TEST_QUICK");
     printf("test_adamw%s\n", g_quick ? " (COLLAGE_TEST_QUICK: shortened long runs)" : "");
+    snprintf(g_dir, sizeof g_dir, "/tmp/collage_test_adamw_XXXXXX");
+    if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
+    printf("    files in %s\n", g_dir);
     RUN(test_numerics_vector_light);
     RUN(test_vectors_every_strategy);
     RUN(test_random_every_strategy);
@@ -2069,9 +2099,6 @@ int main(void) {
     RUN(test_weight_decay);
     RUN(test_beta2_0999_second_moment);
     RUN(test_sr_unbiased);
-    snprintf(g_dir, sizeof g_dir, "/tmp/collage_test_adamw_XXXXXX");
-    if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
-    printf("    files in %s\n", g_dir);
     RUN(test_save_load_roundtrip);
     RUN(test_save_load_bad_files);
     RUN(test_sharded_equals_whole);
