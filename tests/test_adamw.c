@@ -799,23 +799,30 @@ static float adv_value(void) {
 }
 static char g_dir[64]; /* a temporary folder for the tests' files */
 
+static unsigned char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)sz + 1);
+    *len = fread(buf, 1, (size_t)sz, f);
+    fclose(f);
+    return buf;
+}
+
 /* 1 if two optimizers hold the same bits in every state word (θ, δθ, m, v, δv, master, remainder,
  * step, RNG counter): their saved files compared byte for byte, then removed. */
 static int same_saved_state(const collage_adamw *a, const collage_adamw *b) {
     char path[2][160];
     unsigned char *buf[2] = {NULL, NULL};
-    long len[2] = {-1, -2};
+    size_t len[2] = {0, 0};
     for (int k = 0; k < 2; k++) {
         snprintf(path[k], sizeof path[k], "%s/compare%d.state", g_dir, k);
-        if (collage_adamw_save(k ? b : a, path[k]) != COLLAGE_OK) continue;
-        FILE *f = fopen(path[k], "rb");
-        if (f && fseek(f, 0, SEEK_END) == 0 && (len[k] = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
-            (buf[k] = malloc((size_t)len[k])) != NULL && fread(buf[k], 1, (size_t)len[k], f) != (size_t)len[k])
-            len[k] = -1 - k;
-        if (f) fclose(f);
+        if (collage_adamw_save(k ? b : a, path[k]) == COLLAGE_OK) buf[k] = read_all(path[k], &len[k]);
         remove(path[k]);
     }
-    int same = len[0] == len[1] && len[0] > 0 && buf[0] && buf[1] && !memcmp(buf[0], buf[1], (size_t)len[0]);
+    int same = buf[0] && buf[1] && len[0] > 0 && len[0] == len[1] && !memcmp(buf[0], buf[1], len[0]);
     free(buf[0]); free(buf[1]);
     return same;
 }
@@ -1341,17 +1348,6 @@ static void test_save_load_roundtrip(void) {
     free(g); free(a); free(b);
 }
 
-static unsigned char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)sz + 1);
-    *len = fread(buf, 1, (size_t)sz, f);
-    fclose(f);
-    return buf;
-}
 static void write_all_to(const char *path, const unsigned char *p, size_t len) {
     FILE *f = fopen(path, "wb");
     CHECK(f != NULL, "cannot write %s", path);
