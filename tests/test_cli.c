@@ -195,10 +195,16 @@ static int count_lines_with(const char *out, const char *const *keys, int nk) {
 static void test_bench_json(void) {
     static char out[65536];
     const char *ok[] = {"strategy", "ns_per_param", "bytes_per_param", "gbps", "bound_fraction", "bound_gbps",
-                        "speed_vs_bf16_master", "edq_overhead", "limit"};
+                        "speed_vs_bf16_master", "edq_overhead", "from_memory_penalty", "limit"};
     int rc = h_sh(out, sizeof out, "%s bench optimizer --params 64K --threads 1 --reps 2 --strategy collage-light --json",
                   g_bin);
-    CHECK(rc == 0 && count_lines_with(out, ok, 9) == 2, "bench optimizer --json: rc %d: %s", rc, out);
+    CHECK(rc == 0 && count_lines_with(out, ok, 10) == 2, "bench optimizer --json: rc %d: %s", rc, out);
+    /* the limit is one of three words, whatever the timings */
+    const char *lim[] = {"\"limit\":\"memory\"", "\"limit\":\"compute\"", "\"limit\":\"compute+memory\""};
+    int nl = 0;
+    for (int i = 0; i < 3; i++)
+        for (const char *q = strstr(out, lim[i]); q; q = strstr(q + 1, lim[i])) nl++;
+    CHECK(nl == 2, "bench optimizer limit labels (%d of 2 rows): %s", nl, out);
     CHECK(strstr(out, "\"strategy\":\"bf16-master\"") && strstr(out, "\"strategy\":\"collage-light\""),
           "bench optimizer rows: %s", out);
     const char *mk[] = {"model", "strategy", "ms_per_step", "tokens_per_s", "fraction_of_sgemm", "slowdown_vs_fp32",
