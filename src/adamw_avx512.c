@@ -10,4 +10,5 @@
 #else
 void collage__adamw_block_avx512(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
                                  adamw_acc *acc) { collage__adamw_block_ref(s, S, a, b, k, acc); }
+int collage__adamw_code_spans_avx512(int *loops) { *loops = 0; return -1; }
 #endif

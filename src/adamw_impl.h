@@ -49,6 +49,10 @@ void collage__adamw_block_avx512(collage_strategy s, const adamw_slabs *S, size_
                                  adamw_acc *acc);
 void collage__adamw_block_avx2(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
                                adamw_acc *acc);
+/* The number of a kernel's loop functions whose code span (adamw_kernel.inc, code_touch) is real, and
+ * in *loops how many it has; −1 where the kernel is not compiled in (the compiler lacks the ISA). */
+int collage__adamw_code_spans_avx512(int *loops);
+int collage__adamw_code_spans_avx2(int *loops);
 
 /* The remainder strategy's master: θ's bits with a signed 16-bit difference. θ = the master rounded to
  * nearest with ties away from zero, so (θ, remainder) ↔ master is a bijection; ties to even would

@@ -914,6 +914,21 @@ static void test_fast2sum_error_exact(void) {
     printf("    %llu pairs with z exact, b - z exact in all\n", tried);
 }
 
+/* The vector kernels keep their running loop in L2 by reading one line of its code per iteration
+ * (adamw_kernel.inc, code_touch), bounded by each loop function's own section. Where the linker did not
+ * make the bounds, the loops fall back to a harmless pad: same results, the speed lost (collage-plus
+ * streaming from memory about 15% slower on Zen 5). Every loop function must have a span of its own. */
+int collage__adamw_code_spans_avx512(int *loops);
+int collage__adamw_code_spans_avx2(int *loops);
+static void test_kernel_code_spans(void) {
+#if defined(__ELF__)
+    int loops = 0, real = collage__adamw_code_spans_avx512(&loops);
+    CHECK(real < 0 || (loops == 48 && real == loops), "avx512 kernel: %d of %d loops have a code span", real, loops);
+    real = collage__adamw_code_spans_avx2(&loops);
+    CHECK(real < 0 || (loops == 48 && real == loops), "avx2 kernel: %d of %d loops have a code span", real, loops);
+#endif
+}
+
 /* The vector kernels round √v (v a bf16 value) half up instead of to even (adamw_kernel.inc sqrt_rn):
  * exact only because the fp32 root of a bf16 value is never halfway between two bf16 values, and a NaN
  * root has zero low 16 bits. All 2^16 inputs. */
@@ -2088,6 +2103,7 @@ int main(void) {
     RUN(test_fast_equals_ref_special_values);
     RUN(test_fast_equals_ref_adversarial);
     RUN(test_sqrt_no_tie);
+    RUN(test_kernel_code_spans);
     RUN(test_fast2sum_error_exact);
     RUN(test_sumsq_chunks);
     RUN(test_long_run_vs_float64);
