@@ -4,19 +4,21 @@
 #   STRATEGY  a strategy name for `collage bench optimizer --strategy` (e.g. collage-light)
 #   LOOP      the loop function in adamw_kernel.inc, named <loop>_<edq><clip>: llig_10 is collage-light
 #             with EDQ and no clipping (lf32 lfst lmas lb16 llig lplu lplu1 lkah lsr lrem lpv1 lpv11)
-#   BUILD     the build folder (default build); the AVX-512 kernel must be the one the CPU takes
+#   BUILD     the build folder (default build)
+# ISA=avx2 counts the AVX2 kernel's loop (run with COLLAGE_ISA=avx2; an iteration is 2 pairs of
+# 8-lane vectors, 32 elements); by default the AVX-512 kernel's, which the CPU must take.
 # Prints the instruction count of each iteration seen (one iteration = 4 pairs = 128 elements with
 # AVX-512) and, for one iteration, the count by mnemonic with stack traffic marked (<-stk, ->stk).
 # Used in README (session 8): EDQ-on minus EDQ-off instructions per iteration.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,10p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,12p' "$0"; exit 2; }
 strategy=$1; loop=$2; build=${3:-build}
 command -v gdb >/dev/null || { echo "loop_icount: gdb not found (apt-get install gdb)" >&2; exit 1; }
 [ -x "$build/collage" ] || { echo "loop_icount: $build/collage not found: run make first" >&2; exit 1; }
 out=$(mktemp); trap 'rm -f "$out"' EXIT
 # the first call is a warm-up round's; skip a few calls so that the state has settled
-OMP_NUM_THREADS=1 gdb -q -batch -nx \
-  -ex "set pagination off" -ex "break adamw_avx512.c:$loop" -ex "ignore 1 ${SKIP:-8}" -ex "run" -ex "delete" \
+COLLAGE_ISA=${ISA:-avx512} OMP_NUM_THREADS=1 gdb -q -batch -nx \
+  -ex "set pagination off" -ex "break adamw_${ISA:-avx512}.c:$loop" -ex "ignore 1 ${SKIP:-8}" -ex "run" -ex "delete" \
   -ex "python
 import gdb
 f = open('$out', 'w')
