@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# kernel_ab.sh REV STRATEGY N [ROUNDS STEPS] — the AVX-512 AdamW kernel of git revision REV ("base")
+# against the working tree's src/adamw_kernel.inc ("var"), in one process (scripts/kernel_ab.c):
+# states and EDQ sums compared, then EDQ-off and EDQ-on ns/param of each and their ratios.
+# N = 65536 keeps one thread's state in L2; 32000000 streams it from memory. OMP_NUM_THREADS sets the
+# threads, B2 the β2. Needs a built library (make) for the rest of collage. Example:
+#   scripts/kernel_ab.sh HEAD~1 collage-light 65536 21 40
+set -euo pipefail
+[ $# -ge 3 ] || { sed -n '2,8p' "$0"; exit 2; }
+rev=$1; strategy=$2; n=$3; rounds=${4:-21}; steps=${5:-20}
+root=$(cd "$(dirname "$0")/.." && pwd)
+[ -f "$root/build/libcollage.a" ] || { echo "kernel_ab: build/libcollage.a not found: run make first" >&2; exit 1; }
+grep -qw avx512bw /proc/cpuinfo || { echo "kernel_ab: this CPU has no AVX-512" >&2; exit 1; }
+w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
+git -C "$root" show "$rev:src/adamw_kernel.inc" > "$w/base.inc" \
+  || { echo "kernel_ab: no src/adamw_kernel.inc at revision $rev" >&2; exit 1; }
+sed 's/^#define KTAG avx512$/#define KTAG avx512v/' "$root/src/adamw_kernel.inc" > "$w/var.inc"
+F="-std=c11 -O2 -g -ffp-contract=off -fno-fast-math -fno-math-errno -D_GNU_SOURCE -I$root/include -I$root/src -fopenmp
+   -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
+   -fschedule-insns -fsched-pressure --param=sched-pressure-algorithm=2"
+for v in base var; do
+  name=$([ $v = base ] && echo collage__adamw_block_avx512 || echo collage__adamw_block_var)
+  printf '#include "adamw_impl.h"\n#include <immintrin.h>\n#define VL 16\n#define KERNEL_NAME %s\n#define VSQRT(x) ((vf)_mm512_sqrt_ps((__m512)(x)))\n#include "%s"\n' \
+    "$name" "$w/$v.inc" > "$w/$v.c"
+  cc $F -c "$w/$v.c" -o "$w/$v.o" &
+done
+wait
+# the library's own AVX-512 kernel object is left out: base.o defines it
+objs=$(ar t "$root/build/libcollage.a" | grep -v '^adamw_avx512.o$')
+(cd "$w" && ar x "$root/build/libcollage.a" $objs)
+cc -O2 -fopenmp -I"$root/include" -I"$root/src" "$root/scripts/kernel_ab.c" "$w/base.o" "$w/var.o" \
+  $(for o in $objs; do echo "$w/$o"; done) -lopenblas -lm -o "$w/kernel_ab"
+"$w/kernel_ab" "$strategy" "$n" "$rounds" "$steps"
