@@ -3,7 +3,8 @@
  * the working tree's adamw_kernel.inc). Both step copies of the same state; after three warm-up steps
  * and one EDQ step the states and EDQ sums are compared, then EDQ-off and EDQ-on steps of each are
  * timed in interleaved rounds (best round of each). Usage: kernel_ab STRATEGY N ROUNDS STEPS; env B2
- * (β2, default 0.95), OMP_NUM_THREADS. A tool for kernel work, not part of the library or the tests. */
+ * (β2, default 0.95), OMP_NUM_THREADS. The bf16-only strategies (their slabs are all bf16 words). A tool
+ * for kernel work, not part of the library or the tests. */
 #include "adamw_impl.h"
 #include "collage.h"
 #include <stdio.h>
@@ -44,6 +45,7 @@ static void step(kfn f,int s,st *S,size_t n,int edq,int t,float b2,adamw_acc *to
 int main(int argc,char**argv){
   if(argc<5){fprintf(stderr,"usage: kernel_ab STRATEGY N ROUNDS STEPS\n");return 2;}
   collage_strategy cs; if(collage_strategy_parse(argv[1],&cs)!=COLLAGE_OK){fprintf(stderr,"kernel_ab: unknown strategy %s\n",argv[1]);return 2;}
+  if(cs==COLLAGE_FP32||cs==COLLAGE_BF16_FP32_STATES||cs==COLLAGE_BF16_MASTER){fprintf(stderr,"kernel_ab: %s keeps fp32 state words; this harness steps the bf16-only strategies\n",argv[1]);return 2;}
   int s=(int)cs; size_t n=(size_t)atol(argv[2]); int reps=atoi(argv[3]); int inner=atoi(argv[4]);
   if(n<64||reps<1||inner<1){fprintf(stderr,"kernel_ab: N >= 64, ROUNDS and STEPS >= 1\n");return 2;}
   float b2=getenv("B2")?(float)atof(getenv("B2")):0.95f;

@@ -8,6 +8,11 @@
 set -euo pipefail
 [ $# -ge 3 ] || { sed -n '2,8p' "$0"; exit 2; }
 rev=$1; strategy=$2; n=$3; rounds=${4:-21}; steps=${5:-20}
+case $strategy in
+  bf16|collage-light|collage-plus|bf16-kahan|bf16-sr|bf16-remainder|collage-plus-v1) ;;
+  *) echo "kernel_ab: $strategy: one of the bf16-only strategies (bf16, collage-light, collage-plus," \
+          "bf16-kahan, bf16-sr, bf16-remainder, collage-plus-v1)" >&2; exit 2 ;;
+esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 [ -f "$root/build/libcollage.a" ] || { echo "kernel_ab: build/libcollage.a not found: run make first" >&2; exit 1; }
 grep -qw avx512bw /proc/cpuinfo || { echo "kernel_ab: this CPU has no AVX-512" >&2; exit 1; }
