@@ -12,11 +12,49 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 typedef struct {
     size_t n;
     int reps, json, max_threads;
 } bench_opts;
+
+/* The CPU: its brand string and, on x86, family and model from CPUID. The benchmarks print it with
+ * their figures, which depend on it more than on anything else: AVX-512 runs at full width on Zen 5
+ * and Intel and as two 256-bit halves on Zen 4 (family 25), where the bf16 loops, bound by the issue of
+ * vector operations, take about twice as long against the same memory. Quotes and backslashes are
+ * replaced so that the name can go into JSON as it is. */
+static const char *cpu_name(void) {
+    static char name[96];
+    if (name[0]) return name;
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned r[12] = {0}, a = 0, b = 0, c = 0, d = 0;
+    char brand[49] = "x86";
+    if (__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
+        for (unsigned i = 0; i < 3; i++) __get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
+        memcpy(brand, r, 48);
+        brand[48] = 0;
+    }
+    char *p = brand;
+    while (*p == ' ') p++;
+    for (char *e = p + strlen(p); e > p && e[-1] == ' '; e--) e[-1] = 0;
+    unsigned fam = 0, model = 0;
+    if (__get_cpuid(1, &a, &b, &c, &d)) {
+        fam = (a >> 8) & 0xfu;
+        model = (a >> 4) & 0xfu;
+        if (fam == 0xfu) fam += (a >> 20) & 0xffu;
+        if (fam == 0x6u || fam >= 0xfu) model |= ((a >> 16) & 0xfu) << 4;
+    }
+    snprintf(name, sizeof name, "%s, family %u model %u", *p ? p : "x86", fam, model);
+#else
+    snprintf(name, sizeof name, "unknown");
+#endif
+    for (char *q = name; *q; q++)
+        if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20) *q = ' ';
+    return name;
+}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -75,8 +113,8 @@ static int bench_convert(const bench_opts *o) {
     memset(h, 0, n * 2); memset(f32b, 0, n * 4);
     collage_fp16_from_f32_row(h, f32, n);
     if (!o->json)
-        printf("collage bench convert: n = %zu elements, isa = %s, median of %d reps\n"
-               "%-14s %7s %9s %8s\n", n, collage_isa_name(collage_get_isa()), o->reps,
+        printf("collage bench convert: n = %zu elements, isa = %s, median of %d reps\ncpu: %s\n"
+               "%-14s %7s %9s %8s\n", n, collage_isa_name(collage_get_isa()), o->reps, cpu_name(),
                "kernel", "threads", "GB/s", "vs copy");
     double *ts = malloc(sizeof(double) * (size_t)o->reps);
     int thread_list[2] = {1, o->max_threads};
@@ -93,8 +131,9 @@ static int bench_convert(const bench_opts *o) {
             double gbps = bytes / ts[o->reps / 2] * 1e-9;
             if (k == B_COPY) copy_gbps = gbps;
             if (o->json)
-                printf("{\"kernel\":\"%s\",\"threads\":%d,\"n\":%zu,\"isa\":\"%s\",\"gbps\":%.3f,\"copy_fraction\":%.3f}\n",
-                       B_KEY[k], threads, n, collage_isa_name(collage_get_isa()), gbps, gbps / copy_gbps);
+                printf("{\"kernel\":\"%s\",\"threads\":%d,\"n\":%zu,\"isa\":\"%s\",\"gbps\":%.3f,\"copy_fraction\":%.3f,"
+                       "\"cpu\":\"%s\"}\n",
+                       B_KEY[k], threads, n, collage_isa_name(collage_get_isa()), gbps, gbps / copy_gbps, cpu_name());
             else
                 printf("%-14s %7d %9.2f %7.0f%%\n", B_NAME[k], threads, gbps, 100.0 * gbps / copy_gbps);
             fflush(stdout);
@@ -275,11 +314,12 @@ static int bench_optimizer(size_t n, int threads, double beta2, int reps, int js
     size_t n_cache = ((size_t)1 << 16) * (size_t)threads; /* threads ≥ 1: checked by the caller */
     if (!json)
         printf("collage bench optimizer: n = %zu params, %d thread%s, isa %s, beta2 %g, median of %d rounds\n"
+               "cpu: %s\n"
                "memory bound (in-place a[i] = a[i]*s + b[i], vectorised): %.1f GB/s at the start. Each round times the\n"
                "bound, a bf16-master step and the strategy's step with EDQ off and on: a row's columns come from the\n"
                "same minutes of a machine whose bandwidth drifts\n\n"
                "%-17s %8s %7s %7s %7s %8s %9s %9s %8s %8s  %s\n", n, threads, threads == 1 ? "" : "s",
-               collage_isa_name(collage_get_isa()), beta2, reps, bound0, "strategy", "ns/param", "B/param", "GB/s", "bound",
+               collage_isa_name(collage_get_isa()), beta2, reps, cpu_name(), bound0, "strategy", "ns/param", "B/param", "GB/s", "bound",
                "of bound", "vs master", "EDQ cost", "in-cache", "penalty", "limit");
     int order[COLLAGE_STRATEGY_COUNT] = {COLLAGE_BF16_MASTER, COLLAGE_FP32, COLLAGE_BF16, COLLAGE_LIGHT, COLLAGE_PLUS,
                                          COLLAGE_BF16_FP32_STATES, COLLAGE_BF16_KAHAN, COLLAGE_BF16_SR,
@@ -309,9 +349,10 @@ static int bench_optimizer(size_t n, int threads, double beta2, int reps, int js
             printf("{\"strategy\":\"%s\",\"n\":%zu,\"threads\":%d,\"beta2\":%g,\"ns_per_param\":%.4f,\"bytes_per_param\":%.1f,"
                    "\"gbps\":%.2f,\"bound_gbps\":%.2f,\"bound_fraction\":%.3f,\"bf16_master_ns_per_param\":%.4f,"
                    "\"speed_vs_bf16_master\":%.3f,\"edq_ns_per_param\":%.4f,\"edq_overhead\":%.3f,"
-                   "\"in_cache_ns_per_param\":%.4f,\"from_memory_penalty\":%.3f,\"limit\":\"%s\"}\n",
+                   "\"in_cache_ns_per_param\":%.4f,\"from_memory_penalty\":%.3f,\"limit\":\"%s\",\"isa\":\"%s\","
+                   "\"cpu\":\"%s\"}\n",
                    collage_strategy_name(s), n, threads, beta2, R.ns, bytes, gbps, bound, frac, R.master_ns, R.master_ns / R.ns,
-                   R.ns_edq, R.ns_edq / R.ns - 1.0, C.ns, penalty, limit);
+                   R.ns_edq, R.ns_edq / R.ns - 1.0, C.ns, penalty, limit, collage_isa_name(collage_get_isa()), cpu_name());
         else
             printf("%-17s %8.3f %7.0f %7.1f %7.1f %7.0f%% %8.2fx %8.1f%% %8.3f %7.0f%%  %s\n", collage_strategy_name(s),
                    R.ns, bytes, gbps, bound, 100.0 * frac, R.master_ns / R.ns, 100.0 * (R.ns_edq / R.ns - 1.0), C.ns,
@@ -479,9 +520,9 @@ static void bench_model_row(collage_strategy s, const double med[4], double ms_f
     if (json)
         printf("{\"model\":\"%s\",\"strategy\":\"%s\",\"B\":%d,\"T\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f,"
                "\"model_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"fraction_of_sgemm\":%.3f,\"slowdown_vs_fp32\":%.3f,"
-               "\"forward_ms\":%.2f,\"backward_ms\":%.2f,\"optimizer_ms\":%.2f,\"fp32_ms_alongside\":%.2f}\n",
+               "\"forward_ms\":%.2f,\"backward_ms\":%.2f,\"optimizer_ms\":%.2f,\"fp32_ms_alongside\":%.2f,\"cpu\":\"%s\"}\n",
                preset, collage_strategy_name(s), B, T, ms, tok / (ms * 1e-3), fl * 1e-9, sg * 1e-9, fl / sg, ratio,
-               med[1], med[2], med[3], ms_fp32);
+               med[1], med[2], med[3], ms_fp32, cpu_name());
     else
         printf("%-17s %9.1f %9.0f %9.1f %8.0f%% %8.2fx %9.1f %9.1f %9.1f\n", collage_strategy_name(s), ms,
                tok / (ms * 1e-3), fl * 1e-9, 100 * fl / sg, ratio, med[1], med[2], med[3]);
@@ -517,10 +558,10 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
     if (!json)
         printf("collage bench model: %s (%zu params), B = %d, T = %d, %d threads; median of %d steps after %d untimed,\n"
                "each strategy stepped in alternation with an fp32 model (vs fp32: against those fp32 steps)\n"
-               "OpenBLAS sgemm on the model's shapes: %.1f GFLOP/s\n"
+               "cpu: %s; OpenBLAS sgemm on the model's shapes: %.1f GFLOP/s\n"
                "phases (median ms): forward includes zeroing the gradients; optimizer includes the clipping norm and EDQ\n\n"
                "%-17s %9s %9s %9s %9s %9s %9s %9s %9s\n", preset, n, B, T, collage_get_threads(), steps, warmup,
-               sg * 1e-9, "strategy", "ms/step", "tokens/s", "GFLOP/s", "vs sgemm", "vs fp32", "forward", "backward",
+               cpu_name(), sg * 1e-9, "strategy", "ms/step", "tokens/s", "GFLOP/s", "vs sgemm", "vs fp32", "forward", "backward",
                "optimizer");
     fflush(stdout);
     float *w0 = malloc(n * sizeof(float));

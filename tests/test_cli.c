@@ -195,10 +195,14 @@ static int count_lines_with(const char *out, const char *const *keys, int nk) {
 static void test_bench_json(void) {
     static char out[65536];
     const char *ok[] = {"strategy", "ns_per_param", "bytes_per_param", "gbps", "bound_fraction", "bound_gbps",
-                        "speed_vs_bf16_master", "edq_overhead", "from_memory_penalty", "limit"};
+                        "speed_vs_bf16_master", "edq_overhead", "from_memory_penalty", "limit", "isa", "cpu"};
     int rc = h_sh(out, sizeof out, "%s bench optimizer --params 64K --threads 1 --reps 2 --strategy collage-light --json",
                   g_bin);
-    CHECK(rc == 0 && count_lines_with(out, ok, 10) == 2, "bench optimizer --json: rc %d: %s", rc, out);
+    CHECK(rc == 0 && count_lines_with(out, ok, 12) == 2, "bench optimizer --json: rc %d: %s", rc, out);
+    /* the CPU the figures belong to: a non-empty name, closed by its quote (no quote inside) */
+    const char *cpu = strstr(out, "\"cpu\":\"");
+    CHECK(cpu && cpu[7] != '"' && strchr(cpu + 7, '"') && strchr(cpu + 7, '"') < strchr(cpu + 7, '}'),
+          "bench optimizer cpu key: %s", out);
     /* the limit is one of three words, whatever the timings */
     const char *lim[] = {"\"limit\":\"memory\"", "\"limit\":\"compute\"", "\"limit\":\"compute+memory\""};
     int nl = 0;
@@ -208,9 +212,9 @@ static void test_bench_json(void) {
     CHECK(strstr(out, "\"strategy\":\"bf16-master\"") && strstr(out, "\"strategy\":\"collage-light\""),
           "bench optimizer rows: %s", out);
     const char *mk[] = {"model", "strategy", "ms_per_step", "tokens_per_s", "fraction_of_sgemm", "slowdown_vs_fp32",
-                        "forward_ms", "backward_ms", "optimizer_ms"};
+                        "forward_ms", "backward_ms", "optimizer_ms", "cpu"};
     rc = h_sh(out, sizeof out, "%s bench model --model tiny --steps 2 --warmup 0 --strategy collage-plus --json", g_bin);
-    CHECK(rc == 0 && count_lines_with(out, mk, 9) == 2, "bench model --json: rc %d: %s", rc, out);
+    CHECK(rc == 0 && count_lines_with(out, mk, 10) == 2, "bench model --json: rc %d: %s", rc, out);
     CHECK(strstr(out, "\"strategy\":\"fp32\"") && strstr(out, "\"strategy\":\"collage-plus\""), "bench model rows: %s", out);
     rc = h_sh(out, sizeof out, "%s bench model --strategy nonsense", g_bin);
     CHECK(rc == 2 && strstr(out, "nonsense") && strstr(out, "hint"), "bench model bad strategy: rc %d: %s", rc, out);
