@@ -43,7 +43,7 @@ TEST_SRC = $(wildcard tests/test_*.c)
 TEST_BIN = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 HDRS     = include/collage.h $(wildcard src/*.h) $(wildcard src/*.inc) $(wildcard cli/*.h) tests/harness.h
 
-.PHONY: all lib cli tests test run setup clean ci-san ci-noomp FORCE
+.PHONY: all lib cli tests test run setup clean ci-san ci-noomp fuzz FORCE
 all: lib cli
 lib: $(BUILD)/libcollage.a $(BUILD)/libcollage.so
 cli: $(BUILD)/collage
@@ -89,6 +89,18 @@ setup:
 test: setup
 	@$(MAKE) --no-print-directory all tests
 	@bash tests/run.sh $(BUILD)
+
+# libFuzzer over the file readers and the tokenizers (tests/fuzz/fuzz_inputs.c), with clang: the
+# library built into FUZZ_BUILD under ASan + UBSan with coverage, then, for example,
+#   build-fuzz/fuzz_inputs -max_total_time=60        (or -runs=N; a crash leaves its input as crash-*)
+FUZZ_BUILD ?= build-fuzz
+fuzz:
+	@$(MAKE) --no-print-directory $(FUZZ_BUILD)/libcollage.a BUILD=$(FUZZ_BUILD) CC=clang SAN=1 OMP=0 MPI=0 \
+	  CFLAGS=-fsanitize=fuzzer-no-link
+	clang -std=c11 -O1 -g -Wall -Wextra $(filter -Werror,$(CFLAGS_BASE)) -D_GNU_SOURCE -Iinclude -Isrc \
+	  -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=undefined tests/fuzz/fuzz_inputs.c $(FUZZ_BUILD)/libcollage.a -lopenblas -lm \
+	  -o $(FUZZ_BUILD)/fuzz_inputs
 
 # The main job: set-up, build, train the default model on the default corpus (the fortunes), sample.
 run: setup

@@ -405,7 +405,7 @@ static collage_status step(collage_adamw *o, const void *grads, double lr, colla
     long nb = (long)o->n_blocks;
     adamw_k k = {0};
     k.coef = 1.0f;
-    double gnorm = NAN, coef = 1.0;
+    double gnorm = (double)NAN, coef = 1.0;
     if (stats) memset(stats, 0, sizeof *stats);
     if (o->cfg.clip > 0 || o->cfg.skip_nonfinite) {
         double sum = have_sumsq ? given_sumsq : grad_sumsq(o, grads, nt, ref);

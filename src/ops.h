@@ -436,7 +436,7 @@ static double SUF(gpt_forward)(const gpt_plan *P, const real *w, real *a, const 
     const int N = B * T;
     SUF(gpt_trunk)(P, w, a, tok, B, T, bf, nt);
     SUF(matmul_forward)(AC(A_LOGITS, 0), AC(A_LNF, 0), PW(COLLAGE_GPT_WTE, 0), NULL, N, P->C, P->Vp, bf, nt);
-    if (!tgt) return NAN;
+    if (!tgt) return (double)NAN;
     return SUF(crossentropy_forward)(AC(A_LOGITS, 0), AC(A_LOSSES, 0), tgt, N, P->V, P->Vp, nt);
 }
 

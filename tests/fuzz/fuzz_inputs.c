@@ -1,0 +1,332 @@
+/* fuzz_inputs.c — libFuzzer over every reader of a file that a user hands collage, and over the
+ * tokenizers: the optimizer state (collage_adamw_load, collage_adamw_load_part), the model checkpoint
+ * (collage_ckpt_read_header, collage_ckpt_load_model), the llm.c token shard (collage_shard_read), the
+ * GPT-2 vocabulary files (collage_tokenizer_create), and encode/decode on arbitrary bytes and ids.
+ * Built with clang under ASan + UBSan (`make fuzz`); run e.g. `build-fuzz/fuzz_inputs -max_total_time=60`.
+ *
+ * Besides "no crash, no out-of-bounds access, no leak", each target checks the contracts of
+ * include/collage.h and the headers in src that bad input must keep:
+ *  - a failed optimizer load returns an error, names the file in its message, and leaves every state
+ *    word as it was (the loader validates the whole file, checksum included, before writing any);
+ *  - a failed checkpoint or shard read names the file;
+ *  - decode(encode(x)) == x for any bytes x, with both tokenizers; decoding an id outside the
+ *    vocabulary is COLLAGE_ERR_ARG.
+ * The optimizer-state and checkpoint targets are structure-aware: they start from valid files saved at
+ * start-up and apply the input as edits (truncation or extension, byte overwrites, and optionally the
+ * checksum recomputed), so that mutations get past the magic and the checksum to the later checks.
+ * Input: byte 0 picks the target (mod 5), the rest is its payload. */
+#include "collage.h"
+#include "ckpt.h"
+#include "data.h"
+#include "gpt.h"
+#include "tokenizer.h"
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define FAIL(...) do { fprintf(stderr, "fuzz_inputs: " __VA_ARGS__); fputc('\n', stderr); abort(); } while (0)
+
+static char g_dir[256];                       /* the scratch folder */
+static unsigned char *g_state[COLLAGE_STRATEGY_COUNT];
+static size_t g_state_len[COLLAGE_STRATEGY_COUNT];
+static unsigned char *g_ckpt[2];              /* fp32, bf16 */
+static size_t g_ckpt_len[2];
+static collage_gpt_config g_cfg = {16, 16, 8, 1, 2, 8}; /* V, Vp, maxT, L, NH, C: a micro model */
+static collage_tokenizer *g_tok[2];           /* byte, gpt2 (NULL when its files are not installed) */
+
+enum { N_ELEM = 40 };
+static const collage_param_group g_groups[2] = {{"matrices", 0, 16, 0.1}, {"norms", 16, 24, 0.0}};
+
+static unsigned char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) FAIL("cannot read back %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)n + 1);
+    if (!b || fread(b, 1, (size_t)n, f) != (size_t)n) FAIL("cannot read back %s", path);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+static void spit(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || (n && fwrite(p, 1, n, f) != n) || fclose(f)) FAIL("cannot write %s", path);
+}
+
+/* An optimizer over [index0, index0 + n) of the N_ELEM-element slab, one step taken (so that every
+ * state word is nonzero somewhere). */
+static collage_adamw *make_opt(collage_strategy s, size_t index0, size_t n) {
+    collage_adamw_config c = {0};
+    c.strategy = s;
+    c.n = n;
+    c.index0 = index0;
+    c.total = N_ELEM;
+    c.groups = g_groups;
+    c.n_groups = 2;
+    c.beta2 = 0.95;
+    c.seed = 7;
+    collage_adamw *o;
+    if (collage_adamw_create(&c, &o) != COLLAGE_OK) FAIL("cannot create a %s optimizer", collage_strategy_name(s));
+    float w[N_ELEM], gf[N_ELEM];
+    collage_bf16 gb[N_ELEM];
+    for (size_t i = 0; i < n; i++) {
+        w[i] = 0.25f * (float)((index0 + i) % 7) - 0.7f;
+        gf[i] = 0.01f * (float)((index0 + i) % 5) - 0.02f;
+        uint32_t u;
+        memcpy(&u, &gf[i], 4);
+        gb[i].bits = (uint16_t)(u >> 16);
+    }
+    if (collage_adamw_set_weights_f32(o, w, n) != COLLAGE_OK ||
+        collage_adamw_step(o, collage_strategy_is_fp32(s) ? (const void *)gf : (const void *)gb, 1e-3, NULL) != COLLAGE_OK)
+        FAIL("cannot step a %s optimizer", collage_strategy_name(s));
+    return o;
+}
+
+static uint64_t fnv1a(const unsigned char *p, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ull; }
+    return h;
+}
+
+/* The base file edited by the payload: p[0] resize (< 64: truncate to len·p/64; ≥ 128: p − 128 bytes
+ * appended), p[1] & 1: recompute the trailing FNV-1a checksum, then (offset u16, byte) triples. */
+static unsigned char *edit(const unsigned char *base, size_t base_len, const uint8_t *p, size_t n, size_t *out_len,
+                           int checksum) {
+    size_t len = base_len, extra = 0;
+    if (n >= 1) {
+        if (p[0] < 64) len = base_len * p[0] / 64;
+        else if (p[0] >= 128) extra = (size_t)(p[0] - 128);
+    }
+    unsigned char *b = malloc(len + extra + 1);
+    if (!b) FAIL("out of memory");
+    memcpy(b, base, len);
+    memset(b + len, 0xab, extra);
+    len += extra;
+    for (size_t i = 2; i + 3 <= n && len; i += 3) b[((size_t)p[i] | (size_t)p[i + 1] << 8) % len] = p[i + 2];
+    if (checksum && n >= 2 && (p[1] & 1) && len >= 8) {
+        uint64_t h = fnv1a(b, len - 8);
+        memcpy(b + len - 8, &h, 8);
+    }
+    *out_len = len;
+    return b;
+}
+
+/* The optimizer's whole visible state: its weights and its kept values. */
+static void snapshot(collage_adamw *o, unsigned char *w, double *kept) {
+    size_t n = collage_adamw_size(o), es = collage_strategy_is_fp32(collage_adamw_strategy(o)) ? 4 : 2;
+    memcpy(w, collage_adamw_params(o), n * es);
+    if (collage_adamw_kept_f64(o, kept, n) != COLLAGE_OK) FAIL("kept_f64 failed");
+}
+
+static void fuzz_state(const uint8_t *d, size_t n) {
+    if (n < 1) return;
+    collage_strategy s = (collage_strategy)(d[0] % COLLAGE_STRATEGY_COUNT);
+    size_t len;
+    unsigned char *b = edit(g_state[s], g_state_len[s], d + 1, n - 1, &len, 1);
+    char path[300];
+    snprintf(path, sizeof path, "%s/state.bin", g_dir);
+    spit(path, b, len);
+    free(b);
+    /* the whole slab, then a shard of it (load_part reads only the overlap) */
+    for (int part = 0; part < 2; part++) {
+        collage_adamw *o = part ? make_opt(s, 8, 24) : make_opt(s, 0, N_ELEM);
+        unsigned char w0[N_ELEM * 4] = {0}, w1[N_ELEM * 4] = {0};
+        double k0[N_ELEM] = {0}, k1[N_ELEM] = {0};
+        snapshot(o, w0, k0);
+        uint64_t t0 = collage_adamw_steps(o);
+        size_t copied = 0;
+        collage_status st = part ? collage_adamw_load_part(o, path, &copied) : collage_adamw_load(o, path);
+        if (st != COLLAGE_OK) {
+            const char *msg = collage_adamw_error(o);
+            if (!msg || !strstr(msg, path)) FAIL("a failed load does not name the file: '%s'", msg ? msg : "(null)");
+            snapshot(o, w1, k1);
+            if (memcmp(w0, w1, sizeof w0) || memcmp(k0, k1, sizeof k0) || collage_adamw_steps(o) != t0)
+                FAIL("a failed load (%s) changed the optimizer's state", msg);
+        } else if (part && copied > 24)
+            FAIL("load_part copied %zu elements into a shard of 24", copied);
+        collage_adamw_free(o);
+    }
+}
+
+static void fuzz_ckpt(const uint8_t *d, size_t n) {
+    if (n < 1) return;
+    int bf = d[0] & 1;
+    size_t len;
+    unsigned char *b = edit(g_ckpt[bf], g_ckpt_len[bf], d + 1, n - 1, &len, 0);
+    char path[300], err[COLLAGE_ERR_LEN];
+    snprintf(path, sizeof path, "%s/model.bin", g_dir);
+    spit(path, b, len);
+    free(b);
+    collage_gpt_config c;
+    int file_bf16;
+    err[0] = 0;
+    collage_status st = collage_ckpt_read_header(path, &c, &file_bf16, err, sizeof err);
+    if (st != COLLAGE_OK) {
+        if (!strstr(err, path)) FAIL("a failed checkpoint read does not name the file: '%s'", err);
+        return;
+    }
+    size_t np = collage_gpt_num_params(&c);
+    if (np == 0) FAIL("read_header accepted a model of no parameters");
+    if (np > ((size_t)1 << 20)) return; /* a valid but large shape: the load would only read the file short */
+    float *w = malloc(np * sizeof(float));
+    if (!w) FAIL("out of memory");
+    for (int want = 0; want < 2; want++) {
+        err[0] = 0;
+        if (collage_ckpt_load_model(path, &c, w, want, err, sizeof err) != COLLAGE_OK && !strstr(err, path))
+            FAIL("a failed checkpoint load does not name the file: '%s'", err);
+    }
+    free(w);
+}
+
+static void fuzz_shard(const uint8_t *d, size_t n) {
+    if (n < 2) return;
+    /* d[0] & 1: a valid magic and version over the payload's first bytes, so that the later checks run */
+    unsigned char *b = malloc(n + 1024);
+    if (!b) FAIL("out of memory");
+    size_t len = n - 1;
+    memcpy(b, d + 1, len);
+    if ((d[0] & 1) && len >= 12) {
+        int32_t h[3] = {COLLAGE_SHARD_MAGIC, COLLAGE_SHARD_VERSION, (int32_t)((len > 1024 ? len - 1024 : 0) / 2)};
+        if (d[0] & 2) h[2] += (int32_t)(d[0] >> 2) - 32;
+        memcpy(b, h, sizeof h);
+    }
+    char path[300], err[COLLAGE_ERR_LEN];
+    snprintf(path, sizeof path, "%s/tokens.bin", g_dir);
+    spit(path, b, len);
+    free(b);
+    const int vocabs[3] = {0, 256, COLLAGE_GPT2_VOCAB_SIZE};
+    for (int v = 0; v < 3; v++) {
+        uint16_t *tok = NULL;
+        size_t nt = 0;
+        err[0] = 0;
+        collage_status st = collage_shard_read(path, vocabs[v], &tok, &nt, err, sizeof err);
+        if (st != COLLAGE_OK && !strstr(err, path)) FAIL("a failed shard read does not name the file: '%s'", err);
+        if (st == COLLAGE_OK && vocabs[v])
+            for (size_t i = 0; i < nt; i++)
+                if (tok[i] >= vocabs[v]) FAIL("shard read accepted token %u with vocabulary %d", tok[i], vocabs[v]);
+        free(tok);
+    }
+}
+
+static void fuzz_tokens(const uint8_t *d, size_t n) {
+    for (int k = 0; k < 2; k++) {
+        const collage_tokenizer *t = g_tok[k];
+        if (!t) continue;
+        uint16_t *ids = malloc((n + 1) * sizeof *ids);
+        char *back = malloc(n + 1);
+        size_t nt = 0, bl = 0;
+        if (!ids || !back) FAIL("out of memory");
+        if (collage_tokenizer_encode(t, (const char *)d, n, ids, &nt) != COLLAGE_OK) FAIL("encode refused bytes");
+        if (nt > n) FAIL("encode wrote %zu ids for %zu bytes", nt, n);
+        if (collage_tokenizer_decode(t, ids, nt, back, n + 1, &bl) != COLLAGE_OK || bl != n || (n && memcmp(back, d, n)))
+            FAIL("decode(encode(x)) != x with the %s tokenizer (%zu bytes)", k ? "gpt2" : "byte", n);
+        /* the payload read as ids: those outside the vocabulary are refused */
+        size_t ni = n / 2, need = 0;
+        uint16_t *raw = malloc((ni + 1) * sizeof *raw);
+        if (!raw) FAIL("out of memory");
+        memcpy(raw, d, ni * 2);
+        int outside = 0;
+        for (size_t i = 0; i < ni; i++) outside |= raw[i] >= collage_tokenizer_vocab_size(t);
+        collage_status st = collage_tokenizer_decode(t, raw, ni, NULL, 0, &need);
+        if (outside ? st != COLLAGE_ERR_ARG : (st != COLLAGE_OK && st != COLLAGE_ERR_SIZE))
+            FAIL("decode of %s ids returned %d", outside ? "out-of-vocabulary" : "valid", (int)st);
+        if (!outside) {
+            char *out = malloc(need + 1);
+            size_t got = 0;
+            if (!out || collage_tokenizer_decode(t, raw, ni, out, need, &got) != COLLAGE_OK || got != need)
+                FAIL("decode into the size it asked for failed");
+            free(out);
+        }
+        free(raw);
+        free(ids);
+        free(back);
+    }
+}
+
+/* encoder.json and vocab.bpe from the payload, split at its first 0xff byte. */
+static void fuzz_vocab(const uint8_t *d, size_t n) {
+    const uint8_t *cut = memchr(d, 0xff, n);
+    size_t a = cut ? (size_t)(cut - d) : n;
+    char vdir[300], path[340], err[COLLAGE_ERR_LEN];
+    snprintf(vdir, sizeof vdir, "%s/vocab", g_dir);
+    snprintf(path, sizeof path, "%s/encoder.json", vdir);
+    spit(path, d, a);
+    snprintf(path, sizeof path, "%s/vocab.bpe", vdir);
+    spit(path, cut ? cut + 1 : d, cut ? n - a - 1 : 0);
+    collage_tokenizer *t = NULL;
+    err[0] = 0;
+    collage_status st = collage_tokenizer_create(COLLAGE_TOKENIZER_GPT2, vdir, &t, err, sizeof err);
+    if (st != COLLAGE_OK && !strstr(err, vdir)) FAIL("a failed vocabulary read does not name the file: '%s'", err);
+    collage_tokenizer_free(t);
+}
+
+/* The scratch folder and what the targets write in it, removed at exit (libFuzzer exits through
+ * exit() when its runs are done; a crash leaves them for inspection). */
+static void cleanup(void) {
+    static const char *const files[] = {"state.bin", "base_state.bin", "model.bin", "base_model.bin", "tokens.bin",
+                                         "vocab/encoder.json", "vocab/vocab.bpe"};
+    char path[340];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", g_dir, files[i]);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/vocab", g_dir);
+    rmdir(path);
+    rmdir(g_dir);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc; (void)argv;
+    collage_set_threads(1);
+    snprintf(g_dir, sizeof g_dir, "%s/collage-fuzz-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(g_dir)) FAIL("cannot make a scratch folder");
+    atexit(cleanup);
+    char path[340];
+    snprintf(path, sizeof path, "%s/vocab", g_dir);
+    if (mkdir(path, 0700)) FAIL("cannot make %s", path);
+    for (int s = 0; s < COLLAGE_STRATEGY_COUNT; s++) {
+        collage_adamw *o = make_opt((collage_strategy)s, 0, N_ELEM);
+        snprintf(path, sizeof path, "%s/base_state.bin", g_dir);
+        if (collage_adamw_save(o, path) != COLLAGE_OK) FAIL("cannot save a state: %s", collage_adamw_error(o));
+        g_state[s] = slurp(path, &g_state_len[s]);
+        collage_adamw_free(o);
+    }
+    size_t np = collage_gpt_num_params(&g_cfg);
+    if (!np) FAIL("the micro model's shape is invalid");
+    float *w = malloc(np * sizeof *w);
+    collage_bf16 *wb = malloc(np * sizeof *wb);
+    if (!w || !wb) FAIL("out of memory");
+    for (size_t i = 0; i < np; i++) { w[i] = 0.01f * (float)(i % 13); wb[i].bits = (uint16_t)(0x3c00 + i % 256); }
+    char err[COLLAGE_ERR_LEN];
+    for (int bf = 0; bf < 2; bf++) {
+        snprintf(path, sizeof path, "%s/base_model.bin", g_dir);
+        if (collage_ckpt_save_model(path, &g_cfg, bf ? (const void *)wb : (const void *)w, bf, err, sizeof err) != COLLAGE_OK)
+            FAIL("cannot save a checkpoint: %s", err);
+        g_ckpt[bf] = slurp(path, &g_ckpt_len[bf]);
+    }
+    free(w);
+    free(wb);
+    if (collage_tokenizer_create(COLLAGE_TOKENIZER_BYTE, NULL, &g_tok[0], err, sizeof err) != COLLAGE_OK)
+        FAIL("no byte tokenizer: %s", err);
+    if (collage_tokenizer_create(COLLAGE_TOKENIZER_GPT2, NULL, &g_tok[1], err, sizeof err) != COLLAGE_OK) {
+        fprintf(stderr, "fuzz_inputs: no GPT-2 vocabulary (%s): the gpt2 tokenizer is not fuzzed\n", err);
+        g_tok[1] = NULL;
+    }
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
+    if (n < 1) return 0;
+    switch (d[0] % 5) {
+    case 0: fuzz_state(d + 1, n - 1); break;
+    case 1: fuzz_ckpt(d + 1, n - 1); break;
+    case 2: fuzz_shard(d + 1, n - 1); break;
+    case 3: fuzz_tokens(d + 1, n - 1); break;
+    default: fuzz_vocab(d + 1, n - 1); break;
+    }
+    return 0;
+}
