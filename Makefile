@@ -55,6 +55,10 @@ $(BUILD)/obj/%.o: src/%.c $(HDRS) | $(BUILD)/obj
 # The fused AdamW loops are long dependency chains of emulated roundings; scheduling before register
 # allocation interleaves the vectors of an iteration (10-20% faster, same instructions).
 KERNEL_FLAGS = -fschedule-insns -fsched-pressure --param=sched-pressure-algorithm=2
+# (GCC's options; clang has no such pass and refuses them: with CC=clang the kernels build without.)
+ifneq ($(findstring clang,$(shell $(CC) --version 2>/dev/null | head -n 1)),)
+KERNEL_FLAGS =
+endif
 ifeq ($(SAN),1)
 # Under SAN=1 the two vector-kernel units are built without sanitizer instrumentation: with it GCC 12
 # takes over 6 minutes and 4 GB on adamw_avx512.c at any -O level (measured; -O0, -O1, call-threshold

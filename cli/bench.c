@@ -32,7 +32,7 @@ static const char *cpu_name(void) {
 #if defined(__x86_64__) || defined(__i386__)
     unsigned r[12] = {0}, a = 0, b = 0, c = 0, d = 0;
     char brand[49] = "x86";
-    if (__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
         for (unsigned i = 0; i < 3; i++) __get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
         memcpy(brand, r, 48);
         brand[48] = 0;
@@ -435,7 +435,7 @@ static double sgemm_rate(const collage_gpt_config *c, int BT, int reps) {
         if (o > maxc) maxc = o;
     }
     float *A = calloc(maxa, 4), *B = calloc(maxb, 4), *O = calloc(maxc, 4);
-    if (!A || !B || !O) { free(A); free(B); free(O); return NAN; }
+    if (!A || !B || !O) { free(A); free(B); free(O); return (double)NAN; }
     for (size_t i = 0; i < maxa; i++) A[i] = (float)(i % 7) * 0.1f;
     for (size_t i = 0; i < maxb; i++) B[i] = (float)(i % 5) * 0.1f;
     double best = 1e30, flops = 0;

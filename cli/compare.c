@@ -450,7 +450,7 @@ static void beta2_paragraph(sbuf *b, const compare_opts *o, const run_t *runs, i
     if (!rl.n || !rh.n) return;
     sb_printf(b, "## From β2 = %g to β2 = %g\n\nThe change of each strategy's gap to %s (its Δ val at β2 = %g minus its Δ val at "
                  "β2 = %g; positive: it falls further behind as β2 grows): ", lo, hi, collage_strategy_name(ref), hi, lo);
-    double least_plain = INFINITY, most_other = -INFINITY;
+    double least_plain = (double)INFINITY, most_other = -(double)INFINITY;
     int first = 1;
     for (int i = 0; i < o->n_strategies; i++) {
         collage_strategy s = o->strategies[i];

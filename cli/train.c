@@ -410,7 +410,7 @@ static double eval_loss_dist(collage_gpt *m, const void *params, const collage_l
     for (int b = 0; b < batches; b++) {
         for (int a = 0; a < A; a++) {
             int k = dist_rank() * A + a;
-            mine[a] = NAN;
+            mine[a] = (double)NAN;
             if (collage_loader_batch(ld, split, (uint64_t)b, k, M, in, tg) == COLLAGE_OK)
                 collage_gpt_forward(m, params, in, tg, Bm, T, &mine[a]);
         }
@@ -646,7 +646,7 @@ setup_done:
                    "(%.2f MB unsharded)\n", P, P > 1 ? "s" : "", A, A > 1 ? "es" : "", Bm, state_mb,
                    state_bpp * (double)n / 1e6);
     }
-    double t_start = cli_now(), tokens_done = 0, last_loss = NAN, last_val = NAN, comm0 = dist_comm_seconds();
+    double t_start = cli_now(), tokens_done = 0, last_loss = (double)NAN, last_val = (double)NAN, comm0 = dist_comm_seconds();
     double sum_edq_ratio = 0, sum_lost = 0, sum_tail = 0;
     int last_step = start, n_edq = 0, n_tail = 0, tail_from = o.stop_after - (o.stop_after / 20 > 0 ? o.stop_after / 20 : 1);
     void *gm = collage_gpt_grads(m);
@@ -691,7 +691,7 @@ setup_done:
         last_step = step + 1;
         if (!ss.skipped && isfinite(edq.edq_ratio)) { sum_edq_ratio += edq.edq_ratio; sum_lost += edq.lost; n_edq++; }
         if (step >= tail_from) { sum_tail += loss; n_tail++; }
-        double val = NAN;
+        double val = (double)NAN;
         int is_eval = (step + 1) % o.eval_every == 0 || step + 1 == o.stop_after;
         if (is_eval && collage_loader_has_val(ld))
             val = eval_loss_dist(m, params, ld, COLLAGE_SPLIT_VAL, Bm, o.seq, VAL_BATCHES, A, M, in, tg);
@@ -876,7 +876,7 @@ int cmd_sample(int argc, char **argv) {
     int ntok = 200;
     double temp = 0.8;
     size_t seed = 42;
-    for (int i = 0; i < argc; i++) {
+    for (int i = 0; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
         if (!strcmp(a, "--checkpoint")) ck = v;
@@ -892,7 +892,6 @@ int cmd_sample(int argc, char **argv) {
         }
         if (bad) return 2;
         if (!v) { fprintf(stderr, "collage sample: %s needs a value\n", a); return 2; }
-        i++;
     }
     if (!ck) { fprintf(stderr, "collage sample: --checkpoint PATH is required\n"); return 2; }
     collage_gpt_config c;

@@ -1511,7 +1511,7 @@ static void test_bad_input(void) {
         {{{"a", 10, 1, 0}, {"b", 0, 1, 0}}, 1, COLLAGE_ERR_SIZE, "group starting at n"},
         {{{"a", 2, 0, 0}, {"b", 0, 1, 0}}, 1, COLLAGE_ERR_SIZE, "empty group"},
         {{{"a", 0, (size_t)-1, 0}, {"b", 0, 1, 0}}, 1, COLLAGE_ERR_SIZE, "huge count"},
-        {{{"a", 0, 5, NAN}, {"b", 0, 1, 0}}, 1, COLLAGE_ERR_ARG, "NaN group decay"},
+        {{{"a", 0, 5, (double)NAN}, {"b", 0, 1, 0}}, 1, COLLAGE_ERR_ARG, "NaN group decay"},
         {{{"a", 0, 5, -0.1}, {"b", 0, 1, 0}}, 1, COLLAGE_ERR_ARG, "negative group decay"},
     };
     for (size_t i = 0; i < sizeof gc / sizeof gc[0]; i++) {
@@ -1524,9 +1524,9 @@ static void test_bad_input(void) {
     z = c; z.n_groups = -1;
     CHECK(collage_adamw_create(&z, &o) == COLLAGE_ERR_ARG, "n_groups -1");
     const double bad_hp[][5] = { /* beta1, beta2, eps, weight_decay, clip */
-        {1.0, 0.9, 1e-8, 0, 0}, {0.9, 1.0, 1e-8, 0, 0}, {-0.1, 0.9, 1e-8, 0, 0}, {NAN, 0.9, 1e-8, 0, 0},
-        {0.9, NAN, 1e-8, 0, 0}, {0.9, 0.9, -1e-8, 0, 0}, {0.9, 0.9, NAN, 0, 0}, {0.9, 0.9, 1e-8, -1, 0},
-        {0.9, 0.9, 1e-8, NAN, 0}, {0.9, 0.9, 1e-8, INFINITY, 0}, {0.9, 0.9, 1e-8, 0, -1}, {0.9, 0.9, 1e-8, 0, NAN}};
+        {1.0, 0.9, 1e-8, 0, 0}, {0.9, 1.0, 1e-8, 0, 0}, {-0.1, 0.9, 1e-8, 0, 0}, {(double)NAN, 0.9, 1e-8, 0, 0},
+        {0.9, (double)NAN, 1e-8, 0, 0}, {0.9, 0.9, -1e-8, 0, 0}, {0.9, 0.9, (double)NAN, 0, 0}, {0.9, 0.9, 1e-8, -1, 0},
+        {0.9, 0.9, 1e-8, (double)NAN, 0}, {0.9, 0.9, 1e-8, (double)INFINITY, 0}, {0.9, 0.9, 1e-8, 0, -1}, {0.9, 0.9, 1e-8, 0, (double)NAN}};
     for (size_t i = 0; i < sizeof bad_hp / sizeof bad_hp[0]; i++) {
         z = c; z.beta1 = bad_hp[i][0]; z.beta2 = bad_hp[i][1]; z.eps = bad_hp[i][2];
         z.weight_decay = bad_hp[i][3]; z.clip = bad_hp[i][4]; o = (collage_adamw *)&o;
@@ -1542,7 +1542,7 @@ static void test_bad_input(void) {
     CHECK(collage_adamw_step(NULL, g, 1e-3, NULL) == COLLAGE_ERR_NULL, "step(NULL)");
     CHECK(collage_adamw_step(o, NULL, 1e-3, NULL) == COLLAGE_ERR_NULL, "step(grads NULL)");
     CHECK(collage_adamw_step_ref(o, NULL, 1e-3, NULL) == COLLAGE_ERR_NULL, "step_ref(grads NULL)");
-    const double bad_lr[3] = {NAN, INFINITY, -1e-3};
+    const double bad_lr[3] = {(double)NAN, (double)INFINITY, -1e-3};
     for (int i = 0; i < 3; i++) {
         CHECK(collage_adamw_step(o, g, bad_lr[i], NULL) == COLLAGE_ERR_ARG, "lr %g", bad_lr[i]);
         CHECK(collage_adamw_step_ref(o, g, bad_lr[i], NULL) == COLLAGE_ERR_ARG, "step_ref lr %g", bad_lr[i]);
@@ -1893,7 +1893,7 @@ static void shard_steps(collage_adamw *whole, collage_adamw **sh, const size_t *
     for (int t = 0; t < steps; t++) {
         for (size_t i = 0; i < SHARD_N; i++) g[i] = rnd_bf16(-14, -4);
         const char *gp = grad_ptr(s, g, gf, SHARD_N);
-        double lr = 1e-3 * (1 + t % 3), sumsq = NAN;
+        double lr = 1e-3 * (1 + t % 3), sumsq = (double)NAN;
         collage_step_stats sw, sk[3];
         collage_edq parts[3];
         CHECK(collage_adamw_grad_sumsq(whole, gp, &sumsq) == COLLAGE_OK, "grad_sumsq");
@@ -2078,7 +2078,7 @@ static void test_sr_shard_across_2_32(void) {
         }
         collage_adamw_kept_f64(o, kf, n);
         int bad = 0, moved = 0;
-        for (size_t i = 0; i < n; i++) { bad += !same_double_bits(kf[i], kr[i]); moved += kr[i] != (double)o_rn(w[i]); }
+        for (size_t i = 0; i < n; i++) { bad += !same_double_bits(kf[i], kr[i]); moved += kr[i] != (double)o_rn((double)w[i]); }
         CHECK(bad == 0, "isa %s: %d of %zu weights differ from the reference across index 2^32",
               collage_isa_name((collage_isa)isa), bad, n);
         CHECK(moved > (int)n / 2, "only %d weights moved", moved);

@@ -55,7 +55,7 @@ static void random_tokens(int *tok, int *tgt, int n, int V) {
 }
 
 static double loss_f64(collage_gpt *m, const double *w, const int *tok, const int *tgt, int B, int T) {
-    double L = NAN;
+    double L = (double)NAN;
     collage_status st = collage_gpt_forward(m, w, tok, tgt, B, T, &L);
     CHECK(st == COLLAGE_OK, "forward: %s", collage_gpt_error(m));
     return L;
