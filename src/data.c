@@ -305,6 +305,7 @@ collage_status collage_corpus_text(const char *path, char **text, size_t *len, c
 
 /* Append m tokens to the growing array (*t, *n, *cap). */
 static int append(uint16_t **t, size_t *n, size_t *cap, const uint16_t *src, size_t m) {
+    if (m == 0) return 0; /* an empty file: *t may still be NULL, and NULL + 0 is undefined (found by fuzzing) */
     if (*n + m > *cap) {
         size_t nc = *cap ? *cap : 1 << 16;
         while (nc < *n + m) nc *= 2;

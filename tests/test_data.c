@@ -463,6 +463,14 @@ static void test_text_dir_order(void) {
     CHECK(st == COLLAGE_ERR_FORMAT && contains(err, "offset 2") && contains(err, P("nul.txt")), "NUL byte: %s", err);
     st = collage_corpus_tokens(P("nothing-here"), NULL, &t, &n, NULL, err, sizeof err);
     CHECK(st == COLLAGE_ERR_IO && contains(err, P("nothing-here")), "missing path: %s", err);
+    /* an empty file first in name order adds no tokens (it once did pointer arithmetic on the still-NULL
+     * token array: undefined, found by fuzzing under clang's UBSan) */
+    mkdir(P("withempty"), 0700);
+    write_bytes(P("withempty/a.txt"), "", 0);
+    write_bytes(P("withempty/b.txt"), "xy", 2);
+    st = collage_corpus_tokens(P("withempty"), NULL, &t, &n, &info, err, sizeof err);
+    CHECK(st == COLLAGE_OK && n == 2 && t[0] == 'x' && t[1] == 'y' && info.files == 2, "empty file first: %s", err);
+    free(t);
 }
 
 static void test_default_corpus(void) {

@@ -1,20 +1,22 @@
 /* fuzz_inputs.c — libFuzzer over every reader of a file that a user hands collage, and over the
  * tokenizers: the optimizer state (collage_adamw_load, collage_adamw_load_part), the model checkpoint
  * (collage_ckpt_read_header, collage_ckpt_load_model), the llm.c token shard (collage_shard_read), the
- * GPT-2 vocabulary files (collage_tokenizer_create), and encode/decode on arbitrary bytes and ids.
+ * GPT-2 vocabulary files (collage_tokenizer_create), a corpus folder of text files or shards
+ * (collage_corpus_tokens, collage_corpus_text), and encode/decode on arbitrary bytes and ids.
  * Built with clang under ASan + UBSan (`make fuzz`); run e.g. `build-fuzz/fuzz_inputs -max_total_time=60`.
  *
  * Besides "no crash, no out-of-bounds access, no leak", each target checks the contracts of
  * include/collage.h and the headers in src that bad input must keep:
  *  - a failed optimizer load returns an error, names the file in its message, and leaves every state
  *    word as it was (the loader validates the whole file, checksum included, before writing any);
- *  - a failed checkpoint or shard read names the file;
+ *  - a failed checkpoint, shard or corpus read names the file; a text corpus read with the byte
+ *    tokenizer gives its bytes, in file-name order;
  *  - decode(encode(x)) == x for any bytes x, with both tokenizers; decoding an id outside the
  *    vocabulary is COLLAGE_ERR_ARG.
  * The optimizer-state and checkpoint targets are structure-aware: they start from valid files saved at
  * start-up and apply the input as edits (truncation or extension, byte overwrites, and optionally the
  * checksum recomputed), so that mutations get past the magic and the checksum to the later checks.
- * Input: byte 0 picks the target (mod 5), the rest is its payload. */
+ * Input: byte 0 picks the target (mod 6), the rest is its payload. */
 #include "collage.h"
 #include "ckpt.h"
 #include "data.h"
@@ -276,7 +278,72 @@ static void cleanup(void) {
     }
     snprintf(path, sizeof path, "%s/vocab", g_dir);
     rmdir(path);
+    snprintf(path, sizeof path, "%s/corpus", g_dir);
+    rmdir(path);
     rmdir(g_dir);
+}
+
+/* A corpus folder of up to three files cut from the payload (p[0]: how many; each file's first byte
+ * names it "a.bin"/"b.txt"/… and says whether to give a shard a valid header), read whole and file by
+ * file, with the byte tokenizer: a text corpus's tokens are its bytes, in name order. */
+static void fuzz_corpus(const uint8_t *d, size_t n) {
+    if (n < 1) return;
+    char cdir[300], path[340], err[COLLAGE_ERR_LEN];
+    snprintf(cdir, sizeof cdir, "%s/corpus", g_dir);
+    int nf = 1 + d[0] % 3;
+    size_t at = 1, per = (n - 1) / (size_t)nf;
+    char names[3][16];
+    for (int i = 0; i < nf; i++) {
+        const uint8_t *f = d + at;
+        size_t len = i == nf - 1 ? n - at : per;
+        at += len;
+        int bin = len && (f[0] & 1), hdr = len && (f[0] & 2);
+        snprintf(names[i], sizeof names[i], "%c.%s", 'a' + i, bin ? "bin" : "txt");
+        snprintf(path, sizeof path, "%s/%s", cdir, names[i]);
+        const uint8_t *body = len ? f + 1 : f;
+        size_t blen = len ? len - 1 : 0;
+        if (bin && hdr) { /* a shard header that agrees with the body's size, so the tokens get checked */
+            unsigned char *b = calloc(1, 1024 + blen);
+            if (!b) FAIL("out of memory");
+            int32_t h[4] = {COLLAGE_SHARD_MAGIC, COLLAGE_SHARD_VERSION, (int32_t)(blen / 2), 256};
+            memcpy(b, h, sizeof h);
+            memcpy(b + 1024, body, blen);
+            spit(path, b, 1024 + blen / 2 * 2);
+            free(b);
+        } else
+            spit(path, body, blen);
+    }
+    /* the whole folder, then each file */
+    for (int i = -1; i < nf; i++) {
+        const char *src = cdir;
+        if (i >= 0) { snprintf(path, sizeof path, "%s/%s", cdir, names[i]); src = path; }
+        uint16_t *tok = NULL;
+        size_t nt = 0;
+        collage_corpus_info info;
+        err[0] = 0;
+        collage_status st = collage_corpus_tokens(src, g_tok[0], &tok, &nt, &info, err, sizeof err);
+        if (st != COLLAGE_OK && !strstr(err, cdir)) FAIL("a failed corpus read does not name the file: '%s'", err);
+        if (st == COLLAGE_OK) {
+            if (nt != info.tokens) FAIL("corpus: %zu tokens but info says %zu", nt, info.tokens);
+            for (size_t k = 0; k < nt; k++)
+                if (tok[k] >= 256) FAIL("corpus: token %u from a byte-vocabulary corpus", tok[k]);
+            if (!info.shards) { /* text: the tokens are the bytes */
+                char *text = NULL;
+                size_t tl = 0;
+                if (collage_corpus_text(src, &text, &tl, NULL, err, sizeof err) != COLLAGE_OK)
+                    FAIL("corpus_text failed where corpus_tokens read text: %s", err);
+                if (tl != nt) FAIL("corpus: %zu bytes of text but %zu byte tokens", tl, nt);
+                for (size_t k = 0; k < nt; k++)
+                    if (tok[k] != (unsigned char)text[k]) FAIL("corpus: token %zu is not the text's byte", k);
+                free(text);
+            }
+        }
+        free(tok);
+    }
+    for (int i = 0; i < nf; i++) {
+        snprintf(path, sizeof path, "%s/%s", cdir, names[i]);
+        unlink(path);
+    }
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -287,6 +354,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     atexit(cleanup);
     char path[340];
     snprintf(path, sizeof path, "%s/vocab", g_dir);
+    if (mkdir(path, 0700)) FAIL("cannot make %s", path);
+    snprintf(path, sizeof path, "%s/corpus", g_dir);
     if (mkdir(path, 0700)) FAIL("cannot make %s", path);
     for (int s = 0; s < COLLAGE_STRATEGY_COUNT; s++) {
         collage_adamw *o = make_opt((collage_strategy)s, 0, N_ELEM);
@@ -321,12 +390,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
     if (n < 1) return 0;
-    switch (d[0] % 5) {
+    switch (d[0] % 6) {
     case 0: fuzz_state(d + 1, n - 1); break;
     case 1: fuzz_ckpt(d + 1, n - 1); break;
     case 2: fuzz_shard(d + 1, n - 1); break;
     case 3: fuzz_tokens(d + 1, n - 1); break;
-    default: fuzz_vocab(d + 1, n - 1); break;
+    case 4: fuzz_vocab(d + 1, n - 1); break;
+    default: fuzz_corpus(d + 1, n - 1); break;
     }
     return 0;
 }
