@@ -207,7 +207,7 @@ static double median_of(double *t, int r) {
     return t[r / 2];
 }
 
-typedef struct { double ns, ns_edq, bound, master_ns; } opt_times;
+typedef struct { double ns, ns_edq, bound, master_ns, edq_paired, master_paired; } opt_times;
 
 /* The streaming bound's buffers, timed beside each strategy's steps. */
 typedef struct { float *a, *b; size_t n; int threads; } bound_buf;
@@ -285,6 +285,16 @@ static int time_strategy(collage_strategy s, size_t n, double beta2, int reps, o
         R->bound = 12.0 * (double)bb->n / median_of(bt, reps) * 1e-9;
     }
     R->master_ns = partner ? median_of(mt, reps) / (double)n * 1e9 : R->ns;
+    /* the same ratios paired within each round (EDQ on over off, bf16-master over the strategy), their
+     * median over the rounds: the memory's drift between rounds cancels in each pair */
+    if (bb) {
+        for (int r = 0; r < reps; r++) on[r] /= off[r];
+        R->edq_paired = median_of(on, reps) - 1.0;
+    }
+    if (partner) {
+        for (int r = 0; r < reps; r++) mt[r] /= off[r];
+        R->master_paired = median_of(mt, reps);
+    }
     free(t);
     timed_opt_free(&T);
     return 0;
@@ -312,6 +322,13 @@ static int bench_optimizer(size_t n, int threads, double beta2, int reps, int js
      * state each: L2 or L3). Smaller slabs measured the threads' fork and join: 32768 parameters on
      * two threads read bf16-master 0.27-0.43 ns/param in cache against 0.27 streaming from memory. */
     size_t n_cache = ((size_t)1 << 16) * (size_t)threads; /* threads ≥ 1: checked by the caller */
+    /* below a few hundred MB of state the "memory" figures are cache figures, and at a few MB a step's
+     * time is mostly the threads' fork and join (the bound then read 0.4-255 GB/s from run to run at
+     * 256K params on Zen 4): say so rather than print them as memory figures */
+    if (!json && (double)n * 28.0 < 256e6)
+        printf("note: %zu params hold %.0f MB of bf16-master state, within or near the caches: the bound, \"of bound\"\n"
+               "and \"limit\" are not memory figures at this size (use --params 64M or more for them)\n",
+               n, (double)n * 28.0 / 1e6);
     if (!json)
         printf("collage bench optimizer: n = %zu params, %d thread%s, isa %s, beta2 %g, median of %d rounds\n"
                "cpu: %s\n"
@@ -350,19 +367,22 @@ static int bench_optimizer(size_t n, int threads, double beta2, int reps, int js
                    "\"gbps\":%.2f,\"bound_gbps\":%.2f,\"bound_fraction\":%.3f,\"bf16_master_ns_per_param\":%.4f,"
                    "\"speed_vs_bf16_master\":%.3f,\"edq_ns_per_param\":%.4f,\"edq_overhead\":%.3f,"
                    "\"in_cache_ns_per_param\":%.4f,\"from_memory_penalty\":%.3f,\"limit\":\"%s\",\"isa\":\"%s\","
-                   "\"cpu\":\"%s\"}\n",
+                   "\"cpu\":\"%s\",\"edq_overhead_paired\":%.3f,\"speed_vs_bf16_master_paired\":%.3f}\n",
                    collage_strategy_name(s), n, threads, beta2, R.ns, bytes, gbps, bound, frac, R.master_ns, R.master_ns / R.ns,
-                   R.ns_edq, R.ns_edq / R.ns - 1.0, C.ns, penalty, limit, collage_isa_name(collage_get_isa()), cpu_name());
+                   R.ns_edq, R.ns_edq / R.ns - 1.0, C.ns, penalty, limit, collage_isa_name(collage_get_isa()), cpu_name(),
+                   R.edq_paired, s == COLLAGE_BF16_MASTER ? 1.0 : R.master_paired);
         else
             printf("%-17s %8.3f %7.0f %7.1f %7.1f %7.0f%% %8.2fx %8.1f%% %8.3f %7.0f%%  %s\n", collage_strategy_name(s),
-                   R.ns, bytes, gbps, bound, 100.0 * frac, R.master_ns / R.ns, 100.0 * (R.ns_edq / R.ns - 1.0), C.ns,
+                   R.ns, bytes, gbps, bound, 100.0 * frac, R.master_ns / R.ns, 100.0 * R.edq_paired, C.ns,
                    100.0 * penalty, limit);
         fflush(stdout);
     }
     if (!json && !rc)
         printf("\nB/param: bytes one step reads and writes per parameter (state words, weights, bf16 gradient).\n"
                "bound: the streaming bound in GB/s; of bound: the step's GB/s over it. vs master: speed over the\n"
-               "bf16-master steps of the same rounds. in-cache: ns/param on a %zu-param slab that fits in cache;\n"
+               "bf16-master steps of the same rounds. EDQ cost: the median over the rounds of each round's EDQ-on\n"
+               "step over its EDQ-off step, taken one after the other (the JSON has the ratio of the medians too).\n"
+               "in-cache: ns/param on a %zu-param slab that fits in cache;\n"
                "penalty: the step's time over its in-cache time. limit: memory (80%% of the bound or more),\n"
                "compute (the in-cache step is nearly as slow: every bf16 rounding is emulated), or\n"
                "compute+memory (compute-heavy, and slower again when the state streams from memory).\n", n_cache);

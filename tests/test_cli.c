@@ -195,10 +195,11 @@ static int count_lines_with(const char *out, const char *const *keys, int nk) {
 static void test_bench_json(void) {
     static char out[65536];
     const char *ok[] = {"strategy", "ns_per_param", "bytes_per_param", "gbps", "bound_fraction", "bound_gbps",
-                        "speed_vs_bf16_master", "edq_overhead", "from_memory_penalty", "limit", "isa", "cpu"};
+                        "speed_vs_bf16_master", "edq_overhead", "from_memory_penalty", "limit", "isa", "cpu",
+                        "edq_overhead_paired", "speed_vs_bf16_master_paired"};
     int rc = h_sh(out, sizeof out, "%s bench optimizer --params 64K --threads 1 --reps 2 --strategy collage-light --json",
                   g_bin);
-    CHECK(rc == 0 && count_lines_with(out, ok, 12) == 2, "bench optimizer --json: rc %d: %s", rc, out);
+    CHECK(rc == 0 && count_lines_with(out, ok, 14) == 2, "bench optimizer --json: rc %d: %s", rc, out);
     /* the CPU the figures belong to: a non-empty name, closed by its quote (no quote inside) */
     const char *cpu = strstr(out, "\"cpu\":\"");
     CHECK(cpu && cpu[7] != '"' && strchr(cpu + 7, '"') && strchr(cpu + 7, '"') < strchr(cpu + 7, '}'),
@@ -211,6 +212,10 @@ static void test_bench_json(void) {
     CHECK(nl == 2, "bench optimizer limit labels (%d of 2 rows): %s", nl, out);
     CHECK(strstr(out, "\"strategy\":\"bf16-master\"") && strstr(out, "\"strategy\":\"collage-light\""),
           "bench optimizer rows: %s", out);
+    /* the text table names the CPU, and says when the size is too small for memory figures */
+    rc = h_sh(out, sizeof out, "%s bench optimizer --params 64K --threads 1 --reps 1 --strategy bf16", g_bin);
+    CHECK(rc == 0 && strstr(out, "\ncpu: ") && strstr(out, "note: 64000 params") && strstr(out, "not memory figures"),
+          "bench optimizer text at 64K params: rc %d: %s", rc, out);
     const char *mk[] = {"model", "strategy", "ms_per_step", "tokens_per_s", "fraction_of_sgemm", "slowdown_vs_fp32",
                         "forward_ms", "backward_ms", "optimizer_ms", "cpu"};
     rc = h_sh(out, sizeof out, "%s bench model --model tiny --steps 2 --warmup 0 --strategy collage-plus --json", g_bin);
