@@ -265,9 +265,9 @@ static int time_strategy(collage_strategy s, size_t n, double beta2, int reps, o
                          timed_opt *partner) {
     timed_opt T;
     if (timed_opt_make(&T, s, n, beta2)) return -1;
-    double *t = malloc(sizeof(double) * 4 * (size_t)reps);
+    double *t = malloc(sizeof(double) * 6 * (size_t)reps);
     if (!t) { timed_opt_free(&T); return -1; }
-    double *off = t, *on = t + reps, *bt = t + 2 * reps, *mt = t + 3 * reps;
+    double *off = t, *on = t + reps, *bt = t + 2 * reps, *mt = t + 3 * reps, *pe = t + 4 * reps, *pm = t + 5 * reps;
     for (int r = 0; r < reps; r++) {
         if (bb) bt[r] = bound_once(bb);
         if (partner) mt[r] = timed_step(partner, 0);
@@ -279,22 +279,20 @@ static int time_strategy(collage_strategy s, size_t n, double beta2, int reps, o
             if (bb) on[r] = timed_step(&T, 1);
         }
     }
+    /* the ratios paired within each round (EDQ on over off, bf16-master over the strategy), taken before
+     * median_of sorts the samples: the memory's drift between rounds cancels in each pair */
+    for (int r = 0; r < reps; r++) {
+        pe[r] = bb ? on[r] / off[r] : 1.0;
+        pm[r] = partner ? mt[r] / off[r] : 1.0;
+    }
+    R->edq_paired = median_of(pe, reps) - 1.0;
+    R->master_paired = median_of(pm, reps);
     R->ns = median_of(off, reps) / (double)n * 1e9;
     if (bb) {
         R->ns_edq = median_of(on, reps) / (double)n * 1e9;
         R->bound = 12.0 * (double)bb->n / median_of(bt, reps) * 1e-9;
     }
     R->master_ns = partner ? median_of(mt, reps) / (double)n * 1e9 : R->ns;
-    /* the same ratios paired within each round (EDQ on over off, bf16-master over the strategy), their
-     * median over the rounds: the memory's drift between rounds cancels in each pair */
-    if (bb) {
-        for (int r = 0; r < reps; r++) on[r] /= off[r];
-        R->edq_paired = median_of(on, reps) - 1.0;
-    }
-    if (partner) {
-        for (int r = 0; r < reps; r++) mt[r] /= off[r];
-        R->master_paired = median_of(mt, reps);
-    }
     free(t);
     timed_opt_free(&T);
     return 0;
@@ -370,7 +368,7 @@ static int bench_optimizer(size_t n, int threads, double beta2, int reps, int js
                    "\"cpu\":\"%s\",\"edq_overhead_paired\":%.3f,\"speed_vs_bf16_master_paired\":%.3f}\n",
                    collage_strategy_name(s), n, threads, beta2, R.ns, bytes, gbps, bound, frac, R.master_ns, R.master_ns / R.ns,
                    R.ns_edq, R.ns_edq / R.ns - 1.0, C.ns, penalty, limit, collage_isa_name(collage_get_isa()), cpu_name(),
-                   R.edq_paired, s == COLLAGE_BF16_MASTER ? 1.0 : R.master_paired);
+                   R.edq_paired, R.master_paired);
         else
             printf("%-17s %8.3f %7.0f %7.1f %7.1f %7.0f%% %8.2fx %8.1f%% %8.3f %7.0f%%  %s\n", collage_strategy_name(s),
                    R.ns, bytes, gbps, bound, 100.0 * frac, R.master_ns / R.ns, 100.0 * R.edq_paired, C.ns,
