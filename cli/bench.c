@@ -207,7 +207,10 @@ static double median_of(double *t, int r) {
     return t[r / 2];
 }
 
-typedef struct { double ns, ns_edq, bound, master_ns, edq_paired, master_paired; } opt_times;
+typedef struct { double ns, ns_edq, bound, master_ns, edq_paired, master_paired, tie_free; } opt_times;
+
+/* The library's size threshold for its tie-free proof (adamw.c; an internal knob, not in collage.h). */
+extern size_t collage__adamw_tie_proof_min;
 
 /* The streaming bound's buffers, timed beside each strategy's steps. */
 typedef struct { float *a, *b; size_t n; int threads; } bound_buf;
@@ -218,8 +221,9 @@ static double bound_once(const bound_buf *B) {
     return cli_now() - t0;
 }
 
-/* An optimizer under test and its gradient, filled with the same pseudo-random values every run. */
-typedef struct { collage_adamw *o; void *g; } timed_opt;
+/* An optimizer under test and its gradient, filled with the same pseudo-random values every run; of
+ * its timed steps, how many had tie-free scalars (collage_step_stats.tie_free: the shorter loops). */
+typedef struct { collage_adamw *o; void *g; int steps, tie_free; } timed_opt;
 
 static void timed_opt_free(timed_opt *T) {
     collage_adamw_free(T->o);
@@ -254,7 +258,10 @@ static double timed_step(timed_opt *T, int edq) {
     collage_adamw_set_edq(T->o, edq);
     double t0 = cli_now();
     collage_adamw_step(T->o, T->g, 1e-3, &st);
-    return cli_now() - t0;
+    double dt = cli_now() - t0;
+    T->steps++;
+    T->tie_free += st.tie_free;
+    return dt;
 }
 
 /* One strategy over `reps` rounds of: the streaming bound (bb), a bf16-master step (partner), a step
@@ -293,6 +300,7 @@ static int time_strategy(collage_strategy s, size_t n, double beta2, int reps, o
         R->bound = 12.0 * (double)bb->n / median_of(bt, reps) * 1e-9;
     }
     R->master_ns = partner ? median_of(mt, reps) / (double)n * 1e9 : R->ns;
+    R->tie_free = T.steps ? (double)T.tie_free / T.steps : 0.0;
     free(t);
     timed_opt_free(&T);
     return 0;
@@ -340,12 +348,20 @@ static int bench_optimizer(size_t n, int threads, double beta2, int reps, int js
                                          COLLAGE_BF16_FP32_STATES, COLLAGE_BF16_KAHAN, COLLAGE_BF16_SR,
                                          COLLAGE_BF16_REMAINDER, COLLAGE_PLUS_V1};
     int rc = 0;
+    double tf[COLLAGE_STRATEGY_COUNT] = {0}; /* tie-free share of the timed steps, by strategy */
     for (int oi = 0; oi < COLLAGE_STRATEGY_COUNT; oi++) {
         collage_strategy s = (collage_strategy)order[oi];
         if (only && strcmp(only, collage_strategy_name(s)) && s != COLLAGE_BF16_MASTER) continue;
         opt_times R = {0}, C = {0};
-        if (time_strategy(s, n, beta2, reps, &R, &bb, s == COLLAGE_BF16_MASTER ? NULL : &master) ||
-            time_strategy(s, n_cache, beta2, reps * 20, &C, NULL, NULL)) {
+        /* the in-cache slab is below the size from which the library proves its step scalars tie-free
+         * (adamw.c): lowered for it, so that in-cache and from-memory steps take the same loops and the
+         * penalty compares one loop with itself (the rows say whether they did: tie_free_steps) */
+        size_t proof_min = collage__adamw_tie_proof_min;
+        int bad = time_strategy(s, n, beta2, reps, &R, &bb, s == COLLAGE_BF16_MASTER ? NULL : &master);
+        collage__adamw_tie_proof_min = R.tie_free > 0 ? 0 : proof_min;
+        bad = bad || time_strategy(s, n_cache, beta2, reps * 20, &C, NULL, NULL);
+        collage__adamw_tie_proof_min = proof_min;
+        if (bad) {
             fprintf(stderr, "collage bench: cannot create a %s optimizer of %zu params (out of memory?)\n",
                     collage_strategy_name(s), n);
             rc = 1;
@@ -359,16 +375,18 @@ static int bench_optimizer(size_t n, int threads, double beta2, int reps, int js
          * On Zen 5, collage-plus reads 0.34-0.37 ns/param in cache and 0.43-0.46 streaming, at half
          * the bound; a two-way label flipped between "compute" and "memory" from run to run. */
         double penalty = R.ns / C.ns - 1.0;
+        tf[s] = R.tie_free;
         const char *limit = frac >= 0.8 ? "memory" : C.ns > 0.8 * R.ns ? "compute" : "compute+memory";
         if (json)
             printf("{\"strategy\":\"%s\",\"n\":%zu,\"threads\":%d,\"beta2\":%g,\"ns_per_param\":%.4f,\"bytes_per_param\":%.1f,"
                    "\"gbps\":%.2f,\"bound_gbps\":%.2f,\"bound_fraction\":%.3f,\"bf16_master_ns_per_param\":%.4f,"
                    "\"speed_vs_bf16_master\":%.3f,\"edq_ns_per_param\":%.4f,\"edq_overhead\":%.3f,"
                    "\"in_cache_ns_per_param\":%.4f,\"from_memory_penalty\":%.3f,\"limit\":\"%s\",\"isa\":\"%s\","
-                   "\"cpu\":\"%s\",\"edq_overhead_paired\":%.3f,\"speed_vs_bf16_master_paired\":%.3f}\n",
+                   "\"cpu\":\"%s\",\"edq_overhead_paired\":%.3f,\"speed_vs_bf16_master_paired\":%.3f,"
+                   "\"tie_free_steps\":%.3f}\n",
                    collage_strategy_name(s), n, threads, beta2, R.ns, bytes, gbps, bound, frac, R.master_ns, R.master_ns / R.ns,
                    R.ns_edq, R.ns_edq / R.ns - 1.0, C.ns, penalty, limit, collage_isa_name(collage_get_isa()), cpu_name(),
-                   R.edq_paired, R.master_paired);
+                   R.edq_paired, R.master_paired, R.tie_free);
         else
             printf("%-17s %8.3f %7.0f %7.1f %7.1f %7.0f%% %8.2fx %8.1f%% %8.3f %7.0f%%  %s\n", collage_strategy_name(s),
                    R.ns, bytes, gbps, bound, 100.0 * frac, R.master_ns / R.ns, 100.0 * R.edq_paired, C.ns,
@@ -384,6 +402,16 @@ static int bench_optimizer(size_t n, int threads, double beta2, int reps, int js
                "penalty: the step's time over its in-cache time. limit: memory (80%% of the bound or more),\n"
                "compute (the in-cache step is nearly as slow: every bf16 rounding is emulated), or\n"
                "compute+memory (compute-heavy, and slower again when the state streams from memory).\n", n_cache);
+    if (!json && !rc) { /* the bf16-only strategies' share of timed steps on the shorter loops */
+        printf("tie-free step scalars (the bf16 loops' shorter roundings, README):");
+        for (int oi = 0; oi < COLLAGE_STRATEGY_COUNT; oi++) {
+            collage_strategy s = (collage_strategy)order[oi];
+            if (s == COLLAGE_FP32 || s == COLLAGE_BF16_FP32_STATES || s == COLLAGE_BF16_MASTER) continue;
+            if (only && strcmp(only, collage_strategy_name(s))) continue;
+            printf(" %s %.0f%%", collage_strategy_name(s), 100.0 * tf[s]);
+        }
+        printf(" of the timed steps\n");
+    }
     collage_set_threads(0);
     timed_opt_free(&master);
     free(a); free(b);

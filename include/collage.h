@@ -222,6 +222,9 @@ typedef struct {
     double grad_norm;        /* global L2 norm of the gradient before clipping (NaN if not computed) */
     double clip_coef;        /* factor applied to the gradient (1 = none) */
     collage_edq edq;         /* whole slab, when config.edq */
+    int tie_free;            /* 1: the step's scalars (step size, lr·wd of every group, eps, clipping
+                                factor) were proved to meet no bf16 tie, and the vector kernels took
+                                their shorter roundings: the same results, fewer instructions */
 } collage_step_stats;
 
 /* Bytes of training state per parameter, by kind (NUMERICS §3 table, gradient included). */

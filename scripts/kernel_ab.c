@@ -3,8 +3,9 @@
  * the working tree's adamw_kernel.inc). Both step copies of the same state; after three warm-up steps
  * and one EDQ step the states and EDQ sums are compared, then EDQ-off and EDQ-on steps of each are
  * timed in interleaved rounds (best round of each). Usage: kernel_ab STRATEGY N ROUNDS STEPS; env B2
- * (β2, default 0.95), OMP_NUM_THREADS. The bf16-only strategies (their slabs are all bf16 words). A tool
- * for kernel work, not part of the library or the tests. */
+ * (β2, default 0.95), NT (1: the var kernel's nt loops where its proof allows), OMP_NUM_THREADS.
+ * The bf16-only strategies (their slabs are all bf16 words). A tool for kernel work, not part of the
+ * library or the tests. */
 #include "adamw_impl.h"
 #include "collage.h"
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <time.h>
 #include <math.h>
 void collage__adamw_block_var(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k, adamw_acc *acc);
+int collage__adamw_block_var_tie_free(int kind, float c);
 typedef void (*kfn)(collage_strategy, const adamw_slabs *, size_t, size_t, const adamw_k *, adamw_acc *);
 static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+1e-9*t.tv_nsec;}
 static uint64_t rs=88172645463325252ull;
@@ -30,6 +32,10 @@ static void step(kfn f,int s,st *S,size_t n,int edq,int t,float b2,adamw_acc *to
   adamw_k k={0};
   float b1=0.9f; k.b1=b1;k.omb1=1-b1;k.b2=b2;k.omb2=1-b2;k.eps=1e-8f;
   k.neg_step=(float)(-1e-3*sqrt(1-pow(b2,t))/(1-pow(b1,t)));k.lrwd=1e-3f*0.1f;k.coef=1;k.clip=0;
+  /* NT=1: the nt loops where the var kernel proves this step's scalars tie-free, as adamw.c does (a
+   * base revision without them ignores the flag) */
+  k.nt=getenv("NT")&&atoi(getenv("NT"))&&collage__adamw_block_var_tie_free(0,k.neg_step)&&
+       collage__adamw_block_var_tie_free(1,k.eps)&&collage__adamw_block_var_tie_free(0,k.lrwd);
   k.b2hi=bf(b2); { float hi; uint32_t u=(uint32_t)k.b2hi<<16; memcpy(&hi,&u,4); k.b2lo=bf(b2-hi);} k.key=12345+t;k.index0=0;
   adamw_slabs Sl={S->w,S->g,S->m,S->v,S->c,S->dv,NULL};
   if(!tot){

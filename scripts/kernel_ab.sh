@@ -3,8 +3,9 @@
 # against the working tree's src/adamw_kernel.inc ("var"), in one process (scripts/kernel_ab.c):
 # states and EDQ sums compared, then EDQ-off and EDQ-on ns/param of each and their ratios.
 # N = 65536 keeps one thread's state in L2; 32000000 streams it from memory. OMP_NUM_THREADS sets the
-# threads, B2 the β2, VAR_CFLAGS extra compiler flags for the working tree's kernel only (to compare
-# options, e.g. VAR_CFLAGS=-mtune=znver3). Needs a built library (make) for the rest of collage. Example:
+# threads, B2 the β2, NT=1 the var kernel's nt loops (where it proves the scalars tie-free: a base
+# revision without them ignores it), VAR_CFLAGS extra compiler flags for the working tree's kernel
+# only (to compare options, e.g. VAR_CFLAGS=-mtune=znver3). Needs a built library (make) for the rest of collage. Example:
 #   scripts/kernel_ab.sh HEAD~1 collage-light 65536 21 40
 set -euo pipefail
 [ $# -ge 3 ] || { sed -n '2,8p' "$0"; exit 2; }
@@ -26,8 +27,11 @@ F="-std=c11 -O2 -g -ffp-contract=off -fno-fast-math -fno-math-errno -D_GNU_SOURC
    -fschedule-insns -fsched-pressure --param=sched-pressure-algorithm=2"
 for v in base var; do
   name=$([ $v = base ] && echo collage__adamw_block_avx512 || echo collage__adamw_block_var)
-  printf '#include "adamw_impl.h"\n#include <immintrin.h>\n#define VL 16\n#define KERNEL_NAME %s\n#define VSQRT(x) ((vf)_mm512_sqrt_ps((__m512)(x)))\n#include "%s"\n' \
-    "$name" "$w/$v.inc" > "$w/$v.c"
+  tie=$([ $v = base ] && echo collage__adamw_tie_free_avx512 || echo collage__adamw_block_var_tie_free)
+  printf '#include "adamw_impl.h"\n#include <immintrin.h>\n#define VL 16\n#define KERNEL_NAME %s\n#define TIE_FREE_NAME %s\n#define VSQRT(x) ((vf)_mm512_sqrt_ps((__m512)(x)))\n#include "%s"\n' \
+    "$name" "$tie" "$w/$v.inc" > "$w/$v.c"
+  # a revision from before the nt loops: the library's call finds every scalar "not tie-free"
+  grep -q TIE_FREE_NAME "$w/$v.inc" || echo "int $tie(int kind, float c) { (void)kind; (void)c; return 0; }" >> "$w/$v.c"
   extra=; [ $v = var ] && extra=${VAR_CFLAGS:-}
   cc $F $extra -c "$w/$v.c" -o "$w/$v.o" &
 done

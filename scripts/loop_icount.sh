@@ -5,6 +5,7 @@
 #   LOOP      the loop function in adamw_kernel.inc, named <loop>_<edq><clip>: llig_10 is collage-light
 #             with EDQ and no clipping (lf32 lfst lmas lb16 llig lplu lplu1 lkah lsr lrem lpv1 lpv11)
 #   BUILD     the build folder (default build)
+# The nt loops (<loop>_n<edq><clip>, e.g. lplu_n00) run from 2^20 parameters on: PARAMS=1048576.
 # ISA=avx2 counts the AVX2 kernel's loop (run with COLLAGE_ISA=avx2; an iteration is 2 pairs of
 # 8-lane vectors, 32 elements); by default the AVX-512 kernel's, which the CPU must take.
 # Prints the instruction count of each iteration seen (one iteration = 4 pairs = 128 elements with
@@ -26,7 +27,7 @@ for _ in range(${STEPS:-6000}):
     f.write(gdb.execute('x/i \$pc', to_string=True).replace('=>', '').strip() + '\n')
     gdb.execute('stepi', to_string=True)
 f.close()" \
-  --args "$build/collage" bench optimizer --params 262144 --threads 1 --reps 3 --strategy "$strategy" >/dev/null 2>&1 || true
+  --args "$build/collage" bench optimizer --params "${PARAMS:-262144}" --threads 1 --reps 3 --strategy "$strategy" >/dev/null 2>&1 || true
 python3 - "$out" "$loop" <<'PY'
 import collections, re, sys
 lines = [l for l in open(sys.argv[1]) if l.strip()]

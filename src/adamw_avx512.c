@@ -5,10 +5,12 @@
 #include <immintrin.h>
 #define VL 16
 #define KERNEL_NAME collage__adamw_block_avx512
+#define TIE_FREE_NAME collage__adamw_tie_free_avx512
 #define VSQRT(x) ((vf)_mm512_sqrt_ps((__m512)(x)))
 #include "adamw_kernel.inc"
 #else
 void collage__adamw_block_avx512(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
                                  adamw_acc *acc) { collage__adamw_block_ref(s, S, a, b, k, acc); }
 int collage__adamw_code_spans_avx512(int *loops) { *loops = 0; return -1; }
+int collage__adamw_tie_free_avx512(int kind, float c) { (void)kind; (void)c; return 0; }
 #endif

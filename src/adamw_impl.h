@@ -14,6 +14,8 @@ typedef struct {
     float lrwd;           /* fp32(lr·wd) of the block's group */
     float coef;           /* gradient clipping factor (1 = none) */
     int clip;             /* coef != 1 */
+    int nt;               /* the vector kernels may take their nt loops: every bf16 value gives no tie
+                             on the lines with neg_step, lrwd, eps (and coef when clip), see tie_free */
     uint16_t b2hi, b2lo;  /* β2 split for collage-plus */
     uint64_t key;         /* SR key of this step */
     uint64_t index0;      /* the slab index of element 0 of the slabs (a shard's offset): bf16-sr's
@@ -53,6 +55,12 @@ void collage__adamw_block_avx2(collage_strategy s, const adamw_slabs *S, size_t 
  * in *loops how many it has; −1 where the kernel is not compiled in (the compiler lacks the ISA). */
 int collage__adamw_code_spans_avx512(int *loops);
 int collage__adamw_code_spans_avx2(int *loops);
+/* 1 when the scalar c makes no bf16 value a tie on its lines (adamw_kernel.inc, TIE_FREE_NAME): kind 0,
+ * fp32(x·c); kind 1, fp32(RN(√x) + c). 0 where the kernel is not compiled in. */
+int collage__adamw_tie_free_avx512(int kind, float c);
+int collage__adamw_tie_free_avx2(int kind, float c);
+/* adamw.c tries the proof for optimizers of at least this many elements (2^20; tests may lower it). */
+extern size_t collage__adamw_tie_proof_min;
 
 /* The remainder strategy's master: θ's bits with a signed 16-bit difference. θ = the master rounded to
  * nearest with ties away from zero, so (θ, remainder) ↔ master is a bijection; ties to even would

@@ -923,9 +923,10 @@ int collage__adamw_code_spans_avx2(int *loops);
 static void test_kernel_code_spans(void) {
 #if defined(__ELF__)
     int loops = 0, real = collage__adamw_code_spans_avx512(&loops);
-    CHECK(real < 0 || (loops == 48 && real == loops), "avx512 kernel: %d of %d loops have a code span", real, loops);
+    /* 12 strategy loops × (EDQ, clipping), and the nt forms of the 9 bf16-only ones */
+    CHECK(real < 0 || (loops == 84 && real == loops), "avx512 kernel: %d of %d loops have a code span", real, loops);
     real = collage__adamw_code_spans_avx2(&loops);
-    CHECK(real < 0 || (loops == 48 && real == loops), "avx2 kernel: %d of %d loops have a code span", real, loops);
+    CHECK(real < 0 || (loops == 84 && real == loops), "avx2 kernel: %d of %d loops have a code span", real, loops);
 #endif
 }
 
@@ -944,6 +945,141 @@ static void test_sqrt_no_tie(void) {
     }
     CHECK(ties == 0, "%d of 65536 bf16 roots break the no-tie rounding", ties);
 }
+
+/* The nt loops (adamw_kernel.inc rn_k): where a step's scalars (step size, lr·wd, eps, clipping factor)
+ * make no bf16 operand a tie on their lines, the vector kernels round those lines half up. The kernel's
+ * proof (collage__adamw_tie_free_*, by trying every operand) against this file's own count, then steps
+ * whose scalars do tie, on states built to meet those ties: fast and reference steps must agree on
+ * every state word. A proof that said "tie-free" for them would put the nt loops on these steps. */
+int collage__adamw_tie_free_avx512(int kind, float c);
+int collage__adamw_tie_free_avx2(int kind, float c);
+extern size_t collage__adamw_tie_proof_min; /* 2^20 by default; main() sets 0 for this file's small states */
+static int o_is_tie(float y) { return (fbits(y) & 0xffffu) == 0x8000u; }
+static int o_ties(int kind, float c) { /* kind 0: fp32(x·c); 1: fp32(RN(√x) + c); every bf16 x */
+    int n = 0;
+    for (uint32_t b = 0; b < 0x10000u; b++) {
+        float x = bf((uint16_t)b), r = sqrtf(x);
+        n += o_is_tie(kind ? (isnan(r) ? r : bf(o_rnf(r))) + c : x * c);
+    }
+    return n;
+}
+/* the lr of a first step whose fp32 step scalar −lr·√(1−β2)/(1−β1) is exactly c (adamw.c's formula) */
+static double lr_for_step(float c, double b1, double b2) {
+    double lr = -(double)c * (1.0 - b1) / sqrt(1.0 - b2);
+    for (int i = 0; i < 64 && (float)-(lr * sqrt(1.0 - pow(b2, 1.0)) / (1.0 - pow(b1, 1.0))) != c; i++)
+        lr = nextafter(lr, (float)-(lr * sqrt(1.0 - b2) / (1.0 - b1)) > c ? 0.0 : 1.0);
+    return lr;
+}
+#define NT_N 4096
+static void test_nt_loops_with_ties(void) {
+    int (*proof[2])(int, float) = {collage__adamw_tie_free_avx512, collage__adamw_tie_free_avx2};
+    const collage_isa pisa[2] = {COLLAGE_ISA_AVX512, COLLAGE_ISA_AVX2};
+    float cs[48] = {0.9f, 0.95f, 0.05f, 1e-3f, (float)(1e-3 * 0.01), 1e-8f, 1e-6f, 1e-5f, 0.0f, -0.0f, 1.0f, 0.5f,
+                    -ldexpf(0.9f, -3), ldexpf(0.9f, -2), 1e-40f, 3e38f, INFINITY, NAN};
+    h_seed(4242);
+    for (int i = 18; i < 48; i++) cs[i] = (float)ldexp((h_uniform() - 0.5), -(int)(h_rand32() % 30u));
+    int freed = 0, tied = 0;
+    for (int pi = 0; pi < 2; pi++) {
+        if (!collage_isa_supported(pisa[pi])) continue;
+        for (int kind = 0; kind < 2; kind++)
+            for (int i = 0; i < 48; i++) {
+                int ties = o_ties(kind, cs[i]), free_ = proof[pi](kind, cs[i]);
+                if (pi == 0 || !collage_isa_supported(pisa[0])) { freed += ties == 0; tied += ties > 0; }
+                CHECK(free_ == (ties == 0), "%s proof, kind %d, c %a: says %s, %d of 65536 x tie",
+                      collage_isa_name(pisa[pi]), kind, (double)cs[i], free_ ? "tie-free" : "ties", ties);
+            }
+    }
+    if (freed + tied) printf("    proof = count for %d scalars: %d tie-free, %d with ties\n", freed + tied, freed, tied);
+    CHECK(freed + tied == 0 || (freed > 0 && tied > 0), "the scalars must include both kinds of answer");
+
+    /* one step: c0 = fp32(−step) and c1 = fp32(lr·wd) of group 0 are fp32(0.9) scaled, which tie for
+     * thousands of operands; θ of group 0 on c1's ties, gradients that put m on c0's ties */
+    const double b1 = 0.9, b2 = 0.95;
+    const float c0 = -ldexpf(0.9f, -3), c1 = ldexpf(0.9f, -2);
+    double lr = lr_for_step(c0, b1, b2), wd0 = (double)c1 / lr;
+    for (int i = 0; i < 64 && (float)(lr * wd0) != c1; i++) wd0 = nextafter(wd0, (float)(lr * wd0) > c1 ? 0.0 : 1e9);
+    CHECK((float)-(lr * sqrt(1.0 - b2) / (1.0 - b1)) == c0 && (float)(lr * wd0) == c1,
+          "could not place the step scalars on c0 %a, c1 %a", (double)c0, (double)c1);
+    uint16_t t1[512], gt[512];
+    int n1 = 0, ng = 0;
+    for (uint32_t b = 0; b < 0x7f80u && (n1 < 512 || ng < 512); b++) {
+        float x = bf((uint16_t)b);
+        if (n1 < 512 && o_is_tie(x * c1)) t1[n1++] = (uint16_t)b;
+        /* first step from m = 0: m = RN(fp32(1 − β1)·g) */
+        if (ng < 512 && x != 0.0f && o_is_tie(bf(o_rnf((float)(1.0 - b1) * x)) * c0)) gt[ng++] = (uint16_t)b;
+    }
+    CHECK(n1 > 0 && ng > 0, "no operands on the ties (%d, %d)", n1, ng);
+    if (n1 == 0 || ng == 0) return;
+    collage_param_group grp[2] = {{"tie", 0, NT_N / 2, wd0}, {"plain", NT_N / 2, NT_N / 2, 0.01}};
+    float *w = malloc(NT_N * 4);
+    uint16_t *g = malloc(NT_N * 2);
+    collage_isa isa0 = collage_get_isa();
+    int runs = 0;
+    for (int si = 0; si < NS; si++) {
+        collage_strategy s = ALL[si];
+        if (s == COLLAGE_FP32 || s == COLLAGE_BF16_FP32_STATES || s == COLLAGE_BF16_MASTER) continue;
+        for (int pi = 0; pi < 2; pi++) {
+            if (!collage_isa_supported(pisa[pi])) continue;
+            collage_adamw_config c = {.strategy = s, .n = NT_N, .beta1 = b1, .beta2 = b2, .eps = 1e-8,
+                                      .groups = grp, .n_groups = 2, .edq = 1, .seed = 3};
+            collage_adamw *o[2] = {mk(&c), mk(&c)};
+            if (!o[0] || !o[1]) { collage_adamw_free(o[0]); collage_adamw_free(o[1]); continue; }
+            for (size_t i = 0; i < NT_N; i++) {
+                w[i] = i < NT_N / 2 ? bf(t1[i % (size_t)n1]) * ((i & 2) ? -1.0f : 1.0f) : (float)gauss();
+                g[i] = (i & 1) ? gt[(i / 2) % (size_t)ng] : o_rn(0.1 * gauss());
+            }
+            collage_adamw_set_weights_f32(o[0], w, NT_N);
+            collage_adamw_set_weights_f32(o[1], w, NT_N);
+            collage_set_isa(pisa[pi]);
+            collage_step_stats a, b;
+            CHECK(collage_adamw_step(o[0], g, lr, &a) == COLLAGE_OK, "%s nt step", SNAME(s));
+            CHECK(collage_adamw_step_ref(o[1], g, lr, &b) == COLLAGE_OK, "%s nt step_ref", SNAME(s));
+            collage_set_isa(isa0);
+            int same = same_saved_state(o[0], o[1]) && a.edq.lost == b.edq.lost && a.edq.updates == b.edq.updates;
+            CHECK(same, "%s, %s: a step whose scalars tie (c0 %a, c1 %a) differs from the reference", SNAME(s),
+                  collage_isa_name(pisa[pi]), (double)c0, (double)c1);
+            runs++;
+            collage_adamw_free(o[0]); collage_adamw_free(o[1]);
+        }
+    }
+    printf("    tie scalars c0 %a, c1 %a (lr %.17g, wd %.17g): %d/%d operands; %d runs agree\n", (double)c0,
+           (double)c1, lr, wd0, n1, ng, runs);
+
+    /* the gate, as collage_step_stats.tie_free reports it: the nt loops for tie-free scalars on a vector
+     * ISA, not for the scalars above, not for the reference step, nor below the size threshold */
+    const double lr_ok = 1e-3, wd_ok = 0.01;
+    float step_ok = (float)-(lr_ok * sqrt(1.0 - b2) / (1.0 - b1));
+    int ok_scalars = !o_ties(0, step_ok) && !o_ties(0, (float)(lr_ok * wd_ok)) && !o_ties(1, 1e-8f);
+    CHECK(ok_scalars, "lr %g, wd %g, eps 1e-8 were expected tie-free", lr_ok, wd_ok);
+    for (int pi = 0; pi < 2 && ok_scalars; pi++) {
+        if (!collage_isa_supported(pisa[pi])) continue;
+        collage_adamw_config c = {.strategy = COLLAGE_PLUS, .n = NT_N, .beta1 = b1, .beta2 = b2, .eps = 1e-8,
+                                  .weight_decay = wd_ok};
+        collage_adamw *o = mk(&c);
+        if (!o) break;
+        for (size_t i = 0; i < NT_N; i++) g[i] = o_rn(0.1 * gauss());
+        collage_step_stats st[4];
+        size_t min0 = collage__adamw_tie_proof_min;
+        collage_set_isa(pisa[pi]);
+        collage_adamw_step(o, g, lr_ok, &st[0]);
+        collage_adamw_step_ref(o, g, lr_ok, &st[1]);
+        c.weight_decay = wd0; /* lr·wd0 = c1, which ties, at any step */
+        collage_adamw *o2 = mk(&c);
+        if (o2) collage_adamw_step(o2, g, lr, &st[2]);
+        collage_adamw_free(o2);
+        collage__adamw_tie_proof_min = (size_t)NT_N + 1;
+        collage_adamw_step(o, g, lr_ok, &st[3]);
+        collage__adamw_tie_proof_min = min0;
+        collage_set_isa(isa0);
+        CHECK(st[0].tie_free == 1 && st[1].tie_free == 0 && st[2].tie_free == 0 && st[3].tie_free == 0,
+              "%s: tie_free %d (tie-free scalars), %d (reference), %d (scalars that tie), %d (below the threshold); "
+              "expected 1 0 0 0", collage_isa_name(pisa[pi]), st[0].tie_free, st[1].tie_free, st[2].tie_free,
+              st[3].tie_free);
+        collage_adamw_free(o);
+    }
+    free(w); free(g);
+}
+#undef NT_N
 
 /* ------------------------------------------------------------------ 4. long run vs float64 AdamW */
 #define LONG_SEED 4000ull
@@ -2095,6 +2231,9 @@ int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/collage_test_adamw_XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     printf("    files in %s\n", g_dir);
+    /* every step of this file's small optimizers may take the kernels' nt loops (test_nt_loops_with_ties):
+     * the bit-exactness tests below then cover both kinds of loop */
+    collage__adamw_tie_proof_min = 0;
     RUN(test_numerics_vector_light);
     RUN(test_vectors_every_strategy);
     RUN(test_random_every_strategy);
@@ -2103,6 +2242,7 @@ int main(void) {
     RUN(test_fast_equals_ref_special_values);
     RUN(test_fast_equals_ref_adversarial);
     RUN(test_sqrt_no_tie);
+    RUN(test_nt_loops_with_ties);
     RUN(test_kernel_code_spans);
     RUN(test_fast2sum_error_exact);
     RUN(test_sumsq_chunks);
