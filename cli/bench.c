@@ -260,7 +260,7 @@ static double timed_step(timed_opt *T, int edq) {
     collage_adamw_step(T->o, T->g, 1e-3, &st);
     double dt = cli_now() - t0;
     T->steps++;
-    T->tie_free += st.tie_free;
+    T->tie_free += st.tie_free > 0;
     return dt;
 }
 

@@ -224,7 +224,8 @@ typedef struct {
     collage_edq edq;         /* whole slab, when config.edq */
     int tie_free;            /* 1: the step's scalars (step size, lr·wd of every group, eps, clipping
                                 factor) were proved to meet no bf16 tie, and the vector kernels took
-                                their shorter roundings: the same results, fewer instructions */
+                                their shorter roundings: the same results, fewer instructions; 2: for
+                                collage-plus(-v1), bf16(β2) too; 0: the usual roundings somewhere */
 } collage_step_stats;
 
 /* Bytes of training state per parameter, by kind (NUMERICS §3 table, gradient included). */

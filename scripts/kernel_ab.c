@@ -37,6 +37,8 @@ static void step(kfn f,int s,st *S,size_t n,int edq,int t,float b2,adamw_acc *to
   k.nt=getenv("NT")&&atoi(getenv("NT"))&&collage__adamw_block_var_tie_free(0,k.neg_step)&&
        collage__adamw_block_var_tie_free(1,k.eps)&&collage__adamw_block_var_tie_free(0,k.lrwd);
   k.b2hi=bf(b2); { float hi; uint32_t u=(uint32_t)k.b2hi<<16; memcpy(&hi,&u,4); k.b2lo=bf(b2-hi);} k.key=12345+t;k.index0=0;
+  { float bh; uint32_t u=(uint32_t)k.b2hi<<16; memcpy(&bh,&u,4); /* level 2: bf16(β2) too, as adamw.c */
+    if(k.nt&&k.b2hi!=0x3f80&&collage__adamw_block_var_tie_free(0,bh)) k.nt=2; }
   adamw_slabs Sl={S->w,S->g,S->m,S->v,S->c,S->dv,NULL};
   if(!tot){
     long nb=(long)((n+(1<<14)-1)>>14);

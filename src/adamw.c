@@ -424,7 +424,7 @@ static int tie_free(collage_adamw *o, collage_isa isa, int kind, float c) {
     return ok;
 }
 
-/* The nt flag of each group's blocks this step, and whether every block has it: the vector kernels'
+/* The nt level of each group's blocks this step, and the lowest over the blocks: the vector kernels'
  * bf16 loops round the lines with the step size, lr·wd, eps and the clipping factor half up (two
  * instructions instead of four) where none of those scalars can meet a tie (adamw_kernel.inc rn_k);
  * results are the same either way. */
@@ -433,12 +433,16 @@ static int set_group_nt(collage_adamw *o, collage_isa isa, const adamw_k *k, dou
               o->cfg.n >= collage__adamw_tie_proof_min &&
               tie_free(o, isa, 0, k->neg_step) && tie_free(o, isa, 1, k->eps) &&
               (!k->clip || tie_free(o, isa, 0, k->coef));
+    /* 2: collage-plus's products with bf16(β2) too (where it is not 1: then they are skipped) */
+    int lvl = 1 + (all && has_dv(o->cfg.strategy) && k->b2hi != 0x3f80 && tie_free(o, isa, 0, bf16_f32(k->b2hi)));
     for (int g = 0; g <= o->n_groups; g++) {
         double wd = g < o->n_groups ? o->groups[g].weight_decay : o->cfg.weight_decay;
-        o->group_nt[g] = all && tie_free(o, isa, 0, (float)(lr * wd)); /* kb.lrwd's value */
+        o->group_nt[g] = all && tie_free(o, isa, 0, (float)(lr * wd)) ? lvl : 0; /* kb.lrwd's value */
     }
-    for (size_t b = 0; b < o->n_blocks && all; b++) all = o->group_nt[o->blocks[b].group];
-    return all; /* every block on the nt loops */
+    int least = all ? lvl : 0; /* the lowest level of any block */
+    for (size_t b = 0; b < o->n_blocks && least; b++)
+        if (o->group_nt[o->blocks[b].group] < least) least = o->group_nt[o->blocks[b].group];
+    return least;
 }
 
 /* have_sumsq: the gradient's Σg² is given_sumsq (the whole slab's, for a shard); else summed here. */

@@ -15,7 +15,8 @@ typedef struct {
     float coef;           /* gradient clipping factor (1 = none) */
     int clip;             /* coef != 1 */
     int nt;               /* the vector kernels may take their nt loops: every bf16 value gives no tie
-                             on the lines with neg_step, lrwd, eps (and coef when clip), see tie_free */
+                             on the lines with neg_step, lrwd, eps (and coef when clip), see tie_free;
+                             2: nor on collage-plus's products with b2hi (the nt2 loops) */
     uint16_t b2hi, b2lo;  /* β2 split for collage-plus */
     uint64_t key;         /* SR key of this step */
     uint64_t index0;      /* the slab index of element 0 of the slabs (a shard's offset): bf16-sr's
