@@ -409,6 +409,12 @@ collage_status collage_adamw_grad_sumsq(const collage_adamw *oc, const void *gra
     return COLLAGE_OK;
 }
 
+/* fp32(lr·wd) of group g's blocks (g = n_groups: the elements in no group), as the kernels get it and as
+ * its proof must see it. */
+static float group_lrwd(const collage_adamw *o, int g, double lr) {
+    return (float)(lr * (g < o->n_groups ? o->groups[g].weight_decay : o->cfg.weight_decay));
+}
+
 /* Whether no bf16 operand makes the scalar c a tie on its kernel lines (kind 0: x·c, 1: RN(√x) + c), by
  * the kernel of this ISA trying them all; answers are remembered per scalar. */
 static int tie_free(collage_adamw *o, collage_isa isa, int kind, float c) {
@@ -436,10 +442,7 @@ static int set_group_nt(collage_adamw *o, collage_isa isa, const adamw_k *k, dou
               (!k->clip || tie_free(o, isa, 0, k->coef));
     /* 2: collage-plus's products with bf16(β2) too (where it is not 1: then they are skipped) */
     int lvl = 1 + (all && has_dv(o->cfg.strategy) && k->b2hi != 0x3f80 && tie_free(o, isa, 0, bf16_f32(k->b2hi)));
-    for (int g = 0; g <= o->n_groups; g++) {
-        double wd = g < o->n_groups ? o->groups[g].weight_decay : o->cfg.weight_decay;
-        o->group_nt[g] = all && tie_free(o, isa, 0, (float)(lr * wd)) ? lvl : 0; /* kb.lrwd's value */
-    }
+    for (int g = 0; g <= o->n_groups; g++) o->group_nt[g] = all && tie_free(o, isa, 0, group_lrwd(o, g, lr)) ? lvl : 0;
     int least = all ? lvl : 0; /* the lowest level of any block */
     for (size_t b = 0; b < o->n_blocks && least; b++)
         if (o->group_nt[o->blocks[b].group] < least) least = o->group_nt[o->blocks[b].group];
@@ -492,8 +495,7 @@ static collage_status step(collage_adamw *o, const void *grads, double lr, colla
     for (long bi = 0; bi < nb; bi++) {
         const block_t *B = &o->blocks[bi];
         adamw_k kb = k;
-        double wd = B->group < o->n_groups ? o->groups[B->group].weight_decay : o->cfg.weight_decay;
-        kb.lrwd = (float)(lr * wd);
+        kb.lrwd = group_lrwd(o, B->group, lr);
         kb.nt = o->group_nt[B->group];
         adamw_acc *acc = edq ? &o->acc[bi] : NULL;
         if (acc) memset(acc, 0, sizeof *acc);
