@@ -442,7 +442,8 @@ static int set_group_nt(collage_adamw *o, collage_isa isa, const adamw_k *k, dou
               (!k->clip || tie_free(o, isa, 0, k->coef));
     /* 2: collage-plus's products with bf16(β2) too (where it is not 1: then they are skipped) */
     int lvl = 1 + (all && has_dv(o->cfg.strategy) && k->b2hi != 0x3f80 && tie_free(o, isa, 0, bf16_f32(k->b2hi)));
-    for (int g = 0; g <= o->n_groups; g++) o->group_nt[g] = all && tie_free(o, isa, 0, group_lrwd(o, g, lr)) ? lvl : 0;
+    for (int g = 0; g <= o->n_groups; g++)
+        o->group_nt[g] = all && tie_free(o, isa, 0, group_lrwd(o, g, lr)) ? lvl : 0;
     int least = all ? lvl : 0; /* the lowest level of any block */
     for (size_t b = 0; b < o->n_blocks && least; b++)
         if (o->group_nt[o->blocks[b].group] < least) least = o->group_nt[o->blocks[b].group];
