@@ -1,5 +1,6 @@
 /* rn_cost.c — what one bf16 rounding costs on this CPU, the emulated way the kernel does it and with
- * the AVX512_BF16 conversion, and whether that conversion is the kernel's rounding (README, session 9).
+ * the AVX512_BF16 conversion, and whether that conversion is the kernel's rounding
+ * (docs/optimizer-performance.md, session 9).
  *
  *   cc -O2 -o /tmp/rn_cost scripts/rn_cost.c && /tmp/rn_cost
  *
