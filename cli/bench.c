@@ -3,6 +3,7 @@
  * bound (a[i] = a[i]·s + b[i]) measured in the same run. Medians of several repetitions; arrays far
  * larger than the caches. Speed is reported here, never asserted by tests. */
 #include "cli.h"
+#include "adamw_impl.h" /* collage__adamw_tie_proof_min: an internal knob, not in collage.h */
 #include "gpt.h"
 #include <cblas.h>
 #include <math.h>
@@ -209,8 +210,6 @@ static double median_of(double *t, int r) {
 
 typedef struct { double ns, ns_edq, bound, master_ns, edq_paired, master_paired, tie_free; } opt_times;
 
-/* The library's size threshold for its tie-free proof (adamw.c; an internal knob, not in collage.h). */
-extern size_t collage__adamw_tie_proof_min;
 
 /* The streaming bound's buffers, timed beside each strategy's steps. */
 typedef struct { float *a, *b; size_t n; int threads; } bound_buf;
