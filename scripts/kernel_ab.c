@@ -4,8 +4,9 @@
  * and one EDQ step the states and EDQ sums are compared, then EDQ-off and EDQ-on steps of each are
  * timed in interleaved rounds (best round of each). Usage: kernel_ab STRATEGY N ROUNDS STEPS; env B2
  * (β2, default 0.95), NT (1: the var kernel's nt loops where its proof allows), OMP_NUM_THREADS.
- * The bf16-only strategies (their slabs are all bf16 words). A tool for kernel work, not part of the
- * library or the tests. */
+ * Every strategy: the fp32-path ones (fp32, bf16-fp32-states, bf16-master) keep fp32 moments, fp32
+ * weights and gradients for fp32, and an fp32 master for bf16-master. A tool for kernel work, not part
+ * of the library or the tests. */
 #include "adamw_impl.h"
 #include "collage.h"
 #include <stdio.h>
@@ -21,13 +22,19 @@ static uint64_t rs=88172645463325252ull;
 static double urand(void){rs^=rs<<13;rs^=rs>>7;rs^=rs<<17;return (rs>>11)*(1.0/9007199254740992.0);}
 static double nrand(void){double u=urand()+1e-300,v=urand();return sqrt(-2*log(u))*cos(6.283185307179586*v);}
 static uint16_t bf(float x){uint32_t u;memcpy(&u,&x,4);return (uint16_t)((u+0x7fff+((u>>16)&1))>>16);}
-typedef struct { uint16_t *w,*g,*m,*v,*c,*dv; } st;
+/* Every slab is allocated for 4-byte words; es[] says how many bytes each slab's words take. */
+typedef struct { uint16_t *w,*g,*m,*v,*c,*dv; float *ms; } st;
+static size_t es_w=2, es_g=2, es_mv=2; /* set in main from the strategy */
+static void put(void *p,size_t i,size_t es,float x){ if(es==4) ((float*)p)[i]=x; else ((uint16_t*)p)[i]=bf(x); }
+static float bff(float x){uint16_t h=bf(x);uint32_t u=(uint32_t)h<<16;float f;memcpy(&f,&u,4);return f;}
 static void mk(st *S,size_t n){
-  S->w=aligned_alloc(64,n*2);S->g=aligned_alloc(64,n*2);S->m=aligned_alloc(64,n*2);S->v=aligned_alloc(64,n*2);
-  S->c=aligned_alloc(64,n*2);S->dv=aligned_alloc(64,n*2);
-  for(size_t i=0;i<n;i++){float g=0.01f*(float)nrand();S->w[i]=bf((float)nrand()*0.05f);S->g[i]=bf(g);S->m[i]=bf(0.1f*g);S->v[i]=bf(g*g*0.05f+1e-8f);S->c[i]=0;S->dv[i]=0;}
+  S->w=aligned_alloc(64,n*4);S->g=aligned_alloc(64,n*4);S->m=aligned_alloc(64,n*4);S->v=aligned_alloc(64,n*4);
+  S->c=aligned_alloc(64,n*4);S->dv=aligned_alloc(64,n*4);S->ms=aligned_alloc(64,n*4);
+  for(size_t i=0;i<n;i++){float g=0.01f*(float)nrand(),w=(float)nrand()*0.05f;
+    put(S->w,i,es_w,w);put(S->g,i,es_g,g);put(S->m,i,es_mv,0.1f*g);put(S->v,i,es_mv,g*g*0.05f+1e-8f);
+    S->c[i]=0;S->dv[i]=0;S->ms[i]=es_w==2?bff(w):w;}
 }
-static void cp(st *D,const st *S,size_t n){memcpy(D->w,S->w,n*2);memcpy(D->g,S->g,n*2);memcpy(D->m,S->m,n*2);memcpy(D->v,S->v,n*2);memcpy(D->c,S->c,n*2);memcpy(D->dv,S->dv,n*2);}
+static void cp(st *D,const st *S,size_t n){memcpy(D->w,S->w,n*es_w);memcpy(D->g,S->g,n*es_g);memcpy(D->m,S->m,n*es_mv);memcpy(D->v,S->v,n*es_mv);memcpy(D->c,S->c,n*2);memcpy(D->dv,S->dv,n*2);memcpy(D->ms,S->ms,n*4);}
 static void step(kfn f,int s,st *S,size_t n,int edq,int t,float b2,adamw_acc *tot){
   adamw_k k={0};
   float b1=0.9f; k.b1=b1;k.omb1=1-b1;k.b2=b2;k.omb2=1-b2;k.eps=1e-8f;
@@ -39,7 +46,7 @@ static void step(kfn f,int s,st *S,size_t n,int edq,int t,float b2,adamw_acc *to
   k.b2hi=bf(b2); { float hi; uint32_t u=(uint32_t)k.b2hi<<16; memcpy(&hi,&u,4); k.b2lo=bf(b2-hi);} k.key=12345+t;k.index0=0;
   { float bh; uint32_t u=(uint32_t)k.b2hi<<16; memcpy(&bh,&u,4); /* level 2: bf16(β2) too, as adamw.c */
     if(k.nt&&k.b2hi!=0x3f80&&collage__adamw_block_var_tie_free(0,bh)) k.nt=2; }
-  adamw_slabs Sl={S->w,S->g,S->m,S->v,S->c,S->dv,NULL};
+  adamw_slabs Sl={S->w,S->g,S->m,S->v,S->c,S->dv,S->ms};
   if(!tot){
     long nb=(long)((n+(1<<14)-1)>>14);
     #pragma omp parallel for schedule(static)
@@ -53,7 +60,7 @@ static void step(kfn f,int s,st *S,size_t n,int edq,int t,float b2,adamw_acc *to
 int main(int argc,char**argv){
   if(argc<5){fprintf(stderr,"usage: kernel_ab STRATEGY N ROUNDS STEPS\n");return 2;}
   collage_strategy cs; if(collage_strategy_parse(argv[1],&cs)!=COLLAGE_OK){fprintf(stderr,"kernel_ab: unknown strategy %s\n",argv[1]);return 2;}
-  if(cs==COLLAGE_FP32||cs==COLLAGE_BF16_FP32_STATES||cs==COLLAGE_BF16_MASTER){fprintf(stderr,"kernel_ab: %s keeps fp32 state words; this harness steps the bf16-only strategies\n",argv[1]);return 2;}
+  if(cs==COLLAGE_FP32||cs==COLLAGE_BF16_FP32_STATES||cs==COLLAGE_BF16_MASTER){es_mv=4; if(cs==COLLAGE_FP32) es_w=es_g=4;}
   int s=(int)cs; size_t n=(size_t)atol(argv[2]); int reps=atoi(argv[3]); int inner=atoi(argv[4]);
   if(n<64||reps<1||inner<1){fprintf(stderr,"kernel_ab: N >= 64, ROUNDS and STEPS >= 1\n");return 2;}
   float b2=getenv("B2")?(float)atof(getenv("B2")):0.95f;
@@ -63,7 +70,7 @@ int main(int argc,char**argv){
   for(int t=1;t<=3;t++){ step(base,s,&A,n,0,t,b2,NULL); step(var,s,&B,n,0,t,b2,NULL);}
   adamw_acc ta={0},tb={0};
   step(base,s,&A,n,1,4,b2,&ta); step(var,s,&B,n,1,4,b2,&tb);
-  int same=!memcmp(A.w,B.w,n*2)&&!memcmp(A.m,B.m,n*2)&&!memcmp(A.v,B.v,n*2)&&!memcmp(A.c,B.c,n*2)&&!memcmp(A.dv,B.dv,n*2);
+  int same=!memcmp(A.w,B.w,n*es_w)&&!memcmp(A.m,B.m,n*es_mv)&&!memcmp(A.v,B.v,n*es_mv)&&!memcmp(A.c,B.c,n*2)&&!memcmp(A.dv,B.dv,n*2)&&!memcmp(A.ms,B.ms,n*4);
   int esame=ta.dot==tb.dot&&ta.dot_state==tb.dot_state&&ta.nn==tb.nn&&ta.lost==tb.lost&&ta.nonzero==tb.nonzero;
   printf("%s n=%zu states %s, EDQ sums %s; base dot=%.9g st=%.9g nn=%.9g lost=%llu nz=%llu | var dot=%.9g st=%.9g nn=%.9g lost=%llu nz=%llu\n",argv[1],n,same?"identical":"DIFFER",esame?"identical":"DIFFER",
     ta.dot,ta.dot_state,ta.nn,(unsigned long long)ta.lost,(unsigned long long)ta.nonzero,tb.dot,tb.dot_state,tb.nn,(unsigned long long)tb.lost,(unsigned long long)tb.nonzero);

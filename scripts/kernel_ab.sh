@@ -4,16 +4,17 @@
 # states and EDQ sums compared, then EDQ-off and EDQ-on ns/param of each and their ratios.
 # N = 65536 keeps one thread's state in L2; 32000000 streams it from memory. OMP_NUM_THREADS sets the
 # threads, B2 the β2, NT=1 the var kernel's nt loops (where it proves the scalars tie-free: a base
-# revision without them ignores it), VAR_CFLAGS extra compiler flags for the working tree's kernel
+# revision without them ignores it), ISA=avx2 the AVX2 kernel (8 lanes) instead of the AVX-512 one
+# (its object named like AVX-512's: the library's AVX-512 kernel is left out either way), VAR_CFLAGS extra compiler flags for the working tree's kernel
 # only (to compare options, e.g. VAR_CFLAGS=-mtune=znver3). Needs a built library (make) for the rest of collage. Example:
 #   scripts/kernel_ab.sh HEAD~1 collage-light 65536 21 40
 set -euo pipefail
 [ $# -ge 3 ] || { sed -n '2,8p' "$0"; exit 2; }
 rev=$1; strategy=$2; n=$3; rounds=${4:-21}; steps=${5:-20}
 case $strategy in
-  bf16|collage-light|collage-plus|bf16-kahan|bf16-sr|bf16-remainder|collage-plus-v1) ;;
-  *) echo "kernel_ab: $strategy: one of the bf16-only strategies (bf16, collage-light, collage-plus," \
-          "bf16-kahan, bf16-sr, bf16-remainder, collage-plus-v1)" >&2; exit 2 ;;
+  fp32|bf16-fp32-states|bf16-master|bf16|collage-light|collage-plus|bf16-kahan|bf16-sr|bf16-remainder|collage-plus-v1) ;;
+  *) echo "kernel_ab: $strategy: not a strategy (fp32, bf16-fp32-states, bf16-master, bf16, collage-light," \
+          "collage-plus, bf16-kahan, bf16-sr, bf16-remainder, collage-plus-v1)" >&2; exit 2 ;;
 esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 [ -f "$root/build/libcollage.a" ] || { echo "kernel_ab: build/libcollage.a not found: run make first" >&2; exit 1; }
@@ -22,14 +23,21 @@ w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
 git -C "$root" show "$rev:src/adamw_kernel.inc" > "$w/base.inc" \
   || { echo "kernel_ab: no src/adamw_kernel.inc at revision $rev" >&2; exit 1; }
 sed 's/^#define KTAG avx512$/#define KTAG avx512v/' "$root/src/adamw_kernel.inc" > "$w/var.inc"
+if [ "${ISA:-avx512}" = avx2 ]; then # the AVX2 kernel (8 lanes) instead, on this AVX-512 machine
+  isa_f="-mavx2 -mfma -mf16c"; vl=8; vsqrt='((vf)_mm256_sqrt_ps((__m256)(x)))'
+  # base.o stands in for the AVX-512 object left out below (its code-span function too); var's is renamed
+  sed -i 's/^#define KTAG avx2$/#define KTAG avx512/' "$w/base.inc"
+  sed 's/^#define KTAG avx2$/#define KTAG avx2v/' "$root/src/adamw_kernel.inc" > "$w/var.inc"
+else
+  isa_f="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c"; vl=16; vsqrt='((vf)_mm512_sqrt_ps((__m512)(x)))'
+fi
 F="-std=c11 -O2 -g -ffp-contract=off -fno-fast-math -fno-math-errno -D_GNU_SOURCE -I$root/include -I$root/src -fopenmp
-   -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
-   -fschedule-insns -fsched-pressure --param=sched-pressure-algorithm=2"
+   $isa_f -fschedule-insns -fsched-pressure --param=sched-pressure-algorithm=2"
 for v in base var; do
   name=$([ $v = base ] && echo collage__adamw_block_avx512 || echo collage__adamw_block_var)
   tie=$([ $v = base ] && echo collage__adamw_tie_free_avx512 || echo collage__adamw_block_var_tie_free)
-  printf '#include "adamw_impl.h"\n#include <immintrin.h>\n#define VL 16\n#define KERNEL_NAME %s\n#define TIE_FREE_NAME %s\n#define VSQRT(x) ((vf)_mm512_sqrt_ps((__m512)(x)))\n#include "%s"\n' \
-    "$name" "$tie" "$w/$v.inc" > "$w/$v.c"
+  printf '#include "adamw_impl.h"\n#include <immintrin.h>\n#define VL %s\n#define KERNEL_NAME %s\n#define TIE_FREE_NAME %s\n#define VSQRT(x) %s\n#include "%s"\n' \
+    "$vl" "$name" "$tie" "$vsqrt" "$w/$v.inc" > "$w/$v.c"
   # a revision from before the nt loops: the library's call finds every scalar "not tie-free"
   grep -q TIE_FREE_NAME "$w/$v.inc" || echo "int $tie(int kind, float c) { (void)kind; (void)c; return 0; }" >> "$w/$v.c"
   extra=; [ $v = var ] && extra=${VAR_CFLAGS:-}
