@@ -22,7 +22,8 @@ static uint64_t rs=88172645463325252ull;
 static double urand(void){rs^=rs<<13;rs^=rs>>7;rs^=rs<<17;return (rs>>11)*(1.0/9007199254740992.0);}
 static double nrand(void){double u=urand()+1e-300,v=urand();return sqrt(-2*log(u))*cos(6.283185307179586*v);}
 static uint16_t bf(float x){uint32_t u;memcpy(&u,&x,4);return (uint16_t)((u+0x7fff+((u>>16)&1))>>16);}
-/* Every slab is allocated for 4-byte words; es[] says how many bytes each slab's words take. */
+/* Every slab is allocated for 4-byte words; es_w, es_g and es_mv say how many bytes the words of w, g
+ * and m, v take (c and dv are always bf16, ms fp32). */
 typedef struct { uint16_t *w,*g,*m,*v,*c,*dv; float *ms; } st;
 static size_t es_w=2, es_g=2, es_mv=2; /* set in main from the strategy */
 static void put(void *p,size_t i,size_t es,float x){ if(es==4) ((float*)p)[i]=x; else ((uint16_t*)p)[i]=bf(x); }

@@ -22,7 +22,6 @@ grep -qw avx512bw /proc/cpuinfo || { echo "kernel_ab: this CPU has no AVX-512" >
 w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
 git -C "$root" show "$rev:src/adamw_kernel.inc" > "$w/base.inc" \
   || { echo "kernel_ab: no src/adamw_kernel.inc at revision $rev" >&2; exit 1; }
-sed 's/^#define KTAG avx512$/#define KTAG avx512v/' "$root/src/adamw_kernel.inc" > "$w/var.inc"
 if [ "${ISA:-avx512}" = avx2 ]; then # the AVX2 kernel (8 lanes) instead, on this AVX-512 machine
   isa_f="-mavx2 -mfma -mf16c"; vl=8; vsqrt='((vf)_mm256_sqrt_ps((__m256)(x)))'
   # base.o stands in for the AVX-512 object left out below (its code-span function too); var's is renamed
@@ -30,6 +29,7 @@ if [ "${ISA:-avx512}" = avx2 ]; then # the AVX2 kernel (8 lanes) instead, on thi
   sed 's/^#define KTAG avx2$/#define KTAG avx2v/' "$root/src/adamw_kernel.inc" > "$w/var.inc"
 else
   isa_f="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c"; vl=16; vsqrt='((vf)_mm512_sqrt_ps((__m512)(x)))'
+  sed 's/^#define KTAG avx512$/#define KTAG avx512v/' "$root/src/adamw_kernel.inc" > "$w/var.inc"
 fi
 F="-std=c11 -O2 -g -ffp-contract=off -fno-fast-math -fno-math-errno -D_GNU_SOURCE -I$root/include -I$root/src -fopenmp
    $isa_f -fschedule-insns -fsched-pressure --param=sched-pressure-algorithm=2"
