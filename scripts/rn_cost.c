@@ -20,7 +20,8 @@
  *    half up, 2 instructions: valid only where no tie can occur), and the hardware conversion of two
  *    vectors at once (VCVTNE2PS2BF16) expanded back to fp32 lanes by two word permutes (VPERMW), bare
  *    and with the denormal test (VFPCLASSPS + KORW) that would make it exact; the one-vector
- *    conversion (VCVTNEPS2BF16) expanded by one VPERMW; and Veltkamp's split (session 13): γ = x·(2^16 + 1),
+ *    conversion (VCVTNEPS2BF16) expanded by one VPERMW; the pair conversion unpacked by a shift and an
+ *    AND into permuted lanes (no permute; session 14); and Veltkamp's split (session 13): γ = x·(2^16 + 1),
  *    hi = γ − (γ − x), three fp32 operations, which equals round-to-nearest-even to bf16 on normal x
  *    below 2^111 (part 3) but not on denormals or near overflow, so the kernel could use it only
  *    behind a range guard.
@@ -91,7 +92,10 @@ TGT static double run_emul(int mode) {
     else BODY(a[j] = rn_veltkamp(x); b[j] = rn_veltkamp(y))
     FINISH
 }
-/* check 0: the pair conversion bare; 1: with the denormal test; 2: one vector at a time, one VPERMW each */
+/* check 0: the pair conversion bare; 1: with the denormal test; 2: one vector at a time, one VPERMW each;
+ * 3: the pair conversion unpacked by a shift and an AND (session 14): the words come back in fp32 lanes
+ * but permuted (lane k of the first output holds element 2k of the pair, of the second 2k + 1), so a
+ * kernel would have to track each value's lane order through its chain */
 TGT_BF static double run_hw(int check, int *bad_out) {
     const __m512i ia = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0, 7, 0, 6, 0, 5, 0, 4, 0,
                                         3, 0, 2, 0, 1, 0, 0, 0);
@@ -102,6 +106,10 @@ TGT_BF static double run_hw(int check, int *bad_out) {
         BODY(__m512i r = (__m512i)_mm512_cvtne2ps_pbh(y, x);
              a[j] = (__m512)_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, ia, r);
              b[j] = (__m512)_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, ib, r))
+    else if (check == 3)
+        BODY(__m512i r = (__m512i)_mm512_cvtne2ps_pbh(y, x);
+             a[j] = (__m512)_mm512_slli_epi32(r, 16);
+             b[j] = (__m512)_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)))
     else if (check == 2)
         BODY(__m512i ra = _mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(x));
              __m512i rb = _mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(y));
@@ -199,6 +207,7 @@ int main(void) {
         printf("VCVTNE2PS2BF16 + 2 VPERMW (DAZ, not exact): %.2f cycles per rounding\n", run_hw(0, &bad) * k - base);
         printf("  the same + denormal test (exact):         %.2f cycles per rounding\n", run_hw(1, &bad) * k - base);
         printf("VCVTNEPS2BF16 + 1 VPERMW (one vector, DAZ): %.2f cycles per rounding\n", run_hw(2, &bad) * k - base);
+        printf("VCVTNE2PS2BF16 + shift + and (permuted): %.2f cycles per rounding\n", run_hw(3, &bad) * k - base);
     }
     return 0;
 }
