@@ -6,10 +6,12 @@
 # threads, B2 the β2, NT=1 the var kernel's nt loops (where it proves the scalars tie-free: a base
 # revision without them ignores it), ISA=avx2 the AVX2 kernel (8 lanes) instead of the AVX-512 one
 # (its object named like AVX-512's: the library's AVX-512 kernel is left out either way), VAR_CFLAGS extra compiler flags for the working tree's kernel
-# only (to compare options, e.g. VAR_CFLAGS=-mtune=znver3). Needs a built library (make) for the rest of collage. Example:
+# only (to compare options, e.g. VAR_CFLAGS=-mtune=znver3), PROBE=half-up a timing probe: every rn() of the var kernel
+# rounds half up (2 instructions; inexact, so its states differ: session 14's ceiling for any cheaper rounding).
+# Needs a built library (make) for the rest of collage. Example:
 #   scripts/kernel_ab.sh HEAD~1 collage-light 65536 21 40
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n '2,8p' "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,12p' "$0"; exit 2; }
 rev=$1; strategy=$2; n=$3; rounds=${4:-21}; steps=${5:-20}
 case $strategy in
   fp32|bf16-fp32-states|bf16-master|bf16|collage-light|collage-plus|bf16-kahan|bf16-sr|bf16-remainder|collage-plus-v1) ;;
@@ -31,6 +33,11 @@ else
   isa_f="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c"; vl=16; vsqrt='((vf)_mm512_sqrt_ps((__m512)(x)))'
   sed 's/^#define KTAG avx512$/#define KTAG avx512v/' "$root/src/adamw_kernel.inc" > "$w/var.inc"
 fi
+case ${PROBE:-} in
+  '') ;;
+  half-up) sed -i '/^INL vf rn(vf x) {$/a\    return (vf)(((vu)x + 0x8000u) \& 0xffff0000u); /* PROBE=half-up */' "$w/var.inc" ;;
+  *) echo "kernel_ab: PROBE=$PROBE: not a probe (half-up)" >&2; exit 2 ;;
+esac
 F="-std=c11 -O2 -g -ffp-contract=off -fno-fast-math -fno-math-errno -D_GNU_SOURCE -I$root/include -I$root/src -fopenmp
    $isa_f -fschedule-insns -fsched-pressure --param=sched-pressure-algorithm=2"
 for v in base var; do
