@@ -9,7 +9,7 @@ SAN     ?= 0
 WERROR  ?= 0
 
 CFLAGS_BASE = -std=c11 -O2 -g -ffp-contract=off -fno-fast-math -fno-math-errno -fPIC \
-              -Wall -Wextra -Wshadow -Wdouble-promotion -Wstrict-prototypes -D_GNU_SOURCE -Iinclude -Isrc
+              -Wall -Wextra -Wshadow -Wdouble-promotion -Wstrict-prototypes -D_GNU_SOURCE -Iinclude
 ifeq ($(WERROR),1)
 CFLAGS_BASE += -Werror
 endif
@@ -35,13 +35,18 @@ endif
 CFLAGS_ALL = $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS_ALL = $(LDOMP) $(LDSAN) -lopenblas -lm $(LDLIBS)
 
-LIB_SRC  = $(wildcard src/*.c)
+# The library's rooms (docs/architecture.md); each folder's headers are private to the library and
+# its tests: cli/ sees include/ only.
+SRC_DIRS = src/core src/numerics src/optim src/nn src/models src/train
+SRC_INC  = $(addprefix -I,$(SRC_DIRS))
+LIB_SRC  = $(wildcard $(addsuffix /*.c,$(SRC_DIRS)))
 LIB_OBJ  = $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC))
 CLI_SRC  = $(wildcard cli/*.c)
 CLI_OBJ  = $(patsubst cli/%.c,$(BUILD)/obj/cli_%.o,$(CLI_SRC))
 TEST_SRC = $(wildcard tests/test_*.c)
 TEST_BIN = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
-HDRS     = include/collage.h $(wildcard src/*.h) $(wildcard src/*.inc) $(wildcard cli/*.h) tests/harness.h
+HDRS     = $(wildcard include/*.h) $(wildcard $(addsuffix /*.h,$(SRC_DIRS))) $(wildcard src/*/*.inc) $(wildcard cli/*.h) \
+           tests/harness.h
 
 .PHONY: all lib cli tests test run setup clean ci-san ci-noomp fuzz FORCE
 all: lib cli
@@ -50,7 +55,8 @@ cli: $(BUILD)/collage
 tests: $(TEST_BIN)
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS) | $(BUILD)/obj
-	$(CC) $(CFLAGS_ALL) $(ISA_FLAGS) -c $< -o $@
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(SRC_INC) $(ISA_FLAGS) -c $< -o $@
 # Vector kernels: one translation unit per instruction set, entered only after a run-time CPU check.
 # The fused AdamW loops are long dependency chains of emulated roundings; scheduling before register
 # allocation interleaves the vectors of an iteration (10-20% faster, same instructions).
@@ -67,10 +73,10 @@ ifeq ($(SAN),1)
 # and every other unit, their callers and the slabs they work on included, stays instrumented.
 KERNEL_FLAGS = -fno-sanitize=all
 endif
-$(BUILD)/obj/adamw_avx512.o: ISA_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c $(KERNEL_FLAGS)
-$(BUILD)/obj/adamw_avx2.o: ISA_FLAGS = -mavx2 -mfma -mf16c $(KERNEL_FLAGS)
+$(BUILD)/obj/optim/adamw_avx512.o: ISA_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c $(KERNEL_FLAGS)
+$(BUILD)/obj/optim/adamw_avx2.o: ISA_FLAGS = -mavx2 -mfma -mf16c $(KERNEL_FLAGS)
 $(BUILD)/obj/cli_%.o: cli/%.c $(HDRS) $(BUILD)/mpi.flag | $(BUILD)/obj
-	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(SRC_INC) $(MPI_CFLAGS) -c $< -o $@
 # Rebuild the CLI when MPI is switched on or off for this folder.
 $(BUILD)/mpi.flag: FORCE | $(BUILD)/obj
 	@echo "$(MPI)" | cmp -s - $@ || echo "$(MPI)" > $@
@@ -84,7 +90,7 @@ $(BUILD)/libcollage.so: $(LIB_OBJ)
 $(BUILD)/collage: $(CLI_OBJ) $(BUILD)/libcollage.a
 	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libcollage.a $(LDLIBS_ALL) $(MPI_LIBS)
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libcollage.a $(HDRS) | $(BUILD)/tests
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libcollage.a $(LDLIBS_ALL) -lmpfr -lgmp
+	$(CC) $(CFLAGS_ALL) $(SRC_INC) -o $@ $< $(BUILD)/libcollage.a $(LDLIBS_ALL) -lmpfr -lgmp
 
 setup:
 	@bash scripts/setup.sh
@@ -101,7 +107,7 @@ FUZZ_BUILD ?= build-fuzz
 fuzz:
 	@$(MAKE) --no-print-directory $(FUZZ_BUILD)/libcollage.a BUILD=$(FUZZ_BUILD) CC=clang SAN=1 OMP=0 MPI=0 \
 	  CFLAGS=-fsanitize=fuzzer-no-link
-	clang -std=c11 -O1 -g -Wall -Wextra $(filter -Werror,$(CFLAGS_BASE)) -D_GNU_SOURCE -Iinclude -Isrc \
+	clang -std=c11 -O1 -g -Wall -Wextra $(filter -Werror,$(CFLAGS_BASE)) -D_GNU_SOURCE -Iinclude $(SRC_INC) \
 	  -fsanitize=fuzzer,address,undefined \
 	  -fno-sanitize-recover=undefined tests/fuzz/fuzz_inputs.c $(FUZZ_BUILD)/libcollage.a -lopenblas -lm \
 	  -o $(FUZZ_BUILD)/fuzz_inputs

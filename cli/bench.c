@@ -4,7 +4,7 @@
  * larger than the caches. Speed is reported here, never asserted by tests. */
 #include "cli.h"
 #include "adamw_impl.h" /* collage__adamw_tie_proof_min: an internal knob, not in collage.h */
-#include "gpt.h"
+#include "gpt2.h"
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>

@@ -2,11 +2,11 @@
  * strategy on real text (the fortunes corpus by default), llm.c-format checkpoints, exact resume,
  * a JSON log per step, and a progress bar with ETA on a terminal. */
 #include "cli.h"
-#include "ckpt.h"
+#include "gpt2_ckpt.h"
 #include "internal.h" /* collage_atomic_*: the manifest is written like every other file */
 #include "data.h"
 #include "dist.h"
-#include "gpt.h"
+#include "gpt2.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>

@@ -22,23 +22,23 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 [ -f "$root/build/libcollage.a" ] || { echo "kernel_ab: build/libcollage.a not found: run make first" >&2; exit 1; }
 grep -qw avx512bw /proc/cpuinfo || { echo "kernel_ab: this CPU has no AVX-512" >&2; exit 1; }
 w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
-git -C "$root" show "$rev:src/adamw_kernel.inc" > "$w/base.inc" \
+{ git -C "$root" show "$rev:src/optim/adamw_kernel.inc" 2>/dev/null || git -C "$root" show "$rev:src/adamw_kernel.inc"; } > "$w/base.inc" \
   || { echo "kernel_ab: no src/adamw_kernel.inc at revision $rev" >&2; exit 1; }
 if [ "${ISA:-avx512}" = avx2 ]; then # the AVX2 kernel (8 lanes) instead, on this AVX-512 machine
   isa_f="-mavx2 -mfma -mf16c"; vl=8; vsqrt='((vf)_mm256_sqrt_ps((__m256)(x)))'
   # base.o stands in for the AVX-512 object left out below (its code-span function too); var's is renamed
   sed -i 's/^#define KTAG avx2$/#define KTAG avx512/' "$w/base.inc"
-  sed 's/^#define KTAG avx2$/#define KTAG avx2v/' "$root/src/adamw_kernel.inc" > "$w/var.inc"
+  sed 's/^#define KTAG avx2$/#define KTAG avx2v/' "$root/src/optim/adamw_kernel.inc" > "$w/var.inc"
 else
   isa_f="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c"; vl=16; vsqrt='((vf)_mm512_sqrt_ps((__m512)(x)))'
-  sed 's/^#define KTAG avx512$/#define KTAG avx512v/' "$root/src/adamw_kernel.inc" > "$w/var.inc"
+  sed 's/^#define KTAG avx512$/#define KTAG avx512v/' "$root/src/optim/adamw_kernel.inc" > "$w/var.inc"
 fi
 case ${PROBE:-} in
   '') ;;
   half-up) sed -i '/^INL vf rn(vf x) {$/a\    return (vf)(((vu)x + 0x8000u) \& 0xffff0000u); /* PROBE=half-up */' "$w/var.inc" ;;
   *) echo "kernel_ab: PROBE=$PROBE: not a probe (half-up)" >&2; exit 2 ;;
 esac
-F="-std=c11 -O2 -g -ffp-contract=off -fno-fast-math -fno-math-errno -D_GNU_SOURCE -I$root/include -I$root/src -fopenmp
+F="-std=c11 -O2 -g -ffp-contract=off -fno-fast-math -fno-math-errno -D_GNU_SOURCE -I$root/include -I$root/src/core -I$root/src/numerics -I$root/src/optim -fopenmp
    $isa_f -fschedule-insns -fsched-pressure --param=sched-pressure-algorithm=2"
 for v in base var; do
   name=$([ $v = base ] && echo collage__adamw_block_avx512 || echo collage__adamw_block_var)
@@ -54,6 +54,6 @@ wait
 # the library's own AVX-512 kernel object is left out: base.o defines it
 objs=$(ar t "$root/build/libcollage.a" | grep -v '^adamw_avx512.o$')
 (cd "$w" && ar x "$root/build/libcollage.a" $objs)
-cc -O2 -fopenmp -I"$root/include" -I"$root/src" "$root/scripts/kernel_ab.c" "$w/base.o" "$w/var.o" \
+cc -O2 -fopenmp -I"$root/include" -I"$root/src/core" -I"$root/src/optim" "$root/scripts/kernel_ab.c" "$w/base.o" "$w/var.o" \
   $(for o in $objs; do echo "$w/$o"; done) -lopenblas -lm -o "$w/kernel_ab"
 "$w/kernel_ab" "$strategy" "$n" "$rounds" "$steps"

@@ -3,7 +3,7 @@
  * the loss at init and under SGD, bit-identical results for 1 and 2 threads, the bf16 mode (bf16
  * activations and gradients, loss near fp32), partial batches, sampling, and bad input. */
 #include "collage.h"
-#include "gpt.h"
+#include "gpt2.h"
 #include "harness.h"
 #include <cblas.h>
 #include <math.h>

@@ -18,9 +18,9 @@
  * checksum recomputed), so that mutations get past the magic and the checksum to the later checks.
  * Input: byte 0 picks the target (mod 6), the rest is its payload. */
 #include "collage.h"
-#include "ckpt.h"
+#include "gpt2_ckpt.h"
 #include "data.h"
-#include "gpt.h"
+#include "gpt2.h"
 #include "tokenizer.h"
 #include <stdint.h>
 #include <stdio.h>

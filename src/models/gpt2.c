@@ -2,7 +2,7 @@
  * GPT-2 initialisation, the activation slab, forward/backward in fp32, bf16 and fp64 (the kernels of
  * ops.h instantiated for float and double), next-token logits and sampling. */
 #include "internal.h"
-#include "gpt.h"
+#include "gpt2.h"
 #include <cblas.h>
 #include <math.h>
 #include <stdarg.h>

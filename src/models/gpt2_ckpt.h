@@ -6,7 +6,7 @@
 #ifndef COLLAGE_CKPT_H
 #define COLLAGE_CKPT_H
 
-#include "gpt.h"
+#include "gpt2.h"
 #include <stdio.h>
 
 #define COLLAGE_LLMC_MAGIC 20240326

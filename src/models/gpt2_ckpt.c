@@ -1,5 +1,5 @@
 /* ckpt.c — llm.c-format model checkpoints: read with full validation, written atomically. */
-#include "ckpt.h"
+#include "gpt2_ckpt.h"
 #include "internal.h"
 #include <errno.h>
 #include <fcntl.h>
