@@ -1,0 +1,127 @@
+/* collage_model.h — the model interface of libcollage: one opaque model object for every family
+ * (GPT-2 today; LLaMA- and BERT-style families add a file in src/models/ and a row in its table).
+ * A model has a family, a config, a compute precision, a flat parameter slab of named tensors
+ * (shapes and weight-decay flags), forward (mean loss), backward (gradients accumulated into a slab
+ * of the same layout), next-token logits, and a checkpoint format of its family. */
+#ifndef COLLAGE_MODEL_H
+#define COLLAGE_MODEL_H
+
+#include "collage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- families and configs */
+typedef enum {
+    COLLAGE_FAMILY_GPT2 = 0,  /* "gpt2": llm.c's GPT-2 (LayerNorm, learned positions, GELU MLP) */
+    COLLAGE_FAMILY_COUNT
+} collage_family;
+const char    *collage_family_name(collage_family f);                  /* NULL if unknown */
+collage_status collage_family_parse(const char *name, collage_family *out);
+
+/* One config for every family; a field a family does not use is 0. */
+typedef struct {
+    collage_family family;
+    int vocab_size;        /* V: real tokens; logits ≥ V are masked (probability 0, gradient 0) */
+    int padded_vocab_size; /* Vp ≥ V: rows of the embedding (padded to a multiple of 128) */
+    int max_seq_len;       /* the longest context the model is built for */
+    int num_layers;        /* L */
+    int num_heads;         /* NH, divides channels */
+    int channels;          /* C */
+} collage_model_config;
+
+/* Presets by name: "tiny" (GPT-2, L2 NH4 C128 T64, V 256), "small" (L6 NH6 C384 T256, V 256),
+ * "gpt2" (L12 NH12 C768 T1024, V 50257 → 50304). */
+collage_status collage_model_preset(const char *name, collage_model_config *out);
+/* The names of the presets, in order, NULL-terminated. */
+const char *const *collage_model_preset_names(void);
+/* Set the vocabulary (and its padded size) for a tokenizer of vocab_size symbols. */
+void           collage_model_config_set_vocab(collage_model_config *cfg, int vocab_size);
+/* Shape check with a message ("channels 130 not divisible by num_heads 4"); msg may be NULL.
+ * maxB, maxT: the batch the model is to be created for (0 = skip those checks). */
+collage_status collage_model_check(const collage_model_config *cfg, int maxB, int maxT, char *msg, size_t cap);
+size_t         collage_model_num_params(const collage_model_config *cfg);  /* 0 for an invalid config */
+
+/* A named tensor of the parameter slab. */
+typedef struct {
+    const char *name;      /* static string, e.g. "wte", "qkvw" */
+    size_t offset, count;  /* elements [offset, offset + count) of the slab */
+    int ndim;
+    size_t shape[4];
+    int decay;             /* 1: a matrix that takes weight decay; 0: bias or norm */
+} collage_tensor_info;
+/* The tensors in slab order: writes at most cap, returns the total (0 for an invalid config). */
+int            collage_model_tensors(const collage_model_config *cfg, collage_tensor_info *out, int cap);
+/* One optimizer group per tensor: weight_decay where decay, else 0. Writes at most cap, returns the
+ * total. Names point to static strings. */
+int            collage_model_param_groups(const collage_model_config *cfg, double weight_decay,
+                                          collage_param_group *out, int cap);
+/* The family's initialisation, deterministic in seed and independent of the thread count. */
+collage_status collage_model_init_weights(const collage_model_config *cfg, uint64_t seed, float *w, size_t n);
+
+/* ---------------------------------------------------------------- the model */
+typedef enum {
+    COLLAGE_REAL_FP32 = 0, /* weights, activations, gradients float */
+    COLLAGE_REAL_BF16,     /* weights and gradients collage_bf16 slabs; stored activations rounded to bf16 */
+    COLLAGE_REAL_FP64,     /* double everywhere: the reference for gradient checks */
+    COLLAGE_REAL_COUNT
+} collage_real;
+const char    *collage_real_name(collage_real r);                      /* "fp32", "bf16", "fp64" */
+collage_status collage_real_parse(const char *name, collage_real *out);
+size_t         collage_real_size(collage_real r);                      /* bytes per element: 4, 2, 8 */
+
+typedef struct collage_model collage_model;
+/* All memory (activations for maxB × maxT, gradients) is allocated here. */
+collage_status collage_model_create(const collage_model_config *cfg, collage_real prec, int maxB, int maxT,
+                                    collage_model **out);
+void           collage_model_free(collage_model *m);                   /* NULL is fine */
+const collage_model_config *collage_model_get_config(const collage_model *m);
+collage_real   collage_model_precision(const collage_model *m);
+size_t         collage_model_size(const collage_model *m);             /* parameters */
+/* The message of the last failed call on m ("token 300 at (0, 5) >= vocab_size 256"). */
+const char    *collage_model_error(const collage_model *m);
+
+/* Forward on B × T tokens (row-major, B ≤ maxB, 1 ≤ T ≤ maxT). params: the slab in the model's
+ * precision (float, collage_bf16 or double); it must not change before backward. With targets:
+ * *loss = mean cross-entropy (loss may be NULL); without: logits only, *loss = NaN. */
+collage_status collage_model_forward(collage_model *m, const void *params, const int *tokens, const int *targets,
+                                     int B, int T, double *loss);
+/* Gradients of the last forward's mean loss, added (+=) to the gradient slab. Needs a forward with
+ * targets; consumes it. */
+collage_status collage_model_backward(collage_model *m);
+/* The gradient slab, in the model's precision. Read it through this call after zero_grad. */
+void          *collage_model_grads(collage_model *m);
+void           collage_model_zero_grad(collage_model *m);
+/* Logits (float, vocab_size entries) of the token following tokens[0..T), 1 ≤ T ≤ maxT. */
+collage_status collage_model_next_logits(collage_model *m, const void *params, const int *tokens, int T,
+                                         float *logits);
+/* A token drawn from softmax(logits / temperature) with the uniform collage_rand32(key, index):
+ * the same (logits, key, index) always gives the same token. temperature ≤ 0: the argmax (first on
+ * ties). Returns -1 for V ≤ 0 or non-finite logits. */
+int            collage_sample_logits(const float *logits, int V, float temperature, uint64_t key, uint64_t index);
+
+/* Threads: every kernel and matrix product runs on collage_set_threads threads (a fixed grid of
+ * single-threaded BLAS tiles); results are bit-identical for any thread count and with OpenMP off.
+ * OpenBLAS has one process-wide thread count: a model call sets it to 1 on entry and restores the
+ * caller's value before it returns, so a host program's own BLAS calls keep their setting (a BLAS
+ * call made by another thread while a model call runs sees 1). */
+
+/* ---------------------------------------------------------------- checkpoints */
+/* The family's checkpoint file (GPT-2: llm.c's format, fp32 version 3 or bf16 version 5).
+ * Save: params are float (bf16 = 0) or collage_bf16 (bf16 = 1); written atomically. */
+collage_status collage_model_save_file(const char *path, const collage_model_config *cfg, const void *params, int bf16,
+                                       char *err, size_t cap);
+/* The config a checkpoint holds (its family found from the file's header), and whether its weights
+ * are bf16. Errors name the file and the problem. */
+collage_status collage_model_read_header(const char *path, collage_model_config *cfg, int *bf16, char *err,
+                                         size_t cap);
+/* Read the weights into params (float when want_bf16 = 0, collage_bf16 when 1), converting exactly
+ * (bf16 → float) or by RN (float → bf16). The file's config must equal cfg. */
+collage_status collage_model_load_file(const char *path, const collage_model_config *cfg, void *params, int want_bf16,
+                                       char *err, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
