@@ -1,8 +1,10 @@
 /* bench.c — `collage bench convert`: the row conversions in GB/s next to memcpy; `collage bench
  * optimizer`: the fused AdamW step per strategy in ns/param and GB/s next to an in-place streaming
  * bound (a[i] = a[i]·s + b[i]) measured in the same run. Medians of several repetitions; arrays far
- * larger than the caches. Speed is reported here, never asserted by tests. */
+ * larger than the caches (`collage bench model`: bench_model.c). Speed is reported here, never asserted
+ * by tests. */
 #include "cli.h"
+#include "bench.h"
 #include "adamw_impl.h" /* collage__adamw_tie_proof_min: an internal knob, not in collage.h */
 #include "gpt2.h"
 #include <cblas.h>
@@ -27,7 +29,7 @@ typedef struct {
  * and Intel and as two 256-bit halves on Zen 4 (family 25), where the bf16 loops, bound by the issue of
  * vector operations, take about twice as long against the same memory. Quotes and backslashes are
  * replaced so that the name can go into JSON as it is. */
-static const char *cpu_name(void) {
+const char *bench_cpu_name(void) {
     static char name[96];
     if (name[0]) return name;
 #if defined(__x86_64__) || defined(__i386__)
@@ -115,7 +117,7 @@ static int bench_convert(const bench_opts *o) {
     collage_fp16_from_f32_row(h, f32, n);
     if (!o->json)
         printf("collage bench convert: n = %zu elements, isa = %s, median of %d reps\ncpu: %s\n"
-               "%-14s %7s %9s %8s\n", n, collage_isa_name(collage_get_isa()), o->reps, cpu_name(),
+               "%-14s %7s %9s %8s\n", n, collage_isa_name(collage_get_isa()), o->reps, bench_cpu_name(),
                "kernel", "threads", "GB/s", "vs copy");
     double *ts = malloc(sizeof(double) * (size_t)o->reps);
     int thread_list[2] = {1, o->max_threads};
@@ -134,7 +136,7 @@ static int bench_convert(const bench_opts *o) {
             if (o->json)
                 printf("{\"kernel\":\"%s\",\"threads\":%d,\"n\":%zu,\"isa\":\"%s\",\"gbps\":%.3f,\"copy_fraction\":%.3f,"
                        "\"cpu\":\"%s\"}\n",
-                       B_KEY[k], threads, n, collage_isa_name(collage_get_isa()), gbps, gbps / copy_gbps, cpu_name());
+                       B_KEY[k], threads, n, collage_isa_name(collage_get_isa()), gbps, gbps / copy_gbps, bench_cpu_name());
             else
                 printf("%-14s %7d %9.2f %7.0f%%\n", B_NAME[k], threads, gbps, 100.0 * gbps / copy_gbps);
             fflush(stdout);
@@ -203,7 +205,7 @@ static void stream_bound(float *a, const float *b, size_t n, int threads) {
     (void)isa;
 }
 
-static double median_of(double *t, int r) {
+double bench_median(double *t, int r) {
     qsort(t, (size_t)r, sizeof(double), cmp_double);
     return t[r / 2];
 }
@@ -291,14 +293,14 @@ static int time_strategy(collage_strategy s, size_t n, double beta2, int reps, o
         pe[r] = bb ? on[r] / off[r] : 1.0;
         pm[r] = partner ? mt[r] / off[r] : 1.0;
     }
-    R->edq_paired = median_of(pe, reps) - 1.0;
-    R->master_paired = median_of(pm, reps);
-    R->ns = median_of(off, reps) / (double)n * 1e9;
+    R->edq_paired = bench_median(pe, reps) - 1.0;
+    R->master_paired = bench_median(pm, reps);
+    R->ns = bench_median(off, reps) / (double)n * 1e9;
     if (bb) {
-        R->ns_edq = median_of(on, reps) / (double)n * 1e9;
-        R->bound = 12.0 * (double)bb->n / median_of(bt, reps) * 1e-9;
+        R->ns_edq = bench_median(on, reps) / (double)n * 1e9;
+        R->bound = 12.0 * (double)bb->n / bench_median(bt, reps) * 1e-9;
     }
-    R->master_ns = partner ? median_of(mt, reps) / (double)n * 1e9 : R->ns;
+    R->master_ns = partner ? bench_median(mt, reps) / (double)n * 1e9 : R->ns;
     R->tie_free = T.steps ? (double)T.tie_free / T.steps : 0.0;
     free(t);
     timed_opt_free(&T);
@@ -321,7 +323,7 @@ static int bench_optimizer(size_t n, int threads, double beta2, int reps, int js
     bound_buf bb = {a, b, n, threads};
     stream_bound(a, b, n, threads); /* warm-up: pages touched */
     for (int r = 0; r < reps && t; r++) t[r] = bound_once(&bb);
-    double bound0 = t ? 12.0 * (double)n / median_of(t, reps) * 1e-9 : (double)NAN;
+    double bound0 = t ? 12.0 * (double)n / bench_median(t, reps) * 1e-9 : (double)NAN;
     free(t);
     /* compute cost: the same step on a cache-resident slab, 2^16 parameters a thread (at most 1.8 MB of
      * state each: L2 or L3). Smaller slabs measured the threads' fork and join: 32768 parameters on
@@ -341,7 +343,7 @@ static int bench_optimizer(size_t n, int threads, double beta2, int reps, int js
                "bound, a bf16-master step and the strategy's step with EDQ off and on: a row's columns come from the\n"
                "same minutes of a machine whose bandwidth drifts\n\n"
                "%-17s %8s %7s %7s %7s %8s %9s %9s %8s %8s  %s\n", n, threads, threads == 1 ? "" : "s",
-               collage_isa_name(collage_get_isa()), beta2, reps, cpu_name(), bound0, "strategy", "ns/param", "B/param", "GB/s", "bound",
+               collage_isa_name(collage_get_isa()), beta2, reps, bench_cpu_name(), bound0, "strategy", "ns/param", "B/param", "GB/s", "bound",
                "of bound", "vs master", "EDQ cost", "in-cache", "penalty", "limit");
     int order[COLLAGE_STRATEGY_COUNT] = {COLLAGE_BF16_MASTER, COLLAGE_FP32, COLLAGE_BF16, COLLAGE_LIGHT, COLLAGE_PLUS,
                                          COLLAGE_BF16_FP32_STATES, COLLAGE_BF16_KAHAN, COLLAGE_BF16_SR,
@@ -384,7 +386,7 @@ static int bench_optimizer(size_t n, int threads, double beta2, int reps, int js
                    "\"cpu\":\"%s\",\"edq_overhead_paired\":%.3f,\"speed_vs_bf16_master_paired\":%.3f,"
                    "\"tie_free_steps\":%.3f}\n",
                    collage_strategy_name(s), n, threads, beta2, R.ns, bytes, gbps, bound, frac, R.master_ns, R.master_ns / R.ns,
-                   R.ns_edq, R.ns_edq / R.ns - 1.0, C.ns, penalty, limit, collage_isa_name(collage_get_isa()), cpu_name(),
+                   R.ns_edq, R.ns_edq / R.ns - 1.0, C.ns, penalty, limit, collage_isa_name(collage_get_isa()), bench_cpu_name(),
                    R.edq_paired, R.master_paired, R.tie_free);
         else
             printf("%-17s %8.3f %7.0f %7.1f %7.1f %7.0f%% %8.2fx %8.1f%% %8.3f %7.0f%%  %s\n", collage_strategy_name(s),
@@ -461,228 +463,6 @@ static int cmd_bench_optimizer(int argc, char **argv) {
     return bench_optimizer(n, threads, beta2, reps, json, only);
 }
 
-
-/* ------------------------------------------------------------------ model */
-/* One training step (forward, backward, optimizer) of a GPT per strategy, in tokens/s and model
- * FLOP/s, next to OpenBLAS sgemm on the same matrix shapes measured in the same run. Model FLOPs per
- * token: 6·N for the weight matrices (forward + backward) plus 6·L·T·C for attention scores and
- * values (each position attends to T/2 positions on average, causal). */
-static double sgemm_rate(const collage_gpt_config *c, int BT, int reps) {
-    int C = c->channels, V = c->padded_vocab_size;
-    /* (rows, inner, cols) of the forward products; backward runs the two transposed products */
-    int shapes[5][3] = {{BT, C, 3 * C}, {BT, C, C}, {BT, C, 4 * C}, {BT, 4 * C, C}, {BT, C, V}};
-    int count[5] = {c->num_layers, c->num_layers, c->num_layers, c->num_layers, 1};
-    size_t maxa = 0, maxb = 0, maxc = 0;
-    for (int k = 0; k < 5; k++) {
-        size_t a = (size_t)shapes[k][0] * shapes[k][1], b = (size_t)shapes[k][1] * shapes[k][2], o = (size_t)shapes[k][0] * shapes[k][2];
-        if (a > maxa) maxa = a;
-        if (b > maxb) maxb = b;
-        if (o > maxc) maxc = o;
-    }
-    float *A = calloc(maxa, 4), *B = calloc(maxb, 4), *O = calloc(maxc, 4);
-    if (!A || !B || !O) { free(A); free(B); free(O); return (double)NAN; }
-    for (size_t i = 0; i < maxa; i++) A[i] = (float)(i % 7) * 0.1f;
-    for (size_t i = 0; i < maxb; i++) B[i] = (float)(i % 5) * 0.1f;
-    double best = 1e30, flops = 0;
-    for (int r = 0; r < reps; r++) {
-        double t0 = cli_now();
-        flops = 0;
-        for (int k = 0; k < 5; k++) {
-            int M = shapes[k][0], K = shapes[k][1], N = shapes[k][2];
-            for (int rep = 0; rep < count[k]; rep++) {
-                /* forward out = inp·Wᵀ, backward dinp = dout·W and dW = doutᵀ·inp: three products */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, K, B, K, 0.0f, O, N);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, O, N, B, K, 0.0f, A, K);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, O, N, A, K, 0.0f, B, K);
-                flops += 6.0 * M * N * K;
-            }
-        }
-        double t = cli_now() - t0;
-        if (t < best) best = t;
-    }
-    free(A); free(B); free(O);
-    return flops / best;
-}
-
-/* One model and its optimizer, stepped by the benchmark; per-step times of each phase. */
-typedef struct {
-    collage_strategy s;
-    collage_gpt *m;
-    collage_adamw *opt;
-    double *t[4]; /* whole step, forward (with zero_grad), backward, optimizer */
-} bench_run;
-
-static void bench_run_free(bench_run *r) {
-    collage_gpt_free(r->m);
-    collage_adamw_free(r->opt);
-    free(r->t[0]);
-    memset(r, 0, sizeof *r);
-}
-
-static int bench_run_make(bench_run *r, collage_strategy s, const collage_gpt_config *c, const float *w0, int B,
-                          int T, int samples) {
-    memset(r, 0, sizeof *r);
-    r->s = s;
-    size_t n = collage_gpt_num_params(c);
-    collage_param_group g[COLLAGE_GPT_NTENSORS];
-    int ng = collage_gpt_param_groups(c, 0.1, g);
-    collage_adamw_config ac = {.strategy = s, .n = n, .beta2 = 0.95, .weight_decay = 0.1, .groups = g,
-                               .n_groups = ng, .clip = 1.0, .edq = 1};
-    r->t[0] = malloc(sizeof(double) * 4 * (size_t)samples);
-    if (!r->t[0] || collage_gpt_create(c, s == COLLAGE_FP32 ? COLLAGE_GPT_FP32 : COLLAGE_GPT_BF16, B, T, &r->m) != COLLAGE_OK ||
-        collage_adamw_create(&ac, &r->opt) != COLLAGE_OK) {
-        fprintf(stderr, "collage bench: cannot create the %s model (out of memory?)\n", collage_strategy_name(s));
-        bench_run_free(r);
-        return 1;
-    }
-    for (int k = 1; k < 4; k++) r->t[k] = r->t[0] + (size_t)k * samples;
-    collage_adamw_set_weights_f32(r->opt, w0, n);
-    return 0;
-}
-
-/* One training step as `collage train` takes it (EDQ on); its phase times into sample j (j < 0: not kept). */
-static void bench_run_step(bench_run *r, const int32_t *in, const int32_t *tg, int B, int T, int j) {
-    double t0 = cli_now(), loss;
-    collage_gpt_zero_grad(r->m);
-    collage_gpt_forward(r->m, collage_adamw_params(r->opt), in, tg, B, T, &loss);
-    double t1 = cli_now();
-    collage_gpt_backward(r->m);
-    double t2 = cli_now();
-    collage_adamw_step(r->opt, collage_gpt_grads(r->m), 1e-4, NULL);
-    double t3 = cli_now();
-    if (j >= 0) r->t[0][j] = t3 - t0, r->t[1][j] = t1 - t0, r->t[2][j] = t2 - t1, r->t[3][j] = t3 - t2;
-}
-
-/* Median of the first n samples of each phase, in ms, into med[4]. Sorts the samples in place: a
- * median taken later over more of them does not depend on their order. */
-static void bench_run_medians(const bench_run *r, int n, double med[4]) {
-    for (int k = 0; k < 4; k++) med[k] = median_of(r->t[k], n) * 1e3;
-}
-
-static void bench_model_row(collage_strategy s, const double med[4], double ms_fp32, double tok, double flops_tok,
-                            double sg, const char *preset, int B, int T, int json) {
-    double ms = med[0], fl = flops_tok * tok / (ms * 1e-3), ratio = ms / ms_fp32;
-    if (json)
-        printf("{\"model\":\"%s\",\"strategy\":\"%s\",\"B\":%d,\"T\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f,"
-               "\"model_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"fraction_of_sgemm\":%.3f,\"slowdown_vs_fp32\":%.3f,"
-               "\"forward_ms\":%.2f,\"backward_ms\":%.2f,\"optimizer_ms\":%.2f,\"fp32_ms_alongside\":%.2f,\"cpu\":\"%s\"}\n",
-               preset, collage_strategy_name(s), B, T, ms, tok / (ms * 1e-3), fl * 1e-9, sg * 1e-9, fl / sg, ratio,
-               med[1], med[2], med[3], ms_fp32, cpu_name());
-    else
-        printf("%-17s %9.1f %9.0f %9.1f %8.0f%% %8.2fx %9.1f %9.1f %9.1f\n", collage_strategy_name(s), ms,
-               tok / (ms * 1e-3), fl * 1e-9, 100 * fl / sg, ratio, med[1], med[2], med[3]);
-}
-
-/* Each low-precision strategy is timed in alternation with one fp32 model, step by step, and its
- * "vs fp32" is the ratio to the median of the fp32 steps taken alongside it: a shared machine drifts by
- * more than the differences measured. The first `warmup` steps of each pair are not timed. */
-static int bench_model(const char *preset, int B, int T, int steps, int warmup, const char *only, int json) {
-    collage_gpt_config c;
-    if (collage_gpt_preset(preset, &c) != COLLAGE_OK) {
-        fprintf(stderr, "collage bench: unknown --model '%s'\nhint: tiny, small or gpt2\n", preset);
-        return 2;
-    }
-    char msg[256];
-    if (collage_gpt_check(&c, B, T, msg, sizeof msg) != COLLAGE_OK) { fprintf(stderr, "collage bench: %s\n", msg); return 2; }
-    collage_strategy list[] = {COLLAGE_BF16_MASTER, COLLAGE_LIGHT, COLLAGE_PLUS, COLLAGE_BF16}, chosen[4];
-    int nl = 0;
-    if (only) {
-        collage_strategy s;
-        if (collage_strategy_parse(only, &s) != COLLAGE_OK) {
-            fprintf(stderr, "collage bench: unknown --strategy '%s'\nhint: fp32, bf16, collage-light, collage-plus, "
-                            "bf16-master, bf16-fp32-states, bf16-kahan, bf16-sr, bf16-remainder, collage-plus-v1\n", only);
-            return 2;
-        }
-        if (s != COLLAGE_FP32) chosen[nl++] = s;
-    } else
-        for (int i = 0; i < 4; i++) chosen[nl++] = list[i];
-    size_t n = collage_gpt_num_params(&c);
-    double tok = (double)B * T;
-    double flops_tok = 6.0 * (double)n + 6.0 * c.num_layers * (double)T * c.channels;
-    double sg = sgemm_rate(&c, B * T, 3);
-    if (!json)
-        printf("collage bench model: %s (%zu params), B = %d, T = %d, %d threads; median of %d steps after %d untimed,\n"
-               "each strategy stepped in alternation with an fp32 model (vs fp32: against those fp32 steps)\n"
-               "cpu: %s; OpenBLAS sgemm on the model's shapes: %.1f GFLOP/s\n"
-               "phases (median ms): forward includes zeroing the gradients; optimizer includes the clipping norm and EDQ\n\n"
-               "%-17s %9s %9s %9s %9s %9s %9s %9s %9s\n", preset, n, B, T, collage_get_threads(), steps, warmup,
-               cpu_name(), sg * 1e-9, "strategy", "ms/step", "tokens/s", "GFLOP/s", "vs sgemm", "vs fp32", "forward", "backward",
-               "optimizer");
-    fflush(stdout);
-    float *w0 = malloc(n * sizeof(float));
-    int32_t *in = malloc(sizeof(int32_t) * (size_t)B * T), *tg = malloc(sizeof(int32_t) * (size_t)B * T);
-    if (!w0 || !in || !tg || collage_gpt_init_weights(&c, 1, w0, n) != COLLAGE_OK) { free(w0); free(in); free(tg); return 1; }
-    for (int i = 0; i < B * T; i++) { in[i] = (i * 7919) % c.vocab_size; tg[i] = (i * 104729 + 1) % c.vocab_size; }
-    int rc = 0, rounds = nl ? nl : 1, done = 0;
-    double med[4][4], fmed[4][4]; /* per chosen strategy: its medians, and fp32's alongside it */
-    bench_run f;
-    if (bench_run_make(&f, COLLAGE_FP32, &c, w0, B, T, steps * rounds)) { free(w0); free(in); free(tg); return 1; }
-    for (int k = 0; k < warmup; k++) bench_run_step(&f, in, tg, B, T, -1);
-    if (!nl)
-        for (int k = 0; k < steps; k++) bench_run_step(&f, in, tg, B, T, k);
-    for (int si = 0; si < nl; si++) {
-        bench_run r;
-        if (bench_run_make(&r, chosen[si], &c, w0, B, T, steps)) { rc = 1; break; }
-        for (int k = 0; k < warmup; k++) { bench_run_step(&f, in, tg, B, T, -1); bench_run_step(&r, in, tg, B, T, -1); }
-        /* fp32 samples of this round go to [si·steps, (si + 1)·steps) */
-        for (int k = 0; k < steps; k++) {
-            bench_run_step(&f, in, tg, B, T, si * steps + k);
-            bench_run_step(&r, in, tg, B, T, k);
-        }
-        bench_run alongside = f;
-        for (int q = 0; q < 4; q++) alongside.t[q] = f.t[q] + (size_t)si * steps;
-        bench_run_medians(&r, steps, med[si]);
-        bench_run_medians(&alongside, steps, fmed[si]);
-        bench_run_free(&r);
-        done++;
-        if (!json) fprintf(stderr, "[%s measured]\n", collage_strategy_name(chosen[si]));
-    }
-    double fall[4];
-    if (!rc) {
-        bench_run_medians(&f, nl ? done * steps : steps, fall);
-        bench_model_row(COLLAGE_FP32, fall, fall[0], tok, flops_tok, sg, preset, B, T, json);
-        for (int si = 0; si < done; si++)
-            bench_model_row(chosen[si], med[si], fmed[si][0], tok, flops_tok, sg, preset, B, T, json);
-    }
-    bench_run_free(&f);
-    free(w0); free(in); free(tg);
-    return rc;
-}
-
-static int cmd_bench_model(int argc, char **argv) {
-    const char *preset = "gpt2", *only = NULL;
-    int B = 4, T = 64, steps = 5, warmup = 3, json = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(a, "--model")) preset = v;
-        else if (!strcmp(a, "--batch")) bad = cli_parse_int(a, v, &B);
-        else if (!strcmp(a, "--seq")) bad = cli_parse_int(a, v, &T);
-        else if (!strcmp(a, "--steps")) bad = cli_parse_int(a, v, &steps);
-        else if (!strcmp(a, "--warmup")) bad = cli_parse_int(a, v, &warmup);
-        else if (!strcmp(a, "--strategy")) only = v;
-        else if (!strcmp(a, "--json")) { json = 1; continue; }
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: collage bench model [--model tiny|small|gpt2] [--batch B] [--seq T] [--steps N] [--warmup W] "
-                   "[--strategy S] [--json]\n"
-                   "  each strategy is stepped in alternation with an fp32 model; N timed steps after W untimed\n"
-                   "  (defaults: gpt2, 4 x 64, 5 steps, 3 untimed; --strategy: fp32 and that one only)\n");
-            return 0;
-        } else {
-            fprintf(stderr, "usage: collage bench model [--model tiny|small|gpt2] [--batch B] [--seq T] [--steps N] "
-                            "[--warmup W] [--strategy S] [--json]\n");
-            return 2;
-        }
-        if (bad) return 2;
-        if (!v) { fprintf(stderr, "collage bench: %s needs a value\n", a); return 2; }
-        i++;
-    }
-    if (B < 1 || T < 1 || steps < 1 || warmup < 0 || !preset) {
-        fprintf(stderr, "collage bench: --batch, --seq, --steps must be positive and --warmup not negative\n");
-        return 2;
-    }
-    return bench_model(preset, B, T, steps, warmup, only, json);
-}
 
 int cmd_bench(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "optimizer")) return cmd_bench_optimizer(argc - 1, argv + 1);
