@@ -1,7 +1,7 @@
 /* tokenize.c — `collage tokenize`: a text corpus (the default fortunes, a file or a folder) → one llm.c
  * token shard, written atomically, with the byte or the GPT-2 tokenizer. */
 #include "cli.h"
-#include "data.h"
+#include "collage_data.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

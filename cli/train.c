@@ -4,7 +4,7 @@
 #include "cli.h"
 #include "gpt2_ckpt.h"
 #include "internal.h" /* collage_atomic_*: the manifest is written like every other file */
-#include "data.h"
+#include "collage_data.h"
 #include "dist.h"
 #include "gpt2.h"
 #include <errno.h>

@@ -4,7 +4,7 @@
  * bad shards refused with a message naming the file; corpus order; tokenize; and the loader: determinism,
  * train/val split, epochs as permutations, rank slices. Files are generated in a mkdtemp folder. */
 #define _XOPEN_SOURCE 700
-#include "data.h"
+#include "collage_data.h"
 #include "harness.h"
 #include <ftw.h>
 #include <stdarg.h>

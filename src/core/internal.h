@@ -5,6 +5,7 @@
 #define COLLAGE_INTERNAL_H
 
 #include "collage.h"
+#include "collage_data.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,16 +78,7 @@ static inline uint32_t rand_bits(uint32_t k1, uint32_t k2, uint32_t index_lo) {
     return lowbias32((index_lo ^ k1) + k2);
 }
 
-/* Atomic file writing: open a temporary name beside path, write, then collage_atomic_commit flushes,
- * fsyncs, renames over path and fsyncs the folder; collage_atomic_abort removes the temporary file.
- * A reader never sees a partial file at path. */
-typedef struct {
-    FILE *f;
-    char *tmp, *path;
-} collage_atomic_file;
-collage_status collage_atomic_open(collage_atomic_file *af, const char *path, char *err, size_t cap);
-collage_status collage_atomic_commit(collage_atomic_file *af, char *err, size_t cap);
-void           collage_atomic_abort(collage_atomic_file *af);
+/* Atomic files (collage_atomic_*) are public: collage_data.h. */
 
 /* A status with a one-line message in err (cap bytes; err may be NULL). */
 collage_status collage__fail(char *err, size_t cap, collage_status st, const char *fmt, ...)

@@ -2,7 +2,7 @@
  * gpt2_124M.bin loads here).
  * llm.c format: 256 little-endian int32 — [0] magic 20240326, [1] version (3: fp32 weights, 5: bf16),
  * [2] maxT, [3] V, [4] L, [5] NH, [6] C, [7] padded V; then the parameters in gpt.h's slab order.
- * Files are written with collage_atomic_* (internal.h). */
+ * Files are written with collage_atomic_* (collage_data.h). */
 #ifndef COLLAGE_CKPT_H
 #define COLLAGE_CKPT_H
 

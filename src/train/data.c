@@ -2,7 +2,7 @@
  * with precise validation and atomic writing, the tokenize operation, and the batch loader: windows
  * of T + 1 tokens visited epoch by epoch in a keyed permutation, every batch a pure function of
  * (seed, step), rows sliced by rank. */
-#include "data.h"
+#include "collage_data.h"
 #include "internal.h"
 #include <dirent.h>
 #include <errno.h>

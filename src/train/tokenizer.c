@@ -1,7 +1,7 @@
 /* tokenizer.c — the byte tokenizer and GPT-2's byte-level BPE: encoder.json + vocab.bpe read and
  * validated, the pre-tokenisation regex of openai/gpt-2 hand-written over UTF-8 with full Unicode
  * letter/number tables, the byte↔unicode map of bytes_to_unicode(), merges by rank, and decoding. */
-#include "tokenizer.h"
+#include "collage_data.h"
 #include "internal.h"
 #include <errno.h>
 #include <stdarg.h>

@@ -19,9 +19,8 @@
  * Input: byte 0 picks the target (mod 6), the rest is its payload. */
 #include "collage.h"
 #include "gpt2_ckpt.h"
-#include "data.h"
+#include "collage_data.h"
 #include "gpt2.h"
-#include "tokenizer.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
