@@ -15,6 +15,8 @@ int cli_parse_size(const char *flag, const char *s, size_t *out);
 int cli_parse_int(const char *flag, const char *s, int *out);
 int cli_parse_double(const char *flag, const char *s, double *out); /* finite */
 double cli_now(void);
+/* What the user can do about a failed library call, by its status (one line, no newline). */
+const char *cli_hint(collage_status st);
 /* mkdir -p: create path and every missing folder above it; 0 or -1 with errno. */
 int cli_mkdir_p(const char *path);
 #endif

@@ -87,6 +87,17 @@ int cli_parse_double(const char *flag, const char *s, double *out) {
     return 0;
 }
 
+const char *cli_hint(collage_status st) {
+    switch (st) {
+    case COLLAGE_ERR_ARG: case COLLAGE_ERR_SIZE: return "--help lists the flags and their values";
+    case COLLAGE_ERR_IO: return "check the paths given (--data, --resume, --save); scripts/setup.sh installs the GPT-2 vocabulary";
+    case COLLAGE_ERR_FORMAT: return "the file is damaged, or not of the kind the flag takes";
+    case COLLAGE_ERR_NOMEM: return "a smaller --model or --batch";
+    case COLLAGE_ERR_PEER: return "the failing rank's message is above";
+    default: return "--help lists the flags";
+    }
+}
+
 int cli_mkdir_p(const char *path) {
     char buf[4096];
     if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) { errno = ENAMETOOLONG; return -1; }

@@ -86,6 +86,9 @@ collage_status collage__fail(char *err, size_t cap, collage_status st, const cha
 /* The whole file, malloc'd, with a NUL after its len bytes. */
 collage_status collage__read_file(const char *path, char **buf, size_t *len, char *err, size_t cap);
 
+/* mkdir -p: path and every missing folder above it; 0, or -1 with errno (ENOTDIR: a file is there). */
+int collage__mkdir_p(const char *path);
+
 /* Threads for library kernels. */
 int collage__threads(void);
 

@@ -3,6 +3,7 @@
 #include "internal.h"
 #include <errno.h>
 #include <stdarg.h>
+#include <sys/stat.h>
 
 collage_status collage__fail(char *err, size_t cap, collage_status st, const char *fmt, ...) {
     if (err && cap) {
@@ -35,4 +36,21 @@ collage_status collage__read_file(const char *path, char **buf, size_t *len, cha
     *buf = b;
     *len = n;
     return COLLAGE_OK;
+}
+
+int collage__mkdir_p(const char *path) {
+    char buf[4096];
+    if (!path || !*path || strlen(path) >= sizeof buf) { errno = EINVAL; return -1; }
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+    struct stat sb;
+    if (stat(buf, &sb) != 0) return -1;
+    if (!S_ISDIR(sb.st_mode)) { errno = ENOTDIR; return -1; }
+    return 0;
 }

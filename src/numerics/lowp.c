@@ -24,6 +24,7 @@ const char *collage_status_str(collage_status s) {
     case COLLAGE_ERR_FORMAT: return "file has a wrong magic, version, size or content";
     case COLLAGE_ERR_NONFINITE: return "NaN or infinity where a finite value is required";
     case COLLAGE_ERR_UNSUPPORTED: return "not supported by this build or CPU";
+    case COLLAGE_ERR_PEER: return "failed on another rank";
     default: return "unknown status";
     }
 }

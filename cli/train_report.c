@@ -1,0 +1,97 @@
+/* train_report.c — what `collage train` prints and writes besides the checkpoint: the header, a
+ * JSON line per step (--log), the progress bar and plain step lines, the run's summary (--summary). */
+#include "train.h"
+#include "cli.h"
+#include "dist.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+long peak_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024;
+}
+
+/* JSON has no NaN: a missing figure is null. */
+static void json_num(FILE *f, const char *key, double x, const char *fmt) {
+    fprintf(f, ",\"%s\":", key);
+    if (isfinite(x)) fprintf(f, fmt, x);
+    else fputs("null", f);
+}
+
+
+int write_summary(const train_opts *o, const collage_run_info *in, const run_totals *t, double secs, double comm_s) {
+    char err[512];
+    collage_atomic_file af;
+    int ran = t->last_step - t->start;
+    if (collage_atomic_open(&af, o->summary, err, sizeof err)) { fprintf(stderr, "collage train: --summary: %s\n", err); return -1; }
+    fprintf(af.f, "{\"precision\":\"%s\",\"beta2\":%.10g,\"seed\":%llu,\"params\":%zu,\"steps\":%d,\"steps_run\":%d",
+            collage_strategy_name(o->cfg.strategy), o->cfg.beta2, (unsigned long long)o->cfg.seed, in->params, o->cfg.steps, ran);
+    json_num(af.f, "final_loss", t->last_loss, "%.6f");
+    json_num(af.f, "tail_loss", t->n_tail ? t->sum_tail / t->n_tail : t->last_loss, "%.6f");
+    json_num(af.f, "val_loss", t->last_val, "%.6f");
+    json_num(af.f, "edq_ratio", t->n_edq ? t->sum_edq_ratio / t->n_edq : (double)NAN, "%.6f");
+    json_num(af.f, "lost", t->n_edq ? t->sum_lost / t->n_edq : (double)NAN, "%.6f");
+    json_num(af.f, "bytes_per_param", in->memory.total, "%.2f");
+    json_num(af.f, "tokens_per_s", t->tokens / secs, "%.1f");
+    json_num(af.f, "ms_per_step", 1e3 * secs / ran, "%.3f");
+    fprintf(af.f, ",\"ranks\":%d,\"micro_batches\":%d", in->ranks, in->ranks * in->accum);
+    json_num(af.f, "optimizer_state_mb_per_rank", in->state_mb_per_rank, "%.4f");
+    json_num(af.f, "comm_ms_per_step", 1e3 * comm_s / ran, "%.3f");
+    fprintf(af.f, ",\"peak_rss_mb\":%ld}\n", peak_rss_mb());
+    if (collage_atomic_commit(&af, err, sizeof err)) { fprintf(stderr, "collage train: --summary: %s\n", err); return -1; }
+    return 0;
+}
+
+void print_header(const train_opts *o, const collage_run_info *in) {
+    const collage_model_config *c = &in->model;
+    printf("collage train: %s, %zu parameters (L%d H%d C%d, context %d, vocab %d), %s tokenizer, %zu train tokens\n"
+           "  precision %s (%.0f bytes/param of training state), batch %d x %d, %d steps, lr %g, beta2 %g, %d threads\n",
+           o->cfg.model ? o->cfg.model : "custom", in->params, c->num_layers, c->num_heads, c->channels, c->max_seq_len,
+           c->vocab_size, o->cfg.tokenizer, in->train_tokens, collage_strategy_name(o->cfg.strategy), in->memory.total,
+           o->cfg.batch, o->cfg.seq, o->cfg.steps, o->cfg.lr, o->cfg.beta2, collage_get_threads());
+    double bpp = in->memory.m + in->memory.v + in->memory.compensation + in->memory.master;
+    if (dist_mpi() || in->ranks * in->accum > 1)
+        printf("  data parallel: %d rank%s x %d micro-batch%s of %d sequences; optimizer state %.2f MB per rank "
+               "(%.2f MB unsharded)\n", in->ranks, in->ranks > 1 ? "s" : "", in->accum, in->accum > 1 ? "es" : "",
+               in->micro_batch, in->state_mb_per_rank, bpp * (double)in->params / 1e6);
+    if (in->resumed_ranks && in->resumed_ranks * in->resumed_accum != in->ranks * in->accum)
+        printf("collage train: resuming a run of %d x %d micro-batches with %d x %d: the state is re-sharded exactly, "
+               "but gradient sums now round as %d micro-batches do\n", in->resumed_ranks, in->resumed_accum, in->ranks,
+               in->accum, in->ranks * in->accum);
+}
+
+void log_step(FILE *f, const collage_run_step_info *s, double val, double tps, double ms, double comm_ms) {
+    fprintf(f, "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"edq\":%.6g,\"edq_ratio\":%.6f,"
+               "\"lost\":%.6f,\"edq_state_ratio\":%.6f,\"tokens_per_s\":%.1f,\"ms\":%.2f,\"skipped\":%d",
+            s->step, s->loss, s->lr, s->stats.grad_norm, s->edq.edq, s->edq.edq_ratio, s->edq.lost, s->edq.edq_state_ratio,
+            tps, ms, s->stats.skipped);
+    if (dist_mpi()) fprintf(f, ",\"comm_ms\":%.3f", comm_ms);
+    if (!isnan(val)) fprintf(f, ",\"val_loss\":%.6f", val);
+    fprintf(f, "}\n");
+    fflush(f);
+}
+
+void print_step(const train_opts *o, const collage_run_step_info *s, double val, double tps, double ms,
+                       const run_totals *t, int tty, int is_eval) {
+    if (o->quiet) return;
+    double elapsed = cli_now() - t->t_start, eta = elapsed / (s->step - t->start) * (o->stop_after - s->step);
+    if (tty) {
+        int w = 30, fill = (int)((double)w * s->step / o->stop_after);
+        fprintf(stderr, "\r[%.*s%*s] %d/%d loss %.4f %.0f tok/s ETA %dm%02ds ", fill, "##############################",
+                w - fill, "", s->step, o->stop_after, s->loss, t->tokens / elapsed, (int)eta / 60, (int)eta % 60);
+        if (s->step == o->stop_after) fputc('\n', stderr);
+    }
+    int every = o->cfg.steps / 50 > 0 ? o->cfg.steps / 50 : 1;
+    if (!(is_eval || (!tty && s->step % every == 0))) return;
+    if (tty) fputc('\n', stderr);
+    char vs[32] = "";
+    if (!isnan(val)) snprintf(vs, sizeof vs, "  val %.4f", val);
+    printf("step %5d/%d  loss %.4f%s  lr %.2e  norm %.3f  edq %.3f  lost %5.1f%%  %.0f ms  %.0f tok/s\n", s->step,
+           o->cfg.steps, s->loss, vs, s->lr, s->stats.grad_norm, s->edq.edq_ratio, 100 * s->edq.lost, ms, tps);
+    fflush(stdout);
+}
+

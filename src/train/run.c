@@ -1,0 +1,358 @@
+/* run.c — the training run (collage_run.h): set-up of tokenizer, data, model and this rank's
+ * optimizer shard; the training step over ranks and micro-batches with every sum in a fixed order;
+ * evaluation; the learning-rate schedule. Checkpoints: run_ckpt.c; the collectives' arithmetic:
+ * shard.c. */
+#include "run_internal.h"
+#include <math.h>
+#include <stdarg.h>
+
+collage_run_config collage_run_defaults(void) {
+    return (collage_run_config){.strategy = COLLAGE_LIGHT, .steps = 1000, .batch = 16, .accum = 1, .warmup = -1,
+                                .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+                                .clip = 1.0, .seed = 1337};
+}
+
+double collage_run_lr(const collage_run_config *c, int step) {
+    if (step < c->warmup) return c->lr * (double)(step + 1) / (double)c->warmup;
+    double span = (double)(c->steps - c->warmup), p = span > 0 ? (double)(step - c->warmup) / span : 1.0;
+    double minlr = c->lr * 0.1;
+    return minlr + 0.5 * (c->lr - minlr) * (1.0 + cos(M_PI * p));
+}
+
+collage_status run_fail(collage_run *r, collage_status st, const char *fmt, ...) {
+    char msg[sizeof r->err];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (r->P > 1) snprintf(r->err, sizeof r->err, "rank %d: %.990s", r->R, msg);
+    else snprintf(r->err, sizeof r->err, "%s", msg);
+    return st;
+}
+
+collage_status run_agree(collage_run *r, collage_status st, const char *what) {
+    int any = shard_any(run_comm(r), st != COLLAGE_OK);
+    if (st != COLLAGE_OK) return st;
+    if (!any) return COLLAGE_OK;
+    snprintf(r->err, sizeof r->err, "%s failed on rank %d of %d (its message is above); every rank stops", what, any - 1,
+             r->P);
+    return COLLAGE_ERR_PEER;
+}
+
+const char *collage_run_error(const collage_run *r) { return r ? r->err : "no run"; }
+const collage_run_config *collage_run_get_config(const collage_run *r) { return r ? &r->cfg : NULL; }
+const void *collage_run_params(const collage_run *r) { return r ? r->params : NULL; }
+
+/* ---------------------------------------------------------------- set-up */
+/* Settings that are the same on every rank: checked before anything is allocated. */
+static collage_status check_config(collage_run *r) {
+    const collage_run_config *c = &r->cfg;
+    if (c->steps < 1 || c->batch < 1 || c->accum < 1 || !(c->lr >= 0) || !(c->beta1 > 0 && c->beta1 < 1) ||
+        !(c->beta2 > 0 && c->beta2 < 1) || !(c->eps > 0) || !(c->weight_decay >= 0) || !(c->clip >= 0))
+        return run_fail(r, COLLAGE_ERR_ARG, "steps, batch and accum must be positive, betas in (0, 1), eps > 0, "
+                                            "lr, weight decay and clip >= 0");
+    if (c->batch % r->M != 0 || r->M > RUN_MAX_MICRO || r->A > RUN_MAX_ACCUM)
+        return run_fail(r, COLLAGE_ERR_ARG, "a batch of %d sequences does not split into %d ranks x %d micro-batches of "
+                                            "equal size", c->batch, r->P, r->A);
+    collage_tokenizer_kind tk;
+    if (collage_tokenizer_kind_parse(c->tokenizer, &tk) != COLLAGE_OK)
+        return run_fail(r, COLLAGE_ERR_ARG, "unknown tokenizer '%s' (byte or gpt2)", c->tokenizer);
+    return COLLAGE_OK;
+}
+
+/* The model's shape: the preset, the config's layers, heads and dim over it, the tokenizer's
+ * vocabulary; seq and context filled in. Writes the resolved shape back into r->cfg. */
+static collage_status model_shape(collage_run *r) {
+    collage_run_config *c = &r->cfg;
+    collage_model_config *m = &r->mc;
+    if (collage_model_preset(c->model ? c->model : "tiny", m) != COLLAGE_OK)
+        return run_fail(r, COLLAGE_ERR_ARG, "unknown model '%s' (tiny, small or gpt2)", c->model);
+    if (c->layers) m->num_layers = c->layers;
+    if (c->heads) m->num_heads = c->heads;
+    if (c->dim) m->channels = c->dim;
+    c->layers = m->num_layers; c->heads = m->num_heads; c->dim = m->channels;
+    collage_model_config_set_vocab(m, collage_tokenizer_vocab_size(r->tok));
+    if (c->seq <= 0) c->seq = m->max_seq_len < 64 ? m->max_seq_len : 64;
+    if (c->context > 0) m->max_seq_len = c->context;
+    else if (c->seq > m->max_seq_len) m->max_seq_len = c->seq;
+    c->context = m->max_seq_len;
+    char msg[256];
+    if (collage_model_check(m, c->batch, c->seq, msg, sizeof msg) != COLLAGE_OK)
+        return run_fail(r, COLLAGE_ERR_ARG, "bad model shape: %s", msg);
+    return COLLAGE_OK;
+}
+
+static collage_status open_data(collage_run *r, const collage_run_saved *saved) {
+    collage_tokenizer_kind tk = COLLAGE_TOKENIZER_BYTE;
+    collage_tokenizer_kind_parse(r->cfg.tokenizer, &tk);
+    char err[1024];
+    if (collage_tokenizer_create(tk, NULL, &r->tok, err, sizeof err) != COLLAGE_OK)
+        return run_fail(r, COLLAGE_ERR_IO, "%s", err);
+    collage_status st = model_shape(r);
+    if (st) return st;
+    collage_loader_config lc = {.path = r->cfg.data, .tokenizer = r->tok, .B = r->cfg.batch, .T = r->cfg.seq,
+                                .seed = r->cfg.seed};
+    if (collage_loader_create(&lc, &r->ld, err, sizeof err) != COLLAGE_OK) return run_fail(r, COLLAGE_ERR_IO, "%s", err);
+    r->fingerprint = collage_loader_fingerprint(r->ld);
+    if (saved && r->fingerprint != saved->data_fingerprint)
+        return run_fail(r, COLLAGE_ERR_ARG, "the data differ from those of the saved run (another data path or tokenizer)");
+    return COLLAGE_OK;
+}
+
+/* The model, this rank's optimizer shard over the weight slab, the step's buffers. */
+static collage_status make_model(collage_run *r) {
+    collage_run_config *c = &r->cfg;
+    collage_real prec = r->bf16 ? COLLAGE_REAL_BF16 : COLLAGE_REAL_FP32;
+    if (collage_model_create(&r->mc, prec, r->Bm, c->seq, &r->m) != COLLAGE_OK)
+        return run_fail(r, COLLAGE_ERR_NOMEM, "cannot create the model (%zu parameters)", collage_model_num_params(&r->mc));
+    r->n = collage_model_size(r->m);
+    collage_shard_bounds(r->n, r->P, r->R, &r->lo, &r->hi);
+    if (r->hi == r->lo || r->n / (size_t)r->P > (size_t)INT32_MAX)
+        return run_fail(r, COLLAGE_ERR_ARG, "%zu parameters do not split into %d shards of whole %zu-element chunks", r->n,
+                        r->P, COLLAGE_SHARD_CHUNK);
+    int ng = collage_model_param_groups(&r->mc, c->weight_decay, NULL, 0);
+    collage_param_group *groups = calloc((size_t)(ng > 0 ? ng : 1), sizeof *groups);
+    r->params = aligned_alloc(64, (r->n * r->wb + 63) & ~(size_t)63);
+    collage_status st = groups && r->params ? COLLAGE_OK : COLLAGE_ERR_NOMEM;
+    if (st == COLLAGE_OK) {
+        collage_model_param_groups(&r->mc, c->weight_decay, groups, ng);
+        collage_adamw_config ac = {.strategy = c->strategy, .n = r->hi - r->lo, .beta1 = c->beta1, .beta2 = c->beta2,
+                                   .eps = c->eps, .weight_decay = c->weight_decay, .groups = groups, .n_groups = ng,
+                                   .clip = c->clip, .skip_nonfinite = 1, .edq = 1, .seed = c->seed,
+                                   .params = (char *)r->params + r->lo * r->wb, .index0 = r->lo, .total = r->n};
+        st = collage_adamw_create(&ac, &r->opt);
+    }
+    free(groups);
+    size_t bt = (size_t)r->Bm * (size_t)c->seq;
+    r->in = malloc(sizeof(int32_t) * bt);
+    r->tg = malloc(sizeof(int32_t) * bt);
+    if (r->M > 1) r->gshard = malloc((r->hi - r->lo) * r->wb);
+    if (r->A > 1) r->gacc = malloc(r->n * sizeof(float));
+    if (st != COLLAGE_OK || !r->in || !r->tg || (r->M > 1 && !r->gshard) || (r->A > 1 && !r->gacc))
+        return run_fail(r, st == COLLAGE_OK ? COLLAGE_ERR_NOMEM : st, "cannot create the optimizer (%zu parameters): %s",
+                        r->n, collage_status_str(st == COLLAGE_OK ? COLLAGE_ERR_NOMEM : st));
+    r->grads = collage_model_grads(r->m);
+    return COLLAGE_OK;
+}
+
+/* The weights: the family's initialisation, or this rank's state from the checkpoint. */
+static collage_status first_weights(collage_run *r, const char *resume_dir, const collage_run_saved *saved) {
+    if (saved) {
+        collage_status st = run_load_shards(r, resume_dir, saved);
+        r->step = saved->step;
+        return st;
+    }
+    float *w0 = malloc(r->n * sizeof(float));
+    if (!w0 || collage_model_init_weights(&r->mc, r->cfg.seed, w0, r->n) != COLLAGE_OK) {
+        free(w0);
+        return run_fail(r, COLLAGE_ERR_NOMEM, "cannot initialise %zu weights (out of memory?)", r->n);
+    }
+    collage_status st = collage_adamw_set_weights_f32(r->opt, w0 + r->lo, r->hi - r->lo);
+    free(w0);
+    return st;
+}
+
+/* The configuration's strings, owned by the run. */
+static collage_status own_strings(collage_run *r, const collage_run_config *cfg) {
+    r->cfg = *cfg;
+    snprintf(r->tokenizer_name, sizeof r->tokenizer_name, "%s", cfg->tokenizer ? cfg->tokenizer : "byte");
+    r->cfg.tokenizer = r->tokenizer_name;
+    if (cfg->model) {
+        snprintf(r->model_name, sizeof r->model_name, "%s", cfg->model);
+        r->cfg.model = r->model_name;
+    }
+    if (cfg->data && !(r->data = strdup(cfg->data))) return COLLAGE_ERR_NOMEM;
+    r->cfg.data = r->data;
+    if (r->cfg.accum < 1) r->cfg.accum = 1;
+    if (r->cfg.warmup < 0) r->cfg.warmup = r->cfg.steps / 20;
+    return COLLAGE_OK;
+}
+
+static collage_status setup(collage_run *r, const char *resume_dir) {
+    collage_run_saved saved;
+    collage_status st = COLLAGE_OK;
+    if (resume_dir) {
+        char why[256], was[256];
+        st = collage_run_read_saved(resume_dir, &saved, r->err, sizeof r->err);
+        if (!st && collage_run_conflict(&saved, &r->cfg, ~(unsigned)COLLAGE_RUN_MODEL & 0xffffu, why, was, sizeof why))
+            st = run_fail(r, COLLAGE_ERR_ARG, "%s differs from the run saved in '%s' (%s there)", why, resume_dir, was);
+        r->resumed_ranks = resume_dir && !st ? saved.ranks : 0;
+        r->resumed_accum = resume_dir && !st ? saved.accum : 0;
+    }
+    const collage_run_saved *sv = resume_dir ? &saved : NULL;
+    if (!st) st = open_data(r, sv);
+    if (!st) st = make_model(r);
+    if (!st) st = first_weights(r, resume_dir, sv);
+    return st;
+}
+
+collage_status collage_run_create(const collage_run_config *cfg, const collage_comm *comm, const char *resume_dir,
+                                  collage_run **out, char *err, size_t cap) {
+    if (!cfg || !out) return collage__fail(err, cap, COLLAGE_ERR_NULL, "no configuration");
+    *out = NULL;
+    collage_run *r = calloc(1, sizeof *r);
+    if (!r) return collage__fail(err, cap, COLLAGE_ERR_NOMEM, "out of memory");
+    if (comm && comm->size > 1) { r->comm = *comm; r->has_comm = 1; }
+    r->P = shard_size(run_comm(r));
+    r->R = shard_rank(run_comm(r));
+    collage_status st = own_strings(r, cfg);
+    r->A = r->cfg.accum;
+    r->M = r->P * r->A;
+    r->Bm = r->cfg.batch / (r->M > 0 ? r->M : 1);
+    r->bf16 = !collage_strategy_is_fp32(r->cfg.strategy);
+    r->wb = r->bf16 ? 2 : 4;
+    if (!st) st = check_config(r); /* the same on every rank: no agreement needed */
+    if (!st) {
+        st = run_agree(r, setup(r, resume_dir), "set-up");
+        if (!st && shard_allgather_slab(run_comm(r), r->params, r->wb, r->n)) /* every rank's shard to every rank */
+            st = run_fail(r, COLLAGE_ERR_IO, "the transport failed gathering the weights");
+    }
+    if (st) {
+        collage__fail(err, cap, st, "%s", r->err[0] ? r->err : collage_status_str(st));
+        collage_run_free(r);
+        return st;
+    }
+    *out = r;
+    return COLLAGE_OK;
+}
+
+void collage_run_free(collage_run *r) {
+    if (!r) return;
+    free(r->in); free(r->tg); free(r->gshard); free(r->gacc);
+    collage_adamw_free(r->opt);
+    free(r->params);
+    collage_model_free(r->m);
+    collage_loader_free(r->ld);
+    collage_tokenizer_free(r->tok);
+    free(r->data);
+    free(r);
+}
+
+collage_run_info collage_run_get_info(const collage_run *r) {
+    collage_run_info in = {0};
+    if (!r) return in;
+    in.model = r->mc;
+    in.params = r->n;
+    in.train_tokens = (size_t)collage_loader_windows(r->ld, COLLAGE_SPLIT_TRAIN) * (size_t)r->cfg.seq;
+    in.step = r->step;
+    in.ranks = r->P; in.accum = r->A; in.micro_batch = r->Bm;
+    in.resumed_ranks = r->resumed_ranks; in.resumed_accum = r->resumed_accum;
+    in.has_val = collage_loader_has_val(r->ld);
+    in.memory = collage_adamw_memory(r->opt);
+    /* optimizer state per parameter (m, v, compensation, master), on the largest shard */
+    double state_bpp = in.memory.m + in.memory.v + in.memory.compensation + in.memory.master;
+    size_t max_shard = 0;
+    for (int k = 0; k < r->P; k++) {
+        size_t a, b;
+        collage_shard_bounds(r->n, r->P, k, &a, &b);
+        if (b - a > max_shard) max_shard = b - a;
+    }
+    in.state_mb_per_rank = state_bpp * (double)max_shard / 1e6;
+    return in;
+}
+
+/* ---------------------------------------------------------------- the step */
+/* Mean loss of one global batch: micro-batch k = rank·A + a of M, the M losses gathered and added in
+ * k order. NaN if a forward failed on any rank. */
+static double global_loss(collage_run *r, const double *mine) {
+    double all[RUN_MAX_MICRO], sum = 0;
+    if (shard_allgather_doubles(run_comm(r), mine, r->A, all)) return (double)NAN;
+    for (int k = 0; k < r->M; k++) sum += all[k];
+    return sum / r->M;
+}
+
+/* EDQ of the whole slab from every rank's shard, combined in rank order. */
+static collage_edq edq_all(collage_run *r, const collage_edq *mine) {
+    double v[5] = {mine->sum_dot, mine->sum_dot_state, mine->sum_nn, (double)mine->lost_count, (double)mine->updates};
+    double all[5 * RUN_MAX_MICRO];
+    collage_edq parts[RUN_MAX_MICRO];
+    if (r->P == 1 || shard_allgather_doubles(run_comm(r), v, 5, all)) return *mine;
+    for (int k = 0; k < r->P; k++)
+        parts[k] = (collage_edq){.sum_dot = all[5 * k], .sum_dot_state = all[5 * k + 1], .sum_nn = all[5 * k + 2],
+                                 .lost_count = (uint64_t)all[5 * k + 3], .updates = (uint64_t)all[5 * k + 4]};
+    return collage_edq_combine(parts, r->P);
+}
+
+/* This rank's micro-batches, forward and backward, in order; the losses in mine. */
+static collage_status micro_batches(collage_run *r, double *mine) {
+    for (int a = 0; a < r->A; a++) {
+        collage_loader_batch(r->ld, COLLAGE_SPLIT_TRAIN, (uint64_t)r->step, r->R * r->A + a, r->M, r->in, r->tg);
+        collage_model_zero_grad(r->m);
+        if (collage_model_forward(r->m, r->params, r->in, r->tg, r->Bm, r->cfg.seq, &mine[a]) != COLLAGE_OK ||
+            collage_model_backward(r->m) != COLLAGE_OK)
+            return run_fail(r, COLLAGE_ERR_ARG, "step %d: %s", r->step + 1, collage_model_error(r->m));
+        if (r->A > 1) shard_accumulate(r->gacc, r->grads, r->bf16, r->n, a > 0);
+    }
+    return COLLAGE_OK;
+}
+
+collage_status collage_run_step(collage_run *r, collage_run_step_info *info) {
+    if (!r || !info) return COLLAGE_ERR_NULL;
+    double mine[RUN_MAX_ACCUM];
+    collage_status st = run_agree(r, micro_batches(r, mine), "a training step");
+    if (st) return st;
+    memset(info, 0, sizeof *info);
+    info->loss = global_loss(r, mine);
+    /* the gradient of the whole batch, this rank's shard of it: sums in a fixed order */
+    const void *g = r->grads;
+    if (r->M > 1) {
+        const void *x = r->A > 1 ? (const void *)r->gacc : r->grads;
+        if (shard_reduce_scatter(run_comm(r), x, r->A > 1 ? 0 : r->bf16, r->n, r->M, r->gshard, r->bf16))
+            return run_fail(r, COLLAGE_ERR_NOMEM, "out of memory in the gradient reduction");
+        g = r->gshard;
+    }
+    double sumsq = shard_grad_sumsq(run_comm(r), g, r->bf16, r->n);
+    info->lr = collage_run_lr(&r->cfg, r->step);
+    st = collage_adamw_step_sumsq(r->opt, g, info->lr, sumsq, &info->stats);
+    if (st == COLLAGE_ERR_NONFINITE) run_fail(r, st, "step %d: %s", r->step + 1, collage_adamw_error(r->opt));
+    else if (st != COLLAGE_OK) return run_fail(r, st, "optimizer: %s", collage_status_str(st));
+    if (shard_allgather_slab(run_comm(r), r->params, r->wb, r->n)) /* the updated weights to every rank */
+        return run_fail(r, COLLAGE_ERR_IO, "the transport failed gathering the weights");
+    info->edq = edq_all(r, &info->stats.edq);
+    info->step = ++r->step;
+    return st;
+}
+
+/* ---------------------------------------------------------------- evaluation */
+collage_status collage_run_evaluate(collage_run *r, collage_split split, int batches, double *loss) {
+    if (!r || !loss) return COLLAGE_ERR_NULL;
+    *loss = (double)NAN;
+    uint64_t per_epoch = collage_loader_steps_per_epoch(r->ld, split);
+    if (per_epoch == 0 || batches < 1) return COLLAGE_OK;
+    if ((uint64_t)batches > per_epoch) batches = (int)per_epoch;
+    double sum = 0, mine[RUN_MAX_ACCUM];
+    for (int b = 0; b < batches; b++) {
+        for (int a = 0; a < r->A; a++) {
+            int k = r->R * r->A + a;
+            mine[a] = (double)NAN;
+            if (collage_loader_batch(r->ld, split, (uint64_t)b, k, r->M, r->in, r->tg) == COLLAGE_OK)
+                collage_model_forward(r->m, r->params, r->in, r->tg, r->Bm, r->cfg.seq, &mine[a]);
+        }
+        sum += global_loss(r, mine);
+    }
+    *loss = sum / batches;
+    return COLLAGE_OK;
+}
+
+collage_status collage_eval_loss(collage_model *m, const void *params, const collage_loader *ld, collage_split split,
+                                 int B, int T, int batches, double *loss) {
+    if (!m || !params || !ld || !loss) return COLLAGE_ERR_NULL;
+    *loss = (double)NAN;
+    size_t bt = (size_t)B * (size_t)T;
+    int32_t *in = malloc(sizeof(int32_t) * bt), *tg = malloc(sizeof(int32_t) * bt);
+    if (!in || !tg) { free(in); free(tg); return COLLAGE_ERR_NOMEM; }
+    uint64_t per_epoch = collage_loader_steps_per_epoch(ld, split);
+    if ((uint64_t)batches > per_epoch) batches = (int)per_epoch;
+    double sum = 0;
+    int done = 0;
+    for (int b = 0; b < batches; b++) {
+        double l;
+        if (collage_loader_batch(ld, split, (uint64_t)b, 0, 1, in, tg) != COLLAGE_OK) break;
+        if (collage_model_forward(m, params, in, tg, B, T, &l) != COLLAGE_OK) break;
+        sum += l;
+        done++;
+    }
+    free(in); free(tg);
+    if (done) *loss = sum / done;
+    return COLLAGE_OK;
+}

@@ -1,0 +1,228 @@
+/* run_ckpt.c — a training run's checkpoint folder: train.state (every setting that shapes the run,
+ * written last, so that it commits the checkpoint), one optimizer state per rank, the model file;
+ * save, and resume with the same or another number of ranks (re-sharding). */
+#include "run_internal.h"
+#include <errno.h>
+#include <sys/stat.h>
+
+#define MANIFEST_MAGIC "collage-train 1"
+
+void run_opt_path(char *out, size_t cap, const char *dir, int rank, int ranks) {
+    if (ranks == 1) snprintf(out, cap, "%s/optimizer.state", dir);
+    else snprintf(out, cap, "%s/optimizer.rank%d-of-%d.state", dir, rank, ranks);
+}
+
+void collage_checkpoint_model_path(const char *arg, char *out, size_t cap) {
+    struct stat sb;
+    if (stat(arg, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(out, cap, "%s/model.bin", arg);
+    else snprintf(out, cap, "%s", arg);
+}
+
+/* ---------------------------------------------------------------- train.state */
+static collage_status write_manifest(collage_run *r, const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/train.state", dir);
+    const collage_run_config *c = &r->cfg;
+    collage_atomic_file af;
+    if (collage_atomic_open(&af, path, r->err, sizeof r->err)) return COLLAGE_ERR_IO;
+    fprintf(af.f, "%s\nstep %d\nprecision %s\ntokenizer %s\nvocab %d\npadded_vocab %d\nmax_seq %d\nlayers %d\nheads %d\n"
+                  "dim %d\nbatch %d\nseq %d\nsteps %d\nwarmup %d\nlr %.17g\nbeta1 %.17g\nbeta2 %.17g\neps %.17g\n"
+                  "wd %.17g\nclip %.17g\nseed %llu\ndata_fingerprint %llu\nranks %d\naccum %d\nfamily %s\n",
+            MANIFEST_MAGIC, r->step, collage_strategy_name(c->strategy), c->tokenizer, r->mc.vocab_size,
+            r->mc.padded_vocab_size, r->mc.max_seq_len, c->layers, c->heads, c->dim, c->batch, c->seq, c->steps,
+            c->warmup, c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->clip, (unsigned long long)c->seed,
+            (unsigned long long)r->fingerprint, r->P, r->A, collage_family_name(r->mc.family));
+    return collage_atomic_commit(&af, r->err, sizeof r->err);
+}
+
+typedef struct { char key[32]; char val[256]; } kv;
+static const char *kv_get(const kv *items, int n, const char *key) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(items[i].key, key)) return items[i].val;
+    return NULL;
+}
+
+static int read_kv(const char *path, kv *items, int cap, char *err, size_t ecap, collage_status *st) {
+    char line[512];
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        *st = collage__fail(err, ecap, COLLAGE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    int n = 0;
+    if (!fgets(line, sizeof line, f) || strncmp(line, MANIFEST_MAGIC, strlen(MANIFEST_MAGIC)) != 0) {
+        fclose(f);
+        *st = collage__fail(err, ecap, COLLAGE_ERR_FORMAT, "'%s' is not a collage training state (wrong first line)", path);
+        return -1;
+    }
+    while (n < cap && fgets(line, sizeof line, f))
+        if (sscanf(line, "%31s %255[^\n]", items[n].key, items[n].val) == 2) n++;
+    fclose(f);
+    return n;
+}
+
+static collage_status saved_from_kv(const kv *it, int n, const char *path, collage_run_saved *s, char *err, size_t cap) {
+    static const char *const need[] = {"step", "precision", "tokenizer", "layers", "heads", "dim", "batch", "seq",
+                                       "steps", "warmup", "lr", "beta1", "beta2", "eps", "wd", "clip", "seed",
+                                       "data_fingerprint", "max_seq"};
+    for (size_t i = 0; i < sizeof need / sizeof *need; i++)
+        if (!kv_get(it, n, need[i])) return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' lacks '%s'", path, need[i]);
+    collage_run_config *c = &s->cfg;
+    *c = collage_run_defaults();
+    if (collage_strategy_parse(kv_get(it, n, "precision"), &c->strategy) != COLLAGE_OK)
+        return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s': unknown precision '%s'", path, kv_get(it, n, "precision"));
+    snprintf(s->tokenizer, sizeof s->tokenizer, "%.63s", kv_get(it, n, "tokenizer"));
+    snprintf(s->model, sizeof s->model, "%.63s", kv_get(it, n, "family") ? kv_get(it, n, "family") : "gpt2");
+    c->tokenizer = s->tokenizer;
+    c->model = NULL; /* the shape below, over the tiny preset */
+    c->layers = atoi(kv_get(it, n, "layers")); c->heads = atoi(kv_get(it, n, "heads"));
+    c->dim = atoi(kv_get(it, n, "dim")); c->context = atoi(kv_get(it, n, "max_seq"));
+    c->batch = atoi(kv_get(it, n, "batch")); c->seq = atoi(kv_get(it, n, "seq"));
+    c->steps = atoi(kv_get(it, n, "steps")); c->warmup = atoi(kv_get(it, n, "warmup"));
+    c->lr = strtod(kv_get(it, n, "lr"), NULL); c->beta1 = strtod(kv_get(it, n, "beta1"), NULL);
+    c->beta2 = strtod(kv_get(it, n, "beta2"), NULL); c->eps = strtod(kv_get(it, n, "eps"), NULL);
+    c->weight_decay = strtod(kv_get(it, n, "wd"), NULL); c->clip = strtod(kv_get(it, n, "clip"), NULL);
+    c->seed = strtoull(kv_get(it, n, "seed"), NULL, 10);
+    s->step = atoi(kv_get(it, n, "step"));
+    s->data_fingerprint = strtoull(kv_get(it, n, "data_fingerprint"), NULL, 10);
+    /* a run saved by one process has no ranks or accum lines */
+    s->ranks = kv_get(it, n, "ranks") ? atoi(kv_get(it, n, "ranks")) : 1;
+    s->accum = kv_get(it, n, "accum") ? atoi(kv_get(it, n, "accum")) : 1;
+    c->accum = s->accum;
+    if (s->ranks < 1 || s->accum < 1 || s->step < 0)
+        return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' has step %d, ranks %d, accum %d", path, s->step, s->ranks,
+                             s->accum);
+    return COLLAGE_OK;
+}
+
+collage_status collage_run_read_saved(const char *dir, collage_run_saved *out, char *err, size_t cap) {
+    if (!dir || !out) return collage__fail(err, cap, COLLAGE_ERR_NULL, "no checkpoint folder given");
+    char path[4096];
+    kv it[64];
+    collage_status st = COLLAGE_OK;
+    snprintf(path, sizeof path, "%s/train.state", dir);
+    memset(out, 0, sizeof *out);
+    int n = read_kv(path, it, 64, err, cap, &st);
+    return n < 0 ? st : saved_from_kv(it, n, path, out, err, cap);
+}
+
+/* ---------------------------------------------------------------- conflicts on resume */
+static int conflict_model(const collage_run_saved *s, const collage_run_config *a, unsigned given) {
+    collage_model_config pc; /* the preset, with layers, heads, dim over it as a new run would have it */
+    int known = collage_model_preset(a->model ? a->model : "tiny", &pc) == COLLAGE_OK;
+    if (given & COLLAGE_RUN_LAYERS) pc.num_layers = a->layers;
+    if (given & COLLAGE_RUN_HEADS) pc.num_heads = a->heads;
+    if (given & COLLAGE_RUN_DIM) pc.channels = a->dim;
+    return !known || pc.num_layers != s->cfg.layers || pc.num_heads != s->cfg.heads || pc.channels != s->cfg.dim;
+}
+
+int collage_run_conflict(const collage_run_saved *saved, const collage_run_config *asked, unsigned given, char *why,
+                         char *was, size_t cap) {
+    const collage_run_config *s = &saved->cfg, *a = asked;
+#define INT_FIELD(bit, flag, key, f)                                                                        \
+    if ((given & (bit)) && a->f != s->f) {                                                                  \
+        snprintf(why, cap, "%s %d", flag, a->f);                                                            \
+        snprintf(was, cap, "%s %d", key, s->f);                                                             \
+        return 1;                                                                                           \
+    }
+#define DBL_FIELD(bit, flag, key, f)                                                                        \
+    if ((given & (bit)) && a->f != s->f) {                                                                  \
+        snprintf(why, cap, "%s %g", flag, a->f);                                                            \
+        snprintf(was, cap, "%s %.17g", key, s->f);                                                          \
+        return 1;                                                                                           \
+    }
+    if ((given & COLLAGE_RUN_STRATEGY) && a->strategy != s->strategy) {
+        snprintf(why, cap, "--precision %s", collage_strategy_name(a->strategy));
+        snprintf(was, cap, "precision %s", collage_strategy_name(s->strategy));
+        return 1;
+    }
+    INT_FIELD(COLLAGE_RUN_LAYERS, "--layers", "layers", layers)
+    INT_FIELD(COLLAGE_RUN_HEADS, "--heads", "heads", heads)
+    INT_FIELD(COLLAGE_RUN_DIM, "--dim", "dim", dim)
+    INT_FIELD(COLLAGE_RUN_BATCH, "--batch", "batch", batch)
+    INT_FIELD(COLLAGE_RUN_SEQ, "--seq", "seq", seq)
+    INT_FIELD(COLLAGE_RUN_WARMUP, "--warmup", "warmup", warmup)
+    DBL_FIELD(COLLAGE_RUN_LR, "--lr", "lr", lr)
+    DBL_FIELD(COLLAGE_RUN_BETA1, "--beta1", "beta1", beta1)
+    DBL_FIELD(COLLAGE_RUN_BETA2, "--beta2", "beta2", beta2)
+    DBL_FIELD(COLLAGE_RUN_EPS, "--eps", "eps", eps)
+    DBL_FIELD(COLLAGE_RUN_WD, "--wd", "wd", weight_decay)
+    DBL_FIELD(COLLAGE_RUN_CLIP, "--clip", "clip", clip)
+#undef INT_FIELD
+#undef DBL_FIELD
+    if ((given & COLLAGE_RUN_SEED) && a->seed != s->seed) {
+        snprintf(why, cap, "--seed %llu", (unsigned long long)a->seed);
+        snprintf(was, cap, "seed %llu", (unsigned long long)s->seed);
+        return 1;
+    }
+    if ((given & COLLAGE_RUN_TOKENIZER) && strcmp(a->tokenizer ? a->tokenizer : "byte", saved->tokenizer)) {
+        snprintf(why, cap, "--tokenizer %.200s", a->tokenizer ? a->tokenizer : "byte");
+        snprintf(was, cap, "tokenizer %.200s", saved->tokenizer);
+        return 1;
+    }
+    if ((given & COLLAGE_RUN_MODEL) && conflict_model(saved, a, given)) {
+        snprintf(why, cap, "--model %.200s", a->model ? a->model : "tiny");
+        snprintf(was, cap, "%d layers, %d heads, dim %d", s->layers, s->heads, s->dim);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- save */
+/* The model file (rank 0): bf16 weights widened exactly, so that llm.c's fp32 format loads anywhere. */
+static collage_status save_model_file(collage_run *r, const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    float *w32 = r->bf16 ? malloc(r->n * sizeof(float)) : (float *)r->params;
+    if (!w32) return run_fail(r, COLLAGE_ERR_NOMEM, "out of memory writing '%s'", path);
+    if (r->bf16) collage_bf16_to_f32_row(w32, r->params, r->n);
+    collage_status st = collage_model_save_file(path, &r->mc, w32, 0, r->err, sizeof r->err);
+    if (r->bf16) free(w32);
+    return st;
+}
+
+collage_status collage_run_save(collage_run *r, const char *dir) {
+    if (!r || !dir) return COLLAGE_ERR_NULL;
+    collage_status st = COLLAGE_OK;
+    char path[4096];
+    if (r->R == 0 && collage__mkdir_p(dir) != 0)
+        st = run_fail(r, COLLAGE_ERR_IO, "cannot create the checkpoint folder '%s': %s", dir, strerror(errno));
+    if ((st = run_agree(r, st, "saving"))) return st;
+    run_opt_path(path, sizeof path, dir, r->R, r->P);
+    if (collage_adamw_save(r->opt, path) != COLLAGE_OK) st = run_fail(r, COLLAGE_ERR_IO, "%s", collage_adamw_error(r->opt));
+    if ((st = run_agree(r, st, "saving"))) return st;
+    if (r->R == 0) {
+        st = save_model_file(r, dir);
+        if (st == COLLAGE_OK) st = write_manifest(r, dir); /* last: it commits the checkpoint */
+    }
+    return run_agree(r, st, "saving");
+}
+
+/* ---------------------------------------------------------------- resume */
+/* This rank's shard from the saved one (same rank count) or from the saved shards it overlaps. */
+collage_status run_load_shards(collage_run *r, const char *dir, const collage_run_saved *saved) {
+    char path[4096];
+    if (saved->ranks == r->P) {
+        run_opt_path(path, sizeof path, dir, r->R, r->P);
+        if (collage_adamw_load(r->opt, path) != COLLAGE_OK)
+            return run_fail(r, COLLAGE_ERR_FORMAT, "%s", collage_adamw_error(r->opt));
+    } else {
+        size_t got = 0;
+        for (int k = 0; k < saved->ranks; k++) {
+            size_t a, b, c = 0;
+            collage_shard_bounds(r->n, saved->ranks, k, &a, &b);
+            if (b <= r->lo || a >= r->hi) continue;
+            run_opt_path(path, sizeof path, dir, k, saved->ranks);
+            if (collage_adamw_load_part(r->opt, path, &c) != COLLAGE_OK)
+                return run_fail(r, COLLAGE_ERR_FORMAT, "%s", collage_adamw_error(r->opt));
+            got += c;
+        }
+        if (got != r->hi - r->lo)
+            return run_fail(r, COLLAGE_ERR_FORMAT, "the %d saved shards in '%s' cover %zu of its %zu parameters",
+                            saved->ranks, dir, got, r->hi - r->lo);
+    }
+    if (collage_adamw_steps(r->opt) != (uint64_t)saved->step)
+        return run_fail(r, COLLAGE_ERR_FORMAT, "'%s' holds step %llu but train.state says %d", dir,
+                        (unsigned long long)collage_adamw_steps(r->opt), saved->step);
+    return COLLAGE_OK;
+}
