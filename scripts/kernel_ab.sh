@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # kernel_ab.sh REV STRATEGY N [ROUNDS STEPS] — the AVX-512 AdamW kernel of git revision REV ("base")
-# against the working tree's src/adamw_kernel.inc ("var"), in one process (scripts/kernel_ab.c):
+# against the working tree's src/optim/adamw_kernel.inc ("var"), in one process (scripts/kernel_ab.c):
 # states and EDQ sums compared, then EDQ-off and EDQ-on ns/param of each and their ratios.
 # N = 65536 keeps one thread's state in L2; 32000000 streams it from memory. OMP_NUM_THREADS sets the
 # threads, B2 the β2, NT=1 the var kernel's nt loops (where it proves the scalars tie-free: a base
 # revision without them ignores it), ISA=avx2 the AVX2 kernel (8 lanes) instead of the AVX-512 one
 # (its object named like AVX-512's: the library's AVX-512 kernel is left out either way), VAR_CFLAGS extra compiler flags for the working tree's kernel
 # only (to compare options, e.g. VAR_CFLAGS=-mtune=znver3), PROBE=half-up a timing probe: every rn() of the var kernel
-# rounds half up (2 instructions; inexact, so its states differ: session 14's ceiling for any cheaper rounding).
+# rounds half up (2 instructions; inexact, so its states differ: the ceiling for any cheaper rounding, docs/optimizer-kernel.md).
 # Needs a built library (make) for the rest of collage. Example:
 #   scripts/kernel_ab.sh HEAD~1 collage-light 65536 21 40
 set -euo pipefail

@@ -10,7 +10,7 @@
 # 8-lane vectors, 32 elements); by default the AVX-512 kernel's, which the CPU must take.
 # Prints the instruction count of each iteration seen (one iteration = 4 pairs = 128 elements with
 # AVX-512) and, for one iteration, the count by mnemonic with stack traffic marked (<-stk, ->stk).
-# Used in docs/optimizer-performance.md (session 8): EDQ-on minus EDQ-off instructions per iteration.
+# Its counts are in docs/benchmarks.md (instruction counts) and docs/optimizer-kernel.md.
 set -euo pipefail
 [ $# -ge 2 ] || { sed -n '2,12p' "$0"; exit 2; }
 strategy=$1; loop=$2; build=${3:-build}

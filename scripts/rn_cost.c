@@ -1,6 +1,6 @@
 /* rn_cost.c — what one bf16 rounding costs on this CPU, the emulated way the kernel does it and with
  * the AVX512_BF16 conversion, and whether that conversion is the kernel's rounding
- * (docs/optimizer-performance.md, sessions 9 and 13).
+ * (its figures: docs/benchmarks.md, roundings on Zen 4; docs/optimizer-kernel.md).
  *
  *   cc -O2 -ffp-contract=off -o /tmp/rn_cost scripts/rn_cost.c && /tmp/rn_cost
  *
@@ -21,7 +21,7 @@
  *    vectors at once (VCVTNE2PS2BF16) expanded back to fp32 lanes by two word permutes (VPERMW), bare
  *    and with the denormal test (VFPCLASSPS + KORW) that would make it exact; the one-vector
  *    conversion (VCVTNEPS2BF16) expanded by one VPERMW; the pair conversion unpacked by a shift and an
- *    AND into permuted lanes (no permute; session 14); and Veltkamp's split (session 13): γ = x·(2^16 + 1),
+ *    AND into permuted lanes (no permute); and Veltkamp's split: γ = x·(2^16 + 1),
  *    hi = γ − (γ − x), three fp32 operations, which equals round-to-nearest-even to bf16 on normal x
  *    below 2^111 (part 3) but not on denormals or near overflow, so the kernel could use it only
  *    behind a range guard.
@@ -93,7 +93,7 @@ TGT static double run_emul(int mode) {
     FINISH
 }
 /* check 0: the pair conversion bare; 1: with the denormal test; 2: one vector at a time, one VPERMW each;
- * 3: the pair conversion unpacked by a shift and an AND (session 14): the words come back in fp32 lanes
+ * 3: the pair conversion unpacked by a shift and an AND: the words come back in fp32 lanes
  * but permuted (lane k of the first output holds element 2k of the pair, of the second 2k + 1), so a
  * kernel would have to track each value's lane order through its chain */
 TGT_BF static double run_hw(int check, int *bad_out) {

@@ -1,5 +1,5 @@
 /* tie_parity.c — for a step constant c, the bf16 operands whose fp32 line result is a bf16 tie, split
- * by the parity of the bf16 value below the tie (docs/optimizer-performance.md, session 11).
+ * by the parity of the bf16 value below the tie (docs/optimizer-kernel.md: tie-free step scalars).
  *
  *   cc -O2 -ffp-contract=off -o /tmp/tie_parity scripts/tie_parity.c && /tmp/tie_parity [c ...]
  *
