@@ -44,11 +44,11 @@ LIB_OBJ  = $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC))
 CLI_SRC  = $(wildcard cli/*.c)
 CLI_OBJ  = $(patsubst cli/%.c,$(BUILD)/obj/cli_%.o,$(CLI_SRC))
 TEST_SRC = $(wildcard tests/test_*.c)
-TEST_BIN = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+TEST_BIN = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC)) $(BUILD)/tests/test_install
 HDRS     = $(wildcard include/*.h) $(wildcard $(addsuffix /*.h,$(SRC_DIRS))) $(wildcard src/*/*.inc) $(wildcard cli/*.h) \
            tests/harness.h
 
-.PHONY: all lib cli tests test run setup clean ci-san ci-noomp fuzz FORCE
+.PHONY: all lib cli tests test run setup clean ci-san ci-noomp fuzz install check-headers FORCE
 all: lib cli
 lib: $(BUILD)/libcollage.a $(BUILD)/libcollage.so
 cli: $(BUILD)/collage
@@ -75,8 +75,9 @@ KERNEL_FLAGS = -fno-sanitize=all
 endif
 $(BUILD)/obj/optim/adamw_avx512.o: ISA_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c $(KERNEL_FLAGS)
 $(BUILD)/obj/optim/adamw_avx2.o: ISA_FLAGS = -mavx2 -mfma -mf16c $(KERNEL_FLAGS)
+# The CLI sees include/ only (make check-headers).
 $(BUILD)/obj/cli_%.o: cli/%.c $(HDRS) $(BUILD)/mpi.flag | $(BUILD)/obj
-	$(CC) $(CFLAGS_ALL) $(SRC_INC) $(MPI_CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -c $< -o $@
 # Rebuild the CLI when MPI is switched on or off for this folder.
 $(BUILD)/mpi.flag: FORCE | $(BUILD)/obj
 	@echo "$(MPI)" | cmp -s - $@ || echo "$(MPI)" > $@
@@ -92,8 +93,30 @@ $(BUILD)/collage: $(CLI_OBJ) $(BUILD)/libcollage.a
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libcollage.a $(HDRS) | $(BUILD)/tests
 	$(CC) $(CFLAGS_ALL) $(SRC_INC) -o $@ $< $(BUILD)/libcollage.a $(LDLIBS_ALL) -lmpfr -lgmp
 
+# The install test, with this build's compiler, sanitizer flags and settings written in.
+$(BUILD)/tests/test_install: tests/test_install.sh Makefile | $(BUILD)/tests
+	sed -e 's|@BUILD@|$(BUILD)|' -e 's|@CC@|$(CC)|' -e 's|@XFLAGS@|$(LDSAN)|' \
+	    -e 's|@MAKEVARS@|CC=$(CC) SAN=$(SAN) OMP=$(OMP)|' $< > $@ && chmod +x $@
+
 setup:
 	@bash scripts/setup.sh
+
+# Fails when a file of cli/ includes a private header (CI runs it through tests/test_install.sh).
+check-headers:
+	@bash scripts/check-headers.sh
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the library (static and shared), the public headers,
+# collage.pc for pkg-config, and the collage command.
+PREFIX  ?= /usr/local
+VERSION := $(shell sed -n 's/^\#define COLLAGE_VERSION_STRING "\(.*\)"/\1/p' include/collage.h)
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(BUILD)/libcollage.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libcollage.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 include/*.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(BUILD)/collage $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(strip $(LDLIBS_ALL))|' \
+	    collage.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/collage.pc
 
 # The test command of the README: set-up, build, every test, one closing line "N passed, N failed".
 test: setup

@@ -4,7 +4,7 @@
  * finished run (its summary.json, with the same arguments) is never redone. The results become
  * results.csv, report.md and three gnuplot PNGs in --out. */
 #include "cli.h"
-#include "internal.h" /* collage_atomic_*: every output file is written to a temporary name, then renamed */
+#include "collage_data.h" /* collage_atomic_*: every output file is written to a temporary name, then renamed */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
