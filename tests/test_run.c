@@ -1,0 +1,272 @@
+/* test_run.c — the training run of the library (collage_run.h) without the CLI: the schedule,
+ * configuration errors with their messages, save then resume giving the uninterrupted run's weights
+ * bit for bit, the resume conflict check, evaluation, shard bounds, and data parallelism over a
+ * transport of the test's own (two threads and shared memory instead of MPI): two ranks give the
+ * weights of one process summing the same two micro-batches (--accum 2), bit for bit. */
+#include "collage_run.h"
+#include "harness.h"
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+static char g_dir[256], g_text[512];
+
+static collage_run_config tiny(void) {
+    collage_run_config c = collage_run_defaults();
+    c.layers = 1; c.dim = 32; c.heads = 2; c.batch = 4; c.seq = 16; c.steps = 8;
+    c.data = g_text;
+    return c;
+}
+
+static void test_schedule(void) {
+    collage_run_config c = collage_run_defaults();
+    c.steps = 100; c.warmup = 10; c.lr = 1e-3;
+    CHECK(fabs(collage_run_lr(&c, 0) - 1e-4) < 1e-18, "lr(0) %g", collage_run_lr(&c, 0));
+    CHECK(fabs(collage_run_lr(&c, 9) - 1e-3) < 1e-18, "lr(9) %g", collage_run_lr(&c, 9));
+    CHECK(fabs(collage_run_lr(&c, 10) - 1e-3) < 1e-18, "lr(10) %g: the peak", collage_run_lr(&c, 10));
+    CHECK(fabs(collage_run_lr(&c, 100) - 1e-4) < 1e-18, "lr(100) %g: a tenth at the end", collage_run_lr(&c, 100));
+    double mid = 1e-4 + 0.5 * 9e-4 * (1 + cos(M_PI * 0.5));
+    CHECK(fabs(collage_run_lr(&c, 55) - mid) < 1e-18, "lr(55) %g, want %g", collage_run_lr(&c, 55), mid);
+}
+
+static void expect_error(collage_run_config c, collage_status want, const char *needle) {
+    char err[1024] = "";
+    collage_run *r = NULL;
+    collage_status st = collage_run_create(&c, NULL, NULL, &r, err, sizeof err);
+    CHECK(st == want && r == NULL && strstr(err, needle), "status %d (want %d), message '%s' (want '%s')", st, want, err,
+          needle);
+    collage_run_free(r);
+}
+
+static void test_bad_configs(void) {
+    collage_run_config c = tiny();
+    c.beta2 = 1.5;
+    expect_error(c, COLLAGE_ERR_ARG, "betas");
+    c = tiny(); c.tokenizer = "klingon";
+    expect_error(c, COLLAGE_ERR_ARG, "klingon");
+    c = tiny(); c.model = "huge";
+    expect_error(c, COLLAGE_ERR_ARG, "huge");
+    c = tiny(); c.dim = 30; c.heads = 4;
+    expect_error(c, COLLAGE_ERR_ARG, "divisible");
+    c = tiny(); c.data = "/nonexistent/corpus.txt";
+    expect_error(c, COLLAGE_ERR_IO, "/nonexistent/corpus.txt");
+}
+
+/* Steps a run k times; the losses into loss[0..k). */
+static int steps(collage_run *r, int k, double *loss) {
+    for (int i = 0; i < k; i++) {
+        collage_run_step_info s;
+        if (collage_run_step(r, &s) != COLLAGE_OK) return -1;
+        loss[i] = s.loss;
+    }
+    return 0;
+}
+
+static void test_save_resume_bit_for_bit(void) {
+    char err[1024], dir[512];
+    snprintf(dir, sizeof dir, "%s/ck", g_dir);
+    for (int s = 0; s < 3; s++) {
+        collage_strategy strat = s == 0 ? COLLAGE_FP32 : s == 1 ? COLLAGE_LIGHT : COLLAGE_BF16_SR;
+        collage_run_config c = tiny();
+        c.strategy = strat;
+        collage_run *a = NULL, *b = NULL, *d = NULL;
+        double la[8], lb[8];
+        int ok = collage_run_create(&c, NULL, NULL, &a, err, sizeof err) == COLLAGE_OK && !steps(a, 8, la);
+        ok = ok && collage_run_create(&c, NULL, NULL, &b, err, sizeof err) == COLLAGE_OK && !steps(b, 3, lb) &&
+             collage_run_save(b, dir) == COLLAGE_OK;
+        collage_run_saved sv;
+        ok = ok && collage_run_read_saved(dir, &sv, err, sizeof err) == COLLAGE_OK && sv.step == 3;
+        if (ok) {
+            collage_run_config rc = sv.cfg;
+            rc.data = g_text;
+            ok = collage_run_create(&rc, NULL, dir, &d, err, sizeof err) == COLLAGE_OK && !steps(d, 5, lb + 3);
+        }
+        CHECK(ok, "%s: %s", collage_strategy_name(strat), err);
+        if (ok) {
+            size_t n = collage_run_get_info(a).params, wb = strat == COLLAGE_FP32 ? 4 : 2;
+            CHECK(!memcmp(collage_run_params(a), collage_run_params(d), n * wb), "%s: resumed weights differ",
+                  collage_strategy_name(strat));
+            CHECK(!memcmp(la, lb, sizeof la), "%s: resumed losses differ (step 8: %.17g vs %.17g)",
+                  collage_strategy_name(strat), la[7], lb[7]);
+            CHECK(collage_run_get_info(d).step == 8, "step %d", collage_run_get_info(d).step);
+        }
+        collage_run_free(a); collage_run_free(b); collage_run_free(d);
+    }
+}
+
+static void test_conflicts_and_errors(void) {
+    char err[1024], dir[512], why[256], was[256];
+    snprintf(dir, sizeof dir, "%s/ck", g_dir); /* written by the test above */
+    collage_run_saved sv;
+    CHECK(collage_run_read_saved(dir, &sv, err, sizeof err) == COLLAGE_OK, "%s", err);
+    collage_run_config a = sv.cfg;
+    a.lr = 0.5;
+    CHECK(collage_run_conflict(&sv, &a, COLLAGE_RUN_LR, why, was, sizeof why) && strstr(why, "--lr 0.5"), "why '%s'", why);
+    CHECK(!collage_run_conflict(&sv, &a, COLLAGE_RUN_BATCH, why, was, sizeof why), "lr not given: no conflict");
+    a = sv.cfg; a.model = "gpt2";
+    CHECK(collage_run_conflict(&sv, &a, COLLAGE_RUN_MODEL, why, was, sizeof why) && strstr(why, "gpt2"), "why '%s'", why);
+    /* resume with the wrong data: refused with a message, nothing allocated */
+    collage_run_config rc = sv.cfg;
+    rc.data = NULL; /* the fortunes, not the saved run's corpus */
+    collage_run *r = NULL;
+    CHECK(collage_run_create(&rc, NULL, dir, &r, err, sizeof err) == COLLAGE_ERR_ARG && !r && strstr(err, "data"),
+          "%s", err);
+    CHECK(collage_run_read_saved("/nonexistent", &sv, err, sizeof err) == COLLAGE_ERR_IO && strstr(err, "/nonexistent"),
+          "%s", err);
+}
+
+static void test_evaluate(void) {
+    char err[1024];
+    collage_run_config c = tiny();
+    collage_run *r = NULL;
+    double v1 = NAN, v2 = NAN, loss[2];
+    CHECK(collage_run_create(&c, NULL, NULL, &r, err, sizeof err) == COLLAGE_OK, "%s", err);
+    if (!r) return;
+    CHECK(collage_run_get_info(r).has_val, "no validation split");
+    collage_run_evaluate(r, COLLAGE_SPLIT_VAL, 4, &v1);
+    collage_run_evaluate(r, COLLAGE_SPLIT_VAL, 4, &v2);
+    CHECK(isfinite(v1) && v1 == v2, "val %g then %g", v1, v2);
+    CHECK(v1 > 4.0 && v1 < 7.0, "val %g: an untrained byte model scores about ln 256 = 5.5", v1);
+    steps(r, 2, loss);
+    collage_run_evaluate(r, COLLAGE_SPLIT_VAL, 4, &v2);
+    CHECK(v2 != v1, "training changed nothing: %g", v2);
+    collage_run_free(r);
+}
+
+static void test_shard_bounds(void) {
+    const size_t ns[] = {1, 4095, 4096, 4097, 107 * 4096 + 5, 1000000};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
+        for (int P = 1; P <= 5; P++) {
+            size_t prev = 0, lo, hi;
+            for (int r = 0; r < P; r++) {
+                collage_shard_bounds(ns[i], P, r, &lo, &hi);
+                CHECK(lo == prev && lo % COLLAGE_SHARD_CHUNK == 0 && hi >= lo, "n %zu P %d r %d: [%zu, %zu)", ns[i], P, r,
+                      lo, hi);
+                prev = hi;
+            }
+            CHECK(prev == ns[i], "n %zu P %d: the shards end at %zu", ns[i], P, prev);
+        }
+}
+
+/* ---------------------------------------------------------------- a transport of two threads */
+#define NR 2
+typedef struct {
+    pthread_barrier_t bar;
+    const void *ptr[NR];
+    const size_t *a[NR], *b[NR];
+    int flag[NR];
+} shm;
+typedef struct { shm *s; int rank; } shm_ctx;
+
+static int shm_any(void *ctx, int flag) {
+    shm_ctx *c = ctx;
+    c->s->flag[c->rank] = flag;
+    pthread_barrier_wait(&c->s->bar);
+    int any = 0;
+    for (int k = 0; k < NR; k++)
+        if (c->s->flag[k]) any = k + 1;
+    pthread_barrier_wait(&c->s->bar);
+    return any;
+}
+static int shm_allgather(void *ctx, const void *mine, size_t k, size_t es, void *out) {
+    shm_ctx *c = ctx;
+    c->s->ptr[c->rank] = mine;
+    pthread_barrier_wait(&c->s->bar);
+    for (int r = 0; r < NR; r++) memcpy((char *)out + (size_t)r * k * es, c->s->ptr[r], k * es);
+    pthread_barrier_wait(&c->s->bar);
+    return 0;
+}
+static int shm_allgatherv(void *ctx, void *buf, const size_t *cnt, const size_t *dsp, size_t es) {
+    shm_ctx *c = ctx;
+    c->s->ptr[c->rank] = buf;
+    pthread_barrier_wait(&c->s->bar);
+    for (int r = 0; r < NR; r++)
+        if (r != c->rank) memcpy((char *)buf + dsp[r] * es, (const char *)c->s->ptr[r] + dsp[r] * es, cnt[r] * es);
+    pthread_barrier_wait(&c->s->bar);
+    return 0;
+}
+static int shm_alltoallv(void *ctx, const void *send, const size_t *sc, const size_t *sd, void *recv, const size_t *rc,
+                         const size_t *rd, size_t es) {
+    shm_ctx *c = ctx;
+    int me = c->rank;
+    c->s->ptr[me] = send; c->s->a[me] = sc; c->s->b[me] = sd;
+    pthread_barrier_wait(&c->s->bar);
+    for (int r = 0; r < NR; r++) {
+        size_t n = c->s->a[r][me];
+        if (n != rc[r]) n = 0; /* a layout mismatch leaves the block unwritten: the weights will differ */
+        memcpy((char *)recv + rd[r] * es, (const char *)c->s->ptr[r] + c->s->b[r][me] * es, n * es);
+    }
+    pthread_barrier_wait(&c->s->bar);
+    return 0;
+}
+
+typedef struct { shm_ctx ctx; collage_run_config cfg; void *params; size_t bytes; collage_status st; } rank_job;
+static void *rank_main(void *arg) {
+    rank_job *j = arg;
+    collage_comm comm = {.ctx = &j->ctx, .rank = j->ctx.rank, .size = NR, .any = shm_any, .allgather = shm_allgather,
+                         .allgatherv = shm_allgatherv, .alltoallv = shm_alltoallv};
+    char err[1024];
+    collage_run *r = NULL;
+    double loss[6];
+    j->st = collage_run_create(&j->cfg, &comm, NULL, &r, err, sizeof err);
+    if (j->st == COLLAGE_OK && steps(r, 6, loss)) j->st = COLLAGE_ERR_ARG;
+    if (j->st == COLLAGE_OK) {
+        j->bytes = collage_run_get_info(r).params * (j->cfg.strategy == COLLAGE_FP32 ? 4 : 2);
+        j->params = malloc(j->bytes);
+        memcpy(j->params, collage_run_params(r), j->bytes);
+    } else printf("    rank %d: %s\n", j->ctx.rank, err);
+    collage_run_free(r);
+    return NULL;
+}
+
+static void test_two_ranks_equal_accum(void) {
+    for (int s = 0; s < 2; s++) {
+        collage_run_config c = tiny();
+        c.strategy = s ? COLLAGE_PLUS : COLLAGE_FP32;
+        c.dim = 64; /* enough parameters for two shards of whole chunks */
+        shm sh;
+        pthread_barrier_init(&sh.bar, NULL, NR);
+        rank_job jobs[NR];
+        pthread_t th[NR];
+        for (int r = 0; r < NR; r++) {
+            jobs[r] = (rank_job){.ctx = {&sh, r}, .cfg = c};
+            pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+        }
+        for (int r = 0; r < NR; r++) pthread_join(th[r], NULL);
+        pthread_barrier_destroy(&sh.bar);
+        collage_run_config one = c;
+        one.accum = NR;
+        char err[1024];
+        collage_run *r = NULL;
+        double loss[6];
+        int ok = collage_run_create(&one, NULL, NULL, &r, err, sizeof err) == COLLAGE_OK && !steps(r, 6, loss);
+        CHECK(ok && jobs[0].st == COLLAGE_OK && jobs[1].st == COLLAGE_OK, "%s: %s", collage_strategy_name(c.strategy), err);
+        if (ok && jobs[0].params && jobs[1].params) {
+            CHECK(!memcmp(jobs[0].params, collage_run_params(r), jobs[0].bytes), "%s: rank 0's weights differ from --accum 2",
+                  collage_strategy_name(c.strategy));
+            CHECK(!memcmp(jobs[1].params, jobs[0].params, jobs[0].bytes), "%s: the ranks' weights differ",
+                  collage_strategy_name(c.strategy));
+        }
+        for (int k = 0; k < NR; k++) free(jobs[k].params);
+        collage_run_free(r);
+    }
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/collage-run-XXXXXX");
+    if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
+    snprintf(g_text, sizeof g_text, "%s/text.txt", g_dir);
+    if (h_write_corpus(g_text, 11)) { perror(g_text); return 1; }
+    collage_set_threads(1);
+    printf("test_run: corpus of seed 11 in %s\n", g_dir);
+    RUN(test_schedule);
+    RUN(test_bad_configs);
+    RUN(test_save_resume_bit_for_bit);
+    RUN(test_conflicts_and_errors);
+    RUN(test_evaluate);
+    RUN(test_shard_bounds);
+    RUN(test_two_ranks_equal_accum);
+    h_rm_rf(g_dir);
+    return h_end();
+}
