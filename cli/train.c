@@ -41,7 +41,7 @@ static void train_usage(FILE *f) {
             "  --accum A           micro-batches per rank per step (default 1): the gradient of the batch is\n"
             "                      summed over ranks x A micro-batches in a fixed order\n"
             "data parallel: mpirun -np N collage train ... (--batch stays the global batch; each rank reads\n"
-            "its 1/N of it and holds 1/N of the optimizer state; see README)\n");
+            "its 1/N of it and holds 1/N of the optimizer state; see docs/training.md)\n");
 }
 
 /* ---------------------------------------------------------------- flags */
