@@ -169,8 +169,55 @@ typedef enum {
     COLLAGE_STRATEGY_COUNT
 } collage_strategy;
 const char    *collage_strategy_name(collage_strategy s);   /* "fp32", "bf16", "collage-light", … */
-collage_status collage_strategy_parse(const char *name, collage_strategy *out);
+collage_status collage_strategy_parse(const char *name, collage_strategy *out); /* a name or an alias */
 int            collage_strategy_is_fp32(collage_strategy s); /* weights and gradients are float */
+
+/* The strategy table: what each strategy stores, word by word. Every part of the library (allocation,
+ * state files, the step, the memory report) reads its answers from this table, and so may a caller. */
+typedef enum {
+    COLLAGE_WORD_NONE = 0, /* the strategy has no such word */
+    COLLAGE_WORD_FP32,     /* IEEE binary32, 4 bytes */
+    COLLAGE_WORD_BF16,     /* bfloat16, 2 bytes */
+    COLLAGE_WORD_FP16,     /* IEEE binary16, 2 bytes (no strategy stores it yet) */
+    COLLAGE_WORD_INT16,    /* a signed 16-bit integer, 2 bytes (bf16-remainder's remainder) */
+    COLLAGE_WORD_Q8,       /* an 8-bit code per element and one fp32 scale per block of `block` elements:
+                              1 + 4/block bytes. Not implemented: a strategy with such a word gets
+                              COLLAGE_ERR_UNSUPPORTED from collage_adamw_create */
+    COLLAGE_WORD_FORMAT_COUNT
+} collage_word_format;
+
+/* What a word holds. The state file stores a strategy's words in this order. */
+typedef enum {
+    COLLAGE_ROLE_WEIGHTS = 0,   /* θ: the slab the model reads (the gradient has its format) */
+    COLLAGE_ROLE_M,             /* first moment */
+    COLLAGE_ROLE_V,             /* second moment (its high word when there is a δv) */
+    COLLAGE_ROLE_COMPENSATION,  /* δθ: the kept weight is the MCF θ + δθ */
+    COLLAGE_ROLE_KAHAN,         /* c: Kahan's running compensation, the kept weight is θ + c */
+    COLLAGE_ROLE_REMAINDER,     /* the low 16 bits that make θ an fp32 master (θ's bits + remainder) */
+    COLLAGE_ROLE_DV,            /* δv: the kept second moment is the MCF v + δv */
+    COLLAGE_ROLE_MASTER,        /* fp32 master weights; θ is their rounding */
+    COLLAGE_ROLE_COUNT
+} collage_word_role;
+
+typedef struct {
+    collage_word_format format; /* COLLAGE_WORD_NONE where the strategy has no word of this role */
+    int block;                  /* COLLAGE_WORD_Q8: elements per scale; 0 for every other format */
+    double bytes;               /* per parameter, scales included */
+    int derived;                /* 1: the step writes it from the other words without reading it */
+} collage_state_word;
+
+typedef struct {
+    const char *name;           /* "collage-light" */
+    const char *alias;          /* a short name collage_strategy_parse accepts too ("light"), or NULL */
+    collage_word_format arith;  /* what AdamW's lines round to: COLLAGE_WORD_FP32 or COLLAGE_WORD_BF16 */
+    collage_state_word word[COLLAGE_ROLE_COUNT]; /* by role */
+    const char *keeps_update_in; /* where an update too small to move θ is kept ("its compensation word
+                                    δθ"); NULL: such an update is lost */
+} collage_strategy_info;
+/* The table's row of s; NULL for an unknown strategy. */
+const collage_strategy_info *collage_strategy_get(collage_strategy s);
+const char    *collage_word_role_name(collage_word_role r);     /* "θ", "m", "v", "δθ", "c", … */
+const char    *collage_word_format_name(collage_word_format f); /* "fp32", "bf16", "fp16", "int16", "q8" */
 
 /* A named range of the parameter slab with its own weight decay (0 for biases and norms). */
 typedef struct {
@@ -229,7 +276,8 @@ typedef struct {
                                 collage-plus(-v1), bf16(β2) too; 0: the usual roundings somewhere */
 } collage_step_stats;
 
-/* Bytes of training state per parameter, by kind (NUMERICS §3 table, gradient included). */
+/* Bytes of training state per parameter, by kind (NUMERICS §3 table, gradient included): the table's
+ * words added up, compensation = δθ, c or the remainder, plus δv. */
 typedef struct {
     double weights, compensation, m, v, master, grad, total;
 } collage_memory;

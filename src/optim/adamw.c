@@ -1,6 +1,7 @@
-/* adamw.c — the AdamW optimizer object: strategies and their memory, parameter groups, the step
- * driver (gradient norm, clipping, non-finite check, OpenMP over fixed blocks, EDQ combined in block
- * order so nothing depends on the thread count), and atomic save/load of every state word. */
+/* adamw.c — the AdamW optimizer object: its state words (allocated, saved and loaded as the strategy
+ * table lists them, strategy.h), parameter groups, the step driver (gradient norm, clipping,
+ * non-finite check, OpenMP over fixed blocks, EDQ combined in block order so nothing depends on the
+ * thread count), and atomic save/load of every state word. */
 #include "adamw_impl.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -9,49 +10,6 @@
 #include <unistd.h>
 
 #define BLOCK ((size_t)1 << 14) /* elements per work item: a fixed split, whatever the threads */
-
-static const char *NAMES[COLLAGE_STRATEGY_COUNT] = {
-    "fp32", "bf16", "collage-light", "collage-plus", "bf16-fp32-states",
-    "bf16-master", "bf16-kahan", "bf16-sr", "bf16-remainder", "collage-plus-v1"};
-
-const char *collage_strategy_name(collage_strategy s) {
-    return (unsigned)s < COLLAGE_STRATEGY_COUNT ? NAMES[s] : "unknown";
-}
-collage_status collage_strategy_parse(const char *name, collage_strategy *out) {
-    if (!name || !out) return COLLAGE_ERR_NULL;
-    for (int i = 0; i < COLLAGE_STRATEGY_COUNT; i++)
-        if (!strcmp(name, NAMES[i])) { *out = (collage_strategy)i; return COLLAGE_OK; }
-    /* short aliases */
-    if (!strcmp(name, "light")) { *out = COLLAGE_LIGHT; return COLLAGE_OK; }
-    if (!strcmp(name, "plus")) { *out = COLLAGE_PLUS; return COLLAGE_OK; }
-    return COLLAGE_ERR_ARG;
-}
-int collage_strategy_is_fp32(collage_strategy s) { return s == COLLAGE_FP32; }
-
-/* What each strategy stores. */
-static int has_comp(collage_strategy s) {
-    return s == COLLAGE_LIGHT || s == COLLAGE_PLUS || s == COLLAGE_PLUS_V1 || s == COLLAGE_BF16_KAHAN ||
-           s == COLLAGE_BF16_REMAINDER;
-}
-static int has_dv(collage_strategy s) { return s == COLLAGE_PLUS || s == COLLAGE_PLUS_V1; }
-static int has_master(collage_strategy s) { return s == COLLAGE_BF16_MASTER; }
-static int f32_moments(collage_strategy s) {
-    return s == COLLAGE_FP32 || s == COLLAGE_BF16_FP32_STATES || s == COLLAGE_BF16_MASTER;
-}
-static size_t wbytes(collage_strategy s) { return s == COLLAGE_FP32 ? 4 : 2; }
-static size_t mbytes(collage_strategy s) { return f32_moments(s) ? 4 : 2; }
-
-collage_memory collage_strategy_memory(collage_strategy s) {
-    collage_memory r = {0};
-    if ((unsigned)s >= COLLAGE_STRATEGY_COUNT) return r;
-    r.weights = (double)wbytes(s);
-    r.compensation = (has_comp(s) ? 2.0 : 0.0) + (has_dv(s) ? 2.0 : 0.0);
-    r.m = r.v = (double)mbytes(s);
-    r.master = has_master(s) ? 4.0 : 0.0;
-    r.grad = (double)wbytes(s);
-    r.total = r.weights + r.compensation + r.m + r.v + r.master + r.grad;
-    return r;
-}
 
 typedef struct {
     size_t a, b;
@@ -73,11 +31,8 @@ struct collage_adamw {
     collage_param_group *groups; /* in the caller's order: group indices are the caller's */
     int *order;                  /* group indices sorted by offset */
     int n_groups;
-    void *params;
+    void *word[COLLAGE_ROLE_COUNT]; /* by role, NULL where the strategy has none; θ is the params slab */
     int owns_params;
-    void *m, *v;
-    uint16_t *comp, *dv;
-    float *master;
     uint64_t t;
     int synced;
     block_t *blocks;
@@ -145,10 +100,24 @@ static collage_status make_blocks(collage_adamw *o) {
     return COLLAGE_OK;
 }
 
+/* Every word the strategy's row lists, n elements each, zeroed; θ is the caller's slab where given. */
+static collage_status alloc_words(collage_adamw *o, void *params) {
+    const collage_strategy_info *T = strategy_row(o->cfg.strategy);
+    o->owns_params = params == NULL;
+    o->word[COLLAGE_ROLE_WEIGHTS] = params;
+    for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) {
+        if (!T->word[r].format || o->word[r]) continue;
+        o->word[r] = zalloc(o->cfg.n * collage__word_size(T->word[r].format));
+        if (!o->word[r]) return COLLAGE_ERR_NOMEM;
+    }
+    return COLLAGE_OK;
+}
+
 collage_status collage_adamw_create(const collage_adamw_config *cfg, collage_adamw **out) {
     if (!cfg || !out) return COLLAGE_ERR_NULL;
     *out = NULL;
-    if ((unsigned)cfg->strategy >= COLLAGE_STRATEGY_COUNT) return COLLAGE_ERR_ARG;
+    collage_status sc = collage__strategy_check(cfg->strategy); /* an unknown strategy, or an unbuilt word */
+    if (sc != COLLAGE_OK) return sc;
     if (cfg->n == 0) return COLLAGE_ERR_SIZE;
     if (cfg->n_groups < 0 || (cfg->n_groups > 0 && !cfg->groups)) return COLLAGE_ERR_ARG;
     collage_adamw *o = calloc(1, sizeof *o);
@@ -187,23 +156,13 @@ collage_status collage_adamw_create(const collage_adamw_config *cfg, collage_ada
             else if (!(g->weight_decay >= 0) || !isfinite(g->weight_decay)) st = COLLAGE_ERR_ARG;
         }
     }
-    collage_strategy s = cfg->strategy;
-    size_t n = cfg->n;
+    if (st == COLLAGE_OK) st = alloc_words(o, cfg->params);
     if (st == COLLAGE_OK) {
-        o->owns_params = cfg->params == NULL;
-        o->params = cfg->params ? cfg->params : zalloc(n * wbytes(s));
-        o->m = zalloc(n * mbytes(s));
-        o->v = zalloc(n * mbytes(s));
-        if (has_comp(s)) o->comp = zalloc(n * 2);
-        if (has_dv(s)) o->dv = zalloc(n * 2);
-        if (has_master(s)) o->master = zalloc(n * 4);
         o->group_edq = calloc((size_t)o->n_groups + 1, sizeof *o->group_edq);
         o->gsum = calloc((size_t)o->n_groups + 1, sizeof *o->gsum);
         o->gcount = calloc(2 * ((size_t)o->n_groups + 1), sizeof *o->gcount);
         o->group_nt = calloc((size_t)o->n_groups + 1, sizeof *o->group_nt);
-        if (!o->params || !o->m || !o->v || (has_comp(s) && !o->comp) || (has_dv(s) && !o->dv) ||
-            (has_master(s) && !o->master) || !o->group_edq || !o->gsum || !o->gcount || !o->group_nt)
-            st = COLLAGE_ERR_NOMEM;
+        if (!o->group_edq || !o->gsum || !o->gcount || !o->group_nt) st = COLLAGE_ERR_NOMEM;
     }
     if (st == COLLAGE_OK) st = make_blocks(o);
     if (st == COLLAGE_OK) {
@@ -221,14 +180,14 @@ void collage_adamw_free(collage_adamw *o) {
     for (int i = 0; o->groups && i < o->n_groups; i++) free((void *)o->groups[i].name);
     free(o->groups);
     free(o->order);
-    if (o->owns_params) free(o->params);
-    free(o->m); free(o->v); free(o->comp); free(o->dv); free(o->master);
+    for (int r = 0; r < COLLAGE_ROLE_COUNT; r++)
+        if (r != COLLAGE_ROLE_WEIGHTS || o->owns_params) free(o->word[r]);
     free(o->blocks); free(o->acc); free(o->group_edq); free(o->gsum); free(o->gcount);
     free(o->group_nt);
     free(o);
 }
 
-void *collage_adamw_params(collage_adamw *o) { return o ? o->params : NULL; }
+void *collage_adamw_params(collage_adamw *o) { return o ? o->word[COLLAGE_ROLE_WEIGHTS] : NULL; }
 size_t collage_adamw_size(const collage_adamw *o) { return o ? o->cfg.n : 0; }
 collage_strategy collage_adamw_strategy(const collage_adamw *o) { return o ? o->cfg.strategy : COLLAGE_STRATEGY_COUNT; }
 uint64_t collage_adamw_steps(const collage_adamw *o) { return o ? o->t : 0; }
@@ -253,32 +212,42 @@ collage_status collage_adamw_group_edq(const collage_adamw *o, int g, collage_ed
     return COLLAGE_OK;
 }
 
-/* The kept value's compensation words from θ alone: zero compensation, master = θ. */
+/* The word beside θ that the kept weight is made of (δθ, c or the remainder), or NULL. */
+static uint16_t *comp_word(const collage_adamw *o) {
+    collage_word_role r = strategy_comp_role(o->cfg.strategy);
+    return r < COLLAGE_ROLE_COUNT ? o->word[r] : NULL;
+}
+
+/* The kept value's words from θ alone: zero compensation (δθ, c, remainder), master = θ. */
 static void sync_from_weights(collage_adamw *o) {
-    collage_strategy s = o->cfg.strategy;
-    const uint16_t *w = o->params;
-    if (has_master(s))
-        for (size_t i = 0; i < o->cfg.n; i++) o->master[i] = bf16_f32(w[i]);
-    if (has_comp(s)) memset(o->comp, 0, o->cfg.n * 2);
+    const uint16_t *w = o->word[COLLAGE_ROLE_WEIGHTS];
+    float *master = o->word[COLLAGE_ROLE_MASTER];
+    uint16_t *comp = comp_word(o);
+    if (master)
+        for (size_t i = 0; i < o->cfg.n; i++) master[i] = bf16_f32(w[i]);
+    if (comp) memset(comp, 0, o->cfg.n * 2);
     o->synced = 1;
 }
 
+/* The kept value from fp32 weights, by the roles of the strategy's words: θ alone (fp32 or its RN),
+ * θ and an fp32 master, θ and the exact difference (δθ, c), or θ and the remainder. */
 collage_status collage_adamw_set_weights_f32(collage_adamw *o, const float *w, size_t n) {
     if (!o || !w) return COLLAGE_ERR_NULL;
     if (n != o->cfg.n) return COLLAGE_ERR_SIZE;
     collage_strategy s = o->cfg.strategy;
-    float *w32 = o->params;
-    uint16_t *w16 = o->params;
+    float *w32 = o->word[COLLAGE_ROLE_WEIGHTS], *master = o->word[COLLAGE_ROLE_MASTER];
+    uint16_t *w16 = o->word[COLLAGE_ROLE_WEIGHTS], *comp = comp_word(o);
+    const int fp32 = collage_strategy_is_fp32(s), rem = strategy_has(s, COLLAGE_ROLE_REMAINDER);
     for (size_t i = 0; i < n; i++) {
-        if (s == COLLAGE_FP32) { w32[i] = w[i]; continue; }
-        if (s == COLLAGE_BF16_REMAINDER) {
+        if (fp32) { w32[i] = w[i]; continue; }
+        if (rem) {
             w16[i] = rem_theta(w[i]);
-            o->comp[i] = rem_low(w[i], w16[i]);
+            comp[i] = rem_low(w[i], w16[i]);
             continue;
         }
         w16[i] = bf16_rn_bits(w[i]);
-        if (has_master(s)) o->master[i] = w[i];
-        if (has_comp(s)) o->comp[i] = bf16_rn_bits(w[i] - bf16_f32(w16[i])); /* exact difference */
+        if (master) master[i] = w[i];
+        if (comp) comp[i] = bf16_rn_bits(w[i] - bf16_f32(w16[i])); /* exact difference */
     }
     o->synced = 1;
     return COLLAGE_OK;
@@ -288,15 +257,16 @@ collage_status collage_adamw_kept_f64(const collage_adamw *o, double *out, size_
     if (!o || !out) return COLLAGE_ERR_NULL;
     if (n != o->cfg.n) return COLLAGE_ERR_SIZE;
     collage_strategy s = o->cfg.strategy;
-    const float *w32 = o->params;
-    const uint16_t *w16 = o->params;
+    const float *w32 = o->word[COLLAGE_ROLE_WEIGHTS], *master = o->word[COLLAGE_ROLE_MASTER];
+    const uint16_t *w16 = o->word[COLLAGE_ROLE_WEIGHTS], *comp = comp_word(o);
+    const int fp32 = collage_strategy_is_fp32(s), rem = strategy_has(s, COLLAGE_ROLE_REMAINDER);
     int synced = o->synced;
     for (size_t i = 0; i < n; i++) {
-        if (s == COLLAGE_FP32) out[i] = (double)w32[i];
+        if (fp32) out[i] = (double)w32[i];
         else if (!synced) out[i] = (double)bf16_f32(w16[i]);
-        else if (s == COLLAGE_BF16_MASTER) out[i] = (double)o->master[i];
-        else if (s == COLLAGE_BF16_REMAINDER) out[i] = (double)rem_join(w16[i], o->comp[i]);
-        else if (has_comp(s)) out[i] = (double)bf16_f32(w16[i]) + (double)bf16_f32(o->comp[i]);
+        else if (master) out[i] = (double)master[i];
+        else if (rem) out[i] = (double)rem_join(w16[i], comp[i]);
+        else if (comp) out[i] = (double)bf16_f32(w16[i]) + (double)bf16_f32(comp[i]);
         else out[i] = (double)bf16_f32(w16[i]);
     }
     return COLLAGE_OK;
@@ -355,9 +325,9 @@ collage_status collage_sumsq_chunks(const void *x, int bf16, size_t n, size_t ch
     return COLLAGE_OK;
 }
 
-/* Σ g² per block (double), and whether any element is NaN/Inf. */
-static void grad_sq_block(collage_strategy s, const void *g, size_t a, size_t b, adamw_acc *acc, int ref) {
-    const double sum = ref ? collage__sumsq_ref(g, s != COLLAGE_FP32, a, b) : collage__sumsq(g, s != COLLAGE_FP32, a, b);
+/* Σ g² per block (double), and whether any element is NaN/Inf. bf16: the gradient is bf16, else fp32. */
+static void grad_sq_block(int bf16, const void *g, size_t a, size_t b, adamw_acc *acc, int ref) {
+    const double sum = ref ? collage__sumsq_ref(g, bf16, a, b) : collage__sumsq(g, bf16, a, b);
     acc->gsq = sum;
     acc->nonfinite = !isfinite(sum);
 }
@@ -392,10 +362,10 @@ collage_edq collage_edq_combine(const collage_edq *parts, int k) {
 /* Σ g² over the blocks, in block order (the blocks' partials computed in parallel). */
 static double grad_sumsq(collage_adamw *o, const void *grads, int nt, int ref) {
     long nb = (long)o->n_blocks;
-    collage_strategy s = o->cfg.strategy;
+    const int bf16 = !collage_strategy_is_fp32(o->cfg.strategy); /* the gradient has the weights' format */
     (void)nt; /* unused without OpenMP */
 #pragma omp parallel for schedule(static) num_threads(nt)
-    for (long bi = 0; bi < nb; bi++) grad_sq_block(s, grads, o->blocks[bi].a, o->blocks[bi].b, &o->acc[bi], ref);
+    for (long bi = 0; bi < nb; bi++) grad_sq_block(bf16, grads, o->blocks[bi].a, o->blocks[bi].b, &o->acc[bi], ref);
     double sum = 0;
     int bad = 0;
     for (long bi = 0; bi < nb; bi++) { sum += o->acc[bi].gsq; bad |= o->acc[bi].nonfinite; }
@@ -436,12 +406,13 @@ static int tie_free(collage_adamw *o, collage_isa isa, int kind, float c) {
  * instructions instead of four) where none of those scalars can meet a tie (adamw_kernel.inc rn_k);
  * results are the same either way. */
 static int set_group_nt(collage_adamw *o, collage_isa isa, const adamw_k *k, double lr) {
-    int all = (isa == COLLAGE_ISA_AVX512 || isa == COLLAGE_ISA_AVX2) && !f32_moments(o->cfg.strategy) &&
+    collage_strategy s = o->cfg.strategy;
+    int all = (isa == COLLAGE_ISA_AVX512 || isa == COLLAGE_ISA_AVX2) && strategy_row(s)->arith == COLLAGE_WORD_BF16 &&
               o->cfg.n >= collage__adamw_tie_proof_min &&
               tie_free(o, isa, 0, k->neg_step) && tie_free(o, isa, 1, k->eps) &&
               (!k->clip || tie_free(o, isa, 0, k->coef));
     /* 2: collage-plus's products with bf16(β2) too (where it is not 1: then they are skipped) */
-    int lvl = 1 + (all && has_dv(o->cfg.strategy) && k->b2hi != 0x3f80 && tie_free(o, isa, 0, bf16_f32(k->b2hi)));
+    int lvl = 1 + (all && strategy_has(s, COLLAGE_ROLE_DV) && k->b2hi != 0x3f80 && tie_free(o, isa, 0, bf16_f32(k->b2hi)));
     for (int g = 0; g <= o->n_groups; g++)
         o->group_nt[g] = all && tie_free(o, isa, 0, group_lrwd(o, g, lr)) ? lvl : 0;
     int least = all ? lvl : 0; /* the lowest level of any block */
@@ -488,7 +459,8 @@ static collage_status step(collage_adamw *o, const void *grads, double lr, colla
     k.b2hi = sp.hi; k.b2lo = sp.lo;
     k.key = collage_rand_key(o->cfg.seed, t);
     k.index0 = o->cfg.index0;
-    adamw_slabs S = {o->params, grads, o->m, o->v, o->comp, o->dv, o->master};
+    adamw_slabs S = {o->word[COLLAGE_ROLE_WEIGHTS], grads, o->word[COLLAGE_ROLE_M], o->word[COLLAGE_ROLE_V],
+                     comp_word(o), o->word[COLLAGE_ROLE_DV], o->word[COLLAGE_ROLE_MASTER]};
     int edq = o->cfg.edq;
     collage_isa isa = ref ? COLLAGE_ISA_SCALAR : collage_get_isa();
     int tie_free_all = set_group_nt(o, isa, &k, lr);
@@ -543,7 +515,8 @@ collage_status collage_adamw_step_ref(collage_adamw *o, const void *g, double lr
  *   "CLGADAMW" | u32 version | u32 strategy | u64 n | u64 t | u32 synced | u32 n_groups
  *   | f64 beta1, beta2, eps, weight_decay, clip | u64 seed | u64 index0, total (version 2 only)
  *   | n_groups × (u64 offset, u64 count, f64 weight_decay, char name[64])   (slab coordinates)
- *   | weights | m | v | [comp] | [dv] | [master]   (n elements each: the shard [index0, index0 + n))
+ *   | the strategy's words in the order of their roles (strategy.h): weights | m | v | [δθ, c or the
+ *     remainder] | [δv] | [master]   (n elements each: the shard [index0, index0 + n))
  *   | u64 FNV-1a of everything before. Version 1 (no index0, total: the whole slab) still loads. */
 #define ADAMW_MAGIC "CLGADAMW"
 #define ADAMW_VERSION 2u
@@ -575,16 +548,13 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t len) {
 }
 #define FNV_INIT 0xcbf29ce484222325ull
 
-/* The slabs in file order, with their element sizes. */
+/* The words in file order (the order of their roles, collage.h collage_word_role), with their element
+ * sizes. */
 static int slab_list(const collage_adamw *o, void **p, size_t *elsize) {
-    collage_strategy s = o->cfg.strategy;
+    const collage_strategy_info *T = strategy_row(o->cfg.strategy);
     int k = 0;
-    p[k] = o->params; elsize[k++] = wbytes(s);
-    p[k] = o->m; elsize[k++] = mbytes(s);
-    p[k] = o->v; elsize[k++] = mbytes(s);
-    if (o->comp) { p[k] = o->comp; elsize[k++] = 2; }
-    if (o->dv) { p[k] = o->dv; elsize[k++] = 2; }
-    if (o->master) { p[k] = o->master; elsize[k++] = 4; }
+    for (int r = 0; r < COLLAGE_ROLE_COUNT; r++)
+        if (T->word[r].format) { p[k] = o->word[r]; elsize[k++] = collage__word_size(T->word[r].format); }
     return k;
 }
 
@@ -611,8 +581,8 @@ collage_status collage_adamw_save(const collage_adamw *oc, const char *path) {
         snprintf(g.name, NAME_LEN, "%s", o->groups[i].name);
         ok = write_all(af.f, &g, sizeof g, &hash);
     }
-    void *p[6];
-    size_t es[6];
+    void *p[COLLAGE_ROLE_COUNT];
+    size_t es[COLLAGE_ROLE_COUNT];
     int ns = slab_list(o, p, es);
     for (int i = 0; ok && i < ns; i++) ok = write_all(af.f, p[i], o->cfg.n * es[i], &hash);
     ok = ok && fwrite(&hash, 8, 1, af.f) == 1;
@@ -681,8 +651,8 @@ static collage_status load(collage_adamw *o, const char *path, int part, size_t 
                              path, i, (unsigned long long)g.offset, (unsigned long long)g.count, o->groups[i].name,
                              o->groups[i].offset, o->groups[i].count);
     }
-    void *p[6];
-    size_t es[6], total = 0;
+    void *p[COLLAGE_ROLE_COUNT];
+    size_t es[COLLAGE_ROLE_COUNT], total = 0;
     int ns = slab_list(o, p, es);
     for (int i = 0; i < ns; i++) total += (size_t)h.n * es[i];
     long data_at = ftell(f);

@@ -4,6 +4,7 @@
 #define COLLAGE_ADAMW_IMPL_H
 
 #include "internal.h"
+#include "strategy.h"
 
 /* Per-step scalars, each converted to fp32 once (NUMERICS §1). */
 typedef struct {
@@ -23,8 +24,11 @@ typedef struct {
                              random stream is keyed by the slab index, the same for any sharding */
 } adamw_k;
 
-/* The slabs. w: bf16 or float weights; g: bf16 or float gradients; m, v: bf16 or float moments;
- * comp: δθ (collage), Kahan c, or the 16-bit remainder; dv: δv (collage-plus); master: fp32. */
+/* The slabs of one step, filled from the optimizer's words by role (strategy.h); NULL where the
+ * strategy has no such word. w: bf16 or float weights; g: gradients in the weights' format; m, v: bf16
+ * or float moments (the strategy's arithmetic); comp: δθ (collage), Kahan's c, or the 16-bit remainder;
+ * dv: δv (collage-plus); master: fp32. Formats other than these are refused at create time
+ * (collage__strategy_check). */
 typedef struct {
     void *w;
     const void *g;

@@ -62,6 +62,7 @@ void collage__adamw_block_ref(collage_strategy s, const adamw_slabs *S, size_t a
     const uint16_t *g16 = S->g;
     float *w32 = S->w, *m32 = S->m, *v32 = S->v, *ms = S->master;
     const float *g32 = S->g;
+    const int has_dv = strategy_has(s, COLLAGE_ROLE_DV); /* collage's second moment (v, δv) */
     for (size_t i = a; i < b; i++) {
         double d = 0, de = 0, ds = 0; /* intended, effective, effective on the kept value */
         switch (s) {
@@ -98,7 +99,7 @@ void collage__adamw_block_ref(collage_strategy s, const adamw_slabs *S, size_t a
         case COLLAGE_PLUS:
         case COLLAGE_PLUS_V1: {
             uint16_t old = w16[i], cold = cp[i];
-            uint16_t raw = lp_raw(old, g16[i], &m16[i], &v16[i], s == COLLAGE_LIGHT ? NULL : &S->dv[i],
+            uint16_t raw = lp_raw(old, g16[i], &m16[i], &v16[i], has_dv ? &S->dv[i] : NULL,
                                   s == COLLAGE_PLUS_V1, k);
             collage_lp_pair x = lp_grow_(BF, (collage_lp_pair){old, cold}, raw);
             w16[i] = x.hi; cp[i] = x.lo;
