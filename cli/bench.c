@@ -5,9 +5,6 @@
  * by tests. */
 #include "cli.h"
 #include "bench.h"
-#include "adamw_impl.h" /* collage__adamw_tie_proof_min: an internal knob, not in collage.h */
-#include "gpt2.h"
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,10 +229,13 @@ static void timed_opt_free(timed_opt *T) {
     memset(T, 0, sizeof *T);
 }
 
-static int timed_opt_make(timed_opt *T, collage_strategy s, size_t n, double beta2) {
+/* tie_proof: the size from which the optimizer proves its step scalars tie-free (collage.h
+ * collage_adamw_set_tie_proof). */
+static int timed_opt_make(timed_opt *T, collage_strategy s, size_t n, double beta2, size_t tie_proof) {
     memset(T, 0, sizeof *T);
     collage_adamw_config c = {.strategy = s, .n = n, .beta2 = beta2, .weight_decay = 0.1, .edq = 0, .seed = 1};
     if (collage_adamw_create(&c, &T->o) != COLLAGE_OK) return -1;
+    collage_adamw_set_tie_proof(T->o, tie_proof);
     size_t gb = collage_strategy_is_fp32(s) ? 4 : 2;
     T->g = malloc(n * gb);
     if (!T->g) { timed_opt_free(T); return -1; }
@@ -269,10 +269,10 @@ static double timed_step(timed_opt *T, int edq) {
  * with EDQ off and one with EDQ on, in alternating order (one object, the same memory, so that the
  * EDQ cost is not where two allocations landed). The machine's bandwidth drifts by 2x over minutes
  * here: every figure of a row comes from the same rounds. Without bb and partner: EDQ off only. */
-static int time_strategy(collage_strategy s, size_t n, double beta2, int reps, opt_times *R, const bound_buf *bb,
-                         timed_opt *partner) {
+static int time_strategy(collage_strategy s, size_t n, double beta2, size_t tie_proof, int reps, opt_times *R,
+                         const bound_buf *bb, timed_opt *partner) {
     timed_opt T;
-    if (timed_opt_make(&T, s, n, beta2)) return -1;
+    if (timed_opt_make(&T, s, n, beta2, tie_proof)) return -1;
     double *t = malloc(sizeof(double) * 6 * (size_t)reps);
     if (!t) { timed_opt_free(&T); return -1; }
     double *off = t, *on = t + reps, *bt = t + 2 * reps, *mt = t + 3 * reps, *pe = t + 4 * reps, *pm = t + 5 * reps;
@@ -311,7 +311,7 @@ static int bench_optimizer(size_t n, int threads, double beta2, int reps, int js
     collage_set_threads(threads);
     float *a = aligned_alloc(64, (n * 4 + 63) & ~(size_t)63), *b = aligned_alloc(64, (n * 4 + 63) & ~(size_t)63);
     timed_opt master;
-    if (!a || !b || timed_opt_make(&master, COLLAGE_BF16_MASTER, n, beta2)) {
+    if (!a || !b || timed_opt_make(&master, COLLAGE_BF16_MASTER, n, beta2, COLLAGE_TIE_PROOF_MIN)) {
         fprintf(stderr, "collage bench: cannot allocate the bound's %zu MB and a bf16-master optimizer\n"
                         "hint: use a smaller --params\n", n * 8 >> 20);
         free(a); free(b);
@@ -355,13 +355,11 @@ static int bench_optimizer(size_t n, int threads, double beta2, int reps, int js
         if (only && strcmp(only, collage_strategy_name(s)) && s != COLLAGE_BF16_MASTER) continue;
         opt_times R = {0}, C = {0};
         /* the in-cache slab is below the size from which the library proves its step scalars tie-free
-         * (adamw.c): lowered for it, so that in-cache and from-memory steps take the same loops and the
-         * penalty compares one loop with itself (the rows say whether they did: tie_free_steps) */
-        size_t proof_min = collage__adamw_tie_proof_min;
-        int bad = time_strategy(s, n, beta2, reps, &R, &bb, s == COLLAGE_BF16_MASTER ? NULL : &master);
-        collage__adamw_tie_proof_min = R.tie_free > 0 ? 0 : proof_min;
-        bad = bad || time_strategy(s, n_cache, beta2, reps * 20, &C, NULL, NULL);
-        collage__adamw_tie_proof_min = proof_min;
+         * (COLLAGE_TIE_PROOF_MIN): lowered for it, so that in-cache and from-memory steps take the same
+         * loops and the penalty compares one loop with itself (the rows say whether they did:
+         * tie_free_steps) */
+        int bad = time_strategy(s, n, beta2, COLLAGE_TIE_PROOF_MIN, reps, &R, &bb, s == COLLAGE_BF16_MASTER ? NULL : &master);
+        bad = bad || time_strategy(s, n_cache, beta2, R.tie_free > 0 ? 0 : COLLAGE_TIE_PROOF_MIN, reps * 20, &C, NULL, NULL);
         if (bad) {
             fprintf(stderr, "collage bench: cannot create a %s optimizer of %zu params (out of memory?)\n",
                     collage_strategy_name(s), n);

@@ -285,10 +285,13 @@ static double o_delta(const oracle *o, size_t i) {
 }
 
 /* ------------------------------------------------------------------ library helpers */
+/* Every step of this file's small optimizers may take the kernels' nt loops (test_nt_loops_with_ties):
+ * the bit-exactness tests then cover both kinds of loop. */
 static collage_adamw *mk(const collage_adamw_config *c) {
     collage_adamw *o = NULL;
     collage_status st = collage_adamw_create(c, &o);
     CHECK(st == COLLAGE_OK && o, "create %s n=%zu: %s", SNAME(c->strategy), c->n, collage_status_str(st));
+    if (o) collage_adamw_set_tie_proof(o, 0);
     return o;
 }
 static size_t wsize(collage_strategy s) { return collage_strategy_is_fp32(s) ? 4 : 2; }
@@ -954,7 +957,6 @@ static void test_sqrt_no_tie(void) {
  * every state word. A proof that said "tie-free" for them would put the nt loops on these steps. */
 int collage__adamw_tie_free_avx512(int kind, float c);
 int collage__adamw_tie_free_avx2(int kind, float c);
-extern size_t collage__adamw_tie_proof_min; /* 2^20 by default; main() sets 0 for this file's small states */
 /* halfway between two bf16 values with an even lower one: rounding half up and to even differ */
 static int o_is_tie(float y) { return (fbits(y) & 0x1ffffu) == 0x8000u; }
 static int o_ties(int kind, float c) { /* kind 0: fp32(x·c); 1: fp32(RN(√x) + c); every bf16 x */
@@ -1062,7 +1064,6 @@ static void test_nt_loops_with_ties(void) {
         if (!o) break;
         for (size_t i = 0; i < NT_N; i++) g[i] = o_rn(0.1 * gauss());
         collage_step_stats st[4];
-        size_t min0 = collage__adamw_tie_proof_min;
         collage_set_isa(pisa[pi]);
         collage_adamw_step(o, g, lr_ok, &st[0]);
         collage_adamw_step_ref(o, g, lr_ok, &st[1]);
@@ -1070,9 +1071,9 @@ static void test_nt_loops_with_ties(void) {
         collage_adamw *o2 = mk(&c);
         if (o2) collage_adamw_step(o2, g, lr, &st[2]);
         collage_adamw_free(o2);
-        collage__adamw_tie_proof_min = (size_t)NT_N + 1;
+        collage_adamw_set_tie_proof(o, (size_t)NT_N + 1);
         collage_adamw_step(o, g, lr_ok, &st[3]);
-        collage__adamw_tie_proof_min = min0;
+        collage_adamw_set_tie_proof(o, 0);
         collage_set_isa(isa0);
         /* collage-plus at β2 0.95: bf16(0.95)'s products meet only a tie that both roundings settle alike */
         CHECK(st[0].tie_free == 2 && st[1].tie_free == 0 && st[2].tie_free == 0 && st[3].tie_free == 0,
@@ -2281,9 +2282,6 @@ int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/collage_test_adamw_XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     printf("    files in %s\n", g_dir);
-    /* every step of this file's small optimizers may take the kernels' nt loops (test_nt_loops_with_ties):
-     * the bit-exactness tests below then cover both kinds of loop */
-    collage__adamw_tie_proof_min = 0;
     RUN(test_numerics_vector_light);
     RUN(test_vectors_every_strategy);
     RUN(test_random_every_strategy);

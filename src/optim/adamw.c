@@ -22,9 +22,9 @@ typedef struct { uint32_t c; int kind, ok, used; } tie_memo;
 #define TIE_MEMO 8
 /* The proof takes about 2.4 µs a scalar (12 for eps's, once; 2.4-5 µs a step) and saves 3-11% of a
  * bf16 step (at 2^20 elements on two threads: about 65 µs for collage-plus, 12 µs for collage-light,
- * the least): it is tried where the optimizer holds this many elements or more, below which it could
- * cost more than it saves. The tests set it to 0 so that their small states take both kinds of loop. */
-size_t collage__adamw_tie_proof_min = (size_t)1 << 20;
+ * the least): by default (COLLAGE_TIE_PROOF_MIN) it is tried where the optimizer holds 2^20 elements
+ * or more, below which it could cost more than it saves. collage_adamw_set_tie_proof moves the
+ * threshold per optimizer: the tests take it to 0 so that their small states take both kinds of loop. */
 
 struct collage_adamw {
     collage_adamw_config cfg;
@@ -44,6 +44,7 @@ struct collage_adamw {
     int *group_nt;          /* n_groups + 1: this step's nt flag (adamw_k) for each group's blocks */
     tie_memo memo[TIE_MEMO];
     int memo_next;
+    size_t tie_proof_min;   /* the proof is tried from this many elements on */
     char err[512];
 };
 
@@ -123,6 +124,7 @@ collage_status collage_adamw_create(const collage_adamw_config *cfg, collage_ada
     collage_adamw *o = calloc(1, sizeof *o);
     if (!o) return COLLAGE_ERR_NOMEM;
     o->cfg = *cfg;
+    o->tie_proof_min = COLLAGE_TIE_PROOF_MIN;
     if (o->cfg.beta1 == 0) o->cfg.beta1 = 0.9;
     if (o->cfg.beta2 == 0) o->cfg.beta2 = 0.999;
     if (o->cfg.eps == 0) o->cfg.eps = 1e-8;
@@ -199,6 +201,11 @@ int collage_adamw_n_groups(const collage_adamw *o) { return o ? o->n_groups : 0;
 const char *collage_adamw_group_name(const collage_adamw *o, int g) {
     if (!o || g < -1 || g >= o->n_groups) return NULL;
     return g < 0 ? "(ungrouped)" : o->groups[g].name;
+}
+collage_status collage_adamw_set_tie_proof(collage_adamw *o, size_t min_elements) {
+    if (!o) return COLLAGE_ERR_NULL;
+    o->tie_proof_min = min_elements;
+    return COLLAGE_OK;
 }
 collage_status collage_adamw_set_edq(collage_adamw *o, int on) {
     if (!o) return COLLAGE_ERR_NULL;
@@ -408,7 +415,7 @@ static int tie_free(collage_adamw *o, collage_isa isa, int kind, float c) {
 static int set_group_nt(collage_adamw *o, collage_isa isa, const adamw_k *k, double lr) {
     collage_strategy s = o->cfg.strategy;
     int all = (isa == COLLAGE_ISA_AVX512 || isa == COLLAGE_ISA_AVX2) && strategy_row(s)->arith == COLLAGE_WORD_BF16 &&
-              o->cfg.n >= collage__adamw_tie_proof_min &&
+              o->cfg.n >= o->tie_proof_min &&
               tie_free(o, isa, 0, k->neg_step) && tie_free(o, isa, 1, k->eps) &&
               (!k->clip || tie_free(o, isa, 0, k->coef));
     /* 2: collage-plus's products with bf16(β2) too (where it is not 1: then they are skipped) */

@@ -64,8 +64,6 @@ int collage__adamw_code_spans_avx2(int *loops);
  * fp32(x·c); kind 1, fp32(RN(√x) + c). 0 where the kernel is not compiled in. */
 int collage__adamw_tie_free_avx512(int kind, float c);
 int collage__adamw_tie_free_avx2(int kind, float c);
-/* adamw.c tries the proof for optimizers of at least this many elements (2^20; tests may lower it). */
-extern size_t collage__adamw_tie_proof_min;
 
 /* The remainder strategy's master: θ's bits with a signed 16-bit difference. θ = the master rounded to
  * nearest with ties away from zero, so (θ, remainder) ↔ master is a bijection; ties to even would
