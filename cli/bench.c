@@ -154,13 +154,14 @@ static void bench_usage(FILE *f) {
 }
 
 /* ------------------------------------------------------------------ optimizer */
-/* Logical bytes one step moves per parameter: each state word read and written once, the gradient
- * read, θ only written where it is derived from a master (bf16-master). */
+/* Logical bytes one step moves per parameter, from the strategy table: each state word read and
+ * written once, or only written where the step derives it from the others (bf16-master's θ), and the
+ * gradient (in the weights' format) read. */
 static double step_bytes(collage_strategy s) {
-    collage_memory m = collage_strategy_memory(s);
-    double rw = 2.0 * (m.compensation + m.m + m.v + m.master);
-    double w = s == COLLAGE_BF16_MASTER ? m.weights : 2.0 * m.weights;
-    return rw + w + m.grad;
+    const collage_strategy_info *T = collage_strategy_get(s);
+    double bytes = T->word[COLLAGE_ROLE_WEIGHTS].bytes; /* the gradient */
+    for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) bytes += (T->word[r].derived ? 1.0 : 2.0) * T->word[r].bytes;
+    return bytes;
 }
 
 /* The memory bound: a[i] = a[i]·s + b[i] in place (read, read, write back, as the optimizer's state
@@ -307,110 +308,152 @@ static int time_strategy(collage_strategy s, size_t n, double beta2, size_t tie_
     return 0;
 }
 
-static int bench_optimizer(size_t n, int threads, double beta2, int reps, int json, const char *only) {
-    collage_set_threads(threads);
+/* What the optimizer benchmark prints about itself, shared by its parts. */
+typedef struct {
+    size_t n, n_cache;
+    int threads, reps, json;
+    double beta2;
+    const char *only;
+} opt_bench;
+
+/* The strategies in the order of the rows: bf16-master (every row's reference) first, then the table's. */
+static int bench_order(collage_strategy *order) {
+    int k = 0;
+    order[k++] = COLLAGE_BF16_MASTER;
+    for (int s = 0; s < COLLAGE_STRATEGY_COUNT; s++)
+        if (s != COLLAGE_BF16_MASTER) order[k++] = (collage_strategy)s;
+    return k;
+}
+
+static void opt_header(const opt_bench *B, double bound0) {
+    /* below a few hundred MB of state the "memory" figures are cache figures, and at a few MB a step's
+     * time is mostly the threads' fork and join (the bound then read 0.4-255 GB/s from run to run at
+     * 256K params on Zen 4): say so rather than print them as memory figures */
+    if ((double)B->n * 28.0 < 256e6)
+        printf("note: %zu params hold %.0f MB of bf16-master state, within or near the caches: the bound, \"of bound\"\n"
+               "and \"limit\" are not memory figures at this size (use --params 64M or more for them)\n",
+               B->n, (double)B->n * 28.0 / 1e6);
+    printf("collage bench optimizer: n = %zu params, %d thread%s, isa %s, beta2 %g, median of %d rounds\n"
+           "cpu: %s\n"
+           "memory bound (in-place a[i] = a[i]*s + b[i], vectorised): %.1f GB/s at the start. Each round times the\n"
+           "bound, a bf16-master step and the strategy's step with EDQ off and on: a row's columns come from the\n"
+           "same minutes of a machine whose bandwidth drifts\n\n"
+           "%-17s %8s %7s %7s %7s %8s %9s %9s %8s %8s  %s\n", B->n, B->threads, B->threads == 1 ? "" : "s",
+           collage_isa_name(collage_get_isa()), B->beta2, B->reps, bench_cpu_name(), bound0, "strategy", "ns/param",
+           "B/param", "GB/s", "bound", "of bound", "vs master", "EDQ cost", "in-cache", "penalty", "limit");
+}
+
+/* One strategy's row from its from-memory (R) and in-cache (C) times. */
+static void opt_row(const opt_bench *B, collage_strategy s, const opt_times *R, const opt_times *C) {
+    double bound = R->bound, bytes = step_bytes(s), gbps = bytes / R->ns, frac = gbps / bound;
+    /* The limit: "memory" when the step moves its bytes at 80% of the bound or more; "compute" when
+     * the in-cache step is nearly as slow (its instructions take the time, wherever the data are);
+     * else "compute+memory": the loop is compute-heavy but also slows when its state streams from
+     * memory (the penalty column: the step over its in-cache time), without using the bandwidth.
+     * On Zen 5, collage-plus reads 0.34-0.37 ns/param in cache and 0.43-0.46 streaming, at half
+     * the bound; a two-way label flipped between "compute" and "memory" from run to run. */
+    double penalty = R->ns / C->ns - 1.0;
+    const char *limit = frac >= 0.8 ? "memory" : C->ns > 0.8 * R->ns ? "compute" : "compute+memory";
+    if (B->json)
+        printf("{\"strategy\":\"%s\",\"n\":%zu,\"threads\":%d,\"beta2\":%g,\"ns_per_param\":%.4f,\"bytes_per_param\":%.1f,"
+               "\"gbps\":%.2f,\"bound_gbps\":%.2f,\"bound_fraction\":%.3f,\"bf16_master_ns_per_param\":%.4f,"
+               "\"speed_vs_bf16_master\":%.3f,\"edq_ns_per_param\":%.4f,\"edq_overhead\":%.3f,"
+               "\"in_cache_ns_per_param\":%.4f,\"from_memory_penalty\":%.3f,\"limit\":\"%s\",\"isa\":\"%s\","
+               "\"cpu\":\"%s\",\"edq_overhead_paired\":%.3f,\"speed_vs_bf16_master_paired\":%.3f,"
+               "\"tie_free_steps\":%.3f}\n",
+               collage_strategy_name(s), B->n, B->threads, B->beta2, R->ns, bytes, gbps, bound, frac, R->master_ns,
+               R->master_ns / R->ns, R->ns_edq, R->ns_edq / R->ns - 1.0, C->ns, penalty, limit,
+               collage_isa_name(collage_get_isa()), bench_cpu_name(), R->edq_paired, R->master_paired, R->tie_free);
+    else
+        printf("%-17s %8.3f %7.0f %7.1f %7.1f %7.0f%% %8.2fx %8.1f%% %8.3f %7.0f%%  %s\n", collage_strategy_name(s),
+               R->ns, bytes, gbps, bound, 100.0 * frac, R->master_ns / R->ns, 100.0 * R->edq_paired, C->ns,
+               100.0 * penalty, limit);
+    fflush(stdout);
+}
+
+/* The legend, and the bf16-arithmetic strategies' share of timed steps on the shorter loops (tf, by
+ * strategy). */
+static void opt_footer(const opt_bench *B, const double *tf) {
+    printf("\nB/param: bytes one step reads and writes per parameter (state words, weights, bf16 gradient).\n"
+           "bound: the streaming bound in GB/s; of bound: the step's GB/s over it. vs master: speed over the\n"
+           "bf16-master steps of the same rounds. EDQ cost: the median over the rounds of each round's EDQ-on\n"
+           "step over its EDQ-off step, taken one after the other (the JSON has the ratio of the medians too).\n"
+           "in-cache: ns/param on a %zu-param slab that fits in cache;\n"
+           "penalty: the step's time over its in-cache time. limit: memory (80%% of the bound or more),\n"
+           "compute (the in-cache step is nearly as slow: every bf16 rounding is emulated), or\n"
+           "compute+memory (compute-heavy, and slower again when the state streams from memory).\n", B->n_cache);
+    printf("tie-free step scalars (the bf16 loops' shorter roundings, README):");
+    collage_strategy order[COLLAGE_STRATEGY_COUNT];
+    int no = bench_order(order);
+    for (int oi = 0; oi < no; oi++) {
+        collage_strategy s = order[oi];
+        if (collage_strategy_get(s)->arith != COLLAGE_WORD_BF16) continue; /* no such loops */
+        if (B->only && strcmp(B->only, collage_strategy_name(s))) continue;
+        printf(" %s %.0f%%", collage_strategy_name(s), 100.0 * tf[s]);
+    }
+    printf(" of the timed steps\n");
+}
+
+/* One strategy from memory, beside the bound and bf16-master's steps (R), and in cache (C). The in-cache
+ * slab is below the size from which the library proves its step scalars tie-free (COLLAGE_TIE_PROOF_MIN):
+ * where the from-memory steps took the shorter loops, the in-cache optimizer is told to prove them at any
+ * size, so that both take the same loops and the penalty compares one loop with itself (the rows say
+ * whether they did: tie_free_steps). */
+static int opt_time(const opt_bench *B, collage_strategy s, const bound_buf *bb, timed_opt *master, opt_times *R,
+                    opt_times *C) {
+    if (time_strategy(s, B->n, B->beta2, COLLAGE_TIE_PROOF_MIN, B->reps, R, bb, s == COLLAGE_BF16_MASTER ? NULL : master))
+        return -1;
+    return time_strategy(s, B->n_cache, B->beta2, R->tie_free > 0 ? 0 : COLLAGE_TIE_PROOF_MIN, B->reps * 20, C, NULL,
+                         NULL);
+}
+
+/* The streaming bound's figure at the start, from reps runs over a and b (n floats each). */
+static double bound_start(const bound_buf *bb, int reps) {
+#pragma omp parallel for schedule(static) num_threads(bb->threads)
+    for (long i = 0; i < (long)bb->n; i++) { bb->a[i] = 1.0f; bb->b[i] = 1e-3f; }
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    stream_bound(bb->a, bb->b, bb->n, bb->threads); /* warm-up: pages touched */
+    for (int r = 0; r < reps && t; r++) t[r] = bound_once(bb);
+    double bound0 = t ? 12.0 * (double)bb->n / bench_median(t, reps) * 1e-9 : (double)NAN;
+    free(t);
+    return bound0;
+}
+
+static int bench_optimizer(opt_bench *B) {
+    size_t n = B->n;
+    collage_set_threads(B->threads);
     float *a = aligned_alloc(64, (n * 4 + 63) & ~(size_t)63), *b = aligned_alloc(64, (n * 4 + 63) & ~(size_t)63);
     timed_opt master;
-    if (!a || !b || timed_opt_make(&master, COLLAGE_BF16_MASTER, n, beta2, COLLAGE_TIE_PROOF_MIN)) {
+    if (!a || !b || timed_opt_make(&master, COLLAGE_BF16_MASTER, n, B->beta2, COLLAGE_TIE_PROOF_MIN)) {
         fprintf(stderr, "collage bench: cannot allocate the bound's %zu MB and a bf16-master optimizer\n"
                         "hint: use a smaller --params\n", n * 8 >> 20);
         free(a); free(b);
         return 1;
     }
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (long i = 0; i < (long)n; i++) { a[i] = 1.0f; b[i] = 1e-3f; }
-    double *t = malloc(sizeof(double) * (size_t)reps);
-    bound_buf bb = {a, b, n, threads};
-    stream_bound(a, b, n, threads); /* warm-up: pages touched */
-    for (int r = 0; r < reps && t; r++) t[r] = bound_once(&bb);
-    double bound0 = t ? 12.0 * (double)n / bench_median(t, reps) * 1e-9 : (double)NAN;
-    free(t);
+    bound_buf bb = {a, b, n, B->threads};
+    double bound0 = bound_start(&bb, B->reps);
     /* compute cost: the same step on a cache-resident slab, 2^16 parameters a thread (at most 1.8 MB of
      * state each: L2 or L3). Smaller slabs measured the threads' fork and join: 32768 parameters on
      * two threads read bf16-master 0.27-0.43 ns/param in cache against 0.27 streaming from memory. */
-    size_t n_cache = ((size_t)1 << 16) * (size_t)threads; /* threads ≥ 1: checked by the caller */
-    /* below a few hundred MB of state the "memory" figures are cache figures, and at a few MB a step's
-     * time is mostly the threads' fork and join (the bound then read 0.4-255 GB/s from run to run at
-     * 256K params on Zen 4): say so rather than print them as memory figures */
-    if (!json && (double)n * 28.0 < 256e6)
-        printf("note: %zu params hold %.0f MB of bf16-master state, within or near the caches: the bound, \"of bound\"\n"
-               "and \"limit\" are not memory figures at this size (use --params 64M or more for them)\n",
-               n, (double)n * 28.0 / 1e6);
-    if (!json)
-        printf("collage bench optimizer: n = %zu params, %d thread%s, isa %s, beta2 %g, median of %d rounds\n"
-               "cpu: %s\n"
-               "memory bound (in-place a[i] = a[i]*s + b[i], vectorised): %.1f GB/s at the start. Each round times the\n"
-               "bound, a bf16-master step and the strategy's step with EDQ off and on: a row's columns come from the\n"
-               "same minutes of a machine whose bandwidth drifts\n\n"
-               "%-17s %8s %7s %7s %7s %8s %9s %9s %8s %8s  %s\n", n, threads, threads == 1 ? "" : "s",
-               collage_isa_name(collage_get_isa()), beta2, reps, bench_cpu_name(), bound0, "strategy", "ns/param", "B/param", "GB/s", "bound",
-               "of bound", "vs master", "EDQ cost", "in-cache", "penalty", "limit");
-    int order[COLLAGE_STRATEGY_COUNT] = {COLLAGE_BF16_MASTER, COLLAGE_FP32, COLLAGE_BF16, COLLAGE_LIGHT, COLLAGE_PLUS,
-                                         COLLAGE_BF16_FP32_STATES, COLLAGE_BF16_KAHAN, COLLAGE_BF16_SR,
-                                         COLLAGE_BF16_REMAINDER, COLLAGE_PLUS_V1};
-    int rc = 0;
+    B->n_cache = ((size_t)1 << 16) * (size_t)B->threads; /* threads ≥ 1: checked by the caller */
+    if (!B->json) opt_header(B, bound0);
+    collage_strategy order[COLLAGE_STRATEGY_COUNT];
+    int rc = 0, no = bench_order(order);
     double tf[COLLAGE_STRATEGY_COUNT] = {0}; /* tie-free share of the timed steps, by strategy */
-    for (int oi = 0; oi < COLLAGE_STRATEGY_COUNT; oi++) {
-        collage_strategy s = (collage_strategy)order[oi];
-        if (only && strcmp(only, collage_strategy_name(s)) && s != COLLAGE_BF16_MASTER) continue;
+    for (int oi = 0; oi < no; oi++) {
+        collage_strategy s = order[oi];
+        if (B->only && strcmp(B->only, collage_strategy_name(s)) && s != COLLAGE_BF16_MASTER) continue;
         opt_times R = {0}, C = {0};
-        /* the in-cache slab is below the size from which the library proves its step scalars tie-free
-         * (COLLAGE_TIE_PROOF_MIN): lowered for it, so that in-cache and from-memory steps take the same
-         * loops and the penalty compares one loop with itself (the rows say whether they did:
-         * tie_free_steps) */
-        int bad = time_strategy(s, n, beta2, COLLAGE_TIE_PROOF_MIN, reps, &R, &bb, s == COLLAGE_BF16_MASTER ? NULL : &master);
-        bad = bad || time_strategy(s, n_cache, beta2, R.tie_free > 0 ? 0 : COLLAGE_TIE_PROOF_MIN, reps * 20, &C, NULL, NULL);
-        if (bad) {
+        if (opt_time(B, s, &bb, &master, &R, &C)) {
             fprintf(stderr, "collage bench: cannot create a %s optimizer of %zu params (out of memory?)\n",
                     collage_strategy_name(s), n);
             rc = 1;
             break;
         }
-        double bound = R.bound, bytes = step_bytes(s), gbps = bytes / R.ns, frac = gbps / bound;
-        /* The limit: "memory" when the step moves its bytes at 80% of the bound or more; "compute" when
-         * the in-cache step is nearly as slow (its instructions take the time, wherever the data are);
-         * else "compute+memory": the loop is compute-heavy but also slows when its state streams from
-         * memory (the penalty column: the step over its in-cache time), without using the bandwidth.
-         * On Zen 5, collage-plus reads 0.34-0.37 ns/param in cache and 0.43-0.46 streaming, at half
-         * the bound; a two-way label flipped between "compute" and "memory" from run to run. */
-        double penalty = R.ns / C.ns - 1.0;
         tf[s] = R.tie_free;
-        const char *limit = frac >= 0.8 ? "memory" : C.ns > 0.8 * R.ns ? "compute" : "compute+memory";
-        if (json)
-            printf("{\"strategy\":\"%s\",\"n\":%zu,\"threads\":%d,\"beta2\":%g,\"ns_per_param\":%.4f,\"bytes_per_param\":%.1f,"
-                   "\"gbps\":%.2f,\"bound_gbps\":%.2f,\"bound_fraction\":%.3f,\"bf16_master_ns_per_param\":%.4f,"
-                   "\"speed_vs_bf16_master\":%.3f,\"edq_ns_per_param\":%.4f,\"edq_overhead\":%.3f,"
-                   "\"in_cache_ns_per_param\":%.4f,\"from_memory_penalty\":%.3f,\"limit\":\"%s\",\"isa\":\"%s\","
-                   "\"cpu\":\"%s\",\"edq_overhead_paired\":%.3f,\"speed_vs_bf16_master_paired\":%.3f,"
-                   "\"tie_free_steps\":%.3f}\n",
-                   collage_strategy_name(s), n, threads, beta2, R.ns, bytes, gbps, bound, frac, R.master_ns, R.master_ns / R.ns,
-                   R.ns_edq, R.ns_edq / R.ns - 1.0, C.ns, penalty, limit, collage_isa_name(collage_get_isa()), bench_cpu_name(),
-                   R.edq_paired, R.master_paired, R.tie_free);
-        else
-            printf("%-17s %8.3f %7.0f %7.1f %7.1f %7.0f%% %8.2fx %8.1f%% %8.3f %7.0f%%  %s\n", collage_strategy_name(s),
-                   R.ns, bytes, gbps, bound, 100.0 * frac, R.master_ns / R.ns, 100.0 * R.edq_paired, C.ns,
-                   100.0 * penalty, limit);
-        fflush(stdout);
+        opt_row(B, s, &R, &C);
     }
-    if (!json && !rc)
-        printf("\nB/param: bytes one step reads and writes per parameter (state words, weights, bf16 gradient).\n"
-               "bound: the streaming bound in GB/s; of bound: the step's GB/s over it. vs master: speed over the\n"
-               "bf16-master steps of the same rounds. EDQ cost: the median over the rounds of each round's EDQ-on\n"
-               "step over its EDQ-off step, taken one after the other (the JSON has the ratio of the medians too).\n"
-               "in-cache: ns/param on a %zu-param slab that fits in cache;\n"
-               "penalty: the step's time over its in-cache time. limit: memory (80%% of the bound or more),\n"
-               "compute (the in-cache step is nearly as slow: every bf16 rounding is emulated), or\n"
-               "compute+memory (compute-heavy, and slower again when the state streams from memory).\n", n_cache);
-    if (!json && !rc) { /* the bf16-only strategies' share of timed steps on the shorter loops */
-        printf("tie-free step scalars (the bf16 loops' shorter roundings, README):");
-        for (int oi = 0; oi < COLLAGE_STRATEGY_COUNT; oi++) {
-            collage_strategy s = (collage_strategy)order[oi];
-            if (s == COLLAGE_FP32 || s == COLLAGE_BF16_FP32_STATES || s == COLLAGE_BF16_MASTER) continue;
-            if (only && strcmp(only, collage_strategy_name(s))) continue;
-            printf(" %s %.0f%%", collage_strategy_name(s), 100.0 * tf[s]);
-        }
-        printf(" of the timed steps\n");
-    }
+    if (!B->json && !rc) opt_footer(B, tf);
     collage_set_threads(0);
     timed_opt_free(&master);
     free(a); free(b);
@@ -447,8 +490,10 @@ static int cmd_bench_optimizer(int argc, char **argv) {
         else if (!strcmp(a, "--strategy")) {
             collage_strategy s;
             if (!v || collage_strategy_parse(v, &s) != COLLAGE_OK) {
-                fprintf(stderr, "collage bench: unknown strategy '%s'\nhint: one of fp32, bf16, collage-light, collage-plus, "
-                                "bf16-fp32-states, bf16-master, bf16-kahan, bf16-sr, bf16-remainder, collage-plus-v1\n", v ? v : "");
+                fprintf(stderr, "collage bench: unknown strategy '%s'\nhint: one of", v ? v : "");
+                for (int k = 0; k < COLLAGE_STRATEGY_COUNT; k++)
+                    fprintf(stderr, "%s %s", k ? "," : "", collage_strategy_name((collage_strategy)k));
+                fprintf(stderr, "\n");
                 return 2;
             }
             only = collage_strategy_name(s);
@@ -458,7 +503,8 @@ static int cmd_bench_optimizer(int argc, char **argv) {
         else { fprintf(stderr, "collage bench optimizer: unknown option '%s'\n", a); bench_opt_usage(stderr); return 2; }
     }
     if (n == 0 || threads < 1 || reps < 1) { fprintf(stderr, "collage bench: --params, --threads and --reps must be positive\n"); return 2; }
-    return bench_optimizer(n, threads, beta2, reps, json, only);
+    opt_bench B = {.n = n, .threads = threads, .reps = reps, .json = json, .beta2 = beta2, .only = only};
+    return bench_optimizer(&B);
 }
 
 
