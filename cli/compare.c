@@ -388,17 +388,6 @@ static stat_t paired_diff(const run_t *runs, int nruns, collage_strategy s, coll
     return stat_done(st);
 }
 
-/* Strategies whose stored bf16 weight may stay put while the update is kept elsewhere. */
-static const char *keeps_update_in(collage_strategy s) {
-    switch (s) {
-    case COLLAGE_LIGHT: case COLLAGE_PLUS: case COLLAGE_PLUS_V1: return "its compensation word δθ";
-    case COLLAGE_BF16_MASTER: return "its fp32 master weights";
-    case COLLAGE_BF16_KAHAN: return "its Kahan buffer";
-    case COLLAGE_BF16_REMAINDER: return "its remainder bits";
-    default: return NULL;
-    }
-}
-
 /* One paragraph per β2: every strategy's final validation loss against the reference, as a paired
  * difference judged against its spread over seeds (MATCH_FLOOR below which a difference is a match). */
 #define MATCH_FLOOR 0.005
@@ -424,7 +413,7 @@ static void paragraph(sbuf *b, const compare_opts *o, const run_t *runs, int nru
         if (d.n > 1) sb_printf(b, " ± %.4f", d.sd);
         sb_printf(b, ") at %.0f bytes per parameter", bpp.mean);
         if (isfinite(lost.mean) && lost.mean > 0.001) {
-            const char *kept = keeps_update_in(s);
+            const char *kept = collage_strategy_get(s)->keeps_update_in; /* NULL: the update is lost */
             if (kept) sb_printf(b, "; its bf16 weights stayed put on %.1f%% of nonzero updates, which %s carried instead", 100 * lost.mean, kept);
             else sb_printf(b, "; %.1f%% of its nonzero weight updates were lost to rounding (EDQ ratio %.3f)", 100 * lost.mean, e.mean);
         }
@@ -433,9 +422,20 @@ static void paragraph(sbuf *b, const compare_opts *o, const run_t *runs, int nru
     sb_printf(b, "\n\n");
 }
 
-/* Plain bf16 second moment: at β2 = 0.999, 1 − β2 is below half an ulp of 1, so v cannot decay. */
+/* Plain bf16 second moment (one bf16 word v, no δv): at β2 = 0.999, 1 − β2 is below half an ulp of 1,
+ * so v cannot decay. */
 static int plain_bf16_v(collage_strategy s) {
-    return s == COLLAGE_BF16 || s == COLLAGE_LIGHT || s == COLLAGE_BF16_KAHAN || s == COLLAGE_BF16_SR || s == COLLAGE_BF16_REMAINDER;
+    const collage_strategy_info *T = collage_strategy_get(s);
+    return T->word[COLLAGE_ROLE_V].format == COLLAGE_WORD_BF16 && T->word[COLLAGE_ROLE_DV].format == COLLAGE_WORD_NONE;
+}
+
+/* The plain-bf16-v strategies of the table, "bf16, collage-light, …", into out. */
+static void plain_bf16_v_list(char *out, size_t cap) {
+    size_t len = 0;
+    out[0] = 0;
+    for (int s = 0; s < COLLAGE_STRATEGY_COUNT && len < cap; s++)
+        if (plain_bf16_v((collage_strategy)s))
+            len += (size_t)snprintf(out + len, cap - len, "%s%s", len ? ", " : "", collage_strategy_name((collage_strategy)s));
 }
 
 /* The paper's β2 claim, read off the runs: how each strategy's final loss moves from the smallest to the
@@ -463,9 +463,11 @@ static void beta2_paragraph(sbuf *b, const compare_opts *o, const run_t *runs, i
         if (plain_bf16_v(s)) least_plain = fmin(least_plain, g);
         else most_other = fmax(most_other, g);
     }
-    sb_printf(b, ". A second moment stored as one bf16 word (bf16, collage-light, bf16-kahan, bf16-sr, bf16-remainder) cannot "
+    char plain[512];
+    plain_bf16_v_list(plain, sizeof plain);
+    sb_printf(b, ". A second moment stored as one bf16 word (%s) cannot "
                  "decay at β2 = 0.999, because 1 − β2 is below half an ulp of 1, so those strategies are expected to fall "
-                 "behind as β2 approaches 1; collage-plus keeps v as two words and the fp32 strategies keep it in fp32. ");
+                 "behind as β2 approaches 1; collage-plus keeps v as two words and the fp32 strategies keep it in fp32. ", plain);
     if (isfinite(least_plain) && isfinite(most_other))
         sb_printf(b, "Here the smallest move among the plain-bf16-v strategies is %+.4f and the largest among the others %+.4f: %s\n\n",
                   least_plain, most_other,
@@ -583,52 +585,49 @@ static int write_plot_data(const run_t *runs, int nruns, int window) {
     return 0;
 }
 
-/* Renders the three PNGs with gnuplot (a script in --out, so a user can restyle them). */
-static int render_plots(const compare_opts *o, const run_t *runs, int nruns) {
-    int window = o->steps / 20 < 25 ? (o->steps / 20 > 0 ? o->steps / 20 : 1) : 25;
-    if (write_plot_data(runs, nruns, window)) return -1;
-    sbuf g = {malloc(4096), 0, 4096};
-    if (!g.p) return -1;
+/* The validation loss (top: the whole run; bottom: its second half, where the gaps open) and the EDQ
+ * ratio: one column per β2, one line per strategy, runs of the first seed. */
+static void plot_curves(sbuf *g, const compare_opts *o, const run_t *runs, int nruns) {
     char b2s[32];
-    sb_printf(&g, "# gnuplot script written by collage compare; run `gnuplot plots.gp` in this folder to redraw.\n"
-                  "set grid\nset key top right\n");
-    /* Validation loss (top: the whole run; bottom: its second half, where the gaps open) and the EDQ ratio:
-     * one column per β2, one line per strategy, runs of the first seed. */
     for (int plot = 0; plot < 2; plot++) {
         const char *name = plot == 0 ? "val_loss" : "edq", *file = plot == 0 ? "val.dat" : "edq.dat";
         int rows = plot == 0 ? 2 : 1;
-        sb_printf(&g, "set terminal pngcairo size %d,%d font ',10'\nset output '%s.png'\nset multiplot layout %d,%d\n"
+        sb_printf(g, "set terminal pngcairo size %d,%d font ',10'\nset output '%s.png'\nset multiplot layout %d,%d\n"
                       "set xlabel 'step'\nset ylabel '%s'\n", 520 * o->n_beta2, 400 * rows, name, rows, o->n_beta2,
                   plot == 0 ? "validation loss" : "EDQ ratio (moving average)");
-        sb_printf(&g, "set key %s\n", plot == 0 ? "top right" : "bottom left");
+        sb_printf(g, "set key %s\n", plot == 0 ? "top right" : "bottom left");
         for (int row = 0; row < rows; row++) {
-            if (row == 1) sb_printf(&g, "set xrange [%d:*]\nset autoscale y\nset key top right\n", o->steps / 2);
+            if (row == 1) sb_printf(g, "set xrange [%d:*]\nset autoscale y\nset key top right\n", o->steps / 2);
             for (int j = 0; j < o->n_beta2; j++) {
-                sb_printf(&g, "set title 'beta2 = %s%s'\nplot ", b2str(o->beta2[j], b2s), row ? ", second half" : "");
+                sb_printf(g, "set title 'beta2 = %s%s'\nplot ", b2str(o->beta2[j], b2s), row ? ", second half" : "");
                 int first = 1;
                 for (int i = 0; i < nruns; i++) {
                     const run_t *r = &runs[i];
                     if (r->seed_index || r->beta2 != o->beta2[j] || !r->done) continue;
                     const char *base = strrchr(r->dir, '/');
-                    sb_printf(&g, "%s'runs/%s/%s' with lines lw 2 title '%s'", first ? "" : ", ", base + 1, file,
+                    sb_printf(g, "%s'runs/%s/%s' with lines lw 2 title '%s'", first ? "" : ", ", base + 1, file,
                               collage_strategy_name(r->strategy));
                     first = 0;
                 }
-                sb_printf(&g, "%s\n", first ? "NaN notitle" : "");
+                sb_printf(g, "%s\n", first ? "NaN notitle" : "");
             }
         }
-        sb_printf(&g, "unset multiplot\nset xrange [*:*]\n");
+        sb_printf(g, "unset multiplot\nset xrange [*:*]\n");
     }
-    /* Final validation loss against bytes per parameter: one series per β2, points labelled by strategy;
-     * a label whose point shares its x with an earlier one of the same β2 goes on the left. */
-    sb_printf(&g, "set terminal pngcairo size 640,440 font ',10'\nset output 'loss_vs_bytes.png'\nset title 'final validation loss "
+}
+
+/* Final validation loss against bytes per parameter: one series per β2, points labelled by strategy;
+ * a label whose point shares its x with an earlier one of the same β2 goes on the left. */
+static void plot_loss_vs_bytes(sbuf *g, const compare_opts *o, const run_t *runs, int nruns) {
+    char b2s[32];
+    sb_printf(g, "set terminal pngcairo size 640,440 font ',10'\nset output 'loss_vs_bytes.png'\nset title 'final validation loss "
                   "against training-state bytes per parameter'\nset xlabel 'bytes per parameter'\nset ylabel 'validation loss "
                   "(mean over seeds)'\nset offsets 2, 3, 0.02, 0.02\nset key top right\nplot ");
     for (int j = 0; j < o->n_beta2; j++)
-        sb_printf(&g, "%s'-' using 1:2 with points pt %d ps 1.5 title 'beta2 = %s', '-' using 1:2:3 with labels left offset 1,0 "
+        sb_printf(g, "%s'-' using 1:2 with points pt %d ps 1.5 title 'beta2 = %s', '-' using 1:2:3 with labels left offset 1,0 "
                       "font ',8' notitle, '-' using 1:2:3 with labels right offset -1,0 font ',8' notitle",
                   j ? ", " : "", 7 + 2 * j, b2str(o->beta2[j], b2s));
-    sb_printf(&g, "\n");
+    sb_printf(g, "\n");
     for (int j = 0; j < o->n_beta2; j++)
         for (int part = 0; part < 3; part++) { /* points, labels on the right, labels on the left */
             for (int i = 0; i < o->n_strategies; i++) {
@@ -644,10 +643,22 @@ static int render_plots(const compare_opts *o, const run_t *runs, int nruns) {
                 }
                 s = o->strategies[i];
                 if (part == 0 || (part == 1 && !shared) || (part == 2 && shared))
-                    sb_printf(&g, "%g %.6f %s\n", bpp.mean, v.mean, collage_strategy_name(s));
+                    sb_printf(g, "%g %.6f %s\n", bpp.mean, v.mean, collage_strategy_name(s));
             }
-            sb_printf(&g, "e\n");
+            sb_printf(g, "e\n");
         }
+}
+
+/* Renders the three PNGs with gnuplot (a script in --out, so a user can restyle them). */
+static int render_plots(const compare_opts *o, const run_t *runs, int nruns) {
+    int window = o->steps / 20 < 25 ? (o->steps / 20 > 0 ? o->steps / 20 : 1) : 25;
+    if (write_plot_data(runs, nruns, window)) return -1;
+    sbuf g = {malloc(4096), 0, 4096};
+    if (!g.p) return -1;
+    sb_printf(&g, "# gnuplot script written by collage compare; run `gnuplot plots.gp` in this folder to redraw.\n"
+                  "set grid\nset key top right\n");
+    plot_curves(&g, o, runs, nruns);
+    plot_loss_vs_bytes(&g, o, runs, nruns);
     char path[4200];
     snprintf(path, sizeof path, "%s/plots.gp", o->out);
     int rc = write_text(path, g.p);
@@ -674,6 +685,124 @@ static int render_plots(const compare_opts *o, const run_t *runs, int nruns) {
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) { (void)sig; g_stop = 1; }
 
+/* Where the runs stand while they go side by side. */
+typedef struct {
+    int running, next, failed, started, finished, todo, tty;
+    long steps_total;
+    double t_start, last_print;
+} sched_t;
+
+/* Every combination, strategy-major within a β2 so that the first results to arrive can be compared;
+ * *finished = the runs already done by an earlier command with the same arguments. -1: too many flags. */
+static int plan_runs(const compare_opts *o, run_t *runs, int *finished) {
+    int k = 0;
+    *finished = 0;
+    for (int si = 0; si < o->seeds; si++)
+        for (int j = 0; j < o->n_beta2; j++)
+            for (int i = 0; i < o->n_strategies; i++) {
+                run_t *r = &runs[k++];
+                char b2s[32];
+                *r = (run_t){.strategy = o->strategies[i], .beta2 = o->beta2[j], .seed_index = si};
+                snprintf(r->dir, sizeof r->dir, "%s/runs/%s-b%s-s%d", o->out, collage_strategy_name(r->strategy),
+                         b2str(r->beta2, b2s), si + 1);
+                char *av[MAX_ARGV], args[8192];
+                if (run_argv(o, r, av) < 0) return -1;
+                argv_line(av, args, sizeof args);
+                *finished += finished_before(r, args, o->steps);
+            }
+    return 0;
+}
+
+/* Starts run r: its folder, its args.txt, the child. -1 (with a message) when any of them fails. */
+static int start_run(const compare_opts *o, run_t *r, sched_t *S) {
+    char *av[MAX_ARGV], args[8192], path[4200];
+    run_argv(o, r, av);
+    argv_line(av, args, sizeof args);
+    snprintf(path, sizeof path, "%s/summary.json", r->dir);
+    unlink(path); /* a stale result never counts for a new run */
+    if (cli_mkdir_p(r->dir)) { fprintf(stderr, "collage compare: cannot create '%s': %s\n", r->dir, strerror(errno)); return -1; }
+    snprintf(path, sizeof path, "%s/args.txt", r->dir);
+    if (write_text(path, args)) return -1;
+    r->pid = launch(av, r->dir);
+    if (r->pid < 0) { fprintf(stderr, "collage compare: fork: %s\n", strerror(errno)); return -1; }
+    r->t0 = cli_now();
+    r->steps_seen = 0;
+    S->running++; S->started++;
+    printf("%s[start %d of %d] %s beta2 %g seed %llu\n", S->tty ? "\r\033[K" : "", S->started, S->todo,
+           collage_strategy_name(r->strategy), r->beta2, (unsigned long long)(o->seed + (uint64_t)r->seed_index));
+    fflush(stdout);
+    return 0;
+}
+
+/* The child pid has ended with status: its run is done (results loaded) or has failed (its output shown). */
+static void reap(const compare_opts *o, run_t *runs, int nruns, pid_t pid, int status, sched_t *S) {
+    char path[4200];
+    for (int i = 0; i < nruns; i++) {
+        run_t *r = &runs[i];
+        if (r->pid != pid) continue;
+        r->pid = 0;
+        S->running--;
+        r->secs = cli_now() - r->t0;
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && load_result(r, o->steps)) {
+            S->finished++;
+            printf("%s[%d/%d] done  %s beta2 %g seed %llu: val loss %.4f, EDQ ratio %.3f, lost %.1f%% (%.0f s)\n",
+                   S->tty ? "\r\033[K" : "", S->finished, nruns, collage_strategy_name(r->strategy), r->beta2,
+                   (unsigned long long)(o->seed + (uint64_t)r->seed_index), r->val_loss, r->edq_ratio, 100 * r->lost, r->secs);
+        } else if (!g_stop) {
+            snprintf(path, sizeof path, "%s/train.out", r->dir);
+            fprintf(stderr, "\ncollage compare: the run in %s failed (%s %d); the end of %s:\n", r->dir,
+                    WIFEXITED(status) ? "exit" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), path);
+            tail_file(path, stderr);
+            fprintf(stderr, "hint: fix the flag or file it names and rerun the same command; finished runs are kept\n");
+            S->failed = 1;
+        }
+    }
+}
+
+/* Progress: steps logged by the running runs; the ETA assumes the remaining steps go as fast. */
+static void progress(const compare_opts *o, run_t *runs, int nruns, sched_t *S) {
+    long steps_done = 0;
+    for (int i = 0; i < nruns; i++) {
+        if (runs[i].pid > 0) runs[i].steps_seen = last_logged_step(runs[i].dir);
+        if (runs[i].pid > 0 || (runs[i].secs > 0 && runs[i].done)) steps_done += runs[i].pid > 0 ? runs[i].steps_seen : o->steps;
+    }
+    double now = cli_now(), el = now - S->t_start;
+    if (steps_done > 0 && now - S->last_print >= (S->tty ? 1.0 : 60.0)) {
+        double eta = el / (double)steps_done * (double)(S->steps_total - steps_done);
+        if (S->tty) printf("\r\033[K%ld/%ld steps, %d running, ETA %dm%02ds", steps_done, S->steps_total, S->running, (int)eta / 60, (int)eta % 60);
+        else printf("progress: %ld/%ld steps, %d running, ETA %dm%02ds\n", steps_done, S->steps_total, S->running, (int)eta / 60, (int)eta % 60);
+        fflush(stdout);
+        S->last_print = now;
+    }
+}
+
+/* Runs every unfinished combination, o->jobs at a time, until all are done, one fails, or a signal. */
+static void run_all(const compare_opts *o, run_t *runs, int nruns, sched_t *S) {
+    while (!g_stop && !S->failed && (S->next < nruns || S->running)) {
+        while (!g_stop && !S->failed && S->running < o->jobs && S->next < nruns) {
+            run_t *r = &runs[S->next++];
+            if (!r->done && start_run(o, r, S)) S->failed = 1;
+        }
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid > 0) { reap(o, runs, nruns, pid, status, S); continue; }
+        if (pid < 0 && errno != EINTR && errno != ECHILD) break;
+        progress(o, runs, nruns, S);
+        usleep(200000);
+    }
+}
+
+/* results.csv, the plots and report.md of the finished runs; 0 when all were written. */
+static int write_outputs(const compare_opts *o, const run_t *runs, int nruns, const char *cmdline, double t_start) {
+    int rc = write_csv(o, runs, nruns);
+    int plots_ok = rc == 0 && render_plots(o, runs, nruns) == 0;
+    rc |= write_report(o, runs, nruns, cmdline, plots_ok);
+    if (!rc)
+        printf("wrote %s/results.csv, %s/report.md%s (%.0f s)\n", o->out, o->out,
+               plots_ok ? " and val_loss.png, edq.png, loss_vs_bytes.png" : " (no plots)", cli_now() - t_start);
+    return rc;
+}
+
 int cmd_compare(int argc, char **argv) {
     compare_opts o;
     if (parse_compare(argc, argv, &o)) return 2;
@@ -692,110 +821,29 @@ int cmd_compare(int argc, char **argv) {
         free(runs);
         return 1;
     }
-    /* Every combination, strategy-major within a β2 so that the first results to arrive can be compared. */
-    int k = 0, finished = 0;
-    for (int si = 0; si < o.seeds; si++)
-        for (int j = 0; j < o.n_beta2; j++)
-            for (int i = 0; i < o.n_strategies; i++) {
-                run_t *r = &runs[k++];
-                char b2s[32];
-                *r = (run_t){.strategy = o.strategies[i], .beta2 = o.beta2[j], .seed_index = si};
-                snprintf(r->dir, sizeof r->dir, "%s/runs/%s-b%s-s%d", o.out, collage_strategy_name(r->strategy),
-                         b2str(r->beta2, b2s), si + 1);
-                char *av[MAX_ARGV], args[8192];
-                if (run_argv(&o, r, av) < 0) { fprintf(stderr, "collage compare: too many flags\n"); free(runs); return 2; }
-                argv_line(av, args, sizeof args);
-                finished += finished_before(r, args, o.steps);
-            }
+    sched_t S = {.tty = isatty(1)};
+    if (plan_runs(&o, runs, &S.finished)) { fprintf(stderr, "collage compare: too many flags\n"); free(runs); return 2; }
     printf("collage compare: %d runs (%d strategies x %d beta2 x %d seeds), %d steps each, %d side by side with %d thread%s each; "
            "%d already finished in %s/\n",
-           nruns, o.n_strategies, o.n_beta2, o.seeds, o.steps, o.jobs, o.threads, o.threads > 1 ? "s" : "", finished, o.out);
+           nruns, o.n_strategies, o.n_beta2, o.seeds, o.steps, o.jobs, o.threads, o.threads > 1 ? "s" : "", S.finished, o.out);
     fflush(stdout);
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    int running = 0, next = 0, failed = 0, started = 0, tty = isatty(1);
-    int todo = nruns - finished;
-    double t_start = cli_now(), last_print = 0;
-    long steps_total = (long)todo * o.steps;
-    while (!g_stop && !failed && (next < nruns || running)) {
-        while (!g_stop && !failed && running < o.jobs && next < nruns) {
-            run_t *r = &runs[next++];
-            if (r->done) continue;
-            char *av[MAX_ARGV], args[8192];
-            run_argv(&o, r, av);
-            argv_line(av, args, sizeof args);
-            snprintf(path, sizeof path, "%s/summary.json", r->dir);
-            unlink(path); /* a stale result never counts for a new run */
-            if (cli_mkdir_p(r->dir)) { fprintf(stderr, "collage compare: cannot create '%s': %s\n", r->dir, strerror(errno)); failed = 1; break; }
-            snprintf(path, sizeof path, "%s/args.txt", r->dir);
-            if (write_text(path, args)) { failed = 1; break; }
-            r->pid = launch(av, r->dir);
-            if (r->pid < 0) { fprintf(stderr, "collage compare: fork: %s\n", strerror(errno)); failed = 1; break; }
-            r->t0 = cli_now();
-            r->steps_seen = 0;
-            running++; started++;
-            printf("%s[start %d of %d] %s beta2 %g seed %llu\n", tty ? "\r\033[K" : "", started, todo,
-                   collage_strategy_name(r->strategy), r->beta2, (unsigned long long)(o.seed + (uint64_t)r->seed_index));
-            fflush(stdout);
-        }
-        int status;
-        pid_t pid = waitpid(-1, &status, WNOHANG);
-        if (pid > 0) {
-            for (int i = 0; i < nruns; i++) {
-                run_t *r = &runs[i];
-                if (r->pid != pid) continue;
-                r->pid = 0;
-                running--;
-                r->secs = cli_now() - r->t0;
-                if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && load_result(r, o.steps)) {
-                    finished++;
-                    printf("%s[%d/%d] done  %s beta2 %g seed %llu: val loss %.4f, EDQ ratio %.3f, lost %.1f%% (%.0f s)\n",
-                           tty ? "\r\033[K" : "", finished, nruns, collage_strategy_name(r->strategy), r->beta2,
-                           (unsigned long long)(o.seed + (uint64_t)r->seed_index), r->val_loss, r->edq_ratio, 100 * r->lost, r->secs);
-                } else if (!g_stop) {
-                    snprintf(path, sizeof path, "%s/train.out", r->dir);
-                    fprintf(stderr, "\ncollage compare: the run in %s failed (%s %d); the end of %s:\n", r->dir,
-                            WIFEXITED(status) ? "exit" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), path);
-                    tail_file(path, stderr);
-                    fprintf(stderr, "hint: fix the flag or file it names and rerun the same command; finished runs are kept\n");
-                    failed = 1;
-                }
-            }
-            continue;
-        }
-        if (pid < 0 && errno != EINTR && errno != ECHILD) break;
-        /* Progress: steps logged by the running runs; the ETA assumes the remaining steps go as fast. */
-        long steps_done = 0;
-        for (int i = 0; i < nruns; i++) {
-            if (runs[i].pid > 0) runs[i].steps_seen = last_logged_step(runs[i].dir);
-            if (runs[i].pid > 0 || (runs[i].secs > 0 && runs[i].done)) steps_done += runs[i].pid > 0 ? runs[i].steps_seen : o.steps;
-        }
-        double now = cli_now(), el = now - t_start;
-        if (steps_done > 0 && now - last_print >= (tty ? 1.0 : 60.0)) {
-            double eta = el / (double)steps_done * (double)(steps_total - steps_done);
-            if (tty) printf("\r\033[K%ld/%ld steps, %d running, ETA %dm%02ds", steps_done, steps_total, running, (int)eta / 60, (int)eta % 60);
-            else printf("progress: %ld/%ld steps, %d running, ETA %dm%02ds\n", steps_done, steps_total, running, (int)eta / 60, (int)eta % 60);
-            fflush(stdout);
-            last_print = now;
-        }
-        usleep(200000);
-    }
-    if (g_stop || failed) {
+    S.todo = nruns - S.finished;
+    S.t_start = cli_now();
+    S.steps_total = (long)S.todo * o.steps;
+    run_all(&o, runs, nruns, &S);
+    if (g_stop || S.failed) {
         for (int i = 0; i < nruns; i++)
             if (runs[i].pid > 0) kill(runs[i].pid, SIGTERM);
         while (wait(NULL) > 0) {}
-        if (g_stop) fprintf(stderr, "\ncollage compare: interrupted; %d of %d runs finished — rerun the same command to continue\n", finished, nruns);
+        if (g_stop) fprintf(stderr, "\ncollage compare: interrupted; %d of %d runs finished — rerun the same command to continue\n", S.finished, nruns);
         free(runs);
         return 1;
     }
-    if (tty) printf("\r\033[K");
-    int rc = write_csv(&o, runs, nruns);
-    int plots_ok = rc == 0 && render_plots(&o, runs, nruns) == 0;
-    rc |= write_report(&o, runs, nruns, cmdline, plots_ok);
-    if (!rc)
-        printf("wrote %s/results.csv, %s/report.md%s (%.0f s)\n", o.out, o.out,
-               plots_ok ? " and val_loss.png, edq.png, loss_vs_bytes.png" : " (no plots)", cli_now() - t_start);
+    if (S.tty) printf("\r\033[K");
+    int rc = write_outputs(&o, runs, nruns, cmdline, S.t_start);
     free(runs);
     return rc ? 1 : 0;
 }
