@@ -1849,6 +1849,72 @@ static void test_memory_table(void) {
     CHECK(collage_strategy_memory(COLLAGE_STRATEGY_COUNT).total == 0, "unknown strategy memory");
 }
 
+/* The strategy table (collage_strategy_get): names and aliases round-trip, every row has θ, m and v,
+ * each word's bytes are its format's, a strategy says where it keeps an update exactly when it has a
+ * word that keeps one, and a state file grows by the row's word bytes per parameter. */
+static size_t file_size(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n > 0 ? (size_t)n : 0;
+}
+static void test_strategy_table(void) {
+    const double fmt_bytes[COLLAGE_WORD_FORMAT_COUNT] = {0, 4, 2, 2, 2, 0};
+    for (int si = 0; si < NS; si++) {
+        collage_strategy s = ALL[si], back = COLLAGE_STRATEGY_COUNT;
+        const collage_strategy_info *T = collage_strategy_get(s);
+        CHECK(T != NULL, "%s: no row", SNAME(s));
+        if (!T) continue;
+        CHECK(!strcmp(T->name, SNAME(s)) && collage_strategy_parse(T->name, &back) == COLLAGE_OK && back == s,
+              "%s: name '%s' parses to %d", SNAME(s), T->name, (int)back);
+        if (T->alias) CHECK(collage_strategy_parse(T->alias, &back) == COLLAGE_OK && back == s, "%s: alias '%s'", SNAME(s), T->alias);
+        CHECK(T->word[COLLAGE_ROLE_WEIGHTS].format && T->word[COLLAGE_ROLE_M].format && T->word[COLLAGE_ROLE_V].format,
+              "%s: θ, m or v missing", SNAME(s));
+        CHECK(T->arith == COLLAGE_WORD_FP32 || T->arith == COLLAGE_WORD_BF16, "%s: arithmetic %s", SNAME(s),
+              collage_word_format_name(T->arith));
+        double per_param = 0;
+        int keeps = 0;
+        for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) {
+            const collage_state_word *w = &T->word[r];
+            CHECK((unsigned)w->format < COLLAGE_WORD_FORMAT_COUNT && w->format != COLLAGE_WORD_Q8 &&
+                      w->bytes == fmt_bytes[w->format] && w->block == 0,
+                  "%s: word %s: format %s, %g bytes", SNAME(s), collage_word_role_name((collage_word_role)r),
+                  collage_word_format_name(w->format), w->bytes);
+            per_param += w->bytes;
+            keeps |= w->format && (r == COLLAGE_ROLE_COMPENSATION || r == COLLAGE_ROLE_KAHAN ||
+                                   r == COLLAGE_ROLE_REMAINDER || r == COLLAGE_ROLE_MASTER);
+        }
+        CHECK(!T->keeps_update_in == !keeps, "%s: keeps_update_in '%s' but %s a word that keeps updates", SNAME(s),
+              T->keeps_update_in ? T->keeps_update_in : "(none)", keeps ? "has" : "has no");
+        collage_memory m = collage_strategy_memory(s);
+        CHECK(m.total - m.grad == per_param, "%s: memory %g + gradient %g, words %g", SNAME(s), m.total - m.grad, m.grad,
+              per_param);
+        size_t sz[2] = {0, 0};
+        for (int k = 0; k < 2; k++) { /* the state file of 5 and of 12 parameters */
+            collage_adamw_config c = {.strategy = s, .n = k ? 12 : 5};
+            collage_adamw *o = mk(&c);
+            char path[128];
+            snprintf(path, sizeof path, "%s/table%d.state", g_dir, k);
+            if (o && collage_adamw_save(o, path) == COLLAGE_OK) sz[k] = file_size(path);
+            collage_adamw_free(o);
+        }
+        CHECK(sz[0] && (double)(sz[1] - sz[0]) == 7 * per_param, "%s: state files of 5 and 12 parameters: %zu, %zu bytes",
+              SNAME(s), sz[0], sz[1]);
+    }
+    collage_strategy s;
+    CHECK(collage_strategy_parse("light", &s) == COLLAGE_OK && s == COLLAGE_LIGHT, "alias light");
+    CHECK(collage_strategy_parse("plus", &s) == COLLAGE_OK && s == COLLAGE_PLUS, "alias plus");
+    CHECK(collage_strategy_parse("bf17", &s) == COLLAGE_ERR_ARG, "unknown name");
+    CHECK(collage_strategy_get(COLLAGE_STRATEGY_COUNT) == NULL, "row of an unknown strategy");
+    CHECK(!strcmp(collage_word_role_name(COLLAGE_ROLE_COMPENSATION), "δθ") &&
+              !strcmp(collage_word_role_name(COLLAGE_ROLE_COUNT), "unknown"), "role names");
+    CHECK(!strcmp(collage_word_format_name(COLLAGE_WORD_BF16), "bf16") &&
+              !strcmp(collage_word_format_name(COLLAGE_WORD_FORMAT_COUNT), "unknown"), "format names");
+    CHECK(collage_adamw_set_tie_proof(NULL, 0) == COLLAGE_ERR_NULL, "set_tie_proof(NULL)");
+}
+
 /* ------------------------------------------------------------------ 12. EDQ */
 #define EDQ_FP32_TOL 1e-4       /* fp32: |edq_ratio − 1|; measured 2e-6 */
 #define EDQ_STATE_TOL 0.01      /* collage-light: |edq_state_ratio − 1| with updates below the ulp; 1.3e-3 */
@@ -2303,6 +2369,7 @@ int main(void) {
     RUN(test_save_load_bad_files);
     RUN(test_sharded_equals_whole);
     RUN(test_sr_shard_across_2_32);
+    RUN(test_strategy_table); /* saves state files: before the folder goes */
     remove_dir(g_dir);
     RUN(test_bad_input);
     RUN(test_skip_nonfinite);
