@@ -610,13 +610,10 @@ static collage_status load_fail(collage_adamw *o, FILE *f, collage_status st, co
     return st;
 }
 
-/* part = 0: the file must hold exactly this optimizer's range; part = 1: any range of the same slab,
- * and only the overlap is read. Nothing is written before the whole file has been validated. */
-static collage_status load(collage_adamw *o, const char *path, int part, size_t *copied) {
-    if (copied) *copied = 0;
-    if (!o || !path) return COLLAGE_ERR_NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return load_fail(o, NULL, COLLAGE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+/* The header, shard record and group table of f, checked against o; *hash = the FNV-1a of what was
+ * read. On failure f is closed and o's error says why. part as for load(). */
+static collage_status read_header(collage_adamw *o, FILE *f, const char *path, int part, adamw_header *hp,
+                                  adamw_shard_rec *shp, uint64_t *hashp) {
     adamw_header h;
     if (fread(&h, sizeof h, 1, f) != 1)
         return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' is too short to be a collage optimizer state", path);
@@ -658,6 +655,24 @@ static collage_status load(collage_adamw *o, const char *path, int part, size_t 
                              path, i, (unsigned long long)g.offset, (unsigned long long)g.count, o->groups[i].name,
                              o->groups[i].offset, o->groups[i].count);
     }
+    *hp = h;
+    *shp = sh;
+    *hashp = hash;
+    return COLLAGE_OK;
+}
+
+/* part = 0: the file must hold exactly this optimizer's range; part = 1: any range of the same slab,
+ * and only the overlap is read. Nothing is written before the whole file has been validated. */
+static collage_status load(collage_adamw *o, const char *path, int part, size_t *copied) {
+    if (copied) *copied = 0;
+    if (!o || !path) return COLLAGE_ERR_NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return load_fail(o, NULL, COLLAGE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    adamw_header h = {{0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    adamw_shard_rec sh = {0, 0};
+    uint64_t hash = 0;
+    collage_status st = read_header(o, f, path, part, &h, &sh, &hash);
+    if (st != COLLAGE_OK) return st; /* f is closed */
     void *p[COLLAGE_ROLE_COUNT];
     size_t es[COLLAGE_ROLE_COUNT], total = 0;
     int ns = slab_list(o, p, es);
