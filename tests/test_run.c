@@ -120,7 +120,7 @@ static void test_evaluate(void) {
     char err[1024];
     collage_run_config c = tiny();
     collage_run *r = NULL;
-    double v1 = NAN, v2 = NAN, loss[2];
+    double v1 = (double)NAN, v2 = (double)NAN, loss[2];
     CHECK(collage_run_create(&c, NULL, NULL, &r, err, sizeof err) == COLLAGE_OK, "%s", err);
     if (!r) return;
     CHECK(collage_run_get_info(r).has_val, "no validation split");
