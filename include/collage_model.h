@@ -51,7 +51,10 @@ typedef struct {
     size_t shape[4];
     int decay;             /* 1: a matrix that takes weight decay; 0: bias or norm */
 } collage_tensor_info;
-/* The tensors in slab order: writes at most cap, returns the total (0 for an invalid config). */
+/* The most tensors of any family, for arrays on the stack: the two calls below never return more. */
+#define COLLAGE_MODEL_MAX_TENSORS 64
+/* The tensors in slab order: writes at most cap (out may be NULL), returns the total (0 for an invalid
+ * config). */
 int            collage_model_tensors(const collage_model_config *cfg, collage_tensor_info *out, int cap);
 /* One optimizer group per tensor: weight_decay where decay, else 0. Writes at most cap, returns the
  * total. Names point to static strings. */

@@ -1,9 +1,12 @@
-/* gpt.c — the GPT-2 model: configuration, presets and shape checks, the parameter slab in llm.c's order,
- * GPT-2 initialisation, the activation slab, forward/backward in fp32, bf16 and fp64 (the kernels of
- * ops.h instantiated for float and double), next-token logits and sampling. */
+/* gpt2.c — the GPT-2 family: configuration, presets and shape checks, the parameter slab in llm.c's order,
+ * GPT-2 initialisation, the activation slab, forward/backward in fp32, bf16 and fp64 (the layer ops of
+ * src/nn in the order of gpt2_graph.inc, instantiated for float and double), next-token logits, and the
+ * family's row of the model table (collage_model_config ↔ collage_gpt_config). */
 #include "internal.h"
 #include "gpt2.h"
-#include <cblas.h>
+#include "gpt2_ckpt.h"
+#include "model.h"
+#include "nn.h"
 #include <math.h>
 #include <stdarg.h>
 
@@ -30,69 +33,28 @@ typedef struct {
     size_t nparams, nacts;
 } gpt_plan;
 
-/* ---------------------------------------------------------------- the kernels, twice */
-/* Branch-free selects: a where m is all ones, else b. Under GCC's default -ftrapping-math a float `?:`
- * is control flow that blocks vectorisation; masks on the bits are not, and give the same values. */
-static inline float sel_f32(uint32_t m, float a, float b) { return bits_f32((m & f32_bits(a)) | (~m & f32_bits(b))); }
-static inline uint32_t lt_f32(float a, float b) { return 0u - (uint32_t)(a < b); }
+/* ---------------------------------------------------------------- the graph, twice */
+float collage__gpt_exp_f32(float x) { return nn_exp_f32(x); }
 
-/* bf ? the bf16 nearest to v (RN, ties to even, NaN kept quiet: bf16_rn_bits) : v. */
-static inline float rnd_f32(int bf, float v) {
-    const uint32_t u = f32_bits(v);
-    const uint32_t rn = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u, nan = (u | 0x00400000u) & 0xffff0000u;
-    const uint32_t is_nan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u), on = 0u - (uint32_t)(bf != 0);
-    return bits_f32((on & ((is_nan & nan) | (~is_nan & rn))) | (~on & u));
-}
-static inline double rnd_f64(int bf, double v) { (void)bf; return v; }
-static inline float min_f32(float a, float b) { return sel_f32(lt_f32(b, a), b, a); } /* NaN a: a */
-static inline double min_f64(double a, double b) { return b < a ? b : a; }
-
-/* e^x in float without a libm call, so loops over it vectorise and give the same bits in every build
- * and with every libm. x = k·ln2 + r (Cody–Waite: ln2 = L2HI + L2LO, k·L2HI exact for |k| < 2^9),
- * |r| ≤ ln2/2 + ε, e^r by its degree-7 Taylor polynomial (truncation < 6e-9 relative), times 2^k as
- * two exact scalings 2^(k>>1)·2^(k−(k>>1)) so no factor leaves the normal range. Error ≤ 2 ulp
- * (test_gpt measures it against exp in double). Result 0 below −87.33654 (where e^x < 2^−126, the
- * subnormals are flushed), +Inf above 88.72283, NaN for NaN. */
-static inline float exp_f32(float x) {
-    const float L2HI = 0.693145751953125f, L2LO = 1.428606765330187e-6f, SHIFTER = 12582912.0f;
-    float xc = sel_f32(lt_f32(x, -87.5f), -87.5f, x);
-    xc = sel_f32(lt_f32(88.8f, xc), 88.8f, xc);
-    xc = sel_f32(0u - (uint32_t)(x != x), 0.0f, xc); /* keep the integer conversion below defined */
-    const float kf = (xc * 1.44269504088896341f + SHIFTER) - SHIFTER; /* nearest integer, |k| ≤ 129 */
-    const float r = (xc - kf * L2HI) - kf * L2LO;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    const int32_t k = (int32_t)kf, k1 = k >> 1, k2 = k - k1;
-    float y = (p * bits_f32((uint32_t)(k1 + 127) << 23)) * bits_f32((uint32_t)(k2 + 127) << 23);
-    y = sel_f32(lt_f32(x, -87.33654f), 0.0f, y);
-    y = sel_f32(lt_f32(88.72283f, x), (float)INFINITY, y);
-    return sel_f32(0u - (uint32_t)(x != x), x, y);
-}
-float collage__gpt_exp_f32(float x) { return exp_f32(x); }
+#define PW(k, l) (w + P->p[k] + (size_t)(l) * P->pl[k])   /* parameter tensor k of layer l */
+#define PG(k, l) (g + P->p[k] + (size_t)(l) * P->pl[k])   /* its gradient */
+#define AC(k, l) (a + P->a[k] + (size_t)(l) * P->al[k])   /* activation k of layer l */
 
 #define real float
 #define SUF(name) name##_f32
-#define GEMM cblas_sgemm
-#define R_EXP exp_f32
-#define R_MIN min_f32
-#define R_LOG logf
-#define R_SQRT sqrtf
-#include "ops.h"
+#define NN(op) nn_##op##_f32
+#include "gpt2_graph.inc"
+#undef real
+#undef SUF
+#undef NN
 
 #define real double
 #define SUF(name) name##_f64
-#define GEMM cblas_dgemm
-#define R_EXP exp
-#define R_MIN min_f64
-#define R_LOG log
-#define R_SQRT sqrt
-#include "ops.h"
+#define NN(op) nn_##op##_f64
+#include "gpt2_graph.inc"
+#undef real
+#undef SUF
+#undef NN
 
 /* ---------------------------------------------------------------- configuration */
 const char *collage_gpt_precision_name(collage_gpt_precision p) {
@@ -379,14 +341,6 @@ static collage_status take_input(collage_gpt *m, const void *params, const int *
     return COLLAGE_OK;
 }
 
-/* OpenBLAS runs single-threaded inside the model's OpenMP threads (ops.h, gemm): the tile grid makes the
- * products independent of the thread count, and a second pool of threads beside OpenMP's halves the
- * speed on a small machine. Setting it is process-wide and left so: switching OpenBLAS back to more
- * threads after each pass wakes its pool, whose spinning costs as much again. */
-static void blas_single(void) {
-    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
-}
-
 /* The fp32 weights the kernels read: the caller's slab, or in bf16 the slab widened (exact). */
 static const void *weights(collage_gpt *m, const void *params) {
     if (m->prec != COLLAGE_GPT_BF16) return params;
@@ -403,9 +357,10 @@ collage_status collage_gpt_forward(collage_gpt *m, const void *params, const int
     const int nt = collage__threads(), bf = m->prec == COLLAGE_GPT_BF16;
     const int *tgt = targets ? m->tgt : NULL;
     const void *w = weights(m, params);
-    blas_single();
+    const int blas = nn_blas_begin();
     double L = m->prec == COLLAGE_GPT_FP64 ? gpt_forward_f64(&m->P, w, m->acts, m->tok, tgt, B, T, 0, nt)
                                            : gpt_forward_f32(&m->P, w, m->acts, m->tok, tgt, B, T, bf, nt);
+    nn_blas_end(blas);
     m->w_used = w;
     m->B = B;
     m->T = T;
@@ -420,13 +375,13 @@ collage_status collage_gpt_backward(collage_gpt *m) {
         return fail(m, COLLAGE_ERR_ARG, "backward needs a forward with targets before it (one backward each)");
     }
     m->ready = 0;
-    const int nt = collage__threads();
-    blas_single();
+    const int nt = collage__threads(), blas = nn_blas_begin();
     if (m->prec == COLLAGE_GPT_FP64)
         gpt_backward_f64(&m->P, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, 0, nt);
     else
         gpt_backward_f32(&m->P, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T,
                          m->prec == COLLAGE_GPT_BF16, nt);
+    nn_blas_end(blas);
     if (m->prec == COLLAGE_GPT_BF16) {
         collage_bf16_from_f32_row(m->grads16, m->grads, m->P.nparams);
         m->grads16_stale = 0;
@@ -483,7 +438,7 @@ collage_status collage_gpt_next_logits(collage_gpt *m, const void *params, const
     if (st != COLLAGE_OK) return st;
     const int nt = collage__threads(), V = m->cfg.vocab_size;
     const void *w = weights(m, params);
-    blas_single();
+    const int blas = nn_blas_begin();
     if (m->prec == COLLAGE_GPT_FP64) {
         gpt_last_logits_f64(&m->P, w, m->acts, m->tok, T, 0, nt);
         const double *x = (const double *)m->acts + m->P.a[A_LOGITS];
@@ -492,28 +447,115 @@ collage_status collage_gpt_next_logits(collage_gpt *m, const void *params, const
         gpt_last_logits_f32(&m->P, w, m->acts, m->tok, T, m->prec == COLLAGE_GPT_BF16, nt);
         memcpy(logits, (const float *)m->acts + m->P.a[A_LOGITS], (size_t)V * sizeof(float));
     }
+    nn_blas_end(blas);
     return COLLAGE_OK;
 }
 
 int collage_gpt_sample(const float *logits, int V, float temperature, uint64_t key, uint64_t index) {
-    if (!logits || V <= 0) return -1;
-    int best = 0;
-    for (int i = 0; i < V; i++) {
-        if (!isfinite(logits[i])) return -1;
-        if (logits[i] > logits[best]) best = i;
-    }
-    if (!(temperature > 0.0f)) return best;
-    const double mx = (double)logits[best], inv_t = 1.0 / (double)temperature;
-    double sum = 0;
-    for (int i = 0; i < V; i++) sum += exp(((double)logits[i] - mx) * inv_t);
-    const double u = ((double)collage_rand32(key, index) + 0.5) * (1.0 / 4294967296.0) * sum;
-    double acc = 0;
-    int last = best;
-    for (int i = 0; i < V; i++) {
-        const double p = exp(((double)logits[i] - mx) * inv_t);
-        if (p > 0) last = i;
-        acc += p;
-        if (u < acc) return i;
-    }
-    return last; /* u within rounding of sum: the last token that has any probability */
+    return collage_sample_logits(logits, V, temperature, key, index);
 }
+
+/* ---------------------------------------------------------------- the family's row of the model table */
+static collage_gpt_config to_gpt(const collage_model_config *c) {
+    return (collage_gpt_config){.vocab_size = c->vocab_size, .padded_vocab_size = c->padded_vocab_size,
+                                .max_seq_len = c->max_seq_len, .num_layers = c->num_layers,
+                                .num_heads = c->num_heads, .channels = c->channels};
+}
+
+static collage_model_config from_gpt(const collage_gpt_config *g) {
+    return (collage_model_config){.family = COLLAGE_FAMILY_GPT2, .vocab_size = g->vocab_size,
+                                  .padded_vocab_size = g->padded_vocab_size, .max_seq_len = g->max_seq_len,
+                                  .num_layers = g->num_layers, .num_heads = g->num_heads, .channels = g->channels};
+}
+
+static const char *const GPT2_PRESETS[] = {"tiny", "small", "gpt2", NULL};
+
+static collage_status fam_preset(const char *name, collage_model_config *out) {
+    collage_gpt_config g;
+    collage_status st = collage_gpt_preset(name, &g);
+    if (st == COLLAGE_OK) *out = from_gpt(&g);
+    return st;
+}
+
+static collage_status fam_check(const collage_model_config *cfg, int maxB, int maxT, char *msg, size_t cap) {
+    const collage_gpt_config g = to_gpt(cfg);
+    return collage_gpt_check(&g, maxB, maxT, msg, cap);
+}
+
+static int fam_tensors(const collage_model_config *cfg, collage_tensor_info *out, int cap) {
+    const collage_gpt_config g = to_gpt(cfg);
+    collage_gpt_tensor t[COLLAGE_GPT_NTENSORS];
+    if (!collage_gpt_tensors(&g, t)) return 0;
+    for (int k = 0; k < COLLAGE_GPT_NTENSORS && k < cap && out; k++)
+        out[k] = (collage_tensor_info){.name = t[k].name, .offset = t[k].offset, .count = t[k].count,
+                                       .ndim = t[k].ndim, .shape = {t[k].shape[0], t[k].shape[1], t[k].shape[2], 0},
+                                       .decay = t[k].decay};
+    return COLLAGE_GPT_NTENSORS;
+}
+
+static collage_status fam_init(const collage_model_config *cfg, uint64_t seed, float *w, size_t n) {
+    const collage_gpt_config g = to_gpt(cfg);
+    return collage_gpt_init_weights(&g, seed, w, n);
+}
+
+static collage_status fam_create(const collage_model_config *cfg, collage_real prec, int maxB, int maxT, void **impl) {
+    static const collage_gpt_precision P[COLLAGE_REAL_COUNT] = {
+        [COLLAGE_REAL_FP32] = COLLAGE_GPT_FP32, [COLLAGE_REAL_BF16] = COLLAGE_GPT_BF16,
+        [COLLAGE_REAL_FP64] = COLLAGE_GPT_FP64};
+    if ((unsigned)prec >= COLLAGE_REAL_COUNT) return COLLAGE_ERR_ARG;
+    const collage_gpt_config g = to_gpt(cfg);
+    collage_gpt *m = NULL;
+    collage_status st = collage_gpt_create(&g, P[prec], maxB, maxT, &m);
+    *impl = m;
+    return st;
+}
+
+static void fam_free(void *m) { collage_gpt_free(m); }
+static size_t fam_size(const void *m) { return collage_gpt_size(m); }
+static const char *fam_error(const void *m) { return collage_gpt_error(m); }
+static collage_status fam_forward(void *m, const void *params, const int *tokens, const int *targets, int B, int T,
+                                  double *loss) {
+    return collage_gpt_forward(m, params, tokens, targets, B, T, loss);
+}
+static collage_status fam_backward(void *m) { return collage_gpt_backward(m); }
+static void *fam_grads(void *m) { return collage_gpt_grads(m); }
+static void fam_zero_grad(void *m) { collage_gpt_zero_grad(m); }
+static collage_status fam_next_logits(void *m, const void *params, const int *tokens, int T, float *logits) {
+    return collage_gpt_next_logits(m, params, tokens, T, logits);
+}
+
+/* llm.c's header starts with the int32 magic 20240326 (little-endian, as every int of the format). */
+static int fam_ckpt_probe(const unsigned char *head, size_t len) {
+    int32_t magic;
+    if (len < sizeof magic) return 0;
+    memcpy(&magic, head, sizeof magic);
+    return magic == COLLAGE_LLMC_MAGIC;
+}
+
+static collage_status fam_ckpt_save(const char *path, const collage_model_config *cfg, const void *params, int bf16,
+                                    char *err, size_t cap) {
+    const collage_gpt_config g = to_gpt(cfg);
+    return collage_ckpt_save_model(path, &g, params, bf16, err, cap);
+}
+
+static collage_status fam_ckpt_read_header(const char *path, collage_model_config *cfg, int *bf16, char *err,
+                                           size_t cap) {
+    collage_gpt_config g;
+    collage_status st = collage_ckpt_read_header(path, &g, bf16, err, cap);
+    if (st == COLLAGE_OK && cfg) *cfg = from_gpt(&g);
+    return st;
+}
+
+static collage_status fam_ckpt_load(const char *path, const collage_model_config *cfg, void *params, int want_bf16,
+                                    char *err, size_t cap) {
+    const collage_gpt_config g = to_gpt(cfg);
+    return collage_ckpt_load_model(path, &g, params, want_bf16, err, cap);
+}
+
+const collage_model_family collage__gpt2_family = {
+    .name = "gpt2", .presets = GPT2_PRESETS, .preset = fam_preset, .pad_vocab = collage_gpt_pad_vocab,
+    .check = fam_check, .tensors = fam_tensors, .init_weights = fam_init,
+    .create = fam_create, .free = fam_free, .size = fam_size, .error = fam_error, .forward = fam_forward,
+    .backward = fam_backward, .grads = fam_grads, .zero_grad = fam_zero_grad, .next_logits = fam_next_logits,
+    .ckpt_probe = fam_ckpt_probe, .ckpt_what = "llm.c GPT-2: int32 magic 20240326", .ckpt_save = fam_ckpt_save,
+    .ckpt_read_header = fam_ckpt_read_header, .ckpt_load = fam_ckpt_load};

@@ -1,0 +1,55 @@
+/* model.h — the family table behind collage_model.h: what one model family provides (its names and
+ * presets, shape check, tensors, initialisation, the model's calls and its checkpoint format), as a
+ * row of function pointers. model.c holds the table and the generic object; each family fills its
+ * row in its own file (gpt2.c: collage__gpt2_family). Private to the library and its tests. */
+#ifndef COLLAGE_MODELS_MODEL_H
+#define COLLAGE_MODELS_MODEL_H
+
+#include "collage_model.h"
+
+/* The first bytes of a checkpoint file handed to every family's probe (fewer when the file is shorter). */
+#define COLLAGE_CKPT_PROBE_BYTES 64
+
+typedef struct {
+    const char *name;                       /* "gpt2": collage_family_name */
+    const char *const *presets;             /* preset names, NULL-terminated */
+    /* Configuration. cfg->family is this family's in every call below. */
+    collage_status (*preset)(const char *name, collage_model_config *out);  /* COLLAGE_ERR_ARG if not its own */
+    int (*pad_vocab)(int vocab_size);       /* rows of the embedding for vocab_size tokens */
+    collage_status (*check)(const collage_model_config *cfg, int maxB, int maxT, char *msg, size_t cap);
+    /* Tensors in slab order: writes at most cap, returns the total (0 for an invalid config). */
+    int (*tensors)(const collage_model_config *cfg, collage_tensor_info *out, int cap);
+    collage_status (*init_weights)(const collage_model_config *cfg, uint64_t seed, float *w, size_t n);
+
+    /* The model: an object of the family's own type (impl), made for maxB × maxT. The calls keep the
+     * contracts of collage_model.h; model.c keeps OpenBLAS single-threaded around them. */
+    collage_status (*create)(const collage_model_config *cfg, collage_real prec, int maxB, int maxT, void **impl);
+    void (*free)(void *impl);
+    size_t (*size)(const void *impl);
+    const char *(*error)(const void *impl);
+    collage_status (*forward)(void *impl, const void *params, const int *tokens, const int *targets, int B, int T,
+                              double *loss);
+    collage_status (*backward)(void *impl);
+    void *(*grads)(void *impl);
+    void (*zero_grad)(void *impl);
+    collage_status (*next_logits)(void *impl, const void *params, const int *tokens, int T, float *logits);
+
+    /* The checkpoint format. probe: 1 when head (the file's first len bytes) starts a checkpoint of this
+     * family. ckpt_what names the format for messages ("llm.c GPT-2, magic 20240326"). Errors name the
+     * file. */
+    int (*ckpt_probe)(const unsigned char *head, size_t len);
+    const char *ckpt_what;
+    collage_status (*ckpt_save)(const char *path, const collage_model_config *cfg, const void *params, int bf16,
+                                char *err, size_t cap);
+    collage_status (*ckpt_read_header)(const char *path, collage_model_config *cfg, int *bf16, char *err, size_t cap);
+    collage_status (*ckpt_load)(const char *path, const collage_model_config *cfg, void *params, int want_bf16,
+                                char *err, size_t cap);
+} collage_model_family;
+
+/* The rows (model.c's table holds their addresses, in collage_family order). */
+extern const collage_model_family collage__gpt2_family;
+
+/* The row of family f; NULL if f is out of range. */
+const collage_model_family *collage__model_family(collage_family f);
+
+#endif

@@ -1,0 +1,12 @@
+/* ops_f64.c — the layer ops of nn.h in double: the reference the float model's gradients are checked
+ * against (bf is ignored: nn_rnd_f64 rounds nothing). */
+#include "nn.h"
+#include <math.h>
+
+#define real double
+#define SUF(name) nn_##name##_f64
+#define R_EXP exp
+#define R_MIN nn_min_f64
+#define R_LOG log
+#define R_SQRT sqrt
+#include "ops.inc"
