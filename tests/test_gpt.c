@@ -371,7 +371,7 @@ static void run_threads(collage_gpt_precision prec, int threads, const void *w, 
     collage_gpt_free(m);
 }
 
-/* B·T·C large enough that every kernel runs its parallel path (ops.h: OPS_PAR_MIN). */
+/* B·T·C large enough that every kernel runs its parallel path (src/nn/ops.inc: OPS_PAR_MIN). */
 static void test_thread_count_independence(void) {
     collage_gpt_config c;
     collage_gpt_preset("tiny", &c);

@@ -1,10 +1,11 @@
-/* gpt.h — the GPT-2 model (llm.c's train_gpt2.c architecture): configuration and presets, the flat
+/* gpt2.h — the GPT-2 family's own API (llm.c's train_gpt2.c architecture), behind collage_model.h's
+ * family table (gpt2.c fills the row) and used directly by its tests: configuration and presets, the flat
  * parameter slab in llm.c's order (checkpoints map 1:1), GPT-2 initialisation, forward (mean
  * cross-entropy), backward (gradients accumulated into a flat slab of the same layout), and next-token
  * logits + sampling. Precisions: fp32, bf16 (models bf16 hardware: bf16 weights, activations and
  * gradients, fp32 accumulation) and fp64 (the same code in double: the gradient-check reference). */
-#ifndef COLLAGE_GPT_H
-#define COLLAGE_GPT_H
+#ifndef COLLAGE_GPT2_H
+#define COLLAGE_GPT2_H
 
 #include "collage.h"
 #include <stddef.h>
@@ -70,8 +71,9 @@ collage_status collage_gpt_init_weights(const collage_gpt_config *cfg, uint64_t 
 
 /* ---------------------------------------------------------------- the model */
 /* Threads: collage_set_threads (OpenMP) runs every kernel and every matrix product (a fixed grid of
- * single-threaded cblas_sgemm tiles); results are bit-identical for any thread count and with OpenMP
- * off. Forward, backward and next_logits set OpenBLAS to one thread, process-wide, and leave it so. */
+ * single-threaded cblas_sgemm tiles, src/nn/gemm.c); results are bit-identical for any thread count and
+ * with OpenMP off. Forward, backward and next_logits set OpenBLAS to one thread on entry and restore the
+ * caller's count before they return. */
 typedef struct collage_gpt collage_gpt;
 
 /* All memory (activations for maxB × maxT, gradients, bf16 staging) is allocated here. */
@@ -118,7 +120,7 @@ collage_status collage_gpt_next_logits(collage_gpt *m, const void *params, const
  * token. temperature ≤ 0: the argmax (first on ties). Returns -1 for V ≤ 0 or non-finite logits. */
 int            collage_gpt_sample(const float *logits, int V, float temperature, uint64_t key, uint64_t index);
 
-/* Internal, for tests: the float model's e^x (gpt.c: ≤ 2 ulp, the same bits in every build). */
+/* Internal, for tests: the float model's e^x (nn_exp_f32 of nn.h: ≤ 2 ulp, the same bits in every build). */
 float          collage__gpt_exp_f32(float x);
 
 #ifdef __cplusplus

@@ -1,4 +1,5 @@
-/* ckpt.c — llm.c-format model checkpoints: read with full validation, written atomically. */
+/* gpt2_ckpt.c — the GPT-2 family's checkpoints in llm.c's format: read with full validation, written
+ * atomically. */
 #include "gpt2_ckpt.h"
 #include "internal.h"
 #include <errno.h>

@@ -1,10 +1,10 @@
-/* ckpt.h — model checkpoints in llm.c's format (so a model trained here loads in llm.c, and llm.c's
- * gpt2_124M.bin loads here).
+/* gpt2_ckpt.h — the GPT-2 family's checkpoints in llm.c's format (so a model trained here loads in
+ * llm.c, and llm.c's gpt2_124M.bin loads here).
  * llm.c format: 256 little-endian int32 — [0] magic 20240326, [1] version (3: fp32 weights, 5: bf16),
- * [2] maxT, [3] V, [4] L, [5] NH, [6] C, [7] padded V; then the parameters in gpt.h's slab order.
+ * [2] maxT, [3] V, [4] L, [5] NH, [6] C, [7] padded V; then the parameters in gpt2.h's slab order.
  * Files are written with collage_atomic_* (collage_data.h). */
-#ifndef COLLAGE_CKPT_H
-#define COLLAGE_CKPT_H
+#ifndef COLLAGE_GPT2_CKPT_H
+#define COLLAGE_GPT2_CKPT_H
 
 #include "gpt2.h"
 #include <stdio.h>
