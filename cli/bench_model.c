@@ -3,7 +3,7 @@
  * measured in the same run. */
 #include "cli.h"
 #include "bench.h"
-#include "gpt2.h"
+#include "collage_model.h"
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,11 +11,10 @@
 #include <string.h>
 
 /* ------------------------------------------------------------------ model */
-/* One training step (forward, backward, optimizer) of a GPT per strategy, in tokens/s and model
- * FLOP/s, next to OpenBLAS sgemm on the same matrix shapes measured in the same run. Model FLOPs per
- * token: 6·N for the weight matrices (forward + backward) plus 6·L·T·C for attention scores and
- * values (each position attends to T/2 positions on average, causal). */
-static double sgemm_rate(const collage_gpt_config *c, int BT, int reps) {
+/* Model FLOPs per token: 6·N for the weight matrices (forward + backward) plus 6·L·T·C for attention
+ * scores and values (each position attends to T/2 positions on average, causal). The reference rate:
+ * OpenBLAS sgemm on the products of a GPT-2-shaped model of the same size. */
+static double sgemm_rate(const collage_model_config *c, int BT, int reps) {
     int C = c->channels, V = c->padded_vocab_size;
     /* (rows, inner, cols) of the forward products; backward runs the two transposed products */
     int shapes[5][3] = {{BT, C, 3 * C}, {BT, C, C}, {BT, C, 4 * C}, {BT, 4 * C, C}, {BT, C, V}};
@@ -55,29 +54,29 @@ static double sgemm_rate(const collage_gpt_config *c, int BT, int reps) {
 /* One model and its optimizer, stepped by the benchmark; per-step times of each phase. */
 typedef struct {
     collage_strategy s;
-    collage_gpt *m;
+    collage_model *m;
     collage_adamw *opt;
     double *t[4]; /* whole step, forward (with zero_grad), backward, optimizer */
 } bench_run;
 
 static void bench_run_free(bench_run *r) {
-    collage_gpt_free(r->m);
+    collage_model_free(r->m);
     collage_adamw_free(r->opt);
     free(r->t[0]);
     memset(r, 0, sizeof *r);
 }
 
-static int bench_run_make(bench_run *r, collage_strategy s, const collage_gpt_config *c, const float *w0, int B,
+static int bench_run_make(bench_run *r, collage_strategy s, const collage_model_config *c, const float *w0, int B,
                           int T, int samples) {
     memset(r, 0, sizeof *r);
     r->s = s;
-    size_t n = collage_gpt_num_params(c);
-    collage_param_group g[COLLAGE_GPT_NTENSORS];
-    int ng = collage_gpt_param_groups(c, 0.1, g);
+    size_t n = collage_model_num_params(c);
+    collage_param_group g[COLLAGE_MODEL_MAX_TENSORS];
+    int ng = collage_model_param_groups(c, 0.1, g, COLLAGE_MODEL_MAX_TENSORS);
     collage_adamw_config ac = {.strategy = s, .n = n, .beta2 = 0.95, .weight_decay = 0.1, .groups = g,
                                .n_groups = ng, .clip = 1.0, .edq = 1};
     r->t[0] = malloc(sizeof(double) * 4 * (size_t)samples);
-    if (!r->t[0] || collage_gpt_create(c, s == COLLAGE_FP32 ? COLLAGE_GPT_FP32 : COLLAGE_GPT_BF16, B, T, &r->m) != COLLAGE_OK ||
+    if (!r->t[0] || collage_model_create(c, s == COLLAGE_FP32 ? COLLAGE_REAL_FP32 : COLLAGE_REAL_BF16, B, T, &r->m) != COLLAGE_OK ||
         collage_adamw_create(&ac, &r->opt) != COLLAGE_OK) {
         fprintf(stderr, "collage bench: cannot create the %s model (out of memory?)\n", collage_strategy_name(s));
         bench_run_free(r);
@@ -91,12 +90,12 @@ static int bench_run_make(bench_run *r, collage_strategy s, const collage_gpt_co
 /* One training step as `collage train` takes it (EDQ on); its phase times into sample j (j < 0: not kept). */
 static void bench_run_step(bench_run *r, const int32_t *in, const int32_t *tg, int B, int T, int j) {
     double t0 = cli_now(), loss;
-    collage_gpt_zero_grad(r->m);
-    collage_gpt_forward(r->m, collage_adamw_params(r->opt), in, tg, B, T, &loss);
+    collage_model_zero_grad(r->m);
+    collage_model_forward(r->m, collage_adamw_params(r->opt), in, tg, B, T, &loss);
     double t1 = cli_now();
-    collage_gpt_backward(r->m);
+    collage_model_backward(r->m);
     double t2 = cli_now();
-    collage_adamw_step(r->opt, collage_gpt_grads(r->m), 1e-4, NULL);
+    collage_adamw_step(r->opt, collage_model_grads(r->m), 1e-4, NULL);
     double t3 = cli_now();
     if (j >= 0) r->t[0][j] = t3 - t0, r->t[1][j] = t1 - t0, r->t[2][j] = t2 - t1, r->t[3][j] = t3 - t2;
 }
@@ -121,17 +120,28 @@ static void bench_model_row(collage_strategy s, const double med[4], double ms_f
                tok / (ms * 1e-3), fl * 1e-9, 100 * fl / sg, ratio, med[1], med[2], med[3]);
 }
 
+/* The presets' names as a hint: "tiny, small or gpt2". */
+static const char *preset_list(char *buf, size_t cap) {
+    const char *const *p = collage_model_preset_names();
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; p[i] && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%s", i == 0 ? "" : p[i + 1] ? ", " : " or ", p[i]);
+    return buf;
+}
+
 /* Each low-precision strategy is timed in alternation with one fp32 model, step by step, and its
  * "vs fp32" is the ratio to the median of the fp32 steps taken alongside it: a shared machine drifts by
  * more than the differences measured. The first `warmup` steps of each pair are not timed. */
 static int bench_model(const char *preset, int B, int T, int steps, int warmup, const char *only, int json) {
-    collage_gpt_config c;
-    if (collage_gpt_preset(preset, &c) != COLLAGE_OK) {
-        fprintf(stderr, "collage bench: unknown --model '%s'\nhint: tiny, small or gpt2\n", preset);
+    collage_model_config c;
+    if (collage_model_preset(preset, &c) != COLLAGE_OK) {
+        char names[256];
+        fprintf(stderr, "collage bench: unknown --model '%s'\nhint: %s\n", preset, preset_list(names, sizeof names));
         return 2;
     }
     char msg[256];
-    if (collage_gpt_check(&c, B, T, msg, sizeof msg) != COLLAGE_OK) { fprintf(stderr, "collage bench: %s\n", msg); return 2; }
+    if (collage_model_check(&c, B, T, msg, sizeof msg) != COLLAGE_OK) { fprintf(stderr, "collage bench: %s\n", msg); return 2; }
     collage_strategy list[] = {COLLAGE_BF16_MASTER, COLLAGE_LIGHT, COLLAGE_PLUS, COLLAGE_BF16}, chosen[4];
     int nl = 0;
     if (only) {
@@ -144,7 +154,7 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
         if (s != COLLAGE_FP32) chosen[nl++] = s;
     } else
         for (int i = 0; i < 4; i++) chosen[nl++] = list[i];
-    size_t n = collage_gpt_num_params(&c);
+    size_t n = collage_model_num_params(&c);
     double tok = (double)B * T;
     double flops_tok = 6.0 * (double)n + 6.0 * c.num_layers * (double)T * c.channels;
     double sg = sgemm_rate(&c, B * T, 3);
@@ -159,7 +169,7 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
     fflush(stdout);
     float *w0 = malloc(n * sizeof(float));
     int32_t *in = malloc(sizeof(int32_t) * (size_t)B * T), *tg = malloc(sizeof(int32_t) * (size_t)B * T);
-    if (!w0 || !in || !tg || collage_gpt_init_weights(&c, 1, w0, n) != COLLAGE_OK) { free(w0); free(in); free(tg); return 1; }
+    if (!w0 || !in || !tg || collage_model_init_weights(&c, 1, w0, n) != COLLAGE_OK) { free(w0); free(in); free(tg); return 1; }
     for (int i = 0; i < B * T; i++) { in[i] = (i * 7919) % c.vocab_size; tg[i] = (i * 104729 + 1) % c.vocab_size; }
     int rc = 0, rounds = nl ? nl : 1, done = 0;
     double med[4][4], fmed[4][4]; /* per chosen strategy: its medians, and fp32's alongside it */
