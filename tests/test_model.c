@@ -1,0 +1,342 @@
+/* test_model.c — the generic model interface (collage_model.h) against its GPT-2 family (gpt2.h): the
+ * same tensors, groups and parameter counts; forward, backward and next-token logits through
+ * collage_model equal the family's own calls bit for bit in fp32, bf16 and fp64; checkpoints save,
+ * read their header and load back exactly, and failures name the file; a model call leaves the
+ * caller's OpenBLAS thread count as it found it. */
+#include "collage.h"
+#include "collage_data.h"
+#include "collage_model.h"
+#include "gpt2.h"
+#include "gpt2_ckpt.h"
+#include "harness.h"
+#include <cblas.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define SEED 20261125ULL
+#define B_TEST 2
+#define T_TEST 8
+
+static collage_model_config micro_cfg(void) {
+    return (collage_model_config){.family = COLLAGE_FAMILY_GPT2, .vocab_size = 19, .padded_vocab_size = 24,
+                                  .max_seq_len = 8, .num_layers = 2, .num_heads = 2, .channels = 16};
+}
+
+static collage_gpt_config gpt_of(const collage_model_config *c) {
+    return (collage_gpt_config){.vocab_size = c->vocab_size, .padded_vocab_size = c->padded_vocab_size,
+                                .max_seq_len = c->max_seq_len, .num_layers = c->num_layers,
+                                .num_heads = c->num_heads, .channels = c->channels};
+}
+
+/* ------------------------------------------------------------------ names, configs, tensors */
+static void test_names_and_presets(void) {
+    collage_family f;
+    CHECK(collage_family_name(COLLAGE_FAMILY_GPT2) && strcmp(collage_family_name(COLLAGE_FAMILY_GPT2), "gpt2") == 0,
+          "family name");
+    CHECK(collage_family_name(COLLAGE_FAMILY_COUNT) == NULL, "unknown family has a name");
+    CHECK(collage_family_parse("gpt2", &f) == COLLAGE_OK && f == COLLAGE_FAMILY_GPT2, "parse gpt2");
+    CHECK(collage_family_parse("llama", &f) == COLLAGE_ERR_ARG, "parse llama");
+    collage_real r;
+    for (int k = 0; k < COLLAGE_REAL_COUNT; k++) {
+        CHECK(collage_real_parse(collage_real_name((collage_real)k), &r) == COLLAGE_OK && r == (collage_real)k,
+              "real %d round trip", k);
+        CHECK(strcmp(collage_real_name((collage_real)k), collage_gpt_precision_name((collage_gpt_precision)k)) == 0,
+              "real %d named %s", k, collage_real_name((collage_real)k));
+    }
+    CHECK(collage_real_size(COLLAGE_REAL_FP32) == 4 && collage_real_size(COLLAGE_REAL_BF16) == 2 &&
+              collage_real_size(COLLAGE_REAL_FP64) == 8, "real sizes");
+    CHECK(collage_real_parse("fp8", &r) == COLLAGE_ERR_ARG, "parse fp8");
+    const char *const *names = collage_model_preset_names();
+    static const char *want[] = {"tiny", "small", "gpt2"};
+    int n = 0;
+    while (names[n]) n++;
+    CHECK(n == 3, "%d presets", n);
+    for (int k = 0; k < 3 && k < n; k++) {
+        collage_model_config c;
+        collage_gpt_config g;
+        CHECK(strcmp(names[k], want[k]) == 0, "preset %d is %s", k, names[k]);
+        CHECK(collage_model_preset(names[k], &c) == COLLAGE_OK && collage_gpt_preset(names[k], &g) == COLLAGE_OK, "%s",
+              names[k]);
+        collage_gpt_config back = gpt_of(&c);
+        CHECK(c.family == COLLAGE_FAMILY_GPT2 && memcmp(&back, &g, sizeof g) == 0, "preset %s differs", names[k]);
+    }
+    collage_model_config c;
+    CHECK(collage_model_preset("huge", &c) == COLLAGE_ERR_ARG, "unknown preset");
+    collage_model_preset("gpt2", &c);
+    collage_model_config_set_vocab(&c, 257);
+    CHECK(c.vocab_size == 257 && c.padded_vocab_size == 384, "set_vocab 257: %d %d", c.vocab_size, c.padded_vocab_size);
+}
+
+static void test_check_messages(void) {
+    char msg[256];
+    collage_model_config c = micro_cfg();
+    CHECK(collage_model_check(&c, 4, 8, msg, sizeof msg) == COLLAGE_OK, "micro: %s", msg);
+    c.channels = 17;
+    CHECK(collage_model_check(&c, 0, 0, msg, sizeof msg) == COLLAGE_ERR_SIZE && strstr(msg, "num_heads"), "%s", msg);
+    CHECK(collage_model_num_params(&c) == 0 && collage_model_tensors(&c, NULL, 0) == 0, "invalid config has tensors");
+    c = micro_cfg();
+    c.family = COLLAGE_FAMILY_COUNT;
+    CHECK(collage_model_check(&c, 0, 0, msg, sizeof msg) == COLLAGE_ERR_ARG && strstr(msg, "family"), "%s", msg);
+    CHECK(collage_model_check(NULL, 0, 0, NULL, 0) == COLLAGE_ERR_NULL, "NULL config");
+    collage_model *m = NULL;
+    CHECK(collage_model_create(&c, COLLAGE_REAL_FP32, 1, 4, &m) == COLLAGE_ERR_ARG && !m, "unknown family created");
+    c = micro_cfg();
+    CHECK(collage_model_create(&c, COLLAGE_REAL_COUNT, 1, 4, &m) == COLLAGE_ERR_ARG && !m, "bad precision");
+    CHECK(collage_model_create(&c, COLLAGE_REAL_FP32, 1, 9, &m) == COLLAGE_ERR_SIZE && !m, "maxT > max_seq_len");
+    collage_model_free(NULL);
+}
+
+/* The generic tensors and groups equal the family's, for the micro model and the 124M one. */
+static void test_tensors_and_groups(void) {
+    collage_model_config cs[2] = {micro_cfg()};
+    collage_model_preset("gpt2", &cs[1]);
+    for (int i = 0; i < 2; i++) {
+        const collage_gpt_config g = gpt_of(&cs[i]);
+        collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS];
+        collage_gpt_tensor gt[COLLAGE_GPT_NTENSORS];
+        const int n = collage_model_tensors(&cs[i], t, COLLAGE_MODEL_MAX_TENSORS);
+        CHECK(n == COLLAGE_GPT_NTENSORS && collage_gpt_tensors(&g, gt) == n, "config %d: %d tensors", i, n);
+        CHECK(collage_model_tensors(&cs[i], NULL, 0) == n && collage_model_tensors(&cs[i], t, 3) == n, "count only");
+        for (int k = 0; k < n && k < COLLAGE_GPT_NTENSORS; k++) {
+            int same = strcmp(t[k].name, gt[k].name) == 0 && t[k].offset == gt[k].offset &&
+                       t[k].count == gt[k].count && t[k].ndim == gt[k].ndim && t[k].decay == gt[k].decay &&
+                       t[k].shape[3] == 0;
+            for (int d = 0; d < 3; d++) same = same && t[k].shape[d] == gt[k].shape[d];
+            CHECK(same, "config %d tensor %d (%s) differs from the family's", i, k, gt[k].name);
+        }
+        CHECK(collage_model_num_params(&cs[i]) == collage_gpt_num_params(&g), "config %d: params %zu vs %zu", i,
+              collage_model_num_params(&cs[i]), collage_gpt_num_params(&g));
+        collage_param_group pg[COLLAGE_MODEL_MAX_TENSORS], gg[COLLAGE_GPT_NTENSORS];
+        CHECK(collage_model_param_groups(&cs[i], 0.1, pg, COLLAGE_MODEL_MAX_TENSORS) == n &&
+                  collage_gpt_param_groups(&g, 0.1, gg) == n, "groups");
+        for (int k = 0; k < n && k < COLLAGE_GPT_NTENSORS; k++)
+            CHECK(strcmp(pg[k].name, gg[k].name) == 0 && pg[k].offset == gg[k].offset && pg[k].count == gg[k].count &&
+                      pg[k].weight_decay == gg[k].weight_decay, "config %d group %d differs", i, k);
+    }
+    CHECK(collage_model_num_params(&cs[1]) == 124475904u, "gpt2 has %zu params", collage_model_num_params(&cs[1]));
+}
+
+static void test_init_matches_family(void) {
+    const collage_model_config c = micro_cfg();
+    const collage_gpt_config g = gpt_of(&c);
+    const size_t n = collage_model_num_params(&c);
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    CHECK(collage_model_init_weights(&c, SEED, a, n) == COLLAGE_OK, "init");
+    CHECK(collage_gpt_init_weights(&g, SEED, b, n) == COLLAGE_OK, "family init");
+    CHECK(memcmp(a, b, n * sizeof *a) == 0, "init differs from the family's");
+    CHECK(collage_model_init_weights(&c, SEED, a, n + 1) == COLLAGE_ERR_SIZE, "wrong n accepted");
+    free(a);
+    free(b);
+}
+
+/* ------------------------------------------------------------------ the model against the family */
+/* Weights in precision p from float ones: float as is, bf16 by RN, double exactly. */
+static void *weights_in(collage_real p, const float *w, size_t n) {
+    void *out = malloc(n * collage_real_size(p));
+    if (!out) return NULL;
+    if (p == COLLAGE_REAL_FP32) memcpy(out, w, n * sizeof(float));
+    else if (p == COLLAGE_REAL_BF16) collage_bf16_from_f32_row(out, w, n);
+    else for (size_t i = 0; i < n; i++) ((double *)out)[i] = (double)w[i];
+    return out;
+}
+
+/* One precision: two steps (forward, backward) with and without zero_grad, then next_logits. */
+static void compare_precision(collage_real p, const float *w32, const int *tok, const int *tgt) {
+    const collage_model_config c = micro_cfg();
+    const collage_gpt_config g = gpt_of(&c);
+    collage_model *m = NULL;
+    collage_gpt *f = NULL;
+    CHECK(collage_model_create(&c, p, B_TEST, T_TEST, &m) == COLLAGE_OK, "%s: create", collage_real_name(p));
+    CHECK(collage_gpt_create(&g, (collage_gpt_precision)p, B_TEST, T_TEST, &f) == COLLAGE_OK, "family create");
+    if (!m || !f) { collage_model_free(m); collage_gpt_free(f); return; }
+    const size_t n = collage_model_size(m), es = collage_real_size(p);
+    CHECK(n == collage_gpt_size(f) && collage_model_precision(m) == p, "size or precision");
+    CHECK(collage_model_get_config(m)->num_layers == c.num_layers, "config");
+    void *w = weights_in(p, w32, n);
+    for (int step = 0; step < 2; step++) {
+        double lm = 0, lf = 1;
+        if (step == 0) { collage_model_zero_grad(m); collage_gpt_zero_grad(f); }
+        CHECK(collage_model_forward(m, w, tok, tgt, B_TEST, T_TEST - step, &lm) == COLLAGE_OK, "%s", collage_model_error(m));
+        CHECK(collage_gpt_forward(f, w, tok, tgt, B_TEST, T_TEST - step, &lf) == COLLAGE_OK, "%s", collage_gpt_error(f));
+        CHECK(memcmp(&lm, &lf, sizeof lm) == 0, "%s step %d: loss %.17g vs family %.17g", collage_real_name(p), step, lm, lf);
+        CHECK(collage_model_backward(m) == COLLAGE_OK && collage_gpt_backward(f) == COLLAGE_OK, "backward");
+        CHECK(memcmp(collage_model_grads(m), collage_gpt_grads(f), n * es) == 0, "%s step %d: gradients differ",
+              collage_real_name(p), step);
+    }
+    float lgm[19], lgf[19];
+    CHECK(collage_model_next_logits(m, w, tok, 5, lgm) == COLLAGE_OK && collage_gpt_next_logits(f, w, tok, 5, lgf) == COLLAGE_OK,
+          "next_logits");
+    CHECK(memcmp(lgm, lgf, sizeof lgm) == 0, "%s: next-token logits differ", collage_real_name(p));
+    CHECK(collage_sample_logits(lgm, 19, 0.8f, 7, 3) == collage_gpt_sample(lgf, 19, 0.8f, 7, 3), "sample");
+    CHECK(collage_model_backward(m) == COLLAGE_ERR_ARG && strstr(collage_model_error(m), "forward"),
+          "backward after next_logits: %s", collage_model_error(m));
+    free(w);
+    collage_model_free(m);
+    collage_gpt_free(f);
+}
+
+static void test_model_matches_family(void) {
+    const collage_model_config c = micro_cfg();
+    const size_t n = collage_model_num_params(&c);
+    float *w = malloc(n * sizeof *w);
+    int tok[B_TEST * T_TEST], tgt[B_TEST * T_TEST];
+    h_seed(SEED);
+    for (int i = 0; i < B_TEST * T_TEST; i++) { tok[i] = (int)(h_rand32() % 19u); tgt[i] = (int)(h_rand32() % 19u); }
+    collage_model_init_weights(&c, SEED, w, n);
+    for (size_t i = 0; i < n; i++) w[i] += (float)(0.1 * (h_uniform() - 0.5)); /* LayerNorm and biases away from 1, 0 */
+    printf("    seed %llu\n", SEED);
+    for (int p = 0; p < COLLAGE_REAL_COUNT; p++) compare_precision((collage_real)p, w, tok, tgt);
+    free(w);
+}
+
+static void test_bad_input(void) {
+    const collage_model_config c = micro_cfg();
+    collage_model *m = NULL;
+    CHECK(collage_model_create(&c, COLLAGE_REAL_FP32, 1, 4, &m) == COLLAGE_OK, "create");
+    if (!m) return;
+    float *w = calloc(collage_model_size(m), sizeof *w);
+    int tok[4] = {1, 2, 19, 3}, tgt[4] = {0};
+    CHECK(collage_model_forward(m, w, tok, tgt, 1, 4, NULL) == COLLAGE_ERR_ARG && strstr(collage_model_error(m), "19"),
+          "token = V: %s", collage_model_error(m));
+    CHECK(collage_model_forward(m, w, tok, tgt, 1, 5, NULL) == COLLAGE_ERR_SIZE, "T > maxT");
+    CHECK(collage_model_forward(NULL, w, tok, tgt, 1, 4, NULL) == COLLAGE_ERR_NULL, "NULL model");
+    CHECK(collage_model_backward(NULL) == COLLAGE_ERR_NULL && collage_model_grads(NULL) == NULL, "NULL model");
+    CHECK(strcmp(collage_model_error(NULL), "no model") == 0, "NULL model error");
+    free(w);
+    collage_model_free(m);
+}
+
+/* ------------------------------------------------------------------ OpenBLAS's thread count */
+static void test_blas_threads_restored(void) {
+    const int before = openblas_get_num_threads();
+    openblas_set_num_threads(2);
+    if (openblas_get_num_threads() != 2) {
+        printf("    OpenBLAS holds %d threads at most here: set 2, got %d; nothing to check\n", before,
+               openblas_get_num_threads());
+        return;
+    }
+    const collage_model_config c = micro_cfg();
+    const collage_gpt_config g = gpt_of(&c);
+    collage_model *m = NULL;
+    collage_gpt *f = NULL;
+    collage_model_create(&c, COLLAGE_REAL_FP32, 1, 4, &m);
+    collage_gpt_create(&g, COLLAGE_GPT_FP32, 1, 4, &f);
+    if (!m || !f) { CHECK(0, "create"); collage_model_free(m); collage_gpt_free(f); return; }
+    float *w = calloc(collage_model_size(m), sizeof *w), lg[19];
+    int tok[4] = {1, 2, 3, 4};
+    CHECK(collage_model_forward(m, w, tok, tok, 1, 4, NULL) == COLLAGE_OK, "forward");
+    CHECK(openblas_get_num_threads() == 2, "after collage_model_forward: %d threads", openblas_get_num_threads());
+    CHECK(collage_model_backward(m) == COLLAGE_OK, "backward");
+    CHECK(openblas_get_num_threads() == 2, "after collage_model_backward: %d threads", openblas_get_num_threads());
+    CHECK(collage_model_next_logits(m, w, tok, 4, lg) == COLLAGE_OK, "next_logits");
+    CHECK(openblas_get_num_threads() == 2, "after collage_model_next_logits: %d", openblas_get_num_threads());
+    CHECK(collage_gpt_forward(f, w, tok, tok, 1, 4, NULL) == COLLAGE_OK && collage_gpt_backward(f) == COLLAGE_OK &&
+              collage_gpt_next_logits(f, w, tok, 4, lg) == COLLAGE_OK, "family calls");
+    CHECK(openblas_get_num_threads() == 2, "after the family's calls: %d threads", openblas_get_num_threads());
+    free(w);
+    collage_model_free(m);
+    collage_gpt_free(f);
+    openblas_set_num_threads(before);
+}
+
+/* ------------------------------------------------------------------ checkpoints */
+static char g_dir[64];
+
+static void test_checkpoint_round_trip(void) {
+    const collage_model_config c = micro_cfg();
+    const collage_gpt_config g = gpt_of(&c);
+    const size_t n = collage_model_num_params(&c);
+    float *w = malloc(n * sizeof *w), *back = malloc(n * sizeof *back);
+    collage_bf16 *wb = malloc(n * sizeof *wb), *backb = malloc(n * sizeof *backb), *rn = malloc(n * sizeof *rn);
+    collage_model_init_weights(&c, SEED, w, n);
+    collage_bf16_from_f32_row(wb, w, n);
+    char path[128], fam_path[128], err[COLLAGE_ERR_LEN];
+    for (int bf = 0; bf < 2; bf++) {
+        snprintf(path, sizeof path, "%s/model%d.bin", g_dir, bf);
+        snprintf(fam_path, sizeof fam_path, "%s/family%d.bin", g_dir, bf);
+        const void *src = bf ? (const void *)wb : (const void *)w;
+        CHECK(collage_model_save_file(path, &c, src, bf, err, sizeof err) == COLLAGE_OK, "save: %s", err);
+        CHECK(collage_ckpt_save_model(fam_path, &g, src, bf, err, sizeof err) == COLLAGE_OK, "family save: %s", err);
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "cmp -s %s %s", path, fam_path);
+        CHECK(h_sh(NULL, 0, "%s", cmd) == 0, "bf16 %d: the file differs from the family's", bf);
+        collage_model_config r;
+        int file_bf16 = -1;
+        memset(&r, 0xff, sizeof r);
+        CHECK(collage_model_read_header(path, &r, &file_bf16, err, sizeof err) == COLLAGE_OK, "read_header: %s", err);
+        CHECK(memcmp(&r, &c, sizeof c) == 0 && file_bf16 == bf, "bf16 %d: header config or precision differs", bf);
+        CHECK(collage_model_load_file(path, &c, back, 0, err, sizeof err) == COLLAGE_OK, "load fp32: %s", err);
+        CHECK(collage_model_load_file(path, &c, backb, 1, err, sizeof err) == COLLAGE_OK, "load bf16: %s", err);
+        if (bf) {
+            float *wide = malloc(n * sizeof *wide);
+            collage_bf16_to_f32_row(wide, wb, n);
+            CHECK(memcmp(back, wide, n * sizeof *back) == 0, "bf16 file read as fp32 is not exact");
+            CHECK(memcmp(backb, wb, n * sizeof *wb) == 0, "bf16 file read as bf16 differs");
+            free(wide);
+        } else {
+            collage_bf16_from_f32_row(rn, w, n);
+            CHECK(memcmp(back, w, n * sizeof *w) == 0, "fp32 file read as fp32 differs");
+            CHECK(memcmp(backb, rn, n * sizeof *rn) == 0, "fp32 file read as bf16 is not RN");
+        }
+    }
+    free(w); free(back); free(wb); free(backb); free(rn);
+}
+
+static void expect_fail(collage_status got, collage_status want, const char *err, const char *name, const char *what) {
+    CHECK(got == want, "%s: status %s, expected %s", what, collage_status_str(got), collage_status_str(want));
+    CHECK(strstr(err, name) != NULL, "%s: the message does not name %s: '%s'", what, name, err);
+}
+
+static void test_checkpoint_errors(void) {
+    collage_model_config c = micro_cfg(), r;
+    const size_t n = collage_model_num_params(&c);
+    float *w = calloc(n, sizeof *w);
+    char path[128], err[COLLAGE_ERR_LEN];
+    int bf;
+    snprintf(path, sizeof path, "%s/missing.bin", g_dir);
+    expect_fail(collage_model_read_header(path, &r, &bf, err, sizeof err), COLLAGE_ERR_IO, err, "missing.bin", "missing");
+    snprintf(path, sizeof path, "%s/garbage.bin", g_dir);
+    FILE *f = fopen(path, "wb");
+    if (f) { fputs("not a checkpoint, not a checkpoint", f); fclose(f); }
+    expect_fail(collage_model_read_header(path, &r, &bf, err, sizeof err), COLLAGE_ERR_FORMAT, err, "garbage.bin", "garbage");
+    CHECK(strstr(err, "20240326") != NULL, "the message names no known format: '%s'", err);
+    expect_fail(collage_model_load_file(path, &c, w, 0, err, sizeof err), COLLAGE_ERR_FORMAT, err, "garbage.bin", "load garbage");
+    snprintf(path, sizeof path, "%s/empty.bin", g_dir);
+    f = fopen(path, "wb");
+    if (f) fclose(f);
+    expect_fail(collage_model_read_header(path, &r, &bf, err, sizeof err), COLLAGE_ERR_FORMAT, err, "empty.bin", "empty");
+    /* the right magic, then too short: the family's reader names the problem */
+    snprintf(path, sizeof path, "%s/short.bin", g_dir);
+    f = fopen(path, "wb");
+    int32_t magic = COLLAGE_LLMC_MAGIC, version = COLLAGE_LLMC_VERSION_FP32;
+    if (f) { fwrite(&magic, 4, 1, f); fwrite(&version, 4, 1, f); fclose(f); }
+    expect_fail(collage_model_read_header(path, &r, &bf, err, sizeof err), COLLAGE_ERR_FORMAT, err, "short.bin", "short");
+    /* a valid file of another shape */
+    snprintf(path, sizeof path, "%s/shape.bin", g_dir);
+    CHECK(collage_model_save_file(path, &c, w, 0, err, sizeof err) == COLLAGE_OK, "save: %s", err);
+    c.num_layers = 1;
+    expect_fail(collage_model_load_file(path, &c, w, 0, err, sizeof err), COLLAGE_ERR_FORMAT, err, "shape.bin", "shape");
+    c = micro_cfg();
+    c.family = COLLAGE_FAMILY_COUNT;
+    snprintf(path, sizeof path, "%s/nofamily.bin", g_dir);
+    expect_fail(collage_model_save_file(path, &c, w, 0, err, sizeof err), COLLAGE_ERR_ARG, err, "nofamily.bin", "family");
+    free(w);
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/collage_test_model_XXXXXX");
+    if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
+    printf("test_model: seed %llu, files in %s\n", SEED, g_dir);
+    RUN(test_names_and_presets);
+    RUN(test_check_messages);
+    RUN(test_tensors_and_groups);
+    RUN(test_init_matches_family);
+    RUN(test_model_matches_family);
+    RUN(test_bad_input);
+    RUN(test_blas_threads_restored);
+    RUN(test_checkpoint_round_trip);
+    RUN(test_checkpoint_errors);
+    h_rm_rf(g_dir);
+    return h_end();
+}
