@@ -1,12 +1,12 @@
 /* fuzz_inputs.c — libFuzzer over every reader of a file that a user hands collage, and over the
  * tokenizers: the optimizer state (collage_adamw_load, collage_adamw_load_part), the model checkpoint
- * (collage_ckpt_read_header, collage_ckpt_load_model), the llm.c token shard (collage_shard_read), the
+ * (collage_model_read_header, collage_model_load_file), the llm.c token shard (collage_shard_read), the
  * GPT-2 vocabulary files (collage_tokenizer_create), a corpus folder of text files or shards
  * (collage_corpus_tokens, collage_corpus_text), and encode/decode on arbitrary bytes and ids.
  * Built with clang under ASan + UBSan (`make fuzz`); run e.g. `build-fuzz/fuzz_inputs -max_total_time=60`.
  *
  * Besides "no crash, no out-of-bounds access, no leak", each target checks the contracts of
- * include/collage.h and the headers in src that bad input must keep:
+ * the public headers that bad input must keep:
  *  - a failed optimizer load returns an error, names the file in its message, and leaves every state
  *    word as it was (the loader validates the whole file, checksum included, before writing any);
  *  - a failed checkpoint, shard or corpus read names the file; a text corpus read with the byte
@@ -18,9 +18,8 @@
  * checksum recomputed), so that mutations get past the magic and the checksum to the later checks.
  * Input: byte 0 picks the target (mod 6), the rest is its payload. */
 #include "collage.h"
-#include "gpt2_ckpt.h"
 #include "collage_data.h"
-#include "gpt2.h"
+#include "collage_model.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +34,8 @@ static unsigned char *g_state[COLLAGE_STRATEGY_COUNT];
 static size_t g_state_len[COLLAGE_STRATEGY_COUNT];
 static unsigned char *g_ckpt[2];              /* fp32, bf16 */
 static size_t g_ckpt_len[2];
-static collage_gpt_config g_cfg = {16, 16, 8, 1, 2, 8}; /* V, Vp, maxT, L, NH, C: a micro model */
+static const collage_model_config g_cfg = {.family = COLLAGE_FAMILY_GPT2, .vocab_size = 16, .padded_vocab_size = 16,
+                                           .max_seq_len = 8, .num_layers = 1, .num_heads = 2, .channels = 8};
 static collage_tokenizer *g_tok[2];           /* byte, gpt2 (NULL when its files are not installed) */
 
 enum { N_ELEM = 40 };
@@ -162,22 +162,22 @@ static void fuzz_ckpt(const uint8_t *d, size_t n) {
     snprintf(path, sizeof path, "%s/model.bin", g_dir);
     spit(path, b, len);
     free(b);
-    collage_gpt_config c;
+    collage_model_config c;
     int file_bf16;
     err[0] = 0;
-    collage_status st = collage_ckpt_read_header(path, &c, &file_bf16, err, sizeof err);
+    collage_status st = collage_model_read_header(path, &c, &file_bf16, err, sizeof err);
     if (st != COLLAGE_OK) {
         if (!strstr(err, path)) FAIL("a failed checkpoint read does not name the file: '%s'", err);
         return;
     }
-    size_t np = collage_gpt_num_params(&c);
+    size_t np = collage_model_num_params(&c);
     if (np == 0) FAIL("read_header accepted a model of no parameters");
     if (np > ((size_t)1 << 20)) return; /* a valid but large shape: the load would only read the file short */
     float *w = malloc(np * sizeof(float));
     if (!w) FAIL("out of memory");
     for (int want = 0; want < 2; want++) {
         err[0] = 0;
-        if (collage_ckpt_load_model(path, &c, w, want, err, sizeof err) != COLLAGE_OK && !strstr(err, path))
+        if (collage_model_load_file(path, &c, w, want, err, sizeof err) != COLLAGE_OK && !strstr(err, path))
             FAIL("a failed checkpoint load does not name the file: '%s'", err);
     }
     free(w);
@@ -363,7 +363,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         g_state[s] = slurp(path, &g_state_len[s]);
         collage_adamw_free(o);
     }
-    size_t np = collage_gpt_num_params(&g_cfg);
+    size_t np = collage_model_num_params(&g_cfg);
     if (!np) FAIL("the micro model's shape is invalid");
     float *w = malloc(np * sizeof *w);
     collage_bf16 *wb = malloc(np * sizeof *wb);
@@ -372,7 +372,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     char err[COLLAGE_ERR_LEN];
     for (int bf = 0; bf < 2; bf++) {
         snprintf(path, sizeof path, "%s/base_model.bin", g_dir);
-        if (collage_ckpt_save_model(path, &g_cfg, bf ? (const void *)wb : (const void *)w, bf, err, sizeof err) != COLLAGE_OK)
+        if (collage_model_save_file(path, &g_cfg, bf ? (const void *)wb : (const void *)w, bf, err, sizeof err) != COLLAGE_OK)
             FAIL("cannot save a checkpoint: %s", err);
         g_ckpt[bf] = slurp(path, &g_ckpt_len[bf]);
     }
