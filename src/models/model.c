@@ -241,10 +241,11 @@ static collage_status probe_file(const char *path, const collage_model_family **
     FILE *f = fopen(path, "rb");
     if (!f) return collage__fail(err, cap, COLLAGE_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     unsigned char head[COLLAGE_CKPT_PROBE_BYTES];
+    errno = 0;
     const size_t len = fread(head, 1, sizeof head, f);
-    const int bad = ferror(f);
+    const int bad = ferror(f), e = errno;
     fclose(f);
-    if (bad) return collage__fail(err, cap, COLLAGE_ERR_IO, "cannot read '%s'", path);
+    if (bad) return collage__fail(err, cap, COLLAGE_ERR_IO, "cannot read '%s': %s", path, strerror(e));
     for (int k = 0; k < COLLAGE_FAMILY_COUNT; k++)
         if (FAMILIES[k]->ckpt_probe(head, len)) {
             *out = FAMILIES[k];
