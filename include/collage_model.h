@@ -108,7 +108,8 @@ int            collage_sample_logits(const float *logits, int V, float temperatu
  * single-threaded BLAS tiles); results are bit-identical for any thread count and with OpenMP off.
  * OpenBLAS has one process-wide thread count: a model call sets it to 1 on entry and restores the
  * caller's value before it returns, so a host program's own BLAS calls keep their setting (a BLAS
- * call made by another thread while a model call runs sees 1). */
+ * call made by another thread while a model call runs sees 1; with model calls on several threads
+ * at once, the value comes back when the last of them returns). */
 
 /* ---------------------------------------------------------------- checkpoints */
 /* The family's checkpoint file (GPT-2: llm.c's format, fp32 version 3 or bf16 version 5).

@@ -1,8 +1,8 @@
 /* test_model.c — the generic model interface (collage_model.h) against its GPT-2 family (gpt2.h): the
  * same tensors, groups and parameter counts; forward, backward and next-token logits through
  * collage_model equal the family's own calls bit for bit in fp32, bf16 and fp64; checkpoints save,
- * read their header and load back exactly, and failures name the file; a model call leaves the
- * caller's OpenBLAS thread count as it found it. */
+ * read their header and load back exactly, and failures name the file; model calls, one at a time or
+ * on two threads at once, leave the caller's OpenBLAS thread count as they found it. */
 #include "collage.h"
 #include "collage_data.h"
 #include "collage_model.h"
@@ -11,6 +11,7 @@
 #include "harness.h"
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -240,6 +241,46 @@ static void test_blas_threads_restored(void) {
     openblas_set_num_threads(before);
 }
 
+/* Two host threads run forwards on models of their own at once: every loss is the one of a forward run
+ * alone, and the count the host set is back when both are done. */
+typedef struct { const float *w; const int *tok; double loss[8]; int ok; } blas_job;
+
+static void *blas_worker(void *arg) {
+    blas_job *j = arg;
+    const collage_model_config c = micro_cfg();
+    collage_model *m = NULL;
+    j->ok = collage_model_create(&c, COLLAGE_REAL_FP32, 1, 4, &m) == COLLAGE_OK;
+    for (int k = 0; k < 8 && j->ok; k++)
+        j->ok = collage_model_forward(m, j->w, j->tok, j->tok, 1, 4, &j->loss[k]) == COLLAGE_OK;
+    collage_model_free(m);
+    return NULL;
+}
+
+static void test_blas_threads_concurrent(void) {
+    const int before = openblas_get_num_threads();
+    openblas_set_num_threads(2);
+    if (openblas_get_num_threads() != 2) { printf("    OpenBLAS cannot hold 2 threads here; nothing to check\n"); return; }
+    const collage_model_config c = micro_cfg();
+    const size_t n = collage_model_num_params(&c);
+    float *w = malloc(n * sizeof *w);
+    int tok[4] = {3, 1, 4, 1};
+    collage_model_init_weights(&c, SEED, w, n);
+    blas_job alone = {.w = w, .tok = tok}, jobs[2] = {{.w = w, .tok = tok}, {.w = w, .tok = tok}};
+    blas_worker(&alone);
+    pthread_t th[2];
+    int started[2];
+    for (int i = 0; i < 2; i++) started[i] = pthread_create(&th[i], NULL, blas_worker, &jobs[i]) == 0;
+    for (int i = 0; i < 2; i++) if (started[i]) pthread_join(th[i], NULL);
+    CHECK(alone.ok && started[0] && started[1] && jobs[0].ok && jobs[1].ok, "the threads' forwards failed");
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 8; k++)
+            CHECK(memcmp(&jobs[i].loss[k], &alone.loss[0], sizeof(double)) == 0, "thread %d forward %d: loss %.17g vs %.17g",
+                  i, k, jobs[i].loss[k], alone.loss[0]);
+    CHECK(openblas_get_num_threads() == 2, "after concurrent model calls: %d threads", openblas_get_num_threads());
+    free(w);
+    openblas_set_num_threads(before);
+}
+
 /* ------------------------------------------------------------------ checkpoints */
 static char g_dir[64];
 
@@ -335,6 +376,7 @@ int main(void) {
     RUN(test_model_matches_family);
     RUN(test_bad_input);
     RUN(test_blas_threads_restored);
+    RUN(test_blas_threads_concurrent);
     RUN(test_checkpoint_round_trip);
     RUN(test_checkpoint_errors);
     h_rm_rf(g_dir);

@@ -357,10 +357,10 @@ collage_status collage_gpt_forward(collage_gpt *m, const void *params, const int
     const int nt = collage__threads(), bf = m->prec == COLLAGE_GPT_BF16;
     const int *tgt = targets ? m->tgt : NULL;
     const void *w = weights(m, params);
-    const int blas = nn_blas_begin();
+    nn_blas_begin();
     double L = m->prec == COLLAGE_GPT_FP64 ? gpt_forward_f64(&m->P, w, m->acts, m->tok, tgt, B, T, 0, nt)
                                            : gpt_forward_f32(&m->P, w, m->acts, m->tok, tgt, B, T, bf, nt);
-    nn_blas_end(blas);
+    nn_blas_end();
     m->w_used = w;
     m->B = B;
     m->T = T;
@@ -375,13 +375,14 @@ collage_status collage_gpt_backward(collage_gpt *m) {
         return fail(m, COLLAGE_ERR_ARG, "backward needs a forward with targets before it (one backward each)");
     }
     m->ready = 0;
-    const int nt = collage__threads(), blas = nn_blas_begin();
+    const int nt = collage__threads();
+    nn_blas_begin();
     if (m->prec == COLLAGE_GPT_FP64)
         gpt_backward_f64(&m->P, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, 0, nt);
     else
         gpt_backward_f32(&m->P, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T,
                          m->prec == COLLAGE_GPT_BF16, nt);
-    nn_blas_end(blas);
+    nn_blas_end();
     if (m->prec == COLLAGE_GPT_BF16) {
         collage_bf16_from_f32_row(m->grads16, m->grads, m->P.nparams);
         m->grads16_stale = 0;
@@ -438,7 +439,7 @@ collage_status collage_gpt_next_logits(collage_gpt *m, const void *params, const
     if (st != COLLAGE_OK) return st;
     const int nt = collage__threads(), V = m->cfg.vocab_size;
     const void *w = weights(m, params);
-    const int blas = nn_blas_begin();
+    nn_blas_begin();
     if (m->prec == COLLAGE_GPT_FP64) {
         gpt_last_logits_f64(&m->P, w, m->acts, m->tok, T, 0, nt);
         const double *x = (const double *)m->acts + m->P.a[A_LOGITS];
@@ -447,7 +448,7 @@ collage_status collage_gpt_next_logits(collage_gpt *m, const void *params, const
         gpt_last_logits_f32(&m->P, w, m->acts, m->tok, T, m->prec == COLLAGE_GPT_BF16, nt);
         memcpy(logits, (const float *)m->acts + m->P.a[A_LOGITS], (size_t)V * sizeof(float));
     }
-    nn_blas_end(blas);
+    nn_blas_end();
     return COLLAGE_OK;
 }
 

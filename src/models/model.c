@@ -172,17 +172,17 @@ const char *collage_model_error(const collage_model *m) { return m ? m->fam->err
 collage_status collage_model_forward(collage_model *m, const void *params, const int *tokens, const int *targets,
                                      int B, int T, double *loss) {
     if (!m) return COLLAGE_ERR_NULL;
-    const int blas = nn_blas_begin();
+    nn_blas_begin();
     collage_status st = m->fam->forward(m->impl, params, tokens, targets, B, T, loss);
-    nn_blas_end(blas);
+    nn_blas_end();
     return st;
 }
 
 collage_status collage_model_backward(collage_model *m) {
     if (!m) return COLLAGE_ERR_NULL;
-    const int blas = nn_blas_begin();
+    nn_blas_begin();
     collage_status st = m->fam->backward(m->impl);
-    nn_blas_end(blas);
+    nn_blas_end();
     return st;
 }
 
@@ -195,9 +195,9 @@ void collage_model_zero_grad(collage_model *m) {
 collage_status collage_model_next_logits(collage_model *m, const void *params, const int *tokens, int T,
                                          float *logits) {
     if (!m) return COLLAGE_ERR_NULL;
-    const int blas = nn_blas_begin();
+    nn_blas_begin();
     collage_status st = m->fam->next_logits(m->impl, params, tokens, T, logits);
-    nn_blas_end(blas);
+    nn_blas_end();
     return st;
 }
 

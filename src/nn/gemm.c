@@ -3,6 +3,7 @@
  * and the guard that keeps OpenBLAS at one thread for the length of a library call. */
 #include "nn.h"
 #include <cblas.h>
+#include <pthread.h>
 
 #define GEMM_TILES 8            /* tiles per product, about */
 #define GEMM_MIN_TILE 128       /* rows or columns per tile, at least (a multiple of 64) */
@@ -60,14 +61,24 @@ void nn_gemm_f64(int ta, int tb, int M, int N, int K, const double *A, int lda, 
     }
 }
 
-/* OpenBLAS's thread count is process-wide: a host program's own setting is put back on return. When the
- * host keeps OpenBLAS at one thread, neither call changes anything. */
-int nn_blas_begin(void) {
-    const int saved = openblas_get_num_threads();
-    if (saved != 1) openblas_set_num_threads(1);
-    return saved;
+/* OpenBLAS's thread count is process-wide, and model calls may run on several host threads at once (the
+ * ranks of a run over threads): the first call in sets it to 1 and keeps the caller's value, the last
+ * one out puts that value back. When the host keeps OpenBLAS at one thread, nothing is set. */
+static pthread_mutex_t g_blas_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_blas_depth, g_blas_saved;
+
+void nn_blas_begin(void) {
+    pthread_mutex_lock(&g_blas_lock);
+    if (g_blas_depth++ == 0) {
+        g_blas_saved = openblas_get_num_threads();
+        if (g_blas_saved != 1) openblas_set_num_threads(1);
+    }
+    pthread_mutex_unlock(&g_blas_lock);
 }
 
-void nn_blas_end(int saved) {
-    if (saved != 1 && saved > 0) openblas_set_num_threads(saved);
+void nn_blas_end(void) {
+    pthread_mutex_lock(&g_blas_lock);
+    COLLAGE_ASSERT(g_blas_depth > 0);
+    if (--g_blas_depth == 0 && g_blas_saved > 1) openblas_set_num_threads(g_blas_saved);
+    pthread_mutex_unlock(&g_blas_lock);
 }

@@ -74,11 +74,11 @@ void nn_gemm_f32(int ta, int tb, int M, int N, int K, const float *A, int lda, c
 void nn_gemm_f64(int ta, int tb, int M, int N, int K, const double *A, int lda, const double *B, int ldb,
                  double beta, double *C, int ldc, int nt);
 
-/* OpenBLAS keeps one process-wide thread count. nn_blas_begin sets it to 1 and returns the caller's;
- * nn_blas_end(saved) puts the caller's back. Every library call that reaches nn_gemm brackets its work
- * with the pair; nothing is called when the count is already 1. */
-int  nn_blas_begin(void);
-void nn_blas_end(int saved);
+/* OpenBLAS keeps one process-wide thread count. Every library call that reaches nn_gemm brackets its
+ * work with nn_blas_begin / nn_blas_end: the count is 1 from the first begin until the last end (calls
+ * may nest and run on several threads at once), then the caller's value again. */
+void nn_blas_begin(void);
+void nn_blas_end(void);
 
 /* ---------------------------------------------------------------- layer ops, float (ops_f32.c) and double (ops_f64.c) */
 /* Embedding: out[b,t,:] = wte[tok[b,t],:] + wpe[t,:].
