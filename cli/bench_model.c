@@ -157,7 +157,8 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
     size_t n = collage_model_num_params(&c);
     double tok = (double)B * T;
     double flops_tok = 6.0 * (double)n + 6.0 * c.num_layers * (double)T * c.channels;
-    double sg = sgemm_rate(&c, B * T, 3);
+    double sg = sgemm_rate(&c, B * T, 3); /* OpenBLAS with its own threads: the reference */
+    openblas_set_num_threads(1); /* the model's tiles are single-threaded: no call switches it and back */
     if (!json)
         printf("collage bench model: %s (%zu params), B = %d, T = %d, %d threads; median of %d steps after %d untimed,\n"
                "each strategy stepped in alternation with an fp32 model (vs fp32: against those fp32 steps)\n"

@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "dist.h"
 #include "train.h"
+#include <cblas.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -241,6 +242,9 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "collage train: MPI could not start\n");
         return 1;
     }
+    /* The library runs its matrix products as single-threaded BLAS tiles on its own threads; with
+     * OpenBLAS at one thread from the start, no model call has to switch it and back. */
+    openblas_set_num_threads(1);
     int rc = train_main(argc, argv);
     dist_finalize();
     return rc;
