@@ -1,7 +1,7 @@
 /* collage.h — the one public header of libcollage.
  * Exact low-precision arithmetic (bf16, fp16, fp8 e4m3/e5m2), error-free transforms and
  * multi-component floats (MCF) for training in pure 16-bit floating point (Collage, Yu et al. 2024).
- * Semantics are fixed to the bit by NUMERICS.md: one low-precision op = the op in fp32, rounded once. */
+ * Semantics are fixed to the bit by docs/numerics.md: one low-precision op = the op in fp32, rounded once. */
 #ifndef COLLAGE_H
 #define COLLAGE_H
 
@@ -41,7 +41,7 @@ typedef struct { uint16_t bits; } collage_bf16;
 typedef struct { collage_bf16 hi, lo; } collage_mcf;
 
 float        collage_bf16_to_f32(collage_bf16 x);                 /* exact */
-collage_bf16 collage_bf16_from_f32(float x);                      /* RN, ties to even, NUMERICS §1 */
+collage_bf16 collage_bf16_from_f32(float x);                      /* RN, ties to even, numerics.md §1-3 */
 collage_bf16 collage_bf16_from_f32_sr(float x, uint32_t r);       /* SR: up iff frac·2^32 + r ≥ 2^32 */
 collage_bf16 collage_bf16_from_f64(double x);                     /* RN of a double, one rounding */
 collage_bf16 collage_bf16_add(collage_bf16 a, collage_bf16 b);    /* RN(fp32(a) + fp32(b)) */
@@ -51,11 +51,11 @@ collage_bf16 collage_bf16_div(collage_bf16 a, collage_bf16 b);
 collage_bf16 collage_bf16_sqrt(collage_bf16 a);
 collage_bf16 collage_bf16_fma(collage_bf16 a, collage_bf16 b, collage_bf16 c); /* RN(a·b + c), one rounding */
 
-/* Error-free transforms (NUMERICS §2). Each returns (hi, lo) with hi + lo == the exact result
+/* Error-free transforms (numerics.md §4-5). Each returns (hi, lo) with hi + lo == the exact result
  * whenever no intermediate overflows (and, for fast_two_sum, when |a| ≥ |b| or a == 0). TwoSum's
  * inner s ⊖ a can overflow within a few ulps of the largest finite value even though a + b is finite
  * (Boldo, Graillat, Muller 2017); lo is then NaN. TwoProd is exact when a·b − hi is representable;
- * where fp32(a·b) underflows, lo follows NUMERICS' formula RN(fp32(a·b) − hi), signed zero included. */
+ * where fp32(a·b) underflows, lo follows numerics.md's formula RN(fp32(a·b) − hi), signed zero included. */
 collage_mcf  collage_two_sum(collage_bf16 a, collage_bf16 b);      /* no precondition */
 collage_mcf  collage_fast_two_sum(collage_bf16 a, collage_bf16 b); /* needs |a| ≥ |b| or a == 0 */
 collage_mcf  collage_two_prod(collage_bf16 a, collage_bf16 b);     /* hi = a ⊗ b, lo = RN(a·b − hi) */
@@ -152,7 +152,7 @@ int  collage_get_threads(void);
 
 
 /* ---------------------------------------------------------------- AdamW and its precision strategies */
-/* One formula (NUMERICS §3), ten ways to store and apply it. Gradients are bf16 for every strategy
+/* One formula (numerics.md §6), ten ways to store and apply it. Gradients are bf16 for every strategy
  * but `fp32`; weights are the bf16 slab the model reads (fp32 for `fp32`). */
 typedef enum {
     COLLAGE_FP32 = 0,            /* θ, m, v fp32; fp32 gradients                          16 B/param */
@@ -235,7 +235,7 @@ typedef struct {
     int n_groups;
     double clip;                      /* clip the global gradient norm to this (0 = no clipping) */
     int skip_nonfinite;               /* NaN/Inf gradient: skip the step, state untouched, report */
-    int edq;                          /* measure effective descent quality (NUMERICS §4) each step */
+    int edq;                          /* measure effective descent quality (numerics.md §7) each step */
     uint64_t seed;                    /* stochastic rounding stream (bf16-sr) */
     void *params;                     /* optional: the caller's weight slab (bf16, or float for fp32);
                                          NULL = the optimizer allocates and owns it */
@@ -276,7 +276,7 @@ typedef struct {
                                 collage-plus(-v1), bf16(β2) too; 0: the usual roundings somewhere */
 } collage_step_stats;
 
-/* Bytes of training state per parameter, by kind (NUMERICS §3 table, gradient included): the table's
+/* Bytes of training state per parameter, by kind (numerics.md §6 table, gradient included): the table's
  * words added up, compensation = δθ, c or the remainder, plus δv. */
 typedef struct {
     double weights, compensation, m, v, master, grad, total;

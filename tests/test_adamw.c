@@ -1,5 +1,5 @@
 /* test_adamw.c — the AdamW optimizer, every strategy, against an independent transcription of
- * NUMERICS §3 (bit for bit, the §5 vectors included); the fast step against the scalar reference
+ * numerics.md §6 (bit for bit, the §9 vectors included); the fast step against the scalar reference
  * (ISAs, threads, groups, clipping, EDQ, special values); long runs against float64 AdamW; the lost
  * update, weight decay, the β2 = 0.999 second moment and stochastic rounding at the optimizer level;
  * save/load, bad input, the memory table and EDQ. COLLAGE_TEST_QUICK=1 shortens the long runs. */
@@ -78,7 +78,7 @@ static uint16_t o_mul(uint16_t a, uint16_t b) { return o_rnf(f32_mul(bf(a), bf(b
 
 typedef struct { uint16_t hi, lo; } o_pair;
 
-/* NUMERICS §2, line by line. */
+/* numerics.md §4-5, line by line. */
 static o_pair o_grow(o_pair x, uint16_t d) {
     uint16_t s = o_add(x.hi, d);
     uint16_t r = o_add(x.lo, o_sub(d, o_sub(s, x.hi)));
@@ -197,7 +197,7 @@ static o_k o_scalars(const oracle *o, double lr, uint64_t t) {
     return k;
 }
 
-/* NUMERICS §3, low-precision path: m, v bf16 ((v, δv) for plus), raw bf16, decay on the hi word. */
+/* numerics.md §6, low-precision path: m, v bf16 ((v, δv) for plus), raw bf16, decay on the hi word. */
 static void o_lp_raw(o_elem *e, uint16_t g, const o_k *k, float lrwd, int plus, int v1) {
     uint16_t m = o_rnf(f32_mul(bf(e->m), k->b1));
     e->m = o_rnf(f32_add(bf(m), f32_mul(k->omb1, bf(g))));
@@ -216,7 +216,7 @@ static void o_lp_raw(o_elem *e, uint16_t g, const o_k *k, float lrwd, int plus, 
     uint16_t c = o_rnf(f32_mul(bf(e->th), lrwd));
     e->raw = o_rnf(f32_sub(bf(b), bf(c)));
 }
-/* NUMERICS §3, fp32 path: the same lines in fp32; wdec is what the decay multiplies. */
+/* numerics.md §6, fp32 path: the same lines in fp32; wdec is what the decay multiplies. */
 static float o_f32_raw(o_elem *e, float wdec, float g, const o_k *k, float lrwd) {
     e->m32 = f32_add(f32_mul(e->m32, k->b1), f32_mul(k->omb1, g));
     e->v32 = f32_add(f32_mul(e->v32, k->b2), f32_mul(k->omb2, f32_mul(g, g)));
@@ -279,7 +279,7 @@ static double o_kept(const oracle *o, size_t i) {
     }
 }
 static uint32_t o_wbits(const oracle *o, size_t i) { return o->s == COLLAGE_FP32 ? fbits(o->e[i].w) : o->e[i].th; }
-/* The intended update Δ of the last step (NUMERICS §4). */
+/* The intended update Δ of the last step (numerics.md §7). */
 static double o_delta(const oracle *o, size_t i) {
     return o_fp32_path(o->s) ? (double)o->e[i].raw32 : D(o->e[i].raw);
 }
@@ -354,7 +354,7 @@ static int cmp_oracle(collage_adamw *lib, const oracle *o, const char *what, uin
 
 /* ------------------------------------------------------------------ 1. the §5 vector */
 static const double VEC_G[5] = {0.5, -0.25, 0.375, 0.5, 0.125};
-static const uint16_t VEC_LIGHT[5][6] = { /* m, v, den, raw, θ, δθ after each step (NUMERICS §5) */
+static const uint16_t VEC_LIGHT[5][6] = { /* m, v, den, raw, θ, δθ after each step (numerics.md §9) */
     {0x3D4D, 0x3983, 0x3C81, 0xBA85, 0x3F80, 0xBA85},
     {0x3CA3, 0x39A4, 0x3C91, 0xB990, 0x3F80, 0xBAA9},
     {0x3D63, 0x39EE, 0x3CAF, 0xBA0D, 0x3F80, 0xBAF0},
@@ -391,7 +391,7 @@ static void test_numerics_vector_light(void) {
         const o_elem *e = &o.e[0];
         uint16_t got[6] = {e->m, e->v, e->den, e->raw, e->th, e->comp};
         for (int col = 0; col < 6; col++)
-            CHECK(got[col] == VEC_LIGHT[t][col], "oracle t=%d column %d: %04x, NUMERICS %04x", t + 1, col, got[col],
+            CHECK(got[col] == VEC_LIGHT[t][col], "oracle t=%d column %d: %04x, numerics.md %04x", t + 1, col, got[col],
                   VEC_LIGHT[t][col]);
         CHECK(ob.e[0].th == 0x3F80, "oracle bf16 t=%d: theta %04x", t + 1, ob.e[0].th);
         for (int r = 0; r < 2; r++) {
@@ -400,9 +400,9 @@ static void test_numerics_vector_light(void) {
             CHECK(lib_step(libb[r], &g, VEC_LR, NULL, r) == COLLAGE_OK, "step");
             collage_adamw_kept_f64(lib[r], &kept, 1);
             uint16_t th = (uint16_t)lib_wbits(lib[r], 0);
-            CHECK(th == VEC_LIGHT[t][4], "%s t=%d: theta %04x, NUMERICS %04x", r ? "step_ref" : "step", t + 1, th,
+            CHECK(th == VEC_LIGHT[t][4], "%s t=%d: theta %04x, numerics.md %04x", r ? "step_ref" : "step", t + 1, th,
                   VEC_LIGHT[t][4]);
-            CHECK(kept == D(VEC_LIGHT[t][4]) + D(VEC_LIGHT[t][5]), "%s t=%d: kept %.17g, NUMERICS %.17g",
+            CHECK(kept == D(VEC_LIGHT[t][4]) + D(VEC_LIGHT[t][5]), "%s t=%d: kept %.17g, numerics.md %.17g",
                   r ? "step_ref" : "step", t + 1, kept, D(VEC_LIGHT[t][4]) + D(VEC_LIGHT[t][5]));
             CHECK(lib_wbits(libb[r], 0) == 0x3F80, "bf16 %s t=%d: theta %04x", r ? "step_ref" : "step", t + 1,
                   lib_wbits(libb[r], 0));
@@ -1823,13 +1823,13 @@ static void test_skip_nonfinite(void) {
 
 /* ------------------------------------------------------------------ 11. memory */
 static void test_memory_table(void) {
-    /* NUMERICS §3: bytes per parameter including the bf16 (fp32 for `fp32`) gradient */
+    /* numerics.md §6: bytes per parameter including the bf16 (fp32 for `fp32`) gradient */
     const double total[NS] = {16, 8, 10, 12, 12, 16, 10, 8, 10, 12};
     for (int si = 0; si < NS; si++) {
         collage_strategy s = ALL[si];
         collage_memory m = collage_strategy_memory(s);
         double sum = m.weights + m.compensation + m.m + m.v + m.master + m.grad;
-        CHECK(m.total == total[si], "%s: total %g bytes, NUMERICS %g", SNAME(s), m.total, total[si]);
+        CHECK(m.total == total[si], "%s: total %g bytes, numerics.md %g", SNAME(s), m.total, total[si]);
         CHECK(sum == m.total, "%s: parts add to %g, total %g", SNAME(s), sum, m.total);
         int f32 = collage_strategy_is_fp32(s), f32mv = f32 || s == COLLAGE_BF16_FP32_STATES || s == COLLAGE_BF16_MASTER;
         CHECK(m.weights == (f32 ? 4 : 2) && m.grad == (f32 ? 4 : 2), "%s: weights %g grad %g", SNAME(s), m.weights, m.grad);
@@ -1920,7 +1920,7 @@ static void test_strategy_table(void) {
 #define EDQ_STATE_TOL 0.01      /* collage-light: |edq_state_ratio − 1| with updates below the ulp; 1.3e-3 */
 #define EDQ_LIGHT_MAX 0.5       /* collage-light: edq_ratio with updates below half an ulp */
 
-/* Sums of NUMERICS §4 computed here: Δ from the oracle, Δ_eff and Δ_state from the library. */
+/* Sums of numerics.md §7 computed here: Δ from the oracle, Δ_eff and Δ_state from the library. */
 typedef struct { double dot, dot_state, nn; uint64_t lost, nz; } edq_sum;
 static void edq_from_sums(collage_edq *e, const edq_sum *q) {
     double norm = sqrt(q->nn);

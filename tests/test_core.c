@@ -1,6 +1,6 @@
 /* test_core.c — round trips of every encoding, the fast-math guard, stochastic rounding (unbiased,
  * reproducible), and the MCF updates (Grow, GrowAddcmul, MultMC and the published MultMC) bit for bit
- * against an independent transcription of NUMERICS §2, their normalisation, and MultMC as an
+ * against an independent transcription of numerics.md §4-5, their normalisation, and MultMC as an
  * exponential moving average against float64. */
 #include "collage.h"
 #include "harness.h"

@@ -1,8 +1,8 @@
-/* test_mpfr.c — MPFR oracle tests for the low-precision core (NUMERICS §1, §2, §5): conversions from
+/* test_mpfr.c — MPFR oracle tests for the low-precision core (docs/numerics.md §1-5, §9): conversions from
  * fp32 and double, decoding, the single operations + − × ÷ √ fma and the error-free transforms of
  * bf16, fp16, e4m3 and e5m2, each against MPFR emulating the format exactly (precision p, subnormals
- * by mpfr_subnormalize, overflow per NUMERICS §1). fp8 is tested exhaustively (fma: every triple), bf16
- * and fp16 on large random samples mixed with edge classes, plus the NUMERICS §5 vectors. */
+ * by mpfr_subnormalize, overflow per numerics.md §1-3). fp8 is tested exhaustively (fma: every triple), bf16
+ * and fp16 on large random samples mixed with edge classes, plus the numerics.md §9 vectors. */
 #include "collage.h"
 #include "harness.h"
 
@@ -169,7 +169,7 @@ static rounded finish(const fmt_spec *S, mpfr_srcptr r, int t) {
     return o;
 }
 
-/* Contract: RN of the exact value x (any precision, any exponent) to format S as NUMERICS §1 says:
+/* Contract: RN of the exact value x (any precision, any exponent) to format S as numerics.md §1-3 says:
  * nearest with ties to even on the p-bit grid, subnormals on their fixed grid (no flush), overflow iff
  * the value rounded with an unbounded exponent exceeds max. One rounding: mpfr_set rounds to p bits,
  * then check_range/subnormalize re-round with the ternary value, which MPFR defines to avoid double
@@ -563,7 +563,7 @@ static void test_decode(void) {
 
 /* ------------------------------------------------------------------ 3. single operations */
 /* The bf16 entry points must give the generic routine's bits. NaN payloads are unspecified
- * (NUMERICS §1), so two NaNs that differ only in payload or sign are counted, not failed. */
+ * (numerics.md §1-3), so two NaNs that differ only in payload or sign are counted, not failed. */
 static unsigned long g_wrapper_nan_payload_diffs;
 static int wrapper_agrees(const fmt_spec *S, uint16_t wrapped, uint16_t generic) {
     if (wrapped == generic) return 1;
@@ -722,7 +722,7 @@ static uint16_t oracle_addsub(const fmt_spec *S, uint16_t x, uint16_t y, int sy)
     return oracle_round(S, g_u).rn;
 }
 
-/* Whether one of TwoSum's intermediates (NUMERICS §2: b' = s ⊖ a, a' = s ⊖ b', a ⊖ a', b ⊖ b')
+/* Whether one of TwoSum's intermediates (numerics.md §4-5: b' = s ⊖ a, a' = s ⊖ b', a ⊖ a', b ⊖ b')
  * overflows although s = a ⊕ b is finite: 2Sum's known spurious overflow (Boldo, Graillat, Muller
  * 2017), e.g. s ⊖ a rounding up past max when |a| is small and s is near −max. */
 static int two_sum_intermediate_overflows(const fmt_spec *S, uint16_t a, uint16_t b, uint16_t s) {
@@ -758,7 +758,7 @@ static void check_two_sum(const fmt_spec *S, uint16_t a, uint16_t b, eft_counts 
     CHECK(0, "%s two_sum(0x%04x, 0x%04x) = (0x%04x, 0x%04x): hi + lo != a + b", S->name, a, b, r.hi, r.lo);
 }
 
-/* TwoProd: hi = RN(a·b); when hi is finite, lo = RN(fp32(a·b) − hi) to the bit (NUMERICS §2), which
+/* TwoProd: hi = RN(a·b); when hi is finite, lo = RN(fp32(a·b) − hi) to the bit (numerics.md §4-5), which
  * is RN(a·b − hi) except for the sign of a zero when a·b underflows fp32 (counted); hi + lo = a·b
  * exactly whenever a·b − hi is representable (not always, in the underflow range: counted). */
 static void check_two_prod(const fmt_spec *S, uint16_t a, uint16_t b, eft_counts *n) {
@@ -858,7 +858,7 @@ static void test_eft_random_16(void) {
     report_wrapper_nans();
 }
 
-/* ------------------------------------------------------------------ 5. NUMERICS §5 vectors */
+/* ------------------------------------------------------------------ 5. numerics.md §9 vectors */
 static void test_numerics_vectors(void) {
     collage_bf16 b200 = collage_bf16_from_f32(200.0f), b01 = collage_bf16_from_f32(0.1f);
     CHECK(b200.bits == 0x4348, "bf16(200) = 0x%04x", b200.bits);

@@ -1,6 +1,6 @@
 /* eft.h — single low-precision operations and error-free transforms, written once for every format.
- * Each op is NUMERICS §1: evaluate the one operation in fp32, round once to the format. The EFTs and
- * MCF updates follow NUMERICS §2 line by line. static inline: with a constant format the compiler
+ * Each op is numerics.md §1-3: evaluate the one operation in fp32, round once to the format. The EFTs and
+ * MCF updates follow numerics.md §4-5 line by line. static inline: with a constant format the compiler
  * specialises them, so bf16 callers get the bit-trick rounding and no generic encoder.
  * Build with -ffp-contract=off: a contracted fma would change the error terms (and the results). */
 #ifndef COLLAGE_EFT_H
@@ -48,7 +48,7 @@ static inline collage_lp_pair lp_two_prod_(fmt_t f, uint16_t a, uint16_t b) {
     return (collage_lp_pair){p, e};
 }
 
-/* Grow((m, r), d), Collage's weight update, in the exact order of NUMERICS §2:
+/* Grow((m, r), d), Collage's weight update, in the exact order of numerics.md §4-5:
  * s = m ⊕ d; r = r ⊕ (d ⊖ (s ⊖ m)); m' = s ⊕ r; r' = r ⊖ (m' ⊖ s).
  * Invariant: the result is normalised (m' = RN(m' + r')) whenever no overflow occurs. */
 static inline collage_lp_pair lp_grow_(fmt_t f, collage_lp_pair x, uint16_t d) {

@@ -6,7 +6,7 @@
 #include "internal.h"
 #include "strategy.h"
 
-/* Per-step scalars, each converted to fp32 once (NUMERICS §1). */
+/* Per-step scalars, each converted to fp32 once (numerics.md §1-3). */
 typedef struct {
     float b1, omb1;       /* fp32(β1), fp32(1 − β1) */
     float b2, omb2;       /* fp32(β2), fp32(1 − β2) */
@@ -37,7 +37,7 @@ typedef struct {
     float *master;
 } adamw_slabs;
 
-/* EDQ partial sums of one block (NUMERICS §4), combined in block order. */
+/* EDQ partial sums of one block (numerics.md §7), combined in block order. */
 typedef struct {
     double dot;        /* Σ Δ_eff·Δ */
     double dot_state;  /* Σ Δ_state·Δ */

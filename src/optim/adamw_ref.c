@@ -1,5 +1,5 @@
 /* adamw_ref.c — the scalar reference AdamW step for every strategy, written line by line from
- * NUMERICS §3 with the single operations of eft.h. The vectorised kernels must match it bit for bit
+ * numerics.md §6 with the single operations of eft.h. The vectorised kernels must match it bit for bit
  * (weights and every state word); it is the oracle, so clarity wins over speed here. */
 #include "adamw_impl.h"
 #include "eft.h"
