@@ -147,8 +147,7 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
     if (only) {
         collage_strategy s;
         if (collage_strategy_parse(only, &s) != COLLAGE_OK) {
-            fprintf(stderr, "collage bench: unknown --strategy '%s'\nhint: fp32, bf16, collage-light, collage-plus, "
-                            "bf16-master, bf16-fp32-states, bf16-kahan, bf16-sr, bf16-remainder, collage-plus-v1\n", only);
+            fprintf(stderr, "collage bench: unknown --strategy '%s'\nhint: one of %s\n", only, cli_strategy_names(", ", 0));
             return 2;
         }
         if (s != COLLAGE_FP32) chosen[nl++] = s;

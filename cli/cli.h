@@ -15,6 +15,9 @@ int cli_parse_size(const char *flag, const char *s, size_t *out);
 int cli_parse_int(const char *flag, const char *s, int *out);
 int cli_parse_double(const char *flag, const char *s, double *out); /* finite */
 double cli_now(void);
+/* The names of every precision strategy, in table order, parted by sep (the help texts and hints);
+ * indent > 0: lines of at most 100 columns, continued after indent spaces. */
+const char *cli_strategy_names(const char *sep, int indent);
 /* What the user can do about a failed library call, by its status (one line, no newline). */
 const char *cli_hint(collage_status st);
 /* mkdir -p: create path and every missing folder above it; 0 or -1 with errno. */

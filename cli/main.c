@@ -87,6 +87,27 @@ int cli_parse_double(const char *flag, const char *s, double *out) {
     return 0;
 }
 
+const char *cli_strategy_names(const char *sep, int indent) {
+    static char buf[1024];
+    size_t len = 0, line = 0;
+    buf[0] = 0;
+    for (int k = 0; k < COLLAGE_STRATEGY_COUNT && len < sizeof buf; k++) {
+        const char *name = collage_strategy_name((collage_strategy)k);
+        if (indent > 0 && k && line + strlen(sep) + strlen(name) > (size_t)(100 - indent)) {
+            int w = (int)strlen(sep);
+            while (w > 0 && sep[w - 1] == ' ') w--; /* no trailing blank before the break */
+            len += (size_t)snprintf(buf + len, sizeof buf - len, "%.*s\n%*s", w, sep, indent, "");
+            line = 0;
+        } else if (k) {
+            len += (size_t)snprintf(buf + len, sizeof buf - len, "%s", sep);
+            line += strlen(sep);
+        }
+        if (len < sizeof buf) len += (size_t)snprintf(buf + len, sizeof buf - len, "%s", name);
+        line += strlen(name);
+    }
+    return buf;
+}
+
 const char *cli_hint(collage_status st) {
     switch (st) {
     case COLLAGE_ERR_ARG: case COLLAGE_ERR_SIZE: return "--help lists the flags and their values";

@@ -26,8 +26,8 @@ static void train_usage(FILE *f) {
             "                      (default: the English fortunes of Debian's fortunes package)\n"
             "  --tokenizer NAME    byte (default) | gpt2\n"
             "  --model PRESET      tiny (default) | small | gpt2; or set --layers --heads --dim\n"
-            "  --precision S       fp32 | bf16 | collage-light (default) | collage-plus | bf16-fp32-states |\n"
-            "                      bf16-master | bf16-kahan | bf16-sr | bf16-remainder | collage-plus-v1\n"
+            "  --precision S       collage-light (default) or any strategy of the table:\n"
+            "                      %s\n"
             "  --steps N           training steps, the length of the schedule (default 1000)\n"
             "  --stop-after N      stop after N steps (the schedule still spans --steps)\n"
             "  --batch B --seq T   sequences per step and their length (default 16, 64)\n"
@@ -42,7 +42,8 @@ static void train_usage(FILE *f) {
             "  --accum A           micro-batches per rank per step (default 1): the gradient of the batch is\n"
             "                      summed over ranks x A micro-batches in a fixed order\n"
             "data parallel: mpirun -np N collage train ... (--batch stays the global batch; each rank reads\n"
-            "its 1/N of it and holds 1/N of the optimizer state; see docs/training.md)\n");
+            "its 1/N of it and holds 1/N of the optimizer state; see docs/training.md)\n",
+            cli_strategy_names(" | ", 22));
 }
 
 /* ---------------------------------------------------------------- flags */
