@@ -6,6 +6,7 @@
 #include "dist.h"
 #include "train.h"
 #include <cblas.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -48,22 +49,22 @@ static void train_usage(FILE *f) {
 
 /* ---------------------------------------------------------------- flags */
 enum { F_STR, F_INT, F_SIZE, F_DBL };
-typedef struct { const char *flag; int kind; size_t off; unsigned bit; } flag_spec;
+typedef struct { const char *flag; int kind; size_t off; unsigned bit; int min, max; } flag_spec; /* min, max: F_INT */
 #define O(field) offsetof(train_opts, field)
 static const flag_spec FLAGS[] = {
-    {"--data", F_STR, O(cfg.data), 0},              {"--tokenizer", F_STR, O(cfg.tokenizer), COLLAGE_RUN_TOKENIZER},
-    {"--model", F_STR, O(cfg.model), COLLAGE_RUN_MODEL}, {"--save", F_STR, O(save), 0},
-    {"--resume", F_STR, O(resume), 0},               {"--log", F_STR, O(log), 0},
-    {"--summary", F_STR, O(summary), 0},             {"--layers", F_INT, O(cfg.layers), COLLAGE_RUN_LAYERS},
-    {"--heads", F_INT, O(cfg.heads), COLLAGE_RUN_HEADS}, {"--dim", F_INT, O(cfg.dim), COLLAGE_RUN_DIM},
-    {"--steps", F_INT, O(cfg.steps), 0},             {"--stop-after", F_INT, O(stop_after), 0},
-    {"--batch", F_INT, O(cfg.batch), COLLAGE_RUN_BATCH}, {"--seq", F_INT, O(cfg.seq), COLLAGE_RUN_SEQ},
-    {"--warmup", F_INT, O(cfg.warmup), COLLAGE_RUN_WARMUP}, {"--eval-every", F_INT, O(eval_every), 0},
-    {"--threads", F_INT, O(threads), 0},             {"--accum", F_INT, O(cfg.accum), 0},
-    {"--seed", F_SIZE, O(cfg.seed), COLLAGE_RUN_SEED}, {"--lr", F_DBL, O(cfg.lr), COLLAGE_RUN_LR},
-    {"--beta1", F_DBL, O(cfg.beta1), COLLAGE_RUN_BETA1}, {"--beta2", F_DBL, O(cfg.beta2), COLLAGE_RUN_BETA2},
-    {"--eps", F_DBL, O(cfg.eps), COLLAGE_RUN_EPS},   {"--wd", F_DBL, O(cfg.weight_decay), COLLAGE_RUN_WD},
-    {"--clip", F_DBL, O(cfg.clip), COLLAGE_RUN_CLIP},
+    {"--data", F_STR, O(cfg.data), 0, 0, 0},              {"--tokenizer", F_STR, O(cfg.tokenizer), COLLAGE_RUN_TOKENIZER, 0, 0},
+    {"--model", F_STR, O(cfg.model), COLLAGE_RUN_MODEL, 0, 0}, {"--save", F_STR, O(save), 0, 0, 0},
+    {"--resume", F_STR, O(resume), 0, 0, 0},               {"--log", F_STR, O(log), 0, 0, 0},
+    {"--summary", F_STR, O(summary), 0, 0, 0},             {"--layers", F_INT, O(cfg.layers), COLLAGE_RUN_LAYERS, 1, 1024},
+    {"--heads", F_INT, O(cfg.heads), COLLAGE_RUN_HEADS, 1, 1 << 16}, {"--dim", F_INT, O(cfg.dim), COLLAGE_RUN_DIM, 1, 1 << 20},
+    {"--steps", F_INT, O(cfg.steps), 0, 1, INT_MAX},             {"--stop-after", F_INT, O(stop_after), 0, 1, INT_MAX},
+    {"--batch", F_INT, O(cfg.batch), COLLAGE_RUN_BATCH, 1, 1 << 20}, {"--seq", F_INT, O(cfg.seq), COLLAGE_RUN_SEQ, 1, 1 << 20},
+    {"--warmup", F_INT, O(cfg.warmup), COLLAGE_RUN_WARMUP, 0, INT_MAX}, {"--eval-every", F_INT, O(eval_every), 0, 1, INT_MAX},
+    {"--threads", F_INT, O(threads), 0, 1, 1024},             {"--accum", F_INT, O(cfg.accum), 0, 1, 256},
+    {"--seed", F_SIZE, O(cfg.seed), COLLAGE_RUN_SEED, 0, 0}, {"--lr", F_DBL, O(cfg.lr), COLLAGE_RUN_LR, 0, 0},
+    {"--beta1", F_DBL, O(cfg.beta1), COLLAGE_RUN_BETA1, 0, 0}, {"--beta2", F_DBL, O(cfg.beta2), COLLAGE_RUN_BETA2, 0, 0},
+    {"--eps", F_DBL, O(cfg.eps), COLLAGE_RUN_EPS, 0, 0},   {"--wd", F_DBL, O(cfg.weight_decay), COLLAGE_RUN_WD, 0, 0},
+    {"--clip", F_DBL, O(cfg.clip), COLLAGE_RUN_CLIP, 0, 0},
 };
 #undef O
 
@@ -73,12 +74,24 @@ static int set_flag(train_opts *o, const flag_spec *f, const char *v) {
     size_t z;
     int bad = 0;
     if (!v) { fprintf(stderr, "collage train: %s needs a value\n", f->flag); return -1; }
-    if (f->kind == F_STR) *(const char **)p = v;
-    else if (f->kind == F_INT) bad = cli_parse_int(f->flag, v, p);
-    else if (f->kind == F_DBL) bad = cli_parse_double(f->flag, v, p);
-    else if (!(bad = cli_parse_size(f->flag, v, &z))) *(uint64_t *)p = z;
     o->given |= f->bit;
     if (!strcmp(f->flag, "--steps")) o->steps_given = 1;
+    switch (f->kind) {
+    case F_STR: *(const char **)p = v; return 0;
+    case F_DBL: return cli_parse_double(f->flag, v, p) ? -1 : 0;
+    case F_SIZE:
+        if (cli_parse_size(f->flag, v, &z)) return -1;
+        *(uint64_t *)p = z;
+        return 0;
+    default: break;
+    }
+    if (cli_parse_int(f->flag, v, p)) return -1;
+    if (*(int *)p < f->min || *(int *)p > f->max) {
+        if (f->max == INT_MAX) fprintf(stderr, "collage train: %s %s: it takes %d or more\n", f->flag, v, f->min);
+        else fprintf(stderr, "collage train: %s %s: it takes %d to %d\n", f->flag, v, f->min, f->max);
+        fprintf(stderr, "hint: collage train --help\n");
+        bad = 1;
+    }
     return bad ? -1 : 0;
 }
 

@@ -65,12 +65,19 @@ void print_header(const train_opts *o, const collage_run_info *in) {
 }
 
 void log_step(FILE *f, const collage_run_step_info *s, double val, double tps, double ms, double comm_ms) {
-    fprintf(f, "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"edq\":%.6g,\"edq_ratio\":%.6f,"
-               "\"lost\":%.6f,\"edq_state_ratio\":%.6f,\"tokens_per_s\":%.1f,\"ms\":%.2f,\"skipped\":%d",
-            s->step, s->loss, s->lr, s->stats.grad_norm, s->edq.edq, s->edq.edq_ratio, s->edq.lost, s->edq.edq_state_ratio,
-            tps, ms, s->stats.skipped);
-    if (dist_mpi()) fprintf(f, ",\"comm_ms\":%.3f", comm_ms);
-    if (!isnan(val)) fprintf(f, ",\"val_loss\":%.6f", val);
+    fprintf(f, "{\"step\":%d", s->step); /* a non-finite figure is null: JSON has no NaN */
+    json_num(f, "loss", s->loss, "%.6f");
+    json_num(f, "lr", s->lr, "%.6g");
+    json_num(f, "grad_norm", s->stats.grad_norm, "%.6g");
+    json_num(f, "edq", s->edq.edq, "%.6g");
+    json_num(f, "edq_ratio", s->edq.edq_ratio, "%.6f");
+    json_num(f, "lost", s->edq.lost, "%.6f");
+    json_num(f, "edq_state_ratio", s->edq.edq_state_ratio, "%.6f");
+    json_num(f, "tokens_per_s", tps, "%.1f");
+    json_num(f, "ms", ms, "%.2f");
+    fprintf(f, ",\"skipped\":%d", s->stats.skipped);
+    if (dist_mpi()) json_num(f, "comm_ms", comm_ms, "%.3f");
+    if (!isnan(val)) json_num(f, "val_loss", val, "%.6f");
     fprintf(f, "}\n");
     fflush(f);
 }

@@ -136,6 +136,38 @@ static void test_tokenize_then_train_on_shard(void) {
     CHECK(rc == 0, "train on shard: %s", out);
 }
 
+/* Integer flags out of their range are refused before anything runs, naming the flag: --eval-every 0
+ * would divide by zero, --threads 100000 exhaust OpenMP, a shape of 0 silently mean the preset's. */
+static void test_flag_ranges(void) {
+    static const char *const bad[] = {"--eval-every 0", "--threads 100000", "--threads 0", "--seq 0", "--layers 0",
+                                      "--heads 0", "--dim 0", "--batch 0", "--accum 0", "--stop-after 0"};
+    char out[4096];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --steps 2 %s", g_bin, g_text, bad[i]);
+        char flag[32];
+        snprintf(flag, sizeof flag, "%.*s", (int)strcspn(bad[i], " "), bad[i]);
+        CHECK(rc == 2 && strstr(out, flag) && strstr(out, "hint"), "%s: rc %d: %s", bad[i], rc, out);
+    }
+}
+
+/* A diverging run's log stays JSON: a non-finite loss or norm is null, never nan. */
+static void test_log_is_json_when_diverging(void) {
+    char out[4096], log[600], line[4096];
+    snprintf(log, sizeof log, "%s/diverge.jsonl", g_dir);
+    int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --steps 8 --lr 1e6 --log %s", g_bin, g_text, log);
+    CHECK(rc == 0, "rc %d: %s", rc, out);
+    FILE *f = fopen(log, "r");
+    int lines = 0, bad = 0, nulls = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        lines++;
+        if (strstr(line, "nan") || strstr(line, "inf")) bad++;
+        if (strstr(line, "null")) nulls++;
+    }
+    if (f) fclose(f);
+    CHECK(lines == 8 && bad == 0, "%d lines, %d with nan or inf", lines, bad);
+    CHECK(nulls > 0, "lr 1e6 should have made some figure non-finite (%d lines with null)", nulls);
+}
+
 static void test_bad_input(void) {
     char out[8192], save[600], bad[600];
     int rc = h_sh(out, sizeof out, "%s train --data %s/missing.txt " TRAIN " --steps 2", g_bin, g_dir);
@@ -244,6 +276,8 @@ int main(void) {
     RUN(test_exact_resume);
     RUN(test_tokenize_then_train_on_shard);
     RUN(test_bad_input);
+    RUN(test_flag_ranges);
+    RUN(test_log_is_json_when_diverging);
     RUN(test_bench_json);
     h_rm_rf(g_dir);
     return h_end();
