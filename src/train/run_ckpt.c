@@ -3,6 +3,7 @@
  * save, and resume with the same or another number of ranks (re-sharding). */
 #include "run_internal.h"
 #include <errno.h>
+#include <stddef.h>
 #include <sys/stat.h>
 
 #define MANIFEST_MAGIC "collage-train 1"
@@ -61,12 +62,50 @@ static int read_kv(const char *path, kv *items, int cap, char *err, size_t ecap,
     return n;
 }
 
+/* The numeric settings of train.state: key, the flag that sets it, its COLLAGE_RUN_* bit (0: may
+ * differ on resume), its kind and place in collage_run_config. Read and compared through this table. */
+enum { F_INT, F_DBL, F_U64 };
+typedef struct { const char *key, *flag; unsigned bit; int kind; size_t off; } run_field;
+#define F(key, flag, bit, kind, field) {key, flag, bit, kind, offsetof(collage_run_config, field)}
+static const run_field FIELDS[] = {
+    F("layers", "--layers", COLLAGE_RUN_LAYERS, F_INT, layers), F("heads", "--heads", COLLAGE_RUN_HEADS, F_INT, heads),
+    F("dim", "--dim", COLLAGE_RUN_DIM, F_INT, dim),             F("max_seq", NULL, 0, F_INT, context),
+    F("batch", "--batch", COLLAGE_RUN_BATCH, F_INT, batch),     F("seq", "--seq", COLLAGE_RUN_SEQ, F_INT, seq),
+    F("steps", NULL, 0, F_INT, steps),                          F("warmup", "--warmup", COLLAGE_RUN_WARMUP, F_INT, warmup),
+    F("lr", "--lr", COLLAGE_RUN_LR, F_DBL, lr),                 F("beta1", "--beta1", COLLAGE_RUN_BETA1, F_DBL, beta1),
+    F("beta2", "--beta2", COLLAGE_RUN_BETA2, F_DBL, beta2),     F("eps", "--eps", COLLAGE_RUN_EPS, F_DBL, eps),
+    F("wd", "--wd", COLLAGE_RUN_WD, F_DBL, weight_decay),       F("clip", "--clip", COLLAGE_RUN_CLIP, F_DBL, clip),
+    F("seed", "--seed", COLLAGE_RUN_SEED, F_U64, seed),
+};
+#undef F
+#define NFIELDS (sizeof FIELDS / sizeof *FIELDS)
+
+static void field_read(const run_field *f, collage_run_config *c, const char *v) {
+    void *p = (char *)c + f->off;
+    if (f->kind == F_INT) *(int *)p = atoi(v);
+    else if (f->kind == F_DBL) *(double *)p = strtod(v, NULL);
+    else *(uint64_t *)p = strtoull(v, NULL, 10);
+}
+static int field_differs(const run_field *f, const collage_run_config *a, const collage_run_config *b) {
+    const void *x = (const char *)a + f->off, *y = (const char *)b + f->off;
+    if (f->kind == F_INT) return *(const int *)x != *(const int *)y;
+    if (f->kind == F_DBL) return *(const double *)x != *(const double *)y;
+    return *(const uint64_t *)x != *(const uint64_t *)y;
+}
+/* "prefix value" of a field of c. */
+static void field_print(const run_field *f, const collage_run_config *c, const char *prefix, char *out, size_t cap) {
+    const void *p = (const char *)c + f->off;
+    if (f->kind == F_INT) snprintf(out, cap, "%s %d", prefix, *(const int *)p);
+    else if (f->kind == F_DBL) snprintf(out, cap, "%s %.17g", prefix, *(const double *)p);
+    else snprintf(out, cap, "%s %llu", prefix, (unsigned long long)*(const uint64_t *)p);
+}
+
 static collage_status saved_from_kv(const kv *it, int n, const char *path, collage_run_saved *s, char *err, size_t cap) {
-    static const char *const need[] = {"step", "precision", "tokenizer", "layers", "heads", "dim", "batch", "seq",
-                                       "steps", "warmup", "lr", "beta1", "beta2", "eps", "wd", "clip", "seed",
-                                       "data_fingerprint", "max_seq"};
-    for (size_t i = 0; i < sizeof need / sizeof *need; i++)
-        if (!kv_get(it, n, need[i])) return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' lacks '%s'", path, need[i]);
+    static const char *const need[] = {"step", "precision", "tokenizer", "data_fingerprint"};
+    for (size_t i = 0; i < sizeof need / sizeof *need + NFIELDS; i++) {
+        const char *key = i < sizeof need / sizeof *need ? need[i] : FIELDS[i - sizeof need / sizeof *need].key;
+        if (!kv_get(it, n, key)) return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' lacks '%s'", path, key);
+    }
     collage_run_config *c = &s->cfg;
     *c = collage_run_defaults();
     if (collage_strategy_parse(kv_get(it, n, "precision"), &c->strategy) != COLLAGE_OK)
@@ -74,15 +113,8 @@ static collage_status saved_from_kv(const kv *it, int n, const char *path, colla
     snprintf(s->tokenizer, sizeof s->tokenizer, "%.63s", kv_get(it, n, "tokenizer"));
     snprintf(s->model, sizeof s->model, "%.63s", kv_get(it, n, "family") ? kv_get(it, n, "family") : "gpt2");
     c->tokenizer = s->tokenizer;
-    c->model = NULL; /* the shape below, over the tiny preset */
-    c->layers = atoi(kv_get(it, n, "layers")); c->heads = atoi(kv_get(it, n, "heads"));
-    c->dim = atoi(kv_get(it, n, "dim")); c->context = atoi(kv_get(it, n, "max_seq"));
-    c->batch = atoi(kv_get(it, n, "batch")); c->seq = atoi(kv_get(it, n, "seq"));
-    c->steps = atoi(kv_get(it, n, "steps")); c->warmup = atoi(kv_get(it, n, "warmup"));
-    c->lr = strtod(kv_get(it, n, "lr"), NULL); c->beta1 = strtod(kv_get(it, n, "beta1"), NULL);
-    c->beta2 = strtod(kv_get(it, n, "beta2"), NULL); c->eps = strtod(kv_get(it, n, "eps"), NULL);
-    c->weight_decay = strtod(kv_get(it, n, "wd"), NULL); c->clip = strtod(kv_get(it, n, "clip"), NULL);
-    c->seed = strtoull(kv_get(it, n, "seed"), NULL, 10);
+    c->model = NULL; /* the shape in layers, heads and dim, over the tiny preset */
+    for (size_t i = 0; i < NFIELDS; i++) field_read(&FIELDS[i], c, kv_get(it, n, FIELDS[i].key));
     s->step = atoi(kv_get(it, n, "step"));
     s->data_fingerprint = strtoull(kv_get(it, n, "data_fingerprint"), NULL, 10);
     /* a run saved by one process has no ranks or accum lines */
@@ -119,40 +151,17 @@ static int conflict_model(const collage_run_saved *s, const collage_run_config *
 int collage_run_conflict(const collage_run_saved *saved, const collage_run_config *asked, unsigned given, char *why,
                          char *was, size_t cap) {
     const collage_run_config *s = &saved->cfg, *a = asked;
-#define INT_FIELD(bit, flag, key, f)                                                                        \
-    if ((given & (bit)) && a->f != s->f) {                                                                  \
-        snprintf(why, cap, "%s %d", flag, a->f);                                                            \
-        snprintf(was, cap, "%s %d", key, s->f);                                                             \
-        return 1;                                                                                           \
-    }
-#define DBL_FIELD(bit, flag, key, f)                                                                        \
-    if ((given & (bit)) && a->f != s->f) {                                                                  \
-        snprintf(why, cap, "%s %g", flag, a->f);                                                            \
-        snprintf(was, cap, "%s %.17g", key, s->f);                                                          \
-        return 1;                                                                                           \
-    }
     if ((given & COLLAGE_RUN_STRATEGY) && a->strategy != s->strategy) {
         snprintf(why, cap, "--precision %s", collage_strategy_name(a->strategy));
         snprintf(was, cap, "precision %s", collage_strategy_name(s->strategy));
         return 1;
     }
-    INT_FIELD(COLLAGE_RUN_LAYERS, "--layers", "layers", layers)
-    INT_FIELD(COLLAGE_RUN_HEADS, "--heads", "heads", heads)
-    INT_FIELD(COLLAGE_RUN_DIM, "--dim", "dim", dim)
-    INT_FIELD(COLLAGE_RUN_BATCH, "--batch", "batch", batch)
-    INT_FIELD(COLLAGE_RUN_SEQ, "--seq", "seq", seq)
-    INT_FIELD(COLLAGE_RUN_WARMUP, "--warmup", "warmup", warmup)
-    DBL_FIELD(COLLAGE_RUN_LR, "--lr", "lr", lr)
-    DBL_FIELD(COLLAGE_RUN_BETA1, "--beta1", "beta1", beta1)
-    DBL_FIELD(COLLAGE_RUN_BETA2, "--beta2", "beta2", beta2)
-    DBL_FIELD(COLLAGE_RUN_EPS, "--eps", "eps", eps)
-    DBL_FIELD(COLLAGE_RUN_WD, "--wd", "wd", weight_decay)
-    DBL_FIELD(COLLAGE_RUN_CLIP, "--clip", "clip", clip)
-#undef INT_FIELD
-#undef DBL_FIELD
-    if ((given & COLLAGE_RUN_SEED) && a->seed != s->seed) {
-        snprintf(why, cap, "--seed %llu", (unsigned long long)a->seed);
-        snprintf(was, cap, "seed %llu", (unsigned long long)s->seed);
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const run_field *f = &FIELDS[i];
+        if (!(given & f->bit) || !field_differs(f, a, s)) continue;
+        if (f->kind == F_DBL) snprintf(why, cap, "%s %g", f->flag, *(const double *)((const char *)a + f->off));
+        else field_print(f, a, f->flag, why, cap);
+        field_print(f, s, f->key, was, cap);
         return 1;
     }
     if ((given & COLLAGE_RUN_TOKENIZER) && strcmp(a->tokenizer ? a->tokenizer : "byte", saved->tokenizer)) {
