@@ -128,7 +128,10 @@ static collage_status make_model(collage_run *r) {
     r->tg = malloc(sizeof(int32_t) * bt);
     if (r->M > 1) r->gshard = malloc((r->hi - r->lo) * r->wb);
     if (r->A > 1) r->gacc = malloc(r->n * sizeof(float));
-    if (st != COLLAGE_OK || !r->in || !r->tg || (r->M > 1 && !r->gshard) || (r->A > 1 && !r->gacc))
+    r->gathered = malloc((size_t)(r->M > 5 * r->P ? r->M : 5 * r->P) * sizeof(double));
+    r->parts = malloc((size_t)r->P * sizeof(collage_edq));
+    if (st != COLLAGE_OK || !r->in || !r->tg || (r->M > 1 && !r->gshard) || (r->A > 1 && !r->gacc) || !r->gathered ||
+        !r->parts)
         return run_fail(r, st == COLLAGE_OK ? COLLAGE_ERR_NOMEM : st, "cannot create the optimizer (%zu parameters): %s",
                         r->n, collage_status_str(st == COLLAGE_OK ? COLLAGE_ERR_NOMEM : st));
     r->grads = collage_model_grads(r->m);
@@ -218,7 +221,7 @@ collage_status collage_run_create(const collage_run_config *cfg, const collage_c
 
 void collage_run_free(collage_run *r) {
     if (!r) return;
-    free(r->in); free(r->tg); free(r->gshard); free(r->gacc);
+    free(r->in); free(r->tg); free(r->gshard); free(r->gacc); free(r->gathered); free(r->parts);
     collage_adamw_free(r->opt);
     free(r->params);
     collage_model_free(r->m);
@@ -255,7 +258,7 @@ collage_run_info collage_run_get_info(const collage_run *r) {
 /* Mean loss of one global batch: micro-batch k = rank·A + a of M, the M losses gathered and added in
  * k order. NaN if a forward failed on any rank. */
 static double global_loss(collage_run *r, const double *mine) {
-    double all[RUN_MAX_MICRO], sum = 0;
+    double *all = r->gathered, sum = 0;
     if (shard_allgather_doubles(run_comm(r), mine, r->A, all)) return (double)NAN;
     for (int k = 0; k < r->M; k++) sum += all[k];
     return sum / r->M;
@@ -264,8 +267,8 @@ static double global_loss(collage_run *r, const double *mine) {
 /* EDQ of the whole slab from every rank's shard, combined in rank order. */
 static collage_edq edq_all(collage_run *r, const collage_edq *mine) {
     double v[5] = {mine->sum_dot, mine->sum_dot_state, mine->sum_nn, (double)mine->lost_count, (double)mine->updates};
-    double all[5 * RUN_MAX_MICRO];
-    collage_edq parts[RUN_MAX_MICRO];
+    double *all = r->gathered;
+    collage_edq *parts = r->parts;
     if (r->P == 1 || shard_allgather_doubles(run_comm(r), v, 5, all)) return *mine;
     for (int k = 0; k < r->P; k++)
         parts[k] = (collage_edq){.sum_dot = all[5 * k], .sum_dot_state = all[5 * k + 1], .sum_nn = all[5 * k + 2],

@@ -21,6 +21,8 @@ struct collage_run {
     collage_model_config mc;
     void *params, *grads, *gshard; /* grads: the model's slab; gshard: this rank's reduced shard */
     float *gacc;                  /* micro-batch sum when accum > 1 */
+    double *gathered;             /* every rank's losses or EDQ sums: max(M, 5·P) */
+    collage_edq *parts;           /* every rank's EDQ, P */
     int32_t *in, *tg;
     size_t n, lo, hi, wb;         /* parameters, this rank's shard, bytes per weight */
     int bf16, step, P, R, A, M, Bm;
