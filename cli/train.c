@@ -122,28 +122,25 @@ static int parse_train(int argc, char **argv, train_opts *o) {
 /* --resume: the saved run's settings; a flag given with another value than the saved run's is refused
  * (it would silently change the run); --steps may change: it extends the schedule. */
 static int resume_config(train_opts *o) {
-    collage_run_saved s;
+    collage_run_saved *s = &o->saved;
     char err[1024], why[256], was[256];
-    if (collage_run_read_saved(o->resume, &s, err, sizeof err) != COLLAGE_OK) {
+    if (collage_run_read_saved(o->resume, s, err, sizeof err) != COLLAGE_OK) {
         fprintf(stderr, "collage train: %s\nhint: --resume takes a folder written by --save\n", err);
         return -1;
     }
-    if (collage_run_conflict(&s, &o->cfg, o->given, why, was, sizeof why)) {
+    if (collage_run_conflict(s, &o->cfg, o->given, why, was, sizeof why)) {
         fprintf(stderr, "collage train: %s differs from the run saved in '%s' (%s there)\nhint: --resume continues "
                         "that run as it was set up; drop the flag (only --steps may change: it extends the schedule), or "
                         "start a new run with --save\n", why, o->resume, was);
         return -1;
     }
-    static collage_run_saved kept; /* o->cfg points into it */
-    kept = s;
     int steps = o->cfg.steps, accum = o->cfg.accum;
     const char *data = o->cfg.data;
-    o->cfg = kept.cfg;
-    o->cfg.tokenizer = kept.tokenizer;
+    o->cfg = s->cfg;
     o->cfg.data = data;
     o->cfg.accum = accum;
     if (o->steps_given) o->cfg.steps = steps;
-    if (o->stop_after <= kept.step || o->stop_after > o->cfg.steps) o->stop_after = o->cfg.steps;
+    if (o->stop_after <= s->step || o->stop_after > o->cfg.steps) o->stop_after = o->cfg.steps;
     return 0;
 }
 

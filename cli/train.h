@@ -9,6 +9,7 @@ typedef struct {
     const char *save, *resume, *log, *summary;
     int stop_after, eval_every, threads, quiet, steps_given;
     unsigned given; /* COLLAGE_RUN_* bits: settings given on the command line */
+    collage_run_saved saved; /* --resume: the checkpoint's settings (cfg's strings point into it) */
 } train_opts;
 
 /* What the loop adds up for the summary and the closing line. */
