@@ -25,41 +25,17 @@ static gemm_grid grid_of(int M, int N) {
     return g;
 }
 
-/* Each tile is one BLAS call that runs single-threaded (nn_blas_begin): the OpenMP threads are the only
- * ones that run, and a second pool of threads beside OpenMP's would halve the speed on a small machine. */
-void nn_gemm_f32(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta,
-                 float *C, int ldc, int nt) {
-    (void)nt; /* read by the OpenMP pragmas only */
-    const gemm_grid g = grid_of(M, N);
-    const enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
-#pragma omp parallel for schedule(static) num_threads(nt) if (g.nb > 1 && (double)M * N * K >= GEMM_PAR_MIN)
-    for (int j = 0; j < g.nb; j++) {
-        const int j0 = j * g.bs, w = g.dim - j0 < g.bs ? g.dim - j0 : g.bs;
-        if (g.split_m)
-            cblas_sgemm(CblasRowMajor, TA, TB, w, N, K, 1.0f, ta ? A + j0 : A + (size_t)j0 * lda, lda, B, ldb, beta,
-                        C + (size_t)j0 * ldc, ldc);
-        else
-            cblas_sgemm(CblasRowMajor, TA, TB, M, w, K, 1.0f, A, lda, tb ? B + (size_t)j0 * ldb : B + j0, ldb, beta,
-                        C + j0, ldc);
-    }
-}
+#define GEMM_NAME nn_gemm_f32
+#define GEMM_REAL float
+#define GEMM_BLAS cblas_sgemm
+#define GEMM_ONE 1.0f
+#include "gemm_tiles.inc"
 
-void nn_gemm_f64(int ta, int tb, int M, int N, int K, const double *A, int lda, const double *B, int ldb,
-                 double beta, double *C, int ldc, int nt) {
-    (void)nt; /* read by the OpenMP pragmas only */
-    const gemm_grid g = grid_of(M, N);
-    const enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
-#pragma omp parallel for schedule(static) num_threads(nt) if (g.nb > 1 && (double)M * N * K >= GEMM_PAR_MIN)
-    for (int j = 0; j < g.nb; j++) {
-        const int j0 = j * g.bs, w = g.dim - j0 < g.bs ? g.dim - j0 : g.bs;
-        if (g.split_m)
-            cblas_dgemm(CblasRowMajor, TA, TB, w, N, K, 1.0, ta ? A + j0 : A + (size_t)j0 * lda, lda, B, ldb, beta,
-                        C + (size_t)j0 * ldc, ldc);
-        else
-            cblas_dgemm(CblasRowMajor, TA, TB, M, w, K, 1.0, A, lda, tb ? B + (size_t)j0 * ldb : B + j0, ldb, beta,
-                        C + j0, ldc);
-    }
-}
+#define GEMM_NAME nn_gemm_f64
+#define GEMM_REAL double
+#define GEMM_BLAS cblas_dgemm
+#define GEMM_ONE 1.0
+#include "gemm_tiles.inc"
 
 /* OpenBLAS's thread count is process-wide, and model calls may run on several host threads at once (the
  * ranks of a run over threads): the first call in sets it to 1 and keeps the caller's value, the last
