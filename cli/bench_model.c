@@ -182,7 +182,7 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
         bench_run r;
         if (bench_run_make(&r, chosen[si], &c, w0, B, T, steps)) { rc = 1; break; }
         for (int k = 0; k < warmup; k++) { bench_run_step(&f, in, tg, B, T, -1); bench_run_step(&r, in, tg, B, T, -1); }
-        /* fp32 samples of this round go to [si·steps, (si + 1)·steps) */
+        /* the fp32 steps timed beside strategy si are samples [si·steps, (si + 1)·steps) */
         for (int k = 0; k < steps; k++) {
             bench_run_step(&f, in, tg, B, T, si * steps + k);
             bench_run_step(&r, in, tg, B, T, k);
