@@ -32,8 +32,19 @@ ifeq ($(MPI),1)
 MPI_CFLAGS := -DCOLLAGE_MPI $(patsubst -I%,-isystem %,$(shell mpicc --showme:compile))
 MPI_LIBS := $(shell mpicc --showme:link)
 endif
+# oneDNN (Debian's libdnnl-dev) gives the bf16 model its bf16 matrix products on CPUs with bf16
+# instructions. DNNL=auto: on when its header is found and OpenMP is on (oneDNN's own threads are
+# OpenMP's; with OMP=0 the bf16 model takes the widening path). DNNL=0: always the widening path.
+DNNL ?= auto
+ifeq ($(DNNL),auto)
+DNNL := $(if $(and $(filter 1,$(OMP)),$(wildcard /usr/include/oneapi/dnnl/dnnl.h)),1,0)
+endif
+ifeq ($(DNNL),1)
+CFLAGS_BASE += -DCOLLAGE_DNNL
+LDDNNL = -ldnnl
+endif
 CFLAGS_ALL = $(CFLAGS_BASE) $(CFLAGS)
-LDLIBS_ALL = $(LDOMP) $(LDSAN) -lopenblas -lm $(LDLIBS)
+LDLIBS_ALL = $(LDOMP) $(LDSAN) $(LDDNNL) -lopenblas -lm $(LDLIBS)
 
 # The library's rooms (docs/architecture.md); each folder's headers are private to the library and
 # its tests: cli/ sees include/ only.
@@ -54,7 +65,7 @@ lib: $(BUILD)/libcollage.a $(BUILD)/libcollage.so
 cli: $(BUILD)/collage
 tests: $(TEST_BIN)
 
-$(BUILD)/obj/%.o: src/%.c $(HDRS) | $(BUILD)/obj
+$(BUILD)/obj/%.o: src/%.c $(HDRS) $(BUILD)/dnnl.flag | $(BUILD)/obj
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(SRC_INC) $(ISA_FLAGS) -c $< -o $@
 # Vector kernels: one translation unit per instruction set, entered only after a run-time CPU check.
@@ -81,6 +92,9 @@ $(BUILD)/obj/cli_%.o: cli/%.c $(HDRS) $(BUILD)/mpi.flag | $(BUILD)/obj
 # Rebuild the CLI when MPI is switched on or off for this folder.
 $(BUILD)/mpi.flag: FORCE | $(BUILD)/obj
 	@echo "$(MPI)" | cmp -s - $@ || echo "$(MPI)" > $@
+# Rebuild the library when oneDNN is switched on or off for this folder.
+$(BUILD)/dnnl.flag: FORCE | $(BUILD)/obj
+	@echo "$(DNNL)" | cmp -s - $@ || echo "$(DNNL)" > $@
 FORCE:
 $(BUILD)/obj $(BUILD)/tests:
 	mkdir -p $@

@@ -51,12 +51,53 @@ static double sgemm_rate(const collage_model_config *c, int BT, int reps) {
     return flops / best;
 }
 
+/* The bf16 model's products alone (collage_bf16_matmul: the path and tiles the model uses, its threads)
+ * on the same shapes and counts as sgemm_rate: the ceiling of a bf16 step's products. */
+static double bf16_rate(const collage_model_config *c, int BT, int reps) {
+    int C = c->channels, V = c->padded_vocab_size;
+    int shapes[5][3] = {{BT, C, 3 * C}, {BT, C, C}, {BT, C, 4 * C}, {BT, 4 * C, C}, {BT, C, V}};
+    int count[5] = {c->num_layers, c->num_layers, c->num_layers, c->num_layers, 1};
+    size_t maxa = 0, maxb = 0, maxc = 0;
+    for (int k = 0; k < 5; k++) {
+        size_t a = (size_t)shapes[k][0] * shapes[k][1], b = (size_t)shapes[k][1] * shapes[k][2], o = (size_t)shapes[k][0] * shapes[k][2];
+        if (a > maxa) maxa = a;
+        if (b > maxb) maxb = b;
+        if (o > maxc) maxc = o;
+    }
+    collage_bf16 *A = calloc(maxa, 2), *B = calloc(maxb, 2), *O = calloc(maxc, 2);
+    float *F = calloc(maxa > maxb ? (maxa > maxc ? maxa : maxc) : (maxb > maxc ? maxb : maxc), 4);
+    if (!A || !B || !O || !F) { free(A); free(B); free(O); free(F); return (double)NAN; }
+    for (size_t i = 0; i < maxa; i++) A[i] = collage_bf16_from_f32((float)(i % 7) * 0.1f);
+    for (size_t i = 0; i < maxb; i++) B[i] = collage_bf16_from_f32((float)(i % 5) * 0.1f);
+    for (size_t i = 0; i < maxc; i++) O[i] = collage_bf16_from_f32((float)(i % 3) * 0.1f);
+    double best = 1e30, flops = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = cli_now();
+        flops = 0;
+        for (int k = 0; k < 5; k++) {
+            int M = shapes[k][0], K = shapes[k][1], N = shapes[k][2];
+            for (int rep = 0; rep < count[k]; rep++) {
+                collage_bf16_matmul(0, 1, M, N, K, A, K, B, K, F, N);
+                collage_bf16_matmul(0, 0, M, K, N, O, N, B, K, F, K);
+                collage_bf16_matmul(1, 0, N, K, M, O, N, A, K, F, K);
+                flops += 6.0 * M * N * K;
+            }
+        }
+        double t = cli_now() - t0;
+        if (t < best) best = t;
+    }
+    free(A); free(B); free(O); free(F);
+    return flops / best;
+}
+
 /* One model and its optimizer, stepped by the benchmark; per-step times of each phase. */
 typedef struct {
     collage_strategy s;
     collage_model *m;
     collage_adamw *opt;
     double *t[4]; /* whole step, forward (with zero_grad), backward, optimizer */
+    double mib[5]; /* held: weights, optimizer state, gradients, activations, products' scratch */
+    const char *products; /* what its products run on (a static string) */
 } bench_run;
 
 static void bench_run_free(bench_run *r) {
@@ -84,6 +125,16 @@ static int bench_run_make(bench_run *r, collage_strategy s, const collage_model_
     }
     for (int k = 1; k < 4; k++) r->t[k] = r->t[0] + (size_t)k * samples;
     collage_adamw_set_weights_f32(r->opt, w0, n);
+    r->products = collage_model_products(r->m);
+    collage_memory bp = collage_adamw_memory(r->opt);
+    collage_model_memory mm = {0};
+    collage_model_memory_get(r->m, &mm);
+    const double mib = 1.0 / 1048576.0;
+    r->mib[0] = bp.weights * (double)n * mib;
+    r->mib[1] = (bp.m + bp.v + bp.compensation + bp.master) * (double)n * mib;
+    r->mib[2] = (double)mm.gradients * mib;
+    r->mib[3] = (double)mm.activations * mib;
+    r->mib[4] = (double)mm.scratch * mib;
     return 0;
 }
 
@@ -106,18 +157,27 @@ static void bench_run_medians(const bench_run *r, int n, double med[4]) {
     for (int k = 0; k < 4; k++) med[k] = bench_median(r->t[k], n) * 1e3;
 }
 
-static void bench_model_row(collage_strategy s, const double med[4], double ms_fp32, double tok, double flops_tok,
-                            double sg, const char *preset, int B, int T, int json) {
-    double ms = med[0], fl = flops_tok * tok / (ms * 1e-3), ratio = ms / ms_fp32;
+/* One row: speed, the fraction of the reference rate of its products (sgemm for fp32, the bf16 products
+ * for the bf16 strategies), the speed-up over the fp32 steps taken beside it, the phases, the memory. */
+static void bench_model_row(const bench_run *r, const double med[4], double ms_fp32, double tok, double flops_tok,
+                            const double ref[2], const char *preset, int B, int T, int json) {
+    const collage_strategy s = r->s;
+    const double ms = med[0], fl = flops_tok * tok / (ms * 1e-3), ceil = s == COLLAGE_FP32 ? ref[0] : ref[1];
+    const double *mb = r->mib, total = mb[0] + mb[1] + mb[2] + mb[3] + mb[4];
     if (json)
         printf("{\"model\":\"%s\",\"strategy\":\"%s\",\"B\":%d,\"T\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f,"
-               "\"model_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"fraction_of_sgemm\":%.3f,\"slowdown_vs_fp32\":%.3f,"
-               "\"forward_ms\":%.2f,\"backward_ms\":%.2f,\"optimizer_ms\":%.2f,\"fp32_ms_alongside\":%.2f,\"cpu\":\"%s\"}\n",
-               preset, collage_strategy_name(s), B, T, ms, tok / (ms * 1e-3), fl * 1e-9, sg * 1e-9, fl / sg, ratio,
-               med[1], med[2], med[3], ms_fp32, bench_cpu_name());
+               "\"model_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"fraction_of_sgemm\":%.3f,\"bf16_gemm_gflops\":%.2f,"
+               "\"fraction_of_products\":%.3f,\"slowdown_vs_fp32\":%.3f,\"speedup_vs_fp32\":%.3f,"
+               "\"forward_ms\":%.2f,\"backward_ms\":%.2f,\"optimizer_ms\":%.2f,\"fp32_ms_alongside\":%.2f,"
+               "\"weights_mib\":%.1f,\"state_mib\":%.1f,\"gradients_mib\":%.1f,\"activations_mib\":%.1f,"
+               "\"scratch_mib\":%.1f,\"products\":\"%s\",\"cpu\":\"%s\"}\n",
+               preset, collage_strategy_name(s), B, T, ms, tok / (ms * 1e-3), fl * 1e-9, ref[0] * 1e-9, fl / ref[0],
+               ref[1] * 1e-9, fl / ceil, ms / ms_fp32, ms_fp32 / ms, med[1], med[2], med[3], ms_fp32, mb[0], mb[1],
+               mb[2], mb[3], mb[4], r->products, bench_cpu_name());
     else
-        printf("%-17s %9.1f %9.0f %9.1f %8.0f%% %8.2fx %9.1f %9.1f %9.1f\n", collage_strategy_name(s), ms,
-               tok / (ms * 1e-3), fl * 1e-9, 100 * fl / sg, ratio, med[1], med[2], med[3]);
+        printf("%-14s %8.1f %8.0f %8.1f %6.0f%% %7.2fx %8.1f %8.1f %8.1f %5.0f%%   %7.0f %6.0f %6.0f %6.0f %6.0f %7.0f\n",
+               collage_strategy_name(s), ms, tok / (ms * 1e-3), fl * 1e-9, 100 * fl / ceil, ms_fp32 / ms, med[1], med[2],
+               med[3], 100 * med[3] / ms, mb[0], mb[1], mb[2], mb[3], mb[4], total);
 }
 
 /* The presets' names as a hint: "tiny, small or gpt2". */
@@ -142,7 +202,9 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
     }
     char msg[256];
     if (collage_model_check(&c, B, T, msg, sizeof msg) != COLLAGE_OK) { fprintf(stderr, "collage bench: %s\n", msg); return 2; }
-    collage_strategy list[] = {COLLAGE_BF16_MASTER, COLLAGE_LIGHT, COLLAGE_PLUS, COLLAGE_BF16}, chosen[4];
+    collage_strategy list[] = {COLLAGE_BF16_MASTER, COLLAGE_LIGHT, COLLAGE_PLUS, COLLAGE_BF16, COLLAGE_BF16_SR};
+    enum { NLIST = sizeof list / sizeof list[0] };
+    collage_strategy chosen[NLIST];
     int nl = 0;
     if (only) {
         collage_strategy s;
@@ -152,27 +214,34 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
         }
         if (s != COLLAGE_FP32) chosen[nl++] = s;
     } else
-        for (int i = 0; i < 4; i++) chosen[nl++] = list[i];
+        for (int i = 0; i < NLIST; i++) chosen[nl++] = list[i];
     size_t n = collage_model_num_params(&c);
     double tok = (double)B * T;
     double flops_tok = 6.0 * (double)n + 6.0 * c.num_layers * (double)T * c.channels;
-    double sg = sgemm_rate(&c, B * T, 3); /* OpenBLAS with its own threads: the reference */
+    double ref[2];
+    ref[0] = sgemm_rate(&c, B * T, 3); /* OpenBLAS with its own threads: the reference of fp32 */
     openblas_set_num_threads(1); /* the model's tiles are single-threaded: no call switches it and back */
+    ref[1] = bf16_rate(&c, B * T, 3);  /* the bf16 model's products alone: the reference of bf16 */
     if (!json)
         printf("collage bench model: %s (%zu params), B = %d, T = %d, %d threads; median of %d steps after %d untimed,\n"
                "each strategy stepped in alternation with an fp32 model (vs fp32: against those fp32 steps)\n"
-               "cpu: %s; OpenBLAS sgemm on the model's shapes: %.1f GFLOP/s\n"
-               "phases (median ms): forward includes zeroing the gradients; optimizer includes the clipping norm and EDQ\n\n"
-               "%-17s %9s %9s %9s %9s %9s %9s %9s %9s\n", preset, n, B, T, collage_get_threads(), steps, warmup,
-               bench_cpu_name(), sg * 1e-9, "strategy", "ms/step", "tokens/s", "GFLOP/s", "vs sgemm", "vs fp32", "forward", "backward",
-               "optimizer");
+               "cpu: %s\nproducts of the model's shapes alone: OpenBLAS sgemm %.1f GFLOP/s, bf16 (%s) %.1f GFLOP/s\n"
+               "of peak: the model's FLOP/s over its products' rate (sgemm for fp32, bf16 for the others); speed-up: over\n"
+               "the fp32 steps; phases (median ms): forward includes zeroing the gradients, optimizer the clipping norm\n"
+               "and EDQ; memory held (MiB): weights, optimizer state, gradients, activations, products' scratch, total\n\n"
+               "%-14s %8s %8s %8s %7s %8s %8s %8s %8s %6s   %7s %6s %6s %6s %6s %7s\n", preset, n, B, T,
+               collage_get_threads(), steps, warmup, bench_cpu_name(), ref[0] * 1e-9, collage_bf16_products(),
+               ref[1] * 1e-9, "strategy", "ms/step", "tokens/s", "GFLOP/s", "of peak", "speed-up", "forward", "backward",
+               "optim.", "opt %", "weights", "state", "grads", "acts", "scr.", "total");
     fflush(stdout);
     float *w0 = malloc(n * sizeof(float));
     int32_t *in = malloc(sizeof(int32_t) * (size_t)B * T), *tg = malloc(sizeof(int32_t) * (size_t)B * T);
     if (!w0 || !in || !tg || collage_model_init_weights(&c, 1, w0, n) != COLLAGE_OK) { free(w0); free(in); free(tg); return 1; }
     for (int i = 0; i < B * T; i++) { in[i] = (i * 7919) % c.vocab_size; tg[i] = (i * 104729 + 1) % c.vocab_size; }
     int rc = 0, rounds = nl ? nl : 1, done = 0;
-    double med[4][4], fmed[4][4]; /* per chosen strategy: its medians, and fp32's alongside it */
+    double med[NLIST][4], fmed[NLIST][4]; /* per chosen strategy: its medians, and fp32's alongside it */
+    double mib[NLIST][5];
+    const char *prod[NLIST];
     bench_run f;
     if (bench_run_make(&f, COLLAGE_FP32, &c, w0, B, T, steps * rounds)) { free(w0); free(in); free(tg); return 1; }
     for (int k = 0; k < warmup; k++) bench_run_step(&f, in, tg, B, T, -1);
@@ -191,6 +260,8 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
         for (int q = 0; q < 4; q++) alongside.t[q] = f.t[q] + (size_t)si * steps;
         bench_run_medians(&r, steps, med[si]);
         bench_run_medians(&alongside, steps, fmed[si]);
+        memcpy(mib[si], r.mib, sizeof r.mib);
+        prod[si] = r.products;
         bench_run_free(&r);
         done++;
         if (!json) fprintf(stderr, "[%s measured]\n", collage_strategy_name(chosen[si]));
@@ -198,9 +269,12 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
     double fall[4];
     if (!rc) {
         bench_run_medians(&f, nl ? done * steps : steps, fall);
-        bench_model_row(COLLAGE_FP32, fall, fall[0], tok, flops_tok, sg, preset, B, T, json);
-        for (int si = 0; si < done; si++)
-            bench_model_row(chosen[si], med[si], fmed[si][0], tok, flops_tok, sg, preset, B, T, json);
+        bench_model_row(&f, fall, fall[0], tok, flops_tok, ref, preset, B, T, json);
+        for (int si = 0; si < done; si++) {
+            bench_run shown = {.s = chosen[si], .products = prod[si]}; /* the strategy's figures */
+            memcpy(shown.mib, mib[si], sizeof shown.mib);
+            bench_model_row(&shown, med[si], fmed[si][0], tok, flops_tok, ref, preset, B, T, json);
+        }
     }
     bench_run_free(&f);
     free(w0); free(in); free(tg);

@@ -1,5 +1,6 @@
 /* main.c — the `collage` command: dispatches subcommands, prints help and version. */
 #include "cli.h"
+#include "collage_model.h"
 #include "dist.h"
 #include <errno.h>
 #include <math.h>
@@ -136,7 +137,8 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) { usage(stdout); return 0; }
     if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
-        printf("collage %s (%s MPI)\n", collage_version(), dist_built_with_mpi() ? "with" : "without");
+        printf("collage %s (%s MPI)\nbf16 products: %s\n", collage_version(), dist_built_with_mpi() ? "with" : "without",
+               collage_bf16_products());
         return 0;
     }
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);

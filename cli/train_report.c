@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#define MIB(bytes) ((double)(bytes) / 1048576.0)
+
 long peak_rss_mb(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -41,6 +43,9 @@ int write_summary(const train_opts *o, const collage_run_info *in, const run_tot
     fprintf(af.f, ",\"ranks\":%d,\"micro_batches\":%d", in->ranks, in->ranks * in->accum);
     json_num(af.f, "optimizer_state_mb_per_rank", in->state_mb_per_rank, "%.4f");
     json_num(af.f, "comm_ms_per_step", 1e3 * comm_s / ran, "%.3f");
+    fprintf(af.f, ",\"products\":\"%s\",\"weights_mb\":%.1f,\"optimizer_state_mb\":%.1f,\"gradients_mb\":%.1f,"
+            "\"activations_mb\":%.1f,\"scratch_mb\":%.1f", in->products, MIB(in->weight_bytes), MIB(in->state_bytes),
+            MIB(in->grad_bytes), MIB(in->act_bytes), MIB(in->scratch_bytes));
     fprintf(af.f, ",\"peak_rss_mb\":%ld}\n", peak_rss_mb());
     if (collage_atomic_commit(&af, err, sizeof err)) { fprintf(stderr, "collage train: --summary: %s\n", err); return -1; }
     return 0;
@@ -53,6 +58,9 @@ void print_header(const train_opts *o, const collage_run_info *in) {
            o->cfg.model ? o->cfg.model : "custom", in->params, c->num_layers, c->num_heads, c->channels, c->max_seq_len,
            c->vocab_size, o->cfg.tokenizer, in->train_tokens, collage_strategy_name(o->cfg.strategy), in->memory.total,
            o->cfg.batch, o->cfg.seq, o->cfg.steps, o->cfg.lr, o->cfg.beta2, collage_get_threads());
+    printf("  products: %s; memory (MiB): weights %.1f, optimizer state %.1f, gradients %.1f, activations %.1f, "
+           "scratch %.1f\n", in->products, MIB(in->weight_bytes), MIB(in->state_bytes), MIB(in->grad_bytes),
+           MIB(in->act_bytes), MIB(in->scratch_bytes));
     double bpp = in->memory.m + in->memory.v + in->memory.compensation + in->memory.master;
     if (dist_mpi() || in->ranks * in->accum > 1)
         printf("  data parallel: %d rank%s x %d micro-batch%s of %d sequences; optimizer state %.2f MB per rank "

@@ -66,7 +66,8 @@ collage_status collage_model_init_weights(const collage_model_config *cfg, uint6
 /* ---------------------------------------------------------------- the model */
 typedef enum {
     COLLAGE_REAL_FP32 = 0, /* weights, activations, gradients float */
-    COLLAGE_REAL_BF16,     /* weights and gradients collage_bf16 slabs; stored activations rounded to bf16 */
+    COLLAGE_REAL_BF16,     /* weights, gradients and stored activations bf16 (2 bytes each); products on
+                              bf16 operands with fp32 sums; statistics and the loss's softmax fp32 */
     COLLAGE_REAL_FP64,     /* double everywhere: the reference for gradient checks */
     COLLAGE_REAL_COUNT
 } collage_real;
@@ -90,12 +91,31 @@ const char    *collage_model_error(const collage_model *m);
  * *loss = mean cross-entropy (loss may be NULL); without: logits only, *loss = NaN. */
 collage_status collage_model_forward(collage_model *m, const void *params, const int *tokens, const int *targets,
                                      int B, int T, double *loss);
-/* Gradients of the last forward's mean loss, added (+=) to the gradient slab. Needs a forward with
- * targets; consumes it. */
+/* Gradients of the last forward's mean loss, added to the gradient slab: += in fp32 and fp64; in bf16,
+ * after zero_grad the batch's gradient (each element summed in fp32, rounded once), else rnd(old + it).
+ * Needs a forward with targets; consumes it. */
 collage_status collage_model_backward(collage_model *m);
 /* The gradient slab, in the model's precision. Read it through this call after zero_grad. */
 void          *collage_model_grads(collage_model *m);
 void           collage_model_zero_grad(collage_model *m);
+/* What the model's products run on: "fp32 sgemm", "fp64 dgemm", "oneDNN bf16 GEMM (AMX)", "oneDNN bf16
+ * GEMM (AVX512_BF16)" or "widening to fp32 sgemm" (a bf16 model on a CPU or build without bf16
+ * products: the same values to fp32 rounding, slower; docs/numerics.md §10). */
+const char    *collage_model_products(const collage_model *m);
+/* The path a bf16 model created now would take (the CPU, the build, COLLAGE_BF16_GEMM=widen). */
+const char    *collage_bf16_products(void);
+/* C (M,N) = op(A)·op(B) in fp32 from bf16 operands (row-major; ta, tb: 1 = transposed; op(A) (M,K),
+ * op(B) (K,N)), computed as the bf16 model computes its products: the path above, a fixed grid of
+ * single-threaded tiles on collage_set_threads threads. For benchmarks and for checking the path. */
+collage_status collage_bf16_matmul(int ta, int tb, int M, int N, int K, const collage_bf16 *A, int lda,
+                                   const collage_bf16 *B, int ldb, float *C, int ldc);
+/* Bytes a model holds besides the weights (which are the caller's). */
+typedef struct {
+    size_t gradients;    /* the gradient slab (bf16: 2 bytes a parameter, plus fp32 sums of biases and norms) */
+    size_t activations;  /* stored activations and their gradients for maxB × maxT, the logits */
+    size_t scratch;      /* the products' tile scratch */
+} collage_model_memory;
+collage_status collage_model_memory_get(const collage_model *m, collage_model_memory *out);
 /* Logits (float, vocab_size entries) of the token following tokens[0..T), 1 ≤ T ≤ maxT. */
 collage_status collage_model_next_logits(collage_model *m, const void *params, const int *tokens, int T,
                                          float *logits);

@@ -117,6 +117,11 @@ typedef struct {
     int has_val;                /* a held-out split exists */
     collage_memory memory;      /* bytes per parameter by kind */
     double state_mb_per_rank;   /* optimizer state (m, v, compensation, master) of the largest shard */
+    const char *products;       /* what the model's products run on (collage_model_products) */
+    /* bytes this rank holds: the weights (whole), the optimizer state of its shard, the gradients (the
+     * model's slab, the fp32 micro-batch sum when accum > 1, the reduced shard when micro-batches > 1),
+     * the model's activations and its products' scratch */
+    size_t weight_bytes, state_bytes, grad_bytes, act_bytes, scratch_bytes;
 } collage_run_info;
 collage_run_info collage_run_get_info(const collage_run *r);
 const collage_run_config *collage_run_get_config(const collage_run *r);

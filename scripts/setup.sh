@@ -2,7 +2,7 @@
 # Installs the Debian packages collage needs, only when missing (idempotent).
 # Usage: scripts/setup.sh        (as root, or with sudo available)
 set -euo pipefail
-PKGS=(build-essential pkg-config libopenblas-dev libmpfr-dev libgmp-dev libopenmpi-dev openmpi-bin
+PKGS=(build-essential pkg-config libopenblas-dev libdnnl-dev libmpfr-dev libgmp-dev libopenmpi-dev openmpi-bin
       fortunes gnuplot-nox)
 missing=()
 for p in "${PKGS[@]}"; do

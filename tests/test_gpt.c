@@ -3,6 +3,7 @@
  * the loss at init and under SGD, bit-identical results for 1 and 2 threads, the bf16 mode (bf16
  * activations and gradients, loss near fp32), partial batches, sampling, and bad input. */
 #include "collage.h"
+#include "collage_model.h"
 #include "gpt2.h"
 #include "harness.h"
 #include <cblas.h>
@@ -19,6 +20,8 @@
 #define INIT_LOSS_TOL 0.1     /* |loss at init − ln V| */
 #define BF16_LOSS_REL 0.02    /* bf16 mode loss vs fp32 loss, relative */
 #define BF16_GRAD_COS 0.99    /* cosine similarity of bf16 and fp32 gradients */
+#define BF16_PATH_LOSS_REL 1e-3  /* the bf16 model on oneDNN's path vs the emulated one: loss, relative */
+#define BF16_PATH_GRAD_COS 0.999 /* and the cosine of their gradients */
 #define SGD_STEPS 40
 #define SGD_GAIN 0.5          /* loss after SGD_STEPS below this fraction of the first */
 #define SAMPLE_DRAWS 20000
@@ -352,8 +355,21 @@ static void test_sgd_reduces_loss(void) {
 }
 
 /* ------------------------------------------------------------------ threads */
+/* Every stored activation's bytes, in tensor order, into out (NULL: only the total); returns the bytes. */
+static size_t acts_copy(const collage_gpt *m, unsigned char *out) {
+    collage_gpt_act at[32];
+    int na = collage_gpt_act_tensors(m, at, 32);
+    size_t off = 0;
+    for (int k = 0; k < na; k++) {
+        size_t nb = at[k].count * at[k].esize;
+        if (out) memcpy(out + off, at[k].data, nb);
+        off += nb;
+    }
+    return off;
+}
+
 static void run_threads(collage_gpt_precision prec, int threads, const void *w, const int *tok, const int *tgt,
-                        int B, int T, double *loss, void *grads, void *acts) {
+                        int B, int T, double *loss, void *grads, unsigned char *acts) {
     collage_gpt_config c;
     collage_gpt_preset("tiny", &c);
     collage_gpt *m = NULL;
@@ -362,16 +378,15 @@ static void run_threads(collage_gpt_precision prec, int threads, const void *w, 
     if (!m) return;
     size_t n = collage_gpt_size(m), es = prec == COLLAGE_GPT_BF16 ? 2 : 4;
     collage_gpt_forward(m, w, tok, tgt, B, T, loss);
+    collage_gpt_zero_grad(m);
     collage_gpt_backward(m);
     memcpy(grads, collage_gpt_grads(m), n * es);
-    collage_gpt_act at[32];
-    int na = collage_gpt_act_tensors(m, at, 32);
-    size_t nacts = at[na - 1].offset + at[na - 1].count;
-    memcpy(acts, collage_gpt_acts(m), nacts * sizeof(float));
+    acts_copy(m, acts);
     collage_gpt_free(m);
 }
 
-/* B·T·C large enough that every kernel runs its parallel path (src/nn/ops.inc: OPS_PAR_MIN). */
+/* B·T·C large enough that every kernel runs its parallel path (src/nn/ops.inc: OPS_PAR_MIN); the bf16
+ * model on the path this machine takes (oneDNN's or the widening one). */
 static void test_thread_count_independence(void) {
     collage_gpt_config c;
     collage_gpt_preset("tiny", &c);
@@ -386,23 +401,26 @@ static void test_thread_count_independence(void) {
     random_tokens(tok, tgt, B * T, c.vocab_size);
     collage_gpt *probe = NULL;
     collage_gpt_create(&c, COLLAGE_GPT_FP32, B, T, &probe);
-    collage_gpt_act at[32];
-    int na = collage_gpt_act_tensors(probe, at, 32);
-    size_t nacts = at[na - 1].offset + at[na - 1].count;
+    size_t nacts = acts_copy(probe, NULL);
     collage_gpt_free(probe);
-    float *g1 = malloc(n * 4), *g2 = malloc(n * 4), *a1 = malloc(nacts * 4), *a2 = malloc(nacts * 4);
+    float *g1 = malloc(n * 4), *g2 = malloc(n * 4);
+    unsigned char *a1 = calloc(nacts, 1), *a2 = calloc(nacts, 1);
     for (int p = 0; p < 2; p++) {
         collage_gpt_precision prec = p ? COLLAGE_GPT_BF16 : COLLAGE_GPT_FP32;
         const void *wp = p ? (const void *)w16 : (const void *)w;
         double L1 = 0, L2 = 0;
         run_threads(prec, 1, wp, tok, tgt, B, T, &L1, g1, a1);
-        run_threads(prec, 2, wp, tok, tgt, B, T, &L2, g2, a2);
-        size_t gb = n * (p ? 2 : 4);
-        CHECK(L1 == L2, "%s: loss %.17g (1 thread) vs %.17g (2)", collage_gpt_precision_name(prec), L1, L2);
-        CHECK(memcmp(g1, g2, gb) == 0, "%s: gradients differ between 1 and 2 threads", collage_gpt_precision_name(prec));
-        CHECK(memcmp(a1, a2, nacts * 4) == 0, "%s: activations differ", collage_gpt_precision_name(prec));
+        for (int th = 2; th <= 3; th++) {
+            run_threads(prec, th, wp, tok, tgt, B, T, &L2, g2, a2);
+            size_t gb = n * (p ? 2 : 4);
+            CHECK(L1 == L2, "%s: loss %.17g (1 thread) vs %.17g (%d)", collage_gpt_precision_name(prec), L1, L2, th);
+            CHECK(memcmp(g1, g2, gb) == 0, "%s: gradients differ between 1 and %d threads",
+                  collage_gpt_precision_name(prec), th);
+            CHECK(memcmp(a1, a2, nacts) == 0, "%s: activations differ (1 and %d threads)",
+                  collage_gpt_precision_name(prec), th);
+        }
         uint64_t hsh = 1469598103934665603ULL; /* FNV-1a of the gradients: compare across builds by eye */
-        for (size_t i = 0; i < gb; i++) hsh = (hsh ^ ((const unsigned char *)g1)[i]) * 1099511628211ULL;
+        for (size_t i = 0; i < n * (p ? 2 : 4); i++) hsh = (hsh ^ ((const unsigned char *)g1)[i]) * 1099511628211ULL;
         printf("    %s: loss %.9f, gradient hash %016llx\n", collage_gpt_precision_name(prec), L1,
                (unsigned long long)hsh);
     }
@@ -411,15 +429,109 @@ static void test_thread_count_independence(void) {
 }
 
 /* ------------------------------------------------------------------ bf16 */
+/* One forward + backward of a fresh model of precision prec on the tiny preset; the loss, the gradient
+ * slab (bf16: widened) and every activation widened to double, in tensor order. */
+typedef struct { double loss; float *g; double *a; size_t na; int nbf16, notbf16; } bf16_run;
+
+/* After a backward the float models hold dlogits in "logits" (in place) and the bf16 model holds them in
+ * "d_logits": both are left out (the gradients cover them). */
+static int act_compared(const char *name) { return strcmp(name, "logits") != 0 && strcmp(name, "d_logits") != 0; }
+
+static void act_values(const collage_gpt *m, bf16_run *r) {
+    collage_gpt_act at[32];
+    int na = collage_gpt_act_tensors(m, at, 32);
+    size_t total = 0;
+    for (int k = 0; k < na; k++) total += act_compared(at[k].name) ? at[k].count : 0;
+    r->a = malloc(total * sizeof(double));
+    r->na = total;
+    size_t o = 0;
+    for (int k = 0; k < na; k++)
+        for (size_t i = 0; i < at[k].count && act_compared(at[k].name); i++) {
+            double v;
+            if (at[k].esize == 2) {
+                uint16_t b;
+                memcpy(&b, (const char *)at[k].data + 2 * i, 2);
+                v = (double)collage_bf16_to_f32((collage_bf16){b});
+            } else {
+                float f;
+                memcpy(&f, (const char *)at[k].data + 4 * i, 4);
+                uint32_t u;
+                memcpy(&u, &f, 4);
+                if (at[k].bf16) { r->nbf16++; r->notbf16 += (u & 0xffffu) != 0; }
+                v = (double)f;
+            }
+            r->a[o++] = v;
+        }
+}
+
+static bf16_run bf16_once(collage_gpt_precision prec, const collage_bf16 *w16, const float *w, const int *tok,
+                          const int *tgt, int B, int T) {
+    collage_gpt_config c;
+    collage_gpt_preset("tiny", &c);
+    bf16_run r = {.loss = (double)NAN};
+    collage_gpt *m = NULL;
+    CHECK(collage_gpt_create(&c, prec, B, T, &m) == COLLAGE_OK, "create %s", collage_gpt_precision_name(prec));
+    if (!m) return r;
+    size_t n = collage_gpt_size(m);
+    const void *wp = prec == COLLAGE_GPT_FP32 ? (const void *)w : (const void *)w16;
+    CHECK(collage_gpt_forward(m, wp, tok, tgt, B, T, &r.loss) == COLLAGE_OK, "forward");
+    collage_gpt_zero_grad(m);
+    CHECK(collage_gpt_backward(m) == COLLAGE_OK, "backward");
+    r.g = malloc(n * sizeof(float));
+    if (prec == COLLAGE_GPT_FP32) memcpy(r.g, collage_gpt_grads(m), n * sizeof(float));
+    else collage_bf16_to_f32_row(r.g, collage_gpt_grads(m), n);
+    act_values(m, &r);
+    collage_gpt_free(m);
+    return r;
+}
+
+/* The bf16 model on the widening path gives the values of bf16-emulated (the float model rounding where
+ * bf16 is stored) exactly: loss, gradients, every activation. On oneDNN's path they agree to fp32 sums. */
+static void test_bf16_matches_emulation(void) {
+    collage_gpt_config c;
+    collage_gpt_preset("tiny", &c);
+    const int B = 4, T = 64;
+    size_t n = collage_gpt_num_params(&c);
+    float *w = malloc(n * sizeof *w);
+    collage_bf16 *w16 = malloc(n * sizeof *w16);
+    collage_gpt_init_weights(&c, SEED + 3, w, n);
+    collage_bf16_from_f32_row(w16, w, n);
+    static int tok[256], tgt[256];
+    h_seed(SEED + 12);
+    random_tokens(tok, tgt, B * T, c.vocab_size);
+    bf16_run e = bf16_once(COLLAGE_GPT_BF16_EMULATED, w16, w, tok, tgt, B, T);
+    setenv("COLLAGE_BF16_GEMM", "widen", 1);
+    bf16_run x = bf16_once(COLLAGE_GPT_BF16, w16, w, tok, tgt, B, T);
+    unsetenv("COLLAGE_BF16_GEMM");
+    bf16_run h = bf16_once(COLLAGE_GPT_BF16, w16, w, tok, tgt, B, T);
+    size_t gbad = 0, abad = 0;
+    for (size_t i = 0; i < n; i++) gbad += (double)x.g[i] != (double)e.g[i];
+    for (size_t i = 0; i < e.na && i < x.na; i++) abad += !(x.a[i] == e.a[i] || (x.a[i] != x.a[i] && e.a[i] != e.a[i]));
+    CHECK(x.loss == e.loss, "widening path: loss %.17g vs emulated %.17g", x.loss, e.loss);
+    CHECK(gbad == 0, "widening path: %zu of %zu gradients differ from the emulated model's", gbad, n);
+    CHECK(x.na == e.na && abad == 0, "widening path: %zu of %zu activations differ", abad, e.na);
+    CHECK(e.nbf16 > 0 && e.notbf16 == 0, "emulated: %d of %d values are not bf16", e.notbf16, e.nbf16);
+    /* the hardware path: loss and gradient direction as close as fp32 sums in another order allow */
+    double dot = 0, nh = 0, ne = 0, gmax = 0, dmax = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double hg = (double)h.g[i], eg = (double)e.g[i];
+        dot += hg * eg; nh += hg * hg; ne += eg * eg;
+        gmax = fmax(gmax, fabs(eg)); dmax = fmax(dmax, fabs(hg - eg));
+    }
+    double cosine = dot / sqrt(nh * ne);
+    printf("    %s: loss %.7f, emulated %.7f; gradient cosine %.6f, max |Δg| %.2e of max |g| %.2e\n",
+           collage_bf16_products(), h.loss, e.loss, cosine, dmax, gmax);
+    CHECK(fabs(h.loss - e.loss) <= BF16_PATH_LOSS_REL * e.loss, "bf16 path loss %.7f vs emulated %.7f", h.loss, e.loss);
+    CHECK(cosine >= BF16_PATH_GRAD_COS, "bf16 path gradient cosine %.6f", cosine);
+    free(e.g); free(e.a); free(x.g); free(x.a); free(h.g); free(h.a);
+    free(w); free(w16);
+}
+
 static void test_bf16_mode(void) {
     collage_gpt_config c;
     collage_gpt_preset("tiny", &c);
     const int B = 4, T = 32;
-    collage_gpt *mb = NULL, *mf = NULL;
-    CHECK(collage_gpt_create(&c, COLLAGE_GPT_BF16, B, T, &mb) == COLLAGE_OK, "create bf16");
-    CHECK(collage_gpt_create(&c, COLLAGE_GPT_FP32, B, T, &mf) == COLLAGE_OK, "create fp32");
-    if (!mb || !mf) { collage_gpt_free(mb); collage_gpt_free(mf); return; }
-    size_t n = collage_gpt_size(mb);
+    size_t n = collage_gpt_num_params(&c);
     float *w = malloc(n * sizeof *w);
     collage_bf16 *w16 = malloc(n * sizeof *w16);
     collage_gpt_init_weights(&c, SEED, w, n);
@@ -428,44 +540,20 @@ static void test_bf16_mode(void) {
     int tok[128], tgt[128];
     h_seed(SEED + 5);
     for (int i = 0; i < B * T; i++) { tok[i] = (int)(h_rand32() % 64u); tgt[i] = (tok[i] * 7 + 3) % 64; }
-    double Lb = 0, Lf = 0;
-    CHECK(collage_gpt_forward(mb, w16, tok, tgt, B, T, &Lb) == COLLAGE_OK, "forward bf16");
-    CHECK(collage_gpt_forward(mf, w, tok, tgt, B, T, &Lf) == COLLAGE_OK, "forward fp32");
-    collage_gpt_zero_grad(mb);
-    collage_gpt_zero_grad(mf);
-    CHECK(collage_gpt_backward(mb) == COLLAGE_OK, "backward bf16");
-    collage_gpt_backward(mf);
-    collage_gpt_act at[32];
-    int na = collage_gpt_act_tensors(mb, at, 32);
-    const float *acts = collage_gpt_acts(mb);
-    int checked = 0;
-    for (int k = 0; k < na; k++) {
-        if (!at[k].bf16) continue;
-        size_t bad = 0;
-        for (size_t i = at[k].offset; i < at[k].offset + at[k].count; i++) {
-            uint32_t u;
-            memcpy(&u, &acts[i], 4);
-            bad += (u & 0xffffu) != 0;
-        }
-        CHECK(bad == 0, "%s: %zu values not bf16", at[k].name, bad);
-        checked++;
-    }
-    CHECK(checked >= 15, "only %d activation tensors checked", checked);
-    const collage_bf16 *gb = collage_gpt_grads(mb);
-    const float *gf = collage_gpt_grads(mf);
+    bf16_run b = bf16_once(COLLAGE_GPT_BF16, w16, w, tok, tgt, B, T);
+    bf16_run f = bf16_once(COLLAGE_GPT_FP32, w16, w, tok, tgt, B, T);
     double dot = 0, nb = 0, nf = 0;
     for (size_t i = 0; i < n; i++) {
-        double x = (double)collage_bf16_to_f32(gb[i]), y = (double)gf[i];
-        dot += x * y; nb += x * x; nf += y * y;
+        const double bg = (double)b.g[i], fg = (double)f.g[i];
+        dot += bg * fg; nb += bg * bg; nf += fg * fg;
     }
     double cosine = dot / sqrt(nb * nf);
-    printf("    loss bf16 %.5f fp32 %.5f; gradient cosine %.5f\n", Lb, Lf, cosine);
-    CHECK(fabs(Lb - Lf) <= BF16_LOSS_REL * Lf, "loss bf16 %.5f vs fp32 %.5f", Lb, Lf);
+    printf("    loss bf16 %.5f fp32 %.5f; gradient cosine %.5f\n", b.loss, f.loss, cosine);
+    CHECK(fabs(b.loss - f.loss) <= BF16_LOSS_REL * f.loss, "loss bf16 %.5f vs fp32 %.5f", b.loss, f.loss);
     CHECK(cosine >= BF16_GRAD_COS, "gradient cosine %.5f", cosine);
+    free(b.g); free(b.a); free(f.g); free(f.a);
     free(w);
     free(w16);
-    collage_gpt_free(mb);
-    collage_gpt_free(mf);
 }
 
 /* ------------------------------------------------------------------ inference */
@@ -488,7 +576,7 @@ static void test_next_logits_and_sampling(void) {
     int na = collage_gpt_act_tensors(m, at, 32);
     const float *full = NULL;
     for (int k = 0; k < na; k++)
-        if (strcmp(at[k].name, "logits") == 0) full = (const float *)collage_gpt_acts(m) + at[k].offset + 5 * 24;
+        if (strcmp(at[k].name, "logits") == 0) full = (const float *)at[k].data + 5 * 24;
     double dmax = 0;
     for (int i = 0; i < 19 && full; i++) dmax = fmax(dmax, fabs((double)logits[i] - (double)full[i]));
     CHECK(full && dmax <= 1e-5, "next_logits vs forward: max diff %.2e", dmax);
@@ -587,6 +675,7 @@ int main(void) {
     RUN(test_sgd_reduces_loss);
     RUN(test_thread_count_independence);
     RUN(test_bf16_mode);
+    RUN(test_bf16_matches_emulation);
     RUN(test_next_logits_and_sampling);
     RUN(test_bad_input);
     return h_end();

@@ -5,33 +5,21 @@
 #include "internal.h"
 #include "gpt2.h"
 #include "gpt2_ckpt.h"
+#include "gpt2_plan.h"
 #include "model.h"
 #include "nn.h"
 #include <math.h>
 #include <stdarg.h>
 
-/* ---------------------------------------------------------------- the activation slab */
-/* Stored activations (llm.c's, less preatt/attproj/fcproj: the scores are softmaxed in place in att and
- * the projections are written straight into the residual they feed), then the backward's buffers. */
-enum {
-    A_ENC = 0, A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT, A_RES2, A_LN2, A_LN2_MEAN, A_LN2_RSTD,
-    A_FCH, A_FCH_GELU, A_RES3, A_LNF, A_LNF_MEAN, A_LNF_RSTD, A_LOGITS, A_LOSSES,
-    A_DRES, A_DLN, A_DATTY, A_DQKV, A_DFCH, A_SCR, A_COUNT
-};
+/* ---------------------------------------------------------------- the activation slab (gpt2_plan.h) */
 static const char *const ACT_NAMES[A_COUNT] = {
     "encoded", "ln1", "ln1_mean", "ln1_rstd", "qkv", "atty", "att", "residual2", "ln2", "ln2_mean", "ln2_rstd",
     "fch", "fch_gelu", "residual3", "lnf", "lnf_mean", "lnf_rstd", "logits", "losses",
-    "d_residual", "d_ln", "d_atty", "d_qkv", "d_fch", "attn_scratch"};
-/* 1: holds bf16 values in bf16 mode. logits hold the fp32 softmax after a forward with targets. */
+    "d_residual", "d_ln", "d_atty", "d_qkv", "d_fch", "d_logits", "attn_scratch"};
+/* 1: holds bf16 values in the bf16 models (2-byte storage in COLLAGE_GPT_BF16). logits hold the fp32
+ * softmax after a forward with targets. */
 static const unsigned char ACT_BF16[A_COUNT] = {1, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0,
-                                                1, 1, 1, 1, 1, 0};
-
-typedef struct {
-    int V, Vp, maxT, L, NH, C;
-    size_t p[COLLAGE_GPT_NTENSORS], pl[COLLAGE_GPT_NTENSORS]; /* parameter offset, per-layer stride */
-    size_t a[A_COUNT], al[A_COUNT], an[A_COUNT];              /* activation offset, layer stride, count */
-    size_t nparams, nacts;
-} gpt_plan;
+                                                1, 1, 1, 1, 1, 1, 0};
 
 /* ---------------------------------------------------------------- the graph, twice */
 float collage__gpt_exp_f32(float x) { return nn_exp_f32(x); }
@@ -62,6 +50,7 @@ const char *collage_gpt_precision_name(collage_gpt_precision p) {
     case COLLAGE_GPT_FP32: return "fp32";
     case COLLAGE_GPT_BF16: return "bf16";
     case COLLAGE_GPT_FP64: return "fp64";
+    case COLLAGE_GPT_BF16_EMULATED: return "bf16-emulated";
     default: return "unknown";
     }
 }
@@ -227,19 +216,48 @@ struct collage_gpt {
     collage_gpt_precision prec;
     int maxB, maxT;
     gpt_plan P;
-    size_t esize;           /* bytes per element of the activation and gradient slabs: 4 or 8 */
-    void *acts;             /* float, or double for fp64 */
-    void *grads;            /* float (fp32 and bf16: the fp32 accumulator) or double */
-    collage_bf16 *grads16;  /* bf16: the gradient slab handed out */
-    int grads16_stale;      /* zero_grad ran after the last narrowing: grads16 is zero once handed out */
-    float *w32;             /* bf16: the weights widened to fp32 at each forward */
+    size_t esize;           /* bytes per element of acts and grads: 4 (fp32, bf16-emulated) or 8 (fp64) */
+    void *acts;             /* float or double; in bf16 the float part (statistics, logits, scratch) */
+    void *grads;            /* float or double: the gradient slab (bf16-emulated: its fp32 accumulator) */
+    /* bf16 and bf16-emulated */
+    collage_bf16 *grads16;  /* the gradient slab handed out */
+    int grads16_zero;       /* zero_grad ran since the last backward: grads16 reads as zero */
+    float *w32;             /* bf16-emulated: the weights widened to fp32 at each forward */
+    /* bf16 */
+    uint16_t *acts16;       /* the bf16 activations */
+    float *gsums;           /* the float sums of the bias and norm gradients (P.ngs) */
+    nn_ws ws;               /* the products' tile scratch */
+    nn_bf16_path path;      /* chosen at create */
     const void *w_used;     /* the weights of the last forward (caller's slab or w32) */
     int *tok, *tgt;         /* copies of the last forward's input */
     int B, T, ready;        /* ready: a forward with targets awaits its backward */
     char err[200];
 };
 
-static void plan_build(gpt_plan *P, const collage_gpt_config *c, int maxB, int maxT) {
+/* Offsets of the activations: one slab, or in bf16 (split) a bf16 slab and a float slab. */
+static void plan_acts(gpt_plan *P, int maxB, int maxT, int split) {
+    const size_t N = (size_t)maxB * (size_t)maxT, C = (size_t)P->C, L = (size_t)P->L, NH = (size_t)P->NH;
+    const size_t TT = (size_t)maxB * NH * (size_t)maxT * (size_t)maxT, NV = N * (size_t)P->Vp;
+    /* per layer size (al; the count is L·al) or, for al = 0, the whole count */
+    const size_t per[A_COUNT] = {0, N * C, N, N, 3 * N * C, N * C, TT, N * C, N * C, N, N,
+                                 4 * N * C, 4 * N * C, N * C, 0, 0, 0, 0, 0,
+                                 0, 0, 0, 0, 0, 0, 0};
+    const size_t whole[A_COUNT] = {N * C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, N * C, N, N, NV, N,
+                                   N * C, N * C, N * C, 3 * N * C, 4 * N * C, split ? NV : 0,
+                                   nn_attention_scratch(maxB, maxT, P->C, P->NH)};
+    size_t off[2] = {0, 0};
+    for (int k = 0; k < A_COUNT; k++) {
+        const int s16 = split && ACT_BF16[k];
+        P->a[k] = off[s16];
+        P->al[k] = per[k];
+        P->an[k] = per[k] ? L * per[k] : whole[k];
+        off[s16] += P->an[k];
+    }
+    P->nacts = off[0];
+    P->nacts16 = off[1];
+}
+
+static void plan_build(gpt_plan *P, const collage_gpt_config *c, int maxB, int maxT, int split) {
     collage_gpt_tensor t[COLLAGE_GPT_NTENSORS];
     collage_gpt_tensors(c, t);
     *P = (gpt_plan){.V = c->vocab_size, .Vp = c->padded_vocab_size, .maxT = c->max_seq_len,
@@ -247,24 +265,40 @@ static void plan_build(gpt_plan *P, const collage_gpt_config *c, int maxB, int m
     for (int k = 0; k < COLLAGE_GPT_NTENSORS; k++) {
         P->p[k] = t[k].offset;
         P->pl[k] = (t[k].ndim > 1 && k != COLLAGE_GPT_WTE && k != COLLAGE_GPT_WPE) ? t[k].count / (size_t)P->L : 0;
+        P->gs[k] = P->ngs;
+        if (!gpt_product_weight(k)) P->ngs += t[k].count;
     }
     P->nparams = t[COLLAGE_GPT_NTENSORS - 1].offset + t[COLLAGE_GPT_NTENSORS - 1].count;
-    const size_t N = (size_t)maxB * (size_t)maxT, C = (size_t)P->C, L = (size_t)P->L, NH = (size_t)P->NH;
-    const size_t hs = C / NH, TT = (size_t)maxB * NH * (size_t)maxT * (size_t)maxT;
-    /* per layer size (al; the count is L·al) or, for al = 0, the whole count */
-    const size_t per[A_COUNT] = {0, N * C, N, N, 3 * N * C, N * C, TT, N * C, N * C, N, N,
-                                 4 * N * C, 4 * N * C, N * C, 0, 0, 0, 0, 0,
-                                 0, 0, 0, 0, 0, 0};
-    const size_t whole[A_COUNT] = {N * C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, N * C, N, N, N * (size_t)P->Vp, N,
-                                   N * C, N * C, N * C, 3 * N * C, 4 * N * C, (size_t)maxB * NH * (hs * maxT + maxT)};
-    size_t off = 0;
-    for (int k = 0; k < A_COUNT; k++) {
-        P->a[k] = off;
-        P->al[k] = per[k];
-        P->an[k] = per[k] ? L * per[k] : whole[k];
-        off += P->an[k];
+    plan_acts(P, maxB, maxT, split);
+}
+
+/* The slabs of each precision; 0 or COLLAGE_ERR_NOMEM. */
+static collage_status model_alloc(collage_gpt *m) {
+    const size_t n = m->P.nparams, bt = (size_t)m->maxB * (size_t)m->maxT;
+    m->tok = calloc(bt, sizeof(int));
+    m->tgt = calloc(bt, sizeof(int));
+    m->acts = calloc(m->P.nacts, m->esize);
+    int ok = m->tok && m->tgt && m->acts;
+    if (m->prec != COLLAGE_GPT_BF16) {
+        m->grads = calloc(n, m->esize);
+        ok = ok && m->grads;
     }
-    P->nacts = off;
+    if (m->prec == COLLAGE_GPT_BF16 || m->prec == COLLAGE_GPT_BF16_EMULATED) {
+        m->grads16 = calloc(n, sizeof(collage_bf16));
+        ok = ok && m->grads16;
+    }
+    if (m->prec == COLLAGE_GPT_BF16_EMULATED) {
+        m->w32 = calloc(n, sizeof(float));
+        ok = ok && m->w32;
+    }
+    if (m->prec == COLLAGE_GPT_BF16) {
+        m->acts16 = calloc(m->P.nacts16, sizeof(uint16_t));
+        m->gsums = calloc(m->P.ngs, sizeof(float));
+        m->path = nn_bf16_path_chosen();
+        const gpt_bf16_env e = {.ws = &m->ws, .path = m->path, .nt = collage__threads()};
+        ok = ok && m->acts16 && m->gsums && gpt_bf16_reserve(&m->P, (int)bt, &e) == 0;
+    }
+    return ok ? COLLAGE_OK : COLLAGE_ERR_NOMEM;
 }
 
 collage_status collage_gpt_create(const collage_gpt_config *cfg, collage_gpt_precision prec, int maxB, int maxT,
@@ -282,19 +316,9 @@ collage_status collage_gpt_create(const collage_gpt_config *cfg, collage_gpt_pre
     m->prec = prec;
     m->maxB = maxB;
     m->maxT = maxT;
-    plan_build(&m->P, cfg, maxB, maxT);
+    plan_build(&m->P, cfg, maxB, maxT, prec == COLLAGE_GPT_BF16);
     m->esize = prec == COLLAGE_GPT_FP64 ? sizeof(double) : sizeof(float);
-    m->acts = calloc(m->P.nacts, m->esize);
-    m->grads = calloc(m->P.nparams, m->esize);
-    m->tok = calloc((size_t)maxB * maxT, sizeof(int));
-    m->tgt = calloc((size_t)maxB * maxT, sizeof(int));
-    int ok = m->acts && m->grads && m->tok && m->tgt;
-    if (prec == COLLAGE_GPT_BF16) {
-        m->grads16 = calloc(m->P.nparams, sizeof(collage_bf16));
-        m->w32 = calloc(m->P.nparams, sizeof(float));
-        ok = ok && m->grads16 && m->w32;
-    }
-    if (!ok) { collage_gpt_free(m); return COLLAGE_ERR_NOMEM; }
+    if (model_alloc(m) != COLLAGE_OK) { collage_gpt_free(m); return COLLAGE_ERR_NOMEM; }
     *out = m;
     return COLLAGE_OK;
 }
@@ -302,6 +326,7 @@ collage_status collage_gpt_create(const collage_gpt_config *cfg, collage_gpt_pre
 void collage_gpt_free(collage_gpt *m) {
     if (!m) return;
     free(m->acts); free(m->grads); free(m->grads16); free(m->w32); free(m->tok); free(m->tgt);
+    free(m->acts16); free(m->gsums); nn_ws_free(&m->ws);
     free(m);
 }
 
@@ -309,6 +334,26 @@ const collage_gpt_config *collage_gpt_get_config(const collage_gpt *m) { return 
 collage_gpt_precision collage_gpt_get_precision(const collage_gpt *m) { return m ? m->prec : COLLAGE_GPT_FP32; }
 size_t collage_gpt_size(const collage_gpt *m) { return m ? m->P.nparams : 0; }
 const char *collage_gpt_error(const collage_gpt *m) { return m ? m->err : "no model"; }
+const char *collage_gpt_products(const collage_gpt *m) {
+    if (!m) return "none";
+    switch (m->prec) {
+    case COLLAGE_GPT_BF16: return nn_bf16_path_name(m->path);
+    case COLLAGE_GPT_FP64: return "fp64 dgemm";
+    default: return "fp32 sgemm";
+    }
+}
+
+collage_status collage_gpt_memory(const collage_gpt *m, collage_gpt_mem *out) {
+    if (!m || !out) return COLLAGE_ERR_NULL;
+    const size_t n = m->P.nparams;
+    *out = (collage_gpt_mem){
+        .gradients = (m->grads ? n * m->esize : 0) + (m->grads16 ? n * sizeof(collage_bf16) : 0) +
+                     m->P.ngs * (m->gsums ? sizeof(float) : 0),
+        .activations = m->P.nacts * m->esize + m->P.nacts16 * sizeof(uint16_t) +
+                       2 * (size_t)m->maxB * (size_t)m->maxT * sizeof(int),
+        .scratch = m->ws.cap * sizeof(float) + (m->w32 ? n * sizeof(float) : 0)};
+    return COLLAGE_OK;
+}
 
 __attribute__((format(printf, 3, 4)))
 static collage_status fail(collage_gpt *m, collage_status st, const char *fmt, ...) {
@@ -341,11 +386,29 @@ static collage_status take_input(collage_gpt *m, const void *params, const int *
     return COLLAGE_OK;
 }
 
-/* The fp32 weights the kernels read: the caller's slab, or in bf16 the slab widened (exact). */
+/* The bf16 graph's environment for this call, its scratch grown for the current thread count. */
+static collage_status bf16_env(collage_gpt *m, gpt_bf16_env *e) {
+    *e = (gpt_bf16_env){.ws = &m->ws, .path = m->path, .nt = collage__threads()};
+    if (gpt_bf16_reserve(&m->P, m->maxB * m->maxT, e))
+        return fail(m, COLLAGE_ERR_NOMEM, "out of memory for the products' scratch (%d threads)", e->nt);
+    return COLLAGE_OK;
+}
+
+/* The float weights the float kernels read: the caller's slab, or in bf16-emulated the slab widened. */
 static const void *weights(collage_gpt *m, const void *params) {
-    if (m->prec != COLLAGE_GPT_BF16) return params;
+    if (m->prec != COLLAGE_GPT_BF16_EMULATED) return params;
     collage_bf16_to_f32_row(m->w32, params, m->P.nparams);
     return m->w32;
+}
+
+static double forward_any(collage_gpt *m, const void *w, const int *tgt, int B, int T, const gpt_bf16_env *e) {
+    const int nt = collage__threads();
+    switch (m->prec) {
+    case COLLAGE_GPT_BF16: return gpt_forward_bf16(&m->P, w, m->acts16, m->acts, m->tok, tgt, B, T, e);
+    case COLLAGE_GPT_FP64: return gpt_forward_f64(&m->P, w, m->acts, m->tok, tgt, B, T, 0, nt);
+    default:
+        return gpt_forward_f32(&m->P, w, m->acts, m->tok, tgt, B, T, m->prec == COLLAGE_GPT_BF16_EMULATED, nt);
+    }
 }
 
 collage_status collage_gpt_forward(collage_gpt *m, const void *params, const int *tokens, const int *targets,
@@ -353,13 +416,12 @@ collage_status collage_gpt_forward(collage_gpt *m, const void *params, const int
     if (!m) return COLLAGE_ERR_NULL;
     m->ready = 0;
     collage_status st = take_input(m, params, tokens, targets, B, T);
+    gpt_bf16_env e = {0};
+    if (st == COLLAGE_OK && m->prec == COLLAGE_GPT_BF16) st = bf16_env(m, &e);
     if (st != COLLAGE_OK) return st;
-    const int nt = collage__threads(), bf = m->prec == COLLAGE_GPT_BF16;
-    const int *tgt = targets ? m->tgt : NULL;
     const void *w = weights(m, params);
     nn_blas_begin();
-    double L = m->prec == COLLAGE_GPT_FP64 ? gpt_forward_f64(&m->P, w, m->acts, m->tok, tgt, B, T, 0, nt)
-                                           : gpt_forward_f32(&m->P, w, m->acts, m->tok, tgt, B, T, bf, nt);
+    double L = forward_any(m, w, targets ? m->tgt : NULL, B, T, &e);
     nn_blas_end();
     m->w_used = w;
     m->B = B;
@@ -374,24 +436,27 @@ collage_status collage_gpt_backward(collage_gpt *m) {
     if (!m->ready) {
         return fail(m, COLLAGE_ERR_ARG, "backward needs a forward with targets before it (one backward each)");
     }
+    gpt_bf16_env e = {0};
+    if (m->prec == COLLAGE_GPT_BF16 && bf16_env(m, &e) != COLLAGE_OK) return COLLAGE_ERR_NOMEM;
     m->ready = 0;
     const int nt = collage__threads();
     nn_blas_begin();
-    if (m->prec == COLLAGE_GPT_FP64)
+    if (m->prec == COLLAGE_GPT_BF16)
+        gpt_backward_bf16(&m->P, m->w_used, (uint16_t *)m->grads16, m->gsums, !m->grads16_zero, m->acts16, m->acts,
+                          m->tok, m->tgt, m->B, m->T, &e);
+    else if (m->prec == COLLAGE_GPT_FP64)
         gpt_backward_f64(&m->P, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, 0, nt);
     else
         gpt_backward_f32(&m->P, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T,
-                         m->prec == COLLAGE_GPT_BF16, nt);
+                         m->prec == COLLAGE_GPT_BF16_EMULATED, nt);
     nn_blas_end();
-    if (m->prec == COLLAGE_GPT_BF16) {
-        collage_bf16_from_f32_row(m->grads16, m->grads, m->P.nparams);
-        m->grads16_stale = 0;
-    }
+    if (m->prec == COLLAGE_GPT_BF16_EMULATED) collage_bf16_from_f32_row(m->grads16, m->grads, m->P.nparams);
+    m->grads16_zero = 0;
     return COLLAGE_OK;
 }
 
 /* memset over OpenMP threads in fixed 1 MiB pieces: one core's stores reach about half the bandwidth
- * that two reach, and the gradient slab (500 MB for gpt2) is cleared every step. */
+ * that two reach, and the gradient slab (500 MB for gpt2 in fp32) is cleared every step. */
 static void zero_par(void *p, size_t bytes) {
     const size_t piece = (size_t)1 << 20;
     const long np = (long)((bytes + piece - 1) / piece);
@@ -406,27 +471,28 @@ static void zero_par(void *p, size_t bytes) {
 
 void *collage_gpt_grads(collage_gpt *m) {
     if (!m) return NULL;
-    if (m->prec != COLLAGE_GPT_BF16) return m->grads;
-    if (m->grads16_stale) { /* zeroed only when asked for before a backward: a backward overwrites it */
+    if (!m->grads16) return m->grads;
+    if (m->grads16_zero) /* cleared only when read before a backward: a backward after zero_grad writes it */
         zero_par(m->grads16, m->P.nparams * sizeof(collage_bf16));
-        m->grads16_stale = 0;
-    }
     return m->grads16;
 }
 
 void collage_gpt_zero_grad(collage_gpt *m) {
     if (!m) return;
-    zero_par(m->grads, m->P.nparams * m->esize);
-    if (m->grads16) m->grads16_stale = 1;
+    if (m->grads) zero_par(m->grads, m->P.nparams * m->esize);
+    if (m->grads16) m->grads16_zero = 1;
 }
-
-const void *collage_gpt_acts(const collage_gpt *m) { return m ? m->acts : NULL; }
 
 int collage_gpt_act_tensors(const collage_gpt *m, collage_gpt_act *out, int cap) {
     if (!m) return 0;
-    for (int k = 0; k < A_COUNT && k < cap && out; k++)
-        out[k] = (collage_gpt_act){.name = ACT_NAMES[k], .offset = m->P.a[k], .count = m->P.an[k],
-                                   .bf16 = ACT_BF16[k]};
+    for (int k = 0; k < A_COUNT && k < cap && out; k++) {
+        const int s16 = m->acts16 && ACT_BF16[k];
+        const size_t es = s16 ? sizeof(uint16_t) : m->esize;
+        const char *base = s16 ? (const char *)m->acts16 : (const char *)m->acts;
+        out[k] = (collage_gpt_act){.name = ACT_NAMES[k], .data = base + m->P.a[k] * es, .count = m->P.an[k],
+                                   .esize = es, .bf16 = m->prec != COLLAGE_GPT_FP32 && m->prec != COLLAGE_GPT_FP64 &&
+                                                        ACT_BF16[k]};
+    }
     return A_COUNT;
 }
 
@@ -436,6 +502,8 @@ collage_status collage_gpt_next_logits(collage_gpt *m, const void *params, const
     m->ready = 0;
     if (!logits) return fail(m, COLLAGE_ERR_NULL, "logits is NULL");
     collage_status st = take_input(m, params, tokens, NULL, 1, T);
+    gpt_bf16_env e = {0};
+    if (st == COLLAGE_OK && m->prec == COLLAGE_GPT_BF16) st = bf16_env(m, &e);
     if (st != COLLAGE_OK) return st;
     const int nt = collage__threads(), V = m->cfg.vocab_size;
     const void *w = weights(m, params);
@@ -445,7 +513,8 @@ collage_status collage_gpt_next_logits(collage_gpt *m, const void *params, const
         const double *x = (const double *)m->acts + m->P.a[A_LOGITS];
         for (int i = 0; i < V; i++) logits[i] = (float)x[i];
     } else {
-        gpt_last_logits_f32(&m->P, w, m->acts, m->tok, T, m->prec == COLLAGE_GPT_BF16, nt);
+        if (m->prec == COLLAGE_GPT_BF16) gpt_last_logits_bf16(&m->P, w, m->acts16, m->acts, m->tok, T, &e);
+        else gpt_last_logits_f32(&m->P, w, m->acts, m->tok, T, m->prec == COLLAGE_GPT_BF16_EMULATED, nt);
         memcpy(logits, (const float *)m->acts + m->P.a[A_LOGITS], (size_t)V * sizeof(float));
     }
     nn_blas_end();
@@ -524,6 +593,14 @@ static void fam_zero_grad(void *m) { collage_gpt_zero_grad(m); }
 static collage_status fam_next_logits(void *m, const void *params, const int *tokens, int T, float *logits) {
     return collage_gpt_next_logits(m, params, tokens, T, logits);
 }
+static const char *fam_products(const void *m) { return collage_gpt_products(m); }
+static collage_status fam_memory(const void *m, collage_model_memory *out) {
+    collage_gpt_mem g;
+    collage_status st = collage_gpt_memory(m, &g);
+    if (st == COLLAGE_OK)
+        *out = (collage_model_memory){.gradients = g.gradients, .activations = g.activations, .scratch = g.scratch};
+    return st;
+}
 
 /* llm.c's header starts with the int32 magic 20240326 (little-endian, as every int of the format). */
 static int fam_ckpt_probe(const unsigned char *head, size_t len) {
@@ -558,5 +635,6 @@ const collage_model_family collage__gpt2_family = {
     .check = fam_check, .tensors = fam_tensors, .init_weights = fam_init,
     .create = fam_create, .free = fam_free, .size = fam_size, .error = fam_error, .forward = fam_forward,
     .backward = fam_backward, .grads = fam_grads, .zero_grad = fam_zero_grad, .next_logits = fam_next_logits,
+    .products = fam_products, .memory = fam_memory,
     .ckpt_probe = fam_ckpt_probe, .ckpt_what = "llm.c GPT-2: int32 magic 20240326", .ckpt_save = fam_ckpt_save,
     .ckpt_read_header = fam_ckpt_read_header, .ckpt_load = fam_ckpt_load};

@@ -2,8 +2,9 @@
  * family table (gpt2.c fills the row) and used directly by its tests: configuration and presets, the flat
  * parameter slab in llm.c's order (checkpoints map 1:1), GPT-2 initialisation, forward (mean
  * cross-entropy), backward (gradients accumulated into a flat slab of the same layout), and next-token
- * logits + sampling. Precisions: fp32, bf16 (models bf16 hardware: bf16 weights, activations and
- * gradients, fp32 accumulation) and fp64 (the same code in double: the gradient-check reference). */
+ * logits + sampling. Precisions: fp32, bf16 (bf16 weights, activations and gradients in 2-byte words,
+ * products on bf16 operands with fp32 sums), fp64 (the float code in double: the gradient-check
+ * reference) and bf16-emulated (the float code rounding where bf16 rounds: the bf16 model's reference). */
 #ifndef COLLAGE_GPT2_H
 #define COLLAGE_GPT2_H
 
@@ -26,13 +27,18 @@ typedef struct {
 
 typedef enum {
     COLLAGE_GPT_FP32 = 0, /* weights, activations, gradients float */
-    COLLAGE_GPT_BF16,     /* weights and gradients collage_bf16 slabs; every stored activation and
-                             activation gradient rounded to bf16 (RN); products and sums in fp32;
-                             weight gradients accumulated in fp32, rounded once into the bf16 slab */
+    COLLAGE_GPT_BF16,     /* weights, gradients, activations and activation gradients bf16 (RN), each
+                             computed in fp32 and rounded once where it is stored; products on bf16
+                             operands with fp32 sums (nn.h: nn_gemm_bf16); LayerNorm statistics, the
+                             loss's softmax and the sums of bias and norm gradients fp32 */
     COLLAGE_GPT_FP64,     /* weights, activations, gradients double: reference for gradient checks */
+    COLLAGE_GPT_BF16_EMULATED, /* the fp32 model rounding to bf16 where COLLAGE_GPT_BF16 stores bf16, on
+                             the bf16 weights widened into an fp32 copy; its gradients summed in an fp32
+                             slab, rounded into the bf16 slab after each backward. The bf16 model with
+                             COLLAGE_BF16_GEMM=widen gives its values (tests/test_gpt.c) */
     COLLAGE_GPT_PRECISION_COUNT
 } collage_gpt_precision;
-const char    *collage_gpt_precision_name(collage_gpt_precision p);   /* "fp32", "bf16", "fp64" */
+const char    *collage_gpt_precision_name(collage_gpt_precision p);   /* "fp32", "bf16", "fp64", "bf16-emulated" */
 collage_status collage_gpt_precision_parse(const char *name, collage_gpt_precision *out);
 
 /* Presets: "tiny" (L2 NH4 C128 T64, V 256), "small" (L6 NH6 C384 T256, V 256), "gpt2" (L12 NH12
@@ -92,22 +98,36 @@ const char    *collage_gpt_error(const collage_gpt *m);
  * (targets NULL): logits only, *loss = NaN. Bad sizes or token ids: a status, nothing computed. */
 collage_status collage_gpt_forward(collage_gpt *m, const void *params, const int *tokens, const int *targets,
                                    int B, int T, double *loss);
-/* Gradients of the last forward's mean loss, added (+=) to the gradient slab (llm.c's accumulation;
- * in bf16 the fp32 accumulator is rounded into the bf16 slab after each backward). Needs a forward
- * with targets; consumes it (a second backward returns COLLAGE_ERR_ARG). */
+/* Gradients of the last forward's mean loss, added to the gradient slab (llm.c's accumulation). fp32,
+ * fp64: +=. bf16: after zero_grad the slab gets this batch's gradient, each element summed in fp32 and
+ * rounded once; without zero_grad, each element becomes rnd(old + that sum) (one rounding per backward:
+ * sum micro-batches in fp32 outside the model for exact accumulation, as collage_run does).
+ * bf16-emulated: sums in its fp32 slab, rounded into the bf16 slab after each backward. Needs a
+ * forward with targets; consumes it (a second backward returns COLLAGE_ERR_ARG). */
 collage_status collage_gpt_backward(collage_gpt *m);
-/* The gradient slab: float / collage_bf16 / double. Read it through this call after zero_grad: in bf16
- * zero_grad clears the fp32 accumulator and defers clearing the bf16 slab to this call (a backward
- * overwrites it whole), so a pointer kept from before zero_grad may still show the old values. */
+/* The gradient slab: float / collage_bf16 / double. Read it through this call after zero_grad: in the
+ * bf16 models zero_grad defers clearing the bf16 slab to this call (a backward writes it whole), so a
+ * pointer kept from before zero_grad may still show the old values. */
 void          *collage_gpt_grads(collage_gpt *m);
 void           collage_gpt_zero_grad(collage_gpt *m);
 
-/* Stored activations (for tests and diagnostics): the slab (float for fp32 and bf16, double for
- * fp64) and its named tensors; bf16 = 1 when the tensor holds bf16 values in bf16 mode (all but the
- * LayerNorm statistics, the per-position losses, the fp32 softmax of the loss in "logits" and the
- * attention scratch). The d_* tensors are the backward's activation gradients. */
-typedef struct { const char *name; size_t offset, count; int bf16; } collage_gpt_act;
-const void    *collage_gpt_acts(const collage_gpt *m);
+/* What the model's products run on: "fp32 sgemm", "fp64 dgemm", or the bf16 path (nn.h: "oneDNN bf16
+ * GEMM (AMX)", "oneDNN bf16 GEMM (AVX512_BF16)", "widening to fp32 sgemm"). */
+const char    *collage_gpt_products(const collage_gpt *m);
+/* Bytes the model holds besides the weights (the caller's). */
+typedef struct {
+    size_t gradients;    /* the gradient slab(s) and the float sums of the bf16 model */
+    size_t activations;  /* stored activations, activation gradients, logits, token copies */
+    size_t scratch;      /* the products' tile scratch; the fp32 weight copy of bf16-emulated */
+} collage_gpt_mem;
+collage_status collage_gpt_memory(const collage_gpt *m, collage_gpt_mem *out);
+
+/* Stored activations (for tests and diagnostics), by name: data (esize bytes per element: 2 for the
+ * bf16 ones of the bf16 model, holding bf16 bits; else 4, or 8 in fp64); bf16 = 1 when the tensor holds
+ * bf16 values (the bf16 models; all but the LayerNorm statistics, the per-position losses, the fp32
+ * softmax of the loss in "logits" and the attention scratch). The d_* tensors are the backward's
+ * activation gradients. */
+typedef struct { const char *name; const void *data; size_t count, esize; int bf16; } collage_gpt_act;
 int            collage_gpt_act_tensors(const collage_gpt *m, collage_gpt_act *out, int cap); /* returns total */
 
 /* ---------------------------------------------------------------- inference */

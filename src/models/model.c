@@ -187,6 +187,43 @@ collage_status collage_model_backward(collage_model *m) {
 }
 
 void *collage_model_grads(collage_model *m) { return m ? m->fam->grads(m->impl) : NULL; }
+const char *collage_model_products(const collage_model *m) { return m ? m->fam->products(m->impl) : "none"; }
+
+collage_status collage_model_memory_get(const collage_model *m, collage_model_memory *out) {
+    if (!m || !out) return COLLAGE_ERR_NULL;
+    return m->fam->memory(m->impl, out);
+}
+
+const char *collage_bf16_products(void) { return nn_bf16_path_name(nn_bf16_path_chosen()); }
+
+typedef struct { float *C; int ldc; } copy_ctx;
+
+static void copy_tile(void *p, const float *t, int ldt, int i0, int i1, int j0, int j1) {
+    const copy_ctx *c = p;
+    for (int i = i0; i < i1; i++) memcpy(c->C + (size_t)i * c->ldc + j0, t + (size_t)(i - i0) * ldt, (size_t)(j1 - j0) * 4);
+}
+
+collage_status collage_bf16_matmul(int ta, int tb, int M, int N, int K, const collage_bf16 *A, int lda,
+                                   const collage_bf16 *B, int ldb, float *C, int ldc) {
+    if (!A || !B || !C) return COLLAGE_ERR_NULL;
+    if (M < 1 || N < 1 || K < 1 || lda < (ta ? M : K) || ldb < (tb ? K : N) || ldc < N) return COLLAGE_ERR_SIZE;
+    /* one scratch for every call, kept (as a model keeps its own), so repeated calls time the products */
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static nn_ws ws;
+    const nn_bf16_path path = nn_bf16_path_chosen();
+    const int nt = collage__threads();
+    pthread_mutex_lock(&lock);
+    collage_status st = COLLAGE_ERR_NOMEM;
+    if (nn_gemm_bf16_reserve(&ws, M, N, K, nt, path) == 0) {
+        copy_ctx c = {.C = C, .ldc = ldc};
+        nn_blas_begin();
+        nn_gemm_bf16(ta, tb, M, N, K, (const uint16_t *)A, lda, (const uint16_t *)B, ldb, copy_tile, &c, &ws, path, nt);
+        nn_blas_end();
+        st = COLLAGE_OK;
+    }
+    pthread_mutex_unlock(&lock);
+    return st;
+}
 
 void collage_model_zero_grad(collage_model *m) {
     if (m) m->fam->zero_grad(m->impl);

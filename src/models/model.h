@@ -33,6 +33,8 @@ typedef struct {
     void *(*grads)(void *impl);
     void (*zero_grad)(void *impl);
     collage_status (*next_logits)(void *impl, const void *params, const int *tokens, int T, float *logits);
+    const char *(*products)(const void *impl);
+    collage_status (*memory)(const void *impl, collage_model_memory *out);
 
     /* The checkpoint format. probe: 1 when head (the file's first len bytes) starts a checkpoint of this
      * family. ckpt_what names the format for messages ("llm.c GPT-2, magic 20240326"). Errors name the

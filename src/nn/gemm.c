@@ -58,3 +58,136 @@ void nn_blas_end(void) {
     if (--g_blas_depth == 0 && g_blas_saved > 1) openblas_set_num_threads(g_blas_saved);
     pthread_mutex_unlock(&g_blas_lock);
 }
+
+/* ---------------------------------------------------------------- bf16 operands, fp32 accumulation */
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef COLLAGE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+/* Exported by libdnnl (2.x) but declared only in its internal headers: C = alpha·op(A)·op(B) + beta·C,
+ * row-major, A and B bf16, C fp32. */
+dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N, dnnl_dim_t K,
+                                    float alpha, const uint16_t *A, dnnl_dim_t lda, const uint16_t *B,
+                                    dnnl_dim_t ldb, float beta, float *C, dnnl_dim_t ldc);
+#endif
+
+/* The hardware behind the native path, asked of oneDNN once: AMX tiles, AVX512_BF16, or none. */
+static pthread_once_t g_hw_once = PTHREAD_ONCE_INIT;
+static nn_bf16_path g_hw = NN_BF16_WIDEN;
+
+static void detect_hw(void) {
+#ifdef COLLAGE_DNNL
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    const unsigned bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16, amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
+    if ((isa & amx) == amx) g_hw = NN_BF16_AMX;
+    else if ((isa & bf16) == bf16) g_hw = NN_BF16_AVX512;
+#endif
+}
+
+nn_bf16_path nn_bf16_hardware(void) {
+    pthread_once(&g_hw_once, detect_hw);
+    return g_hw;
+}
+
+nn_bf16_path nn_bf16_path_chosen(void) {
+    const char *e = getenv("COLLAGE_BF16_GEMM");
+    if (e && strcmp(e, "widen") == 0) return NN_BF16_WIDEN;
+    return nn_bf16_hardware();
+}
+
+const char *nn_bf16_path_name(nn_bf16_path p) {
+    switch (p) {
+    case NN_BF16_AMX: return "oneDNN bf16 GEMM (AMX)";
+    case NN_BF16_AVX512: return "oneDNN bf16 GEMM (AVX512_BF16)";
+    default: return "widening to fp32 sgemm";
+    }
+}
+
+static int ws_reserve(nn_ws *ws, size_t floats) {
+    if (floats <= ws->cap) return 0;
+    float *p = realloc(ws->p, floats * sizeof(float));
+    if (!p) return -1;
+    ws->p = p;
+    ws->cap = floats;
+    return 0;
+}
+
+void nn_ws_free(nn_ws *ws) {
+    free(ws->p);
+    *ws = (nn_ws){0};
+}
+
+/* A tile's sizes: op(A) rows m × op(B) columns n; the widening path also holds both operands in fp32. */
+static size_t tile_floats(const gemm_grid *g, int M, int N, int K, int widen) {
+    const size_t m = g->split_m ? (size_t)g->bs : (size_t)M, n = g->split_m ? (size_t)N : (size_t)g->bs;
+    return m * n + (widen ? m * (size_t)K + (size_t)K * n : 0);
+}
+
+int nn_gemm_bf16_reserve(nn_ws *ws, int M, int N, int K, int nt, nn_bf16_path path) {
+    const gemm_grid g = grid_of(M, N);
+    const size_t live = (size_t)(nt < g.nb ? nt : g.nb);
+    return ws_reserve(ws, live * tile_floats(&g, M, N, K, path == NN_BF16_WIDEN));
+}
+
+/* rows × cols of bf16 at src (row stride ld) widened into dst (row stride cols). */
+static void widen_block(float *dst, const uint16_t *src, int ld, int rows, int cols) {
+    for (int r = 0; r < rows; r++) {
+        const uint16_t *s = src + (size_t)r * ld;
+        float *d = dst + (size_t)r * cols;
+        for (int c = 0; c < cols; c++) d[c] = bits_f32((uint32_t)s[c] << 16);
+    }
+}
+
+/* One tile, C (m,n) = op(A)(m,K)·op(B)(K,n) into t (row stride n): oneDNN on bf16 operands, or the
+ * operands widened (exact) and one sgemm with the shape of nn_gemm_f32's tile. */
+static void tile_product(int ta, int tb, int m, int n, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                         float *t, nn_bf16_path path) {
+#ifdef COLLAGE_DNNL
+    if (path != NN_BF16_WIDEN) {
+        dnnl_status_t s = dnnl_gemm_bf16bf16f32(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, K, 1.0f, A, lda, B, ldb,
+                                                0.0f, t, n);
+        COLLAGE_ASSERT(s == dnnl_success);
+        return;
+    }
+#endif
+    (void)path;
+    float *a = t + (size_t)m * n, *b = a + (size_t)m * K;
+    if (ta) widen_block(a, A, lda, K, m); else widen_block(a, A, lda, m, K);
+    if (tb) widen_block(b, B, ldb, n, K); else widen_block(b, B, ldb, K, n);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, K, 1.0f, a,
+                ta ? m : K, b, tb ? K : n, 0.0f, t, n);
+}
+
+void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                  nn_tile_fn ep, void *ctx, nn_ws *ws, nn_bf16_path path, int nt) {
+    const gemm_grid g = grid_of(M, N);
+    const int par = g.nb > 1 && (double)M * N * K >= GEMM_PAR_MIN;
+    const size_t per = tile_floats(&g, M, N, K, path == NN_BF16_WIDEN);
+    COLLAGE_ASSERT(ws->cap >= (size_t)(par ? (nt < g.nb ? nt : g.nb) : 1) * per);
+#ifdef _OPENMP
+    /* oneDNN runs a call on omp_get_max_threads() threads unless it is made inside a parallel region:
+     * one thread per tile keeps every element's sum the same for any thread count. */
+    const int saved = omp_get_max_threads();
+    if (saved != 1) omp_set_num_threads(1);
+#endif
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
+    for (int j = 0; j < g.nb; j++) {
+        int me = 0;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+#endif
+        float *t = ws->p + (size_t)me * per;
+        const int j0 = j * g.bs, w = g.dim - j0 < g.bs ? g.dim - j0 : g.bs;
+        if (g.split_m) {
+            tile_product(ta, tb, w, N, K, ta ? A + j0 : A + (size_t)j0 * lda, lda, B, ldb, t, path);
+            ep(ctx, t, N, j0, j0 + w, 0, N);
+        } else {
+            tile_product(ta, tb, M, w, K, A, lda, tb ? B + (size_t)j0 * ldb : B + j0, ldb, t, path);
+            ep(ctx, t, w, 0, M, j0, j0 + w);
+        }
+    }
+#ifdef _OPENMP
+    if (saved != 1) omp_set_num_threads(saved);
+#endif
+}

@@ -74,89 +74,128 @@ void nn_gemm_f32(int ta, int tb, int M, int N, int K, const float *A, int lda, c
 void nn_gemm_f64(int ta, int tb, int M, int N, int K, const double *A, int lda, const double *B, int ldb,
                  double beta, double *C, int ldc, int nt);
 
+/* bf16 operands, fp32 accumulation. The path: oneDNN's bf16 GEMM where the CPU has bf16 instructions
+ * (AMX tiles or AVX512_BF16) and the build has oneDNN, else the widening path: each tile's operands
+ * widened to fp32 (exact) and multiplied by sgemm with nn_gemm_f32's tile shapes, which gives the bits
+ * of nn_gemm_f32 on the widened matrices. COLLAGE_BF16_GEMM=widen in the environment forces it.
+ * oneDNN's kernels treat subnormal bf16 inputs as zero and sum in their own order, so the two paths
+ * agree to fp32 rounding, not bit for bit (docs/numerics.md §10). */
+typedef enum { NN_BF16_WIDEN = 0, NN_BF16_AVX512, NN_BF16_AMX } nn_bf16_path;
+nn_bf16_path nn_bf16_hardware(void);     /* what this CPU and build offer */
+nn_bf16_path nn_bf16_path_chosen(void);  /* that, unless the environment forces the widening path */
+const char  *nn_bf16_path_name(nn_bf16_path p);
+
+/* Scratch for the tiles of a product (fp32), grown by nn_gemm_bf16_reserve, owned by the caller. */
+typedef struct { float *p; size_t cap; } nn_ws;
+void nn_ws_free(nn_ws *ws);
+/* Grows ws for an (M,N,K) product on nt threads; 0, or -1 when out of memory (ws unchanged). */
+int  nn_gemm_bf16_reserve(nn_ws *ws, int M, int N, int K, int nt, nn_bf16_path path);
+/* The epilogue of a tile: C[i0..i1) × [j0..j1) of the product is tile (fp32, row stride ldt). Tiles are
+ * disjoint; they run on several threads at once. */
+typedef void (*nn_tile_fn)(void *ctx, const float *tile, int ldt, int i0, int i1, int j0, int j1);
+/* The product op(A)·op(B) (op(A) (M,K), op(B) (K,N), row-major bf16 bits, ta/tb: 1 = transposed) in the
+ * tiles of nn_gemm_f32's grid, each computed by one thread in fp32 and handed to ep. Every element is
+ * the same for any nt. ws: reserved for (M,N,K,nt,path). */
+void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                  nn_tile_fn ep, void *ctx, nn_ws *ws, nn_bf16_path path, int nt);
+
 /* OpenBLAS keeps one process-wide thread count. Every library call that reaches nn_gemm brackets its
  * work with nn_blas_begin / nn_blas_end: the count is 1 from the first begin until the last end (calls
  * may nest and run on several threads at once), then the caller's value again. */
 void nn_blas_begin(void);
 void nn_blas_end(void);
 
-/* ---------------------------------------------------------------- layer ops, float (ops_f32.c) and double (ops_f64.c) */
-/* Embedding: out[b,t,:] = wte[tok[b,t],:] + wpe[t,:].
- * out (B,T,C); tok (B,T), each in [0, rows of wte); wte (Vp,C); wpe (≥T,C). */
-void nn_encoder_forward_f32(float *out, const int *tok, const float *wte, const float *wpe, int B, int T, int C, int bf, int nt);
-void nn_encoder_forward_f64(double *out, const int *tok, const double *wte, const double *wpe, int B, int T, int C, int bf, int nt);
-/* dwte[tok[n],:] += dout[n,:], dwpe[t,:] += dout[n,:], in the order n = 0 … B·T−1 for every element.
- * dwte (Vp,C), dwpe (≥T,C); dout (B,T,C); tok (B,T). */
-void nn_encoder_backward_f32(float *dwte, float *dwpe, const float *dout, const int *tok, int B, int T, int C, int nt);
-void nn_encoder_backward_f64(double *dwte, double *dwpe, const double *dout, const int *tok, int B, int T, int C, int nt);
+/* ---------------------------------------------------------------- layer ops */
+/* Each op exists as _f32 (float), _f64 (double; bf ignored) and _bf16 (bf16 storage: act = uint16_t bf16
+ * bits, computed in float, every stored value rounded once; bf ignored, always on), from one source
+ * (ops.inc). `act` arrays hold activations, activation gradients and weights; `real` arrays hold
+ * statistics, scratch and weight-gradient sums. Contracts:
+ *
+ * encoder_forward: out[b,t,:] = wte[tok[b,t],:] + wpe[t,:].  out (B,T,C); tok (B,T), each in
+ *   [0, rows of wte); wte (Vp,C); wpe (≥T,C).
+ * encoder_backward: dwte[tok[n],:] += dout[n,:] (dwte may be NULL), dwpe[t,:] += dout[n,:], in the order
+ *   n = 0 … B·T−1 for every element.  dwte (Vp,C), dwpe (≥T,C); dout (B,T,C); tok (B,T).
+ * layernorm_forward: per row out = (x − mean)·rstd·w + b, rstd = 1/sqrt(var + 1e-5) (two-pass variance).
+ *   out (N,C), mean (N), rstd (N) unrounded; inp (N,C), w (C), b (C).
+ * layernorm_backward: dw += Σ_n norm·dout, db += Σ_n dout (row order); dinp = rnd(dx) (accumulate = 0)
+ *   or rnd(dinp + rnd(dx)) (1), dx = rstd·(w·dout − mean(w·dout) − norm·mean(w·dout·norm)).
+ *   dinp (N,C), dw (C), db (C); dout (N,C), inp (N,C), w (C), mean (N), rstd (N). dinp ≠ dout.
+ * bias_backward: db[j] += Σ_n dout[n,j] in row order.  db (OC); dout (N,OC).
+ * gelu_forward: tanh approximation, as x·σ(2u) = x / (1 + e^{−2u}), u = sqrt(2/π)(x + 0.044715 x³).
+ *   out (n); inp (n).
+ * gelu_backward: in place d = rnd(d·gelu'(x)).  d (n); inp (n), the forward's input.
+ * attention_forward: causal multi-head, head h in columns h·hs of each of q, k, v (hs = C/NH):
+ *   att = softmax(q·kᵀ/sqrt(hs)) with zeros above the diagonal, out = att·v.  out (B,T,C),
+ *   att (B,NH,T,T), scr nn_attention_scratch(B,T,C,NH) reals; qkv (B,T,3C) = [q | k | v] per row.
+ * attention_backward: dqkv assigned from datty, with qkv and att of the forward.  dqkv (B,T,3C), scr as
+ *   in the forward; datty (B,T,C), qkv (B,T,3C), att (B,NH,T,T).
+ * crossentropy_forward: in place logits (N,Vp) → probabilities over the first V columns (columns ≥ V
+ *   set to 0); losses (N): log Σ exp(x − max) − (x[target] − max); tgt (N) in [0,V). Returns the mean
+ *   loss, summed in row order in double. The probabilities are not rounded (fp32 softmax in bf16 too).
+ * crossentropy_backward: dlogits = rnd((p − onehot(target))·dloss), columns ≥ V 0, from the
+ *   probabilities (N,Vp); dlogits (N,Vp) may be probs itself where act is real. */
+static inline size_t nn_attention_scratch(int B, int T, int C, int NH) {
+    const size_t hs = (size_t)(C / NH);
+    return (size_t)B * (size_t)NH * (3 * hs * (size_t)T + (size_t)T + hs);
+}
+#define NN_LAYER_OPS(S, real, act)                                                                            \
+    void nn_encoder_forward##S(act *out, const int *tok, const act *wte, const act *wpe, int B, int T, int C,  \
+                               int bf, int nt);                                                               \
+    void nn_encoder_backward##S(real *dwte, real *dwpe, const act *dout, const int *tok, int B, int T, int C,  \
+                                int nt);                                                                      \
+    void nn_layernorm_forward##S(act *out, real *mean, real *rstd, const act *inp, const act *w, const act *b, \
+                                 int N, int C, int bf, int nt);                                               \
+    void nn_layernorm_backward##S(act *dinp, real *dw, real *db, const act *dout, const act *inp, const act *w, \
+                                  const real *mean, const real *rstd, int N, int C, int accumulate, int bf,    \
+                                  int nt);                                                                    \
+    void nn_bias_backward##S(real *db, const act *dout, int N, int OC, int nt);                               \
+    void nn_gelu_forward##S(act *out, const act *inp, size_t n, int bf, int nt);                              \
+    void nn_gelu_backward##S(act *d, const act *inp, size_t n, int bf, int nt);                               \
+    void nn_attention_forward##S(act *out, act *att, real *scr, const act *qkv, int B, int T, int C, int NH,   \
+                                 int bf, int nt);                                                             \
+    void nn_attention_backward##S(act *dqkv, real *scr, const act *datty, const act *qkv, const act *att,      \
+                                  int B, int T, int C, int NH, int bf, int nt);                               \
+    double nn_crossentropy_forward##S(real *logits, real *losses, const int *tgt, int N, int V, int Vp, int nt); \
+    void nn_crossentropy_backward##S(act *dlogits, const real *probs, const int *tgt, int N, int V, int Vp,    \
+                                     real dloss, int bf, int nt);
+NN_LAYER_OPS(_f32, float, float)
+NN_LAYER_OPS(_f64, double, double)
+NN_LAYER_OPS(_bf16, float, uint16_t)
 
-/* LayerNorm per row: out = (x − mean)·rstd·w + b, rstd = 1/sqrt(var + 1e-5) (two-pass variance).
- * out (N,C), mean (N), rstd (N); inp (N,C), w (C), b (C). mean and rstd stay unrounded (statistics). */
-void nn_layernorm_forward_f32(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
-                              int N, int C, int bf, int nt);
-void nn_layernorm_forward_f64(double *out, double *mean, double *rstd, const double *inp, const double *w,
-                              const double *b, int N, int C, int bf, int nt);
-/* dw += Σ_n norm·dout, db += Σ_n dout (row order); dinp = dx (accumulate = 0) or rnd(dinp + dx) (1),
- * dx = rstd·(w·dout − mean(w·dout) − norm·mean(w·dout·norm)).
- * dinp (N,C), dw (C), db (C); dout (N,C), inp (N,C), w (C), mean (N), rstd (N). dinp may not alias dout. */
-void nn_layernorm_backward_f32(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                               const float *mean, const float *rstd, int N, int C, int accumulate, int bf, int nt);
-void nn_layernorm_backward_f64(double *dinp, double *dw, double *db, const double *dout, const double *inp,
-                               const double *w, const double *mean, const double *rstd, int N, int C, int accumulate,
-                               int bf, int nt);
+/* The products of the float and double models (a grid of sgemm / dgemm tiles):
+ * matmul_forward: out = rnd(inp·wᵀ (+ bias)).  out (N,OC); inp (N,C), w (OC,C), bias (OC) or NULL.
+ * matmul_backward: dinp = rnd(dout·w) (assigned), dw += doutᵀ·inp, db += Σ_n dout (db may be NULL).
+ *   dinp (N,C), dw (OC,C), db (OC); dout (N,OC), inp (N,C), w (OC,C).
+ * residual_bias_forward: the residual add after a projection written into out: out = rnd(res + rnd(out +
+ *   bias)).  out (N,C) in place; res (N,C), bias (C).
+ * round_inplace: x = rnd(x) (bf16 mode only; nothing when bf = 0).  x (n). */
+#define NN_REAL_PRODUCTS(S, real)                                                                             \
+    void nn_matmul_forward##S(real *out, const real *inp, const real *w, const real *bias, int N, int C, int OC, \
+                              int bf, int nt);                                                                \
+    void nn_matmul_backward##S(real *dinp, real *dw, real *db, const real *dout, const real *inp, const real *w, \
+                               int N, int C, int OC, int bf, int nt);                                         \
+    void nn_residual_bias_forward##S(real *out, const real *res, const real *bias, int N, int C, int bf, int nt); \
+    void nn_round_inplace##S(real *x, size_t n, int bf, int nt);
+NN_REAL_PRODUCTS(_f32, float)
+NN_REAL_PRODUCTS(_f64, double)
 
-/* out = inp·wᵀ (+ bias), rounded once. out (N,OC); inp (N,C), w (OC,C), bias (OC) or NULL. */
-void nn_matmul_forward_f32(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
-                           int bf, int nt);
-void nn_matmul_forward_f64(double *out, const double *inp, const double *w, const double *bias, int N, int C, int OC,
-                           int bf, int nt);
-/* dinp = rnd(dout·w) (assigned), dw += doutᵀ·inp, db += Σ_n dout (db may be NULL).
- * dinp (N,C), dw (OC,C), db (OC); dout (N,OC), inp (N,C), w (OC,C). */
-void nn_matmul_backward_f32(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                            int N, int C, int OC, int bf, int nt);
-void nn_matmul_backward_f64(double *dinp, double *dw, double *db, const double *dout, const double *inp,
-                            const double *w, int N, int C, int OC, int bf, int nt);
-/* db[j] += Σ_n dout[n,j] in row order. db (OC); dout (N,OC). */
-void nn_bias_backward_f32(float *db, const float *dout, int N, int OC, int nt);
-void nn_bias_backward_f64(double *db, const double *dout, int N, int OC, int nt);
-
-/* The residual add after a projection written into out: out = rnd(res + rnd(out + bias)).
- * out (N,C) in place; res (N,C), bias (C). */
-void nn_residual_bias_forward_f32(float *out, const float *res, const float *bias, int N, int C, int bf, int nt);
-void nn_residual_bias_forward_f64(double *out, const double *res, const double *bias, int N, int C, int bf, int nt);
-/* In place: x = rnd(x) (bf16 mode only; nothing when bf = 0). x (n). */
-void nn_round_inplace_f32(float *x, size_t n, int bf, int nt);
-void nn_round_inplace_f64(double *x, size_t n, int bf, int nt);
-
-/* GELU, tanh approximation, as x·σ(2u) = x / (1 + e^{−2u}), u = sqrt(2/π)(x + 0.044715 x³).
- * out (n); inp (n). */
-void nn_gelu_forward_f32(float *out, const float *inp, size_t n, int bf, int nt);
-void nn_gelu_forward_f64(double *out, const double *inp, size_t n, int bf, int nt);
-/* In place: d = rnd(d·gelu'(x)). d (n); inp (n), the forward's input. */
-void nn_gelu_backward_f32(float *d, const float *inp, size_t n, int bf, int nt);
-void nn_gelu_backward_f64(double *d, const double *inp, size_t n, int bf, int nt);
-
-/* Causal multi-head attention, head h in columns h·hs of each of q, k, v (hs = C/NH):
- * att = softmax(q·kᵀ/sqrt(hs)) with zeros above the diagonal, out = att·v.
- * out (B,T,C), att (B,NH,T,T), scr (B·NH·(hs·T + T)) scratch; qkv (B,T,3C) = [q | k | v] per row. */
-void nn_attention_forward_f32(float *out, float *att, float *scr, const float *qkv, int B, int T, int C, int NH,
-                              int bf, int nt);
-void nn_attention_forward_f64(double *out, double *att, double *scr, const double *qkv, int B, int T, int C, int NH,
-                              int bf, int nt);
-/* dqkv assigned from datty, with qkv and att of the forward.
- * dqkv (B,T,3C), scr as in the forward; datty (B,T,C), qkv (B,T,3C), att (B,NH,T,T). */
-void nn_attention_backward_f32(float *dqkv, float *scr, const float *datty, const float *qkv, const float *att,
-                               int B, int T, int C, int NH, int bf, int nt);
-void nn_attention_backward_f64(double *dqkv, double *scr, const double *datty, const double *qkv, const double *att,
-                               int B, int T, int C, int NH, int bf, int nt);
-
-/* In place: logits (N,Vp) → probabilities over the first V columns (columns ≥ V set to 0);
- * losses (N): log Σ exp(x − max) − (x[target] − max); tgt (N) in [0,V). Returns the mean loss, summed
- * in row order in double. The probabilities are not rounded (fp32 softmax in bf16 mode too). */
-double nn_crossentropy_forward_f32(float *logits, float *losses, const int *tgt, int N, int V, int Vp, int nt);
-double nn_crossentropy_forward_f64(double *logits, double *losses, const int *tgt, int N, int V, int Vp, int nt);
-/* In place: probabilities (N,Vp) → dlogits = rnd((p − onehot(target))·dloss); columns ≥ V stay 0. */
-void nn_crossentropy_backward_f32(float *probs, const int *tgt, int N, int V, int Vp, float dloss, int bf, int nt);
-void nn_crossentropy_backward_f64(double *probs, const int *tgt, int N, int V, int Vp, double dloss, int bf, int nt);
+/* The products of the bf16 model (matmul_bf16.c): bf16 operands, fp32 sums, one rounding where the
+ * float model in bf16 mode rounds. ws: reserved (nn_gemm_bf16_reserve) for the product's shape.
+ * matmul_forward_bf16: out = rnd(inp·wᵀ + bias), or with res: out = rnd(res + rnd(inp·wᵀ + bias)).
+ *   out (N,OC); inp (N,C), w (OC,C), bias (OC) or NULL, res (N,OC) or NULL. out may not alias res.
+ * matmul_logits_bf16: out = rnd(inp·wᵀ) as floats (the input of the fp32 softmax).  out (N,OC).
+ * matmul_backward_input_bf16: dinp = rnd(dout·w).  dinp (N,C); dout (N,OC), w (OC,C).
+ * matmul_backward_weight_bf16: dw = rnd(doutᵀ·inp + S) (add = 0) or rnd(dw + (doutᵀ·inp + S)) (add = 1),
+ *   S[tok[n],:] += dtok[n,:] for n = 0 … ntok−1 in order (tok NULL: S = 0; the embedding's gradient).
+ *   dw (OC,C) bf16; dout (N,OC), inp (N,C); tok (ntok) in [0,OC), dtok (ntok,C). */
+void nn_matmul_forward_bf16(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *bias,
+                            const uint16_t *res, int N, int C, int OC, nn_ws *ws, nn_bf16_path path, int nt);
+void nn_matmul_logits_bf16(float *out, const uint16_t *inp, const uint16_t *w, int N, int C, int OC, nn_ws *ws,
+                           nn_bf16_path path, int nt);
+void nn_matmul_backward_input_bf16(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int C, int OC,
+                                   nn_ws *ws, nn_bf16_path path, int nt);
+void nn_matmul_backward_weight_bf16(uint16_t *dw, int add, const uint16_t *dout, const uint16_t *inp, int N, int C,
+                                    int OC, const int *tok, const uint16_t *dtok, int ntok, nn_ws *ws,
+                                    nn_bf16_path path, int nt);
 
 #endif

@@ -4,6 +4,10 @@
 #include <math.h>
 
 #define real float
+#define act float
+#define LD(x) (x)
+#define ST(bf, v) nn_rnd_f32(bf, v)
+#define OPS_REAL_GEMM
 #define SUF(name) nn_##name##_f32
 #define R_EXP nn_exp_f32
 #define R_MIN nn_min_f32

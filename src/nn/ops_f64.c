@@ -4,6 +4,10 @@
 #include <math.h>
 
 #define real double
+#define act double
+#define LD(x) (x)
+#define ST(bf, v) ((void)(bf), (v))
+#define OPS_REAL_GEMM
 #define SUF(name) nn_##name##_f64
 #define R_EXP exp
 #define R_MIN nn_min_f64

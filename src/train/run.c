@@ -251,6 +251,14 @@ collage_run_info collage_run_get_info(const collage_run *r) {
         if (b - a > max_shard) max_shard = b - a;
     }
     in.state_mb_per_rank = state_bpp * (double)max_shard / 1e6;
+    in.products = collage_model_products(r->m);
+    collage_model_memory mm = {0};
+    collage_model_memory_get(r->m, &mm);
+    in.weight_bytes = r->n * r->wb;
+    in.state_bytes = (size_t)(state_bpp * (double)(r->hi - r->lo));
+    in.grad_bytes = mm.gradients + (r->gacc ? r->n * sizeof(float) : 0) + (r->gshard ? (r->hi - r->lo) * r->wb : 0);
+    in.act_bytes = mm.activations;
+    in.scratch_bytes = mm.scratch;
     return in;
 }
 

@@ -1,0 +1,20 @@
+/* ops_bf16.c — the layer ops of nn.h over bf16 storage: activations, their gradients and the weights
+ * are bf16 (2 bytes, uint16_t bits), every value is computed in float from the exact widening and
+ * rounded once to the nearest bf16 where it is stored (the arithmetic of ops_f32.c with bf = 1, on
+ * half the bytes). Statistics, scratch and the sums of weight gradients stay float. The matrix products
+ * are matmul_bf16.c's. */
+#include "nn.h"
+#include <math.h>
+
+static inline float nn_rnd_bf16(int bf, float v) { (void)bf; return nn_rnd_f32(1, v); }
+
+#define real float
+#define act uint16_t
+#define LD(x) bf16_f32(x)
+#define ST(bf, v) ((void)(bf), (uint16_t)(f32_bits(nn_rnd_f32(1, v)) >> 16)) /* bf16_rn_bits, branch-free */
+#define SUF(name) nn_##name##_bf16
+#define R_EXP nn_exp_f32
+#define R_MIN nn_min_f32
+#define R_LOG logf
+#define R_SQRT sqrtf
+#include "ops.inc"
