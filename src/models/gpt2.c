@@ -228,6 +228,7 @@ struct collage_gpt {
     float *gsums;           /* the float sums of the bias and norm gradients (P.ngs) */
     nn_ws ws;               /* the products' tile scratch */
     nn_bf16_path path;      /* chosen at create */
+    const struct bf16_graph *graph; /* the bf16 graph of the last call: baseline or AVX-512 */
     const void *w_used;     /* the weights of the last forward (caller's slab or w32) */
     int *tok, *tgt;         /* copies of the last forward's input */
     int B, T, ready;        /* ready: a forward with targets awaits its backward */
@@ -386,10 +387,25 @@ static collage_status take_input(collage_gpt *m, const void *params, const int *
     return COLLAGE_OK;
 }
 
+/* The bf16 graph in two builds with the same values: the loops 4 or 16 lanes wide (collage_get_isa). */
+typedef struct bf16_graph {
+    int (*reserve)(const gpt_plan *P, int N, const gpt_bf16_env *e);
+    double (*forward)(const gpt_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const int *tok,
+                      const int *tgt, int B, int T, const gpt_bf16_env *e);
+    void (*backward)(const gpt_plan *P, const uint16_t *w, uint16_t *g16, float *gs, int add, uint16_t *a16,
+                     float *a32, const int *tok, const int *tgt, int B, int T, const gpt_bf16_env *e);
+    void (*last_logits)(const gpt_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const int *tok, int T,
+                        const gpt_bf16_env *e);
+} bf16_graph;
+static const bf16_graph BF16_GRAPHS[2] = {
+    {gpt_bf16_reserve, gpt_forward_bf16, gpt_backward_bf16, gpt_last_logits_bf16},
+    {gpt_bf16_reserve_avx512, gpt_forward_bf16_avx512, gpt_backward_bf16_avx512, gpt_last_logits_bf16_avx512}};
+
 /* The bf16 graph's environment for this call, its scratch grown for the current thread count. */
 static collage_status bf16_env(collage_gpt *m, gpt_bf16_env *e) {
     *e = (gpt_bf16_env){.ws = &m->ws, .path = m->path, .nt = collage__threads()};
-    if (gpt_bf16_reserve(&m->P, m->maxB * m->maxT, e))
+    m->graph = &BF16_GRAPHS[collage_get_isa() == COLLAGE_ISA_AVX512];
+    if (m->graph->reserve(&m->P, m->maxB * m->maxT, e))
         return fail(m, COLLAGE_ERR_NOMEM, "out of memory for the products' scratch (%d threads)", e->nt);
     return COLLAGE_OK;
 }
@@ -404,7 +420,7 @@ static const void *weights(collage_gpt *m, const void *params) {
 static double forward_any(collage_gpt *m, const void *w, const int *tgt, int B, int T, const gpt_bf16_env *e) {
     const int nt = collage__threads();
     switch (m->prec) {
-    case COLLAGE_GPT_BF16: return gpt_forward_bf16(&m->P, w, m->acts16, m->acts, m->tok, tgt, B, T, e);
+    case COLLAGE_GPT_BF16: return m->graph->forward(&m->P, w, m->acts16, m->acts, m->tok, tgt, B, T, e);
     case COLLAGE_GPT_FP64: return gpt_forward_f64(&m->P, w, m->acts, m->tok, tgt, B, T, 0, nt);
     default:
         return gpt_forward_f32(&m->P, w, m->acts, m->tok, tgt, B, T, m->prec == COLLAGE_GPT_BF16_EMULATED, nt);
@@ -442,8 +458,8 @@ collage_status collage_gpt_backward(collage_gpt *m) {
     const int nt = collage__threads();
     nn_blas_begin();
     if (m->prec == COLLAGE_GPT_BF16)
-        gpt_backward_bf16(&m->P, m->w_used, (uint16_t *)m->grads16, m->gsums, !m->grads16_zero, m->acts16, m->acts,
-                          m->tok, m->tgt, m->B, m->T, &e);
+        m->graph->backward(&m->P, m->w_used, (uint16_t *)m->grads16, m->gsums, !m->grads16_zero, m->acts16,
+                           m->acts, m->tok, m->tgt, m->B, m->T, &e);
     else if (m->prec == COLLAGE_GPT_FP64)
         gpt_backward_f64(&m->P, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, 0, nt);
     else
@@ -513,7 +529,7 @@ collage_status collage_gpt_next_logits(collage_gpt *m, const void *params, const
         const double *x = (const double *)m->acts + m->P.a[A_LOGITS];
         for (int i = 0; i < V; i++) logits[i] = (float)x[i];
     } else {
-        if (m->prec == COLLAGE_GPT_BF16) gpt_last_logits_bf16(&m->P, w, m->acts16, m->acts, m->tok, T, &e);
+        if (m->prec == COLLAGE_GPT_BF16) m->graph->last_logits(&m->P, w, m->acts16, m->acts, m->tok, T, &e);
         else gpt_last_logits_f32(&m->P, w, m->acts, m->tok, T, m->prec == COLLAGE_GPT_BF16_EMULATED, nt);
         memcpy(logits, (const float *)m->acts + m->P.a[A_LOGITS], (size_t)V * sizeof(float));
     }

@@ -41,14 +41,19 @@ typedef struct {
     nn_bf16_path path;
     int nt;
 } gpt_bf16_env;
-int    gpt_bf16_reserve(const gpt_plan *P, int N, const gpt_bf16_env *e);  /* 0, or -1: out of memory */
-double gpt_forward_bf16(const gpt_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const int *tok,
-                        const int *tgt, int B, int T, const gpt_bf16_env *e);
-/* Gradients of the last forward: matrices rounded into g16 (add: onto what is there), the others
- * summed into gs (zeroed here) and then rounded into g16 the same way. */
-void   gpt_backward_bf16(const gpt_plan *P, const uint16_t *w, uint16_t *g16, float *gs, int add, uint16_t *a16,
-                         float *a32, const int *tok, const int *tgt, int B, int T, const gpt_bf16_env *e);
-void   gpt_last_logits_bf16(const gpt_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const int *tok, int T,
-                            const gpt_bf16_env *e);
+/* gpt_backward: the gradients of the last forward: matrices rounded into g16 (add: onto what is
+ * there), the others summed into gs (zeroed here) and then rounded into g16 the same way. Each exists
+ * twice: baseline and _avx512 (gpt2_bf16_avx512.c), the same values. */
+#define GPT_BF16_GRAPH(S)                                                                                      \
+    int gpt_bf16_reserve##S(const gpt_plan *P, int N, const gpt_bf16_env *e); /* 0, or -1: out of memory */   \
+    double gpt_forward_bf16##S(const gpt_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const int *tok, \
+                               const int *tgt, int B, int T, const gpt_bf16_env *e);                          \
+    void gpt_backward_bf16##S(const gpt_plan *P, const uint16_t *w, uint16_t *g16, float *gs, int add,         \
+                              uint16_t *a16, float *a32, const int *tok, const int *tgt, int B, int T,        \
+                              const gpt_bf16_env *e);                                                         \
+    void gpt_last_logits_bf16##S(const gpt_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const int *tok, \
+                                 int T, const gpt_bf16_env *e);
+GPT_BF16_GRAPH()
+GPT_BF16_GRAPH(_avx512)
 
 #endif

@@ -81,25 +81,25 @@ static void ep_weight(void *p, const float *t, int ldt, int i0, int i1, int j0, 
     }
 }
 
-void nn_matmul_forward_bf16(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *bias,
+void NN_BF16_NAME(nn_matmul_forward_bf16)(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *bias,
                             const uint16_t *res, int N, int C, int OC, nn_ws *ws, nn_bf16_path path, int nt) {
     ep_ctx c = {.out = out, .ldo = OC, .bias = bias, .res = res};
     nn_gemm_bf16(0, 1, N, OC, C, inp, C, w, C, ep_forward, &c, ws, path, nt);
 }
 
-void nn_matmul_logits_bf16(float *out, const uint16_t *inp, const uint16_t *w, int N, int C, int OC, nn_ws *ws,
+void NN_BF16_NAME(nn_matmul_logits_bf16)(float *out, const uint16_t *inp, const uint16_t *w, int N, int C, int OC, nn_ws *ws,
                            nn_bf16_path path, int nt) {
     ep_ctx c = {.outf = out, .ldo = OC};
     nn_gemm_bf16(0, 1, N, OC, C, inp, C, w, C, ep_round_f32, &c, ws, path, nt);
 }
 
-void nn_matmul_backward_input_bf16(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int C, int OC,
+void NN_BF16_NAME(nn_matmul_backward_input_bf16)(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int C, int OC,
                                    nn_ws *ws, nn_bf16_path path, int nt) {
     ep_ctx c = {.out = dinp, .ldo = C};
     nn_gemm_bf16(0, 0, N, C, OC, dout, OC, w, C, ep_forward, &c, ws, path, nt);
 }
 
-void nn_matmul_backward_weight_bf16(uint16_t *dw, int add, const uint16_t *dout, const uint16_t *inp, int N, int C,
+void NN_BF16_NAME(nn_matmul_backward_weight_bf16)(uint16_t *dw, int add, const uint16_t *dout, const uint16_t *inp, int N, int C,
                                     int OC, const int *tok, const uint16_t *dtok, int ntok, nn_ws *ws,
                                     nn_bf16_path path, int nt) {
     ep_ctx c = {.out = dw, .ldo = C, .add = add, .tok = tok, .dtok = dtok, .ntok = ntok};

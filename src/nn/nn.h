@@ -161,6 +161,16 @@ static inline size_t nn_attention_scratch(int B, int T, int C, int NH) {
 NN_LAYER_OPS(_f32, float, float)
 NN_LAYER_OPS(_f64, double, double)
 NN_LAYER_OPS(_bf16, float, uint16_t)
+/* The bf16 ops, matmul_bf16.c and gpt2_bf16.c are also compiled with AVX-512 (…_avx512.c: the same
+ * source, every name suffixed by NN_BF16_NAME); the same values, the loops 16 lanes wide. */
+NN_LAYER_OPS(_bf16_avx512, float, uint16_t)
+#define NN_CAT_(a, b) a##b
+#define NN_CAT(a, b) NN_CAT_(a, b)
+#ifdef NN_BF16_BUILD_AVX512
+#define NN_BF16_NAME(name) NN_CAT(name, _avx512)
+#else
+#define NN_BF16_NAME(name) name
+#endif
 
 /* The products of the float and double models (a grid of sgemm / dgemm tiles):
  * matmul_forward: out = rnd(inp·wᵀ (+ bias)).  out (N,OC); inp (N,C), w (OC,C), bias (OC) or NULL.
@@ -188,14 +198,17 @@ NN_REAL_PRODUCTS(_f64, double)
  * matmul_backward_weight_bf16: dw = rnd(doutᵀ·inp + S) (add = 0) or rnd(dw + (doutᵀ·inp + S)) (add = 1),
  *   S[tok[n],:] += dtok[n,:] for n = 0 … ntok−1 in order (tok NULL: S = 0; the embedding's gradient).
  *   dw (OC,C) bf16; dout (N,OC), inp (N,C); tok (ntok) in [0,OC), dtok (ntok,C). */
-void nn_matmul_forward_bf16(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *bias,
-                            const uint16_t *res, int N, int C, int OC, nn_ws *ws, nn_bf16_path path, int nt);
-void nn_matmul_logits_bf16(float *out, const uint16_t *inp, const uint16_t *w, int N, int C, int OC, nn_ws *ws,
-                           nn_bf16_path path, int nt);
-void nn_matmul_backward_input_bf16(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int C, int OC,
-                                   nn_ws *ws, nn_bf16_path path, int nt);
-void nn_matmul_backward_weight_bf16(uint16_t *dw, int add, const uint16_t *dout, const uint16_t *inp, int N, int C,
-                                    int OC, const int *tok, const uint16_t *dtok, int ntok, nn_ws *ws,
-                                    nn_bf16_path path, int nt);
+#define NN_BF16_PRODUCTS(S)                                                                                   \
+    void nn_matmul_forward_bf16##S(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *bias,  \
+                                   const uint16_t *res, int N, int C, int OC, nn_ws *ws, nn_bf16_path path, int nt); \
+    void nn_matmul_logits_bf16##S(float *out, const uint16_t *inp, const uint16_t *w, int N, int C, int OC,      \
+                                  nn_ws *ws, nn_bf16_path path, int nt);                                        \
+    void nn_matmul_backward_input_bf16##S(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N, int C,  \
+                                          int OC, nn_ws *ws, nn_bf16_path path, int nt);                        \
+    void nn_matmul_backward_weight_bf16##S(uint16_t *dw, int add, const uint16_t *dout, const uint16_t *inp,     \
+                                           int N, int C, int OC, const int *tok, const uint16_t *dtok, int ntok, \
+                                           nn_ws *ws, nn_bf16_path path, int nt);
+NN_BF16_PRODUCTS()
+NN_BF16_PRODUCTS(_avx512)
 
 #endif

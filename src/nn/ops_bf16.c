@@ -6,13 +6,13 @@
 #include "nn.h"
 #include <math.h>
 
-static inline float nn_rnd_bf16(int bf, float v) { (void)bf; return nn_rnd_f32(1, v); }
+static inline float NN_BF16_NAME(nn_rnd_bf16)(int bf, float v) { (void)bf; return nn_rnd_f32(1, v); }
 
 #define real float
 #define act uint16_t
 #define LD(x) bf16_f32(x)
 #define ST(bf, v) ((void)(bf), (uint16_t)(f32_bits(nn_rnd_f32(1, v)) >> 16)) /* bf16_rn_bits, branch-free */
-#define SUF(name) nn_##name##_bf16
+#define SUF(name) NN_BF16_NAME(nn_##name##_bf16)
 #define R_EXP nn_exp_f32
 #define R_MIN nn_min_f32
 #define R_LOG logf
