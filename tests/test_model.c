@@ -191,6 +191,66 @@ static void test_model_matches_family(void) {
     free(w);
 }
 
+/* The bf16 products' door against float64: every (ta, tb), shapes that split into several tiles, on this
+ * machine's path and on the widening one. Products of two bf16 values are exact in fp32, so the error
+ * is that of fp32 sums: |C − exact| ≤ K·2⁻²³·Σ|a·b| bounds any order of summation. */
+static void test_bf16_matmul(void) {
+    const int M = 300, N = 520, K = 77;
+    collage_bf16 *A = malloc(sizeof *A * M * K), *Bm = malloc(sizeof *Bm * K * N);
+    float *C = malloc(sizeof *C * M * N);
+    h_seed(99);
+    for (int i = 0; i < M * K; i++) A[i] = collage_bf16_from_f32((float)(h_uniform() * 2 - 1));
+    for (int i = 0; i < K * N; i++) Bm[i] = collage_bf16_from_f32((float)(h_uniform() * 2 - 1));
+    for (int path = 0; path < 2; path++) {
+        if (path) setenv("COLLAGE_BF16_GEMM", "widen", 1);
+        for (int t = 0; t < 4; t++) {
+            const int ta = t & 1, tb = t >> 1, lda = ta ? M : K, ldb = tb ? K : N;
+            CHECK(collage_bf16_matmul(ta, tb, M, N, K, A, lda, Bm, ldb, C, N) == COLLAGE_OK, "matmul");
+            double worst = 0;
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) {
+                    double e = 0, mag = 0;
+                    for (int k = 0; k < K; k++) {
+                        double a = (double)collage_bf16_to_f32(ta ? A[k * lda + i] : A[i * lda + k]);
+                        double b = (double)collage_bf16_to_f32(tb ? Bm[j * ldb + k] : Bm[k * ldb + j]);
+                        e += a * b;
+                        mag += fabs(a * b);
+                    }
+                    double r = fabs((double)C[i * N + j] - e) / (K * ldexp(mag, -23) + 1e-300);
+                    if (r > worst) worst = r;
+                }
+            CHECK(worst <= 1.0, "%s, ta %d tb %d: error %.2f of the fp32 bound", collage_bf16_products(), ta, tb, worst);
+        }
+        if (path) unsetenv("COLLAGE_BF16_GEMM");
+    }
+    CHECK(collage_bf16_matmul(0, 0, M, N, K, A, K - 1, Bm, N, C, N) == COLLAGE_ERR_SIZE, "lda < K accepted");
+    free(A); free(Bm); free(C);
+}
+
+/* What a model says it runs its products on, and the memory it holds: 2-byte bf16 gradients and
+ * activations, no fp32 copy of the weights. */
+static void test_products_and_memory(void) {
+    const collage_model_config c = micro_cfg();
+    collage_model *f = NULL, *b = NULL, *w = NULL;
+    setenv("COLLAGE_BF16_GEMM", "widen", 1);
+    CHECK(collage_model_create(&c, COLLAGE_REAL_BF16, B_TEST, T_TEST, &w) == COLLAGE_OK, "create widen");
+    unsetenv("COLLAGE_BF16_GEMM");
+    CHECK(collage_model_create(&c, COLLAGE_REAL_FP32, B_TEST, T_TEST, &f) == COLLAGE_OK, "create fp32");
+    CHECK(collage_model_create(&c, COLLAGE_REAL_BF16, B_TEST, T_TEST, &b) == COLLAGE_OK, "create bf16");
+    if (!f || !b || !w) { collage_model_free(f); collage_model_free(b); collage_model_free(w); return; }
+    CHECK(!strcmp(collage_model_products(f), "fp32 sgemm"), "fp32: %s", collage_model_products(f));
+    CHECK(!strcmp(collage_model_products(w), "widening to fp32 sgemm"), "widen: %s", collage_model_products(w));
+    CHECK(!strcmp(collage_model_products(b), collage_bf16_products()), "bf16: %s", collage_model_products(b));
+    printf("    bf16 products here: %s\n", collage_bf16_products());
+    collage_model_memory mf, mb;
+    CHECK(collage_model_memory_get(f, &mf) == COLLAGE_OK && collage_model_memory_get(b, &mb) == COLLAGE_OK, "memory");
+    const size_t n = collage_model_size(f);
+    CHECK(mf.gradients == n * 4, "fp32 gradients %zu bytes for %zu parameters", mf.gradients, n);
+    CHECK(mb.gradients >= n * 2 && mb.gradients < n * 3, "bf16 gradients %zu bytes for %zu parameters", mb.gradients, n);
+    CHECK(mb.activations < mf.activations, "bf16 activations %zu bytes, fp32 %zu", mb.activations, mf.activations);
+    collage_model_free(f); collage_model_free(b); collage_model_free(w);
+}
+
 static void test_bad_input(void) {
     const collage_model_config c = micro_cfg();
     collage_model *m = NULL;
@@ -374,6 +434,8 @@ int main(void) {
     RUN(test_tensors_and_groups);
     RUN(test_init_matches_family);
     RUN(test_model_matches_family);
+    RUN(test_bf16_matmul);
+    RUN(test_products_and_memory);
     RUN(test_bad_input);
     RUN(test_blas_threads_restored);
     RUN(test_blas_threads_concurrent);
