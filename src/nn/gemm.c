@@ -118,16 +118,52 @@ void nn_ws_free(nn_ws *ws) {
     *ws = (nn_ws){0};
 }
 
-/* A tile's sizes: op(A) rows m × op(B) columns n; the widening path also holds both operands in fp32. */
-static size_t tile_floats(const gemm_grid *g, int M, int N, int K, int widen) {
-    const size_t m = g->split_m ? (size_t)g->bs : (size_t)M, n = g->split_m ? (size_t)N : (size_t)g->bs;
+/* The tiles of a bf16 product: tm × tn blocks of C (the last row and column of tiles shorter), mb × nb
+ * of them, numbered row-major. The widening path takes nn_gemm_f32's grid (one dimension split), so its
+ * tiles are the sgemm calls of the float model; oneDNN's path takes tiles of at most
+ * NATIVE_TILE × NATIVE_TILE, halved along the longer side (not below NATIVE_MIN) until there are
+ * NATIVE_COUNT of them: a tile's fp32 result then stays in the core's L2 cache for its epilogue, and
+ * oneDNN's kernels run near their peak on that shape (docs/numerics.md §10). Both depend on the shape
+ * only, so each element of C comes from the same call with the same operands for any thread count. */
+#define NATIVE_TILE 256
+#define NATIVE_MIN 64
+#define NATIVE_COUNT 6
+typedef struct { int tm, tn, mb, nb; } tile_grid;
+
+static tile_grid tiles_of(int M, int N, nn_bf16_path path) {
+    tile_grid t;
+    if (path == NN_BF16_WIDEN) {
+        const gemm_grid g = grid_of(M, N);
+        t.tm = g.split_m ? g.bs : M;
+        t.tn = g.split_m ? N : g.bs;
+    } else {
+        t.tm = M < NATIVE_TILE ? M : NATIVE_TILE;
+        t.tn = N < NATIVE_TILE ? N : NATIVE_TILE;
+        while ((size_t)((M + t.tm - 1) / t.tm) * (size_t)((N + t.tn - 1) / t.tn) < NATIVE_COUNT) {
+            int *side = t.tn >= t.tm ? &t.tn : &t.tm;
+            if (*side / 2 < NATIVE_MIN) {
+                side = side == &t.tn ? &t.tm : &t.tn;
+                if (*side / 2 < NATIVE_MIN) break;
+            }
+            *side /= 2;
+        }
+    }
+    t.mb = (M + t.tm - 1) / t.tm;
+    t.nb = (N + t.tn - 1) / t.tn;
+    return t;
+}
+
+/* A tile's floats: its result, and on the widening path both operands in fp32. */
+static size_t tile_floats(const tile_grid *t, int K, int widen) {
+    const size_t m = (size_t)t->tm, n = (size_t)t->tn;
     return m * n + (widen ? m * (size_t)K + (size_t)K * n : 0);
 }
 
 int nn_gemm_bf16_reserve(nn_ws *ws, int M, int N, int K, int nt, nn_bf16_path path) {
-    const gemm_grid g = grid_of(M, N);
-    const size_t live = (size_t)(nt < g.nb ? nt : g.nb);
-    return ws_reserve(ws, live * tile_floats(&g, M, N, K, path == NN_BF16_WIDEN));
+    const tile_grid t = tiles_of(M, N, path);
+    const int count = t.mb * t.nb;
+    const size_t live = (size_t)(nt < count ? nt : count);
+    return ws_reserve(ws, live * tile_floats(&t, K, path == NN_BF16_WIDEN));
 }
 
 /* rows × cols of bf16 at src (row stride ld) widened into dst (row stride cols). */
@@ -161,10 +197,10 @@ static void tile_product(int ta, int tb, int m, int n, int K, const uint16_t *A,
 
 void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                   nn_tile_fn ep, void *ctx, nn_ws *ws, nn_bf16_path path, int nt) {
-    const gemm_grid g = grid_of(M, N);
-    const int par = g.nb > 1 && (double)M * N * K >= GEMM_PAR_MIN;
-    const size_t per = tile_floats(&g, M, N, K, path == NN_BF16_WIDEN);
-    COLLAGE_ASSERT(ws->cap >= (size_t)(par ? (nt < g.nb ? nt : g.nb) : 1) * per);
+    const tile_grid g = tiles_of(M, N, path);
+    const int count = g.mb * g.nb, par = count > 1 && (double)M * N * K >= GEMM_PAR_MIN;
+    const size_t per = tile_floats(&g, K, path == NN_BF16_WIDEN);
+    COLLAGE_ASSERT(ws->cap >= (size_t)(par ? (nt < count ? nt : count) : 1) * per);
 #ifdef _OPENMP
     /* oneDNN runs a call on omp_get_max_threads() threads unless it is made inside a parallel region:
      * one thread per tile keeps every element's sum the same for any thread count. */
@@ -172,20 +208,17 @@ void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int ld
     if (saved != 1) omp_set_num_threads(1);
 #endif
 #pragma omp parallel for schedule(static) num_threads(nt) if (par)
-    for (int j = 0; j < g.nb; j++) {
+    for (int j = 0; j < count; j++) {
         int me = 0;
 #ifdef _OPENMP
         me = omp_get_thread_num();
 #endif
         float *t = ws->p + (size_t)me * per;
-        const int j0 = j * g.bs, w = g.dim - j0 < g.bs ? g.dim - j0 : g.bs;
-        if (g.split_m) {
-            tile_product(ta, tb, w, N, K, ta ? A + j0 : A + (size_t)j0 * lda, lda, B, ldb, t, path);
-            ep(ctx, t, N, j0, j0 + w, 0, N);
-        } else {
-            tile_product(ta, tb, M, w, K, A, lda, tb ? B + (size_t)j0 * ldb : B + j0, ldb, t, path);
-            ep(ctx, t, w, 0, M, j0, j0 + w);
-        }
+        const int i0 = j / g.nb * g.tm, j0 = j % g.nb * g.tn;
+        const int m = M - i0 < g.tm ? M - i0 : g.tm, n = N - j0 < g.tn ? N - j0 : g.tn;
+        tile_product(ta, tb, m, n, K, ta ? A + i0 : A + (size_t)i0 * lda, lda, tb ? B + (size_t)j0 * ldb : B + j0,
+                     ldb, t, path);
+        ep(ctx, t, n, i0, i0 + m, j0, j0 + n);
     }
 #ifdef _OPENMP
     if (saved != 1) omp_set_num_threads(saved);

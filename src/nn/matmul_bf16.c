@@ -17,6 +17,8 @@ typedef struct {
     int ntok;
 } ep_ctx;
 
+#define EP_CHUNK 256 /* elements of a row rounded at a time before they are stored */
+
 static inline float rnd(float v) { return nn_rnd_f32(1, v); }
 static inline uint16_t st(float v) { return (uint16_t)(f32_bits(nn_rnd_f32(1, v)) >> 16); }
 
@@ -68,17 +70,22 @@ static void ep_weight(void *p, const float *t, int ldt, int i0, int i1, int j0, 
 #pragma omp simd
             for (int j = j0; j < j1; j++) ti[j] += bf16_f32(d[j]);
         }
+    uint16_t row[EP_CHUNK]; /* the assigned gradient leaves through row, with streaming stores */
     for (int i = i0; i < i1; i++) {
         const float *ti = t + (size_t)(i - i0) * ldt - j0;
         uint16_t *o = c->out + (size_t)i * c->ldo;
         if (c->add) {
 #pragma omp simd
             for (int j = j0; j < j1; j++) o[j] = st(bf16_f32(o[j]) + ti[j]);
-        } else {
+        } else
+            for (int a = j0; a < j1; a += EP_CHUNK) {
+                const int w = j1 - a < EP_CHUNK ? j1 - a : EP_CHUNK;
 #pragma omp simd
-            for (int j = j0; j < j1; j++) o[j] = st(ti[j]);
-        }
+                for (int j = 0; j < w; j++) row[j] = st(ti[a + j]);
+                nn_copy_stream(o + a, row, (size_t)w);
+            }
     }
+    nn_stream_fence();
 }
 
 void NN_BF16_NAME(nn_matmul_forward_bf16)(uint16_t *out, const uint16_t *inp, const uint16_t *w, const uint16_t *bias,

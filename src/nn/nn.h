@@ -16,6 +16,11 @@
 
 #include "internal.h"
 #include <math.h>
+/* The ops pass generic vectors (ops.inc: SUF(vec)) between static inline functions only, so no ABI is
+ * involved; GCC's note that an AVX-512-sized vector is returned differently without AVX-512 is moot. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 #include <stddef.h>
 #include <stdint.h>
 
@@ -63,6 +68,24 @@ static inline float nn_exp_f32(float x) {
     y = nn_sel_f32(nn_lt_f32(88.72283f, x), (float)INFINITY, y);
     return nn_sel_f32(0u - (uint32_t)(x != x), x, y);
 }
+
+/* dst[0..n) = src[0..n) (bf16 bits) with stores that bypass the cache where dst is 16-byte aligned: for
+ * results written once and next read long after (a weight gradient, read by the optimizer after the
+ * whole backward), they skip reading each line before writing it, which halves the traffic of the
+ * write. nn_stream_fence() makes them visible to the other threads; call it before the data is read. */
+#if defined(__x86_64__) || defined(_M_X64)
+#include <emmintrin.h>
+static inline void nn_copy_stream(uint16_t *dst, const uint16_t *src, size_t n) {
+    size_t i = 0;
+    for (; i < n && ((uintptr_t)(dst + i) & 15u); i++) dst[i] = src[i];
+    for (; i + 8 <= n; i += 8) _mm_stream_si128((__m128i *)(void *)(dst + i), _mm_loadu_si128((const __m128i *)(const void *)(src + i)));
+    for (; i < n; i++) dst[i] = src[i];
+}
+static inline void nn_stream_fence(void) { _mm_sfence(); }
+#else
+static inline void nn_copy_stream(uint16_t *dst, const uint16_t *src, size_t n) { memcpy(dst, src, n * sizeof *dst); }
+static inline void nn_stream_fence(void) {}
+#endif
 
 /* ---------------------------------------------------------------- the matrix products' one door (gemm.c) */
 /* C = op(A)·op(B) + beta·C, row-major (ta, tb: 1 = transposed; op(A) (M,K), op(B) (K,N), C (M,N)), as a
@@ -135,8 +158,8 @@ void nn_blas_end(void);
  * crossentropy_backward: dlogits = rnd((p − onehot(target))·dloss), columns ≥ V 0, from the
  *   probabilities (N,Vp); dlogits (N,Vp) may be probs itself where act is real. */
 static inline size_t nn_attention_scratch(int B, int T, int C, int NH) {
-    const size_t hs = (size_t)(C / NH);
-    return (size_t)B * (size_t)NH * (3 * hs * (size_t)T + (size_t)T + hs);
+    const size_t hs = (size_t)(C / NH), ld = ((size_t)T + 63) / 64 * 64; /* ops.inc: OPS_ATT_SCR */
+    return (size_t)B * (size_t)NH * ((hs + (size_t)T + 3) * ld + 2 * hs);
 }
 #define NN_LAYER_OPS(S, real, act)                                                                            \
     void nn_encoder_forward##S(act *out, const int *tok, const act *wte, const act *wpe, int B, int T, int C,  \

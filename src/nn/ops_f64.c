@@ -6,6 +6,7 @@
 #define real double
 #define act double
 #define LD(x) (x)
+#define LDV(p) nn_ldr_f64(p)
 #define ST(bf, v) ((void)(bf), (v))
 #define OPS_REAL_GEMM
 #define SUF(name) nn_##name##_f64

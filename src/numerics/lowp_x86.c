@@ -241,13 +241,23 @@ T_AVX512 void collage__fp16_to_f32_avx512(float *dst, const uint16_t *src, size_
 }
 
 /* ------------------------------------------------------------------ Σ x², 16 lanes */
+/* Elements ahead of the one being summed that the loops ask the cache for: the sum's two dependent
+ * chains leave a core's loads too few in flight to stream a gradient from memory at full speed (the
+ * prefetch doubles it on a 124M-element slab; a prefetch never faults, past the end included). */
+#define SUMSQ_AHEAD 2048
+static inline const char *sumsq_ahead(const void *x, size_t i, size_t es) {
+    return (const char *)((uintptr_t)x + (i + SUMSQ_AHEAD) * es);
+}
+
 /* l[j] += Σ_k x[a + 16k + j]² for k < groups, j < 16: the lanes of collage__sumsq_ref (adamw.c), each
  * square exact in double, so the lanes hold the same bits as the scalar loop's. */
 T_AVX2 void collage__sumsq16_avx2(const void *x, int bf16, size_t a, size_t groups, double l[16]) {
     __m256d acc[4];
     for (int q = 0; q < 4; q++) acc[q] = _mm256_loadu_pd(l + 4 * q);
+    const size_t es = bf16 ? 2 : 4;
     for (size_t k = 0; k < groups; k++) {
         const size_t i = a + 16 * k;
+        _mm_prefetch(sumsq_ahead(x, i, es), _MM_HINT_T0);
         __m256 f[2];
         if (bf16) {
             const uint16_t *h = x;
@@ -269,8 +279,10 @@ T_AVX2 void collage__sumsq16_avx2(const void *x, int bf16, size_t a, size_t grou
 
 T_AVX512 void collage__sumsq16_avx512(const void *x, int bf16, size_t a, size_t groups, double l[16]) {
     __m512d lo = _mm512_loadu_pd(l), hi = _mm512_loadu_pd(l + 8);
+    const size_t es = bf16 ? 2 : 4;
     for (size_t k = 0; k < groups; k++) {
         const size_t i = a + 16 * k;
+        _mm_prefetch(sumsq_ahead(x, i, es), _MM_HINT_T0);
         __m512 f = bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(
                               _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)x + i))), 16))
                         : _mm512_loadu_ps((const float *)x + i);
