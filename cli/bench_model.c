@@ -12,31 +12,38 @@
 
 /* ------------------------------------------------------------------ model */
 /* Model FLOPs per token: 6·N for the weight matrices (forward + backward) plus 6·L·T·C for attention
- * scores and values (each position attends to T/2 positions on average, causal). The reference rate:
- * OpenBLAS sgemm on the products of a GPT-2-shaped model of the same size. */
-static double sgemm_rate(const collage_model_config *c, int BT, int reps) {
-    int C = c->channels, V = c->padded_vocab_size;
-    /* (rows, inner, cols) of the forward products; backward runs the two transposed products */
-    int shapes[5][3] = {{BT, C, 3 * C}, {BT, C, C}, {BT, C, 4 * C}, {BT, 4 * C, C}, {BT, C, V}};
-    int count[5] = {c->num_layers, c->num_layers, c->num_layers, c->num_layers, 1};
-    size_t maxa = 0, maxb = 0, maxc = 0;
+ * scores and values (each position attends to T/2 positions on average, causal). The reference rates:
+ * the products of a GPT-2-shaped model of the same size, (rows, inner, cols) of each forward product
+ * and how often a step takes it; the backward runs the two transposed products. */
+typedef struct { int mkn[5][3], count[5]; size_t a, b, o; } model_shapes;
+
+static model_shapes shapes_of(const collage_model_config *c, int BT) {
+    const int C = c->channels, V = c->padded_vocab_size, L = c->num_layers;
+    model_shapes s = {{{BT, C, 3 * C}, {BT, C, C}, {BT, C, 4 * C}, {BT, 4 * C, C}, {BT, C, V}}, {L, L, L, L, 1}, 0, 0, 0};
     for (int k = 0; k < 5; k++) {
-        size_t a = (size_t)shapes[k][0] * shapes[k][1], b = (size_t)shapes[k][1] * shapes[k][2], o = (size_t)shapes[k][0] * shapes[k][2];
-        if (a > maxa) maxa = a;
-        if (b > maxb) maxb = b;
-        if (o > maxc) maxc = o;
+        const size_t a = (size_t)s.mkn[k][0] * s.mkn[k][1], b = (size_t)s.mkn[k][1] * s.mkn[k][2];
+        const size_t o = (size_t)s.mkn[k][0] * s.mkn[k][2];
+        if (a > s.a) s.a = a;
+        if (b > s.b) s.b = b;
+        if (o > s.o) s.o = o;
     }
-    float *A = calloc(maxa, 4), *B = calloc(maxb, 4), *O = calloc(maxc, 4);
+    return s;
+}
+
+/* OpenBLAS sgemm (its own threads) on the shapes: the reference of the fp32 model. */
+static double sgemm_rate(const collage_model_config *c, int BT, int reps) {
+    const model_shapes sh = shapes_of(c, BT);
+    float *A = calloc(sh.a, 4), *B = calloc(sh.b, 4), *O = calloc(sh.o, 4);
     if (!A || !B || !O) { free(A); free(B); free(O); return (double)NAN; }
-    for (size_t i = 0; i < maxa; i++) A[i] = (float)(i % 7) * 0.1f;
-    for (size_t i = 0; i < maxb; i++) B[i] = (float)(i % 5) * 0.1f;
+    for (size_t i = 0; i < sh.a; i++) A[i] = (float)(i % 7) * 0.1f;
+    for (size_t i = 0; i < sh.b; i++) B[i] = (float)(i % 5) * 0.1f;
     double best = 1e30, flops = 0;
     for (int r = 0; r < reps; r++) {
         double t0 = cli_now();
         flops = 0;
         for (int k = 0; k < 5; k++) {
-            int M = shapes[k][0], K = shapes[k][1], N = shapes[k][2];
-            for (int rep = 0; rep < count[k]; rep++) {
+            const int M = sh.mkn[k][0], K = sh.mkn[k][1], N = sh.mkn[k][2];
+            for (int rep = 0; rep < sh.count[k]; rep++) {
                 /* forward out = inp·Wᵀ, backward dinp = dout·W and dW = doutᵀ·inp: three products */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, K, B, K, 0.0f, O, N);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, O, N, B, K, 0.0f, A, K);
@@ -51,42 +58,33 @@ static double sgemm_rate(const collage_model_config *c, int BT, int reps) {
     return flops / best;
 }
 
-/* The bf16 model's products alone (collage_bf16_matmul: the path and tiles the model uses, its threads)
- * on the same shapes and counts as sgemm_rate: the ceiling of a bf16 step's products. */
+/* The bf16 model's products alone on the same shapes and counts (collage_bf16_matmul with no output:
+ * the path, tiles and threads the model uses, each tile left in its scratch as the model's epilogues
+ * find it): the ceiling of a bf16 step's products. */
 static double bf16_rate(const collage_model_config *c, int BT, int reps) {
-    int C = c->channels, V = c->padded_vocab_size;
-    int shapes[5][3] = {{BT, C, 3 * C}, {BT, C, C}, {BT, C, 4 * C}, {BT, 4 * C, C}, {BT, C, V}};
-    int count[5] = {c->num_layers, c->num_layers, c->num_layers, c->num_layers, 1};
-    size_t maxa = 0, maxb = 0, maxc = 0;
-    for (int k = 0; k < 5; k++) {
-        size_t a = (size_t)shapes[k][0] * shapes[k][1], b = (size_t)shapes[k][1] * shapes[k][2], o = (size_t)shapes[k][0] * shapes[k][2];
-        if (a > maxa) maxa = a;
-        if (b > maxb) maxb = b;
-        if (o > maxc) maxc = o;
-    }
-    collage_bf16 *A = calloc(maxa, 2), *B = calloc(maxb, 2), *O = calloc(maxc, 2);
-    float *F = calloc(maxa > maxb ? (maxa > maxc ? maxa : maxc) : (maxb > maxc ? maxb : maxc), 4);
-    if (!A || !B || !O || !F) { free(A); free(B); free(O); free(F); return (double)NAN; }
-    for (size_t i = 0; i < maxa; i++) A[i] = collage_bf16_from_f32((float)(i % 7) * 0.1f);
-    for (size_t i = 0; i < maxb; i++) B[i] = collage_bf16_from_f32((float)(i % 5) * 0.1f);
-    for (size_t i = 0; i < maxc; i++) O[i] = collage_bf16_from_f32((float)(i % 3) * 0.1f);
+    const model_shapes sh = shapes_of(c, BT);
+    collage_bf16 *A = calloc(sh.a, 2), *B = calloc(sh.b, 2), *O = calloc(sh.o, 2);
+    if (!A || !B || !O) { free(A); free(B); free(O); return (double)NAN; }
+    for (size_t i = 0; i < sh.a; i++) A[i] = collage_bf16_from_f32((float)(i % 7) * 0.1f);
+    for (size_t i = 0; i < sh.b; i++) B[i] = collage_bf16_from_f32((float)(i % 5) * 0.1f);
+    for (size_t i = 0; i < sh.o; i++) O[i] = collage_bf16_from_f32((float)(i % 3) * 0.1f);
     double best = 1e30, flops = 0;
     for (int r = 0; r < reps; r++) {
         double t0 = cli_now();
         flops = 0;
         for (int k = 0; k < 5; k++) {
-            int M = shapes[k][0], K = shapes[k][1], N = shapes[k][2];
-            for (int rep = 0; rep < count[k]; rep++) {
-                collage_bf16_matmul(0, 1, M, N, K, A, K, B, K, F, N);
-                collage_bf16_matmul(0, 0, M, K, N, O, N, B, K, F, K);
-                collage_bf16_matmul(1, 0, N, K, M, O, N, A, K, F, K);
+            const int M = sh.mkn[k][0], K = sh.mkn[k][1], N = sh.mkn[k][2];
+            for (int rep = 0; rep < sh.count[k]; rep++) {
+                collage_bf16_matmul(0, 1, M, N, K, A, K, B, K, NULL, N);
+                collage_bf16_matmul(0, 0, M, K, N, O, N, B, K, NULL, K);
+                collage_bf16_matmul(1, 0, N, K, M, O, N, A, K, NULL, K);
                 flops += 6.0 * M * N * K;
             }
         }
         double t = cli_now() - t0;
         if (t < best) best = t;
     }
-    free(A); free(B); free(O); free(F);
+    free(A); free(B); free(O);
     return flops / best;
 }
 
@@ -167,12 +165,12 @@ static void bench_model_row(const bench_run *r, const double med[4], double ms_f
     if (json)
         printf("{\"model\":\"%s\",\"strategy\":\"%s\",\"B\":%d,\"T\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f,"
                "\"model_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"fraction_of_sgemm\":%.3f,\"bf16_gemm_gflops\":%.2f,"
-               "\"fraction_of_products\":%.3f,\"slowdown_vs_fp32\":%.3f,\"speedup_vs_fp32\":%.3f,"
+               "\"fraction_of_products\":%.3f,\"fwd_bwd_fraction_of_products\":%.3f,\"slowdown_vs_fp32\":%.3f,\"speedup_vs_fp32\":%.3f,"
                "\"forward_ms\":%.2f,\"backward_ms\":%.2f,\"optimizer_ms\":%.2f,\"fp32_ms_alongside\":%.2f,"
                "\"weights_mib\":%.1f,\"state_mib\":%.1f,\"gradients_mib\":%.1f,\"activations_mib\":%.1f,"
                "\"scratch_mib\":%.1f,\"products\":\"%s\",\"cpu\":\"%s\"}\n",
                preset, collage_strategy_name(s), B, T, ms, tok / (ms * 1e-3), fl * 1e-9, ref[0] * 1e-9, fl / ref[0],
-               ref[1] * 1e-9, fl / ceil, ms / ms_fp32, ms_fp32 / ms, med[1], med[2], med[3], ms_fp32, mb[0], mb[1],
+               ref[1] * 1e-9, fl / ceil, fl * ms / (med[1] + med[2]) / ceil, ms / ms_fp32, ms_fp32 / ms, med[1], med[2], med[3], ms_fp32, mb[0], mb[1],
                mb[2], mb[3], mb[4], r->products, bench_cpu_name());
     else
         printf("%-14s %8.1f %8.0f %8.1f %6.0f%% %7.2fx %8.1f %8.1f %8.1f %5.0f%%   %7.0f %6.0f %6.0f %6.0f %6.0f %7.0f\n",

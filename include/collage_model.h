@@ -106,7 +106,9 @@ const char    *collage_model_products(const collage_model *m);
 const char    *collage_bf16_products(void);
 /* C (M,N) = op(A)·op(B) in fp32 from bf16 operands (row-major; ta, tb: 1 = transposed; op(A) (M,K),
  * op(B) (K,N)), computed as the bf16 model computes its products: the path above, a fixed grid of
- * single-threaded tiles on collage_set_threads threads. For benchmarks and for checking the path. */
+ * single-threaded tiles on collage_set_threads threads. For benchmarks and for checking the path.
+ * C NULL: each tile is computed into the scratch and left there (what the model's products cost before
+ * their epilogues: the products-alone rate `collage bench model` compares the model with). */
 collage_status collage_bf16_matmul(int ta, int tb, int M, int N, int K, const collage_bf16 *A, int lda,
                                    const collage_bf16 *B, int ldb, float *C, int ldc);
 /* Bytes a model holds besides the weights (which are the caller's). */
