@@ -151,9 +151,50 @@ void collage_set_threads(int n);
 int  collage_get_threads(void);
 
 
+/* ---------------------------------------------------------------- 8-bit block codes */
+/* An 8-bit code per element and one fp32 scale per block of COLLAGE_QBLOCK elements (numerics.md §11):
+ * the dynamic (tree) code of bitsandbytes, signed for values of either sign and unsigned for values
+ * ≥ 0, whose 256 values run from −1 (signed) or 0 to 1 with the block's largest magnitude as scale;
+ * and fp8 e4m3 with the block's largest magnitude scaled to 448. Quantization rounds to nearest (or
+ * stochastically), every step written out in numerics.md, so that every implementation gives the same
+ * bits. */
+#define COLLAGE_QBLOCK 256
+typedef enum {
+    COLLAGE_QCODE_DYN_SIGNED = 0, /* 0, +1 and ±127 magnitudes in seven decades: 1 byte + scale */
+    COLLAGE_QCODE_DYN_UNSIGNED,   /* 0, 1 and 254 magnitudes in seven decades: values ≥ 0 only */
+    COLLAGE_QCODE_E4M3,           /* fp8 e4m3 (OCP FN), scale = absmax / 448 */
+    COLLAGE_QCODE_COUNT
+} collage_qcode;
+const char *collage_qcode_name(collage_qcode c);              /* "int8", "uint8", "e4m3" */
+/* The value of code q at scale 1 (the dynamic codes: in [−1, 1], increasing with q; e4m3: its value,
+ * NaN for its two NaN codes). NaN for an unknown code. */
+float    collage_qcode_value(collage_qcode c, uint8_t q);
+uint8_t  collage_qcode_zero(collage_qcode c);                 /* the code of 0 (signed dynamic: 127) */
+/* One block of n ≤ COLLAGE_QBLOCK values: *scale and the n codes q (numerics.md §11). sr = 0: to
+ * nearest; sr = 1: stochastically, element i with the bits collage_rand32(key, index0 + i). A NaN or
+ * Inf in x gives scale NaN or Inf and zero codes; a block whose largest magnitude is below 2^-100 is
+ * stored as zeros (scale 0). */
+collage_status collage_qblock_quantize(collage_qcode c, const float *x, size_t n, uint8_t *q, float *scale, int sr,
+                                       uint64_t key, uint64_t index0);
+/* x[i] = fp32(value(q[i]) · scale), exactly as the optimizer reads its 8-bit states. */
+collage_status collage_qblock_dequantize(collage_qcode c, const uint8_t *q, float scale, size_t n, float *x);
+/* Rows: n values in blocks of COLLAGE_QBLOCK (the last one partial), scales[ceil(n / 256)]; vectorised
+ * (AVX-512, AVX2) and threaded over blocks, bit-identical to the _ref twins (scalar, one thread) for any
+ * ISA and thread count. Element i of a row uses the stochastic bits of index0 + i. */
+collage_status collage_qrow_quantize(collage_qcode c, const float *x, size_t n, uint8_t *q, float *scales, int sr,
+                                     uint64_t key, uint64_t index0);
+collage_status collage_qrow_quantize_ref(collage_qcode c, const float *x, size_t n, uint8_t *q, float *scales, int sr,
+                                         uint64_t key, uint64_t index0);
+collage_status collage_qrow_dequantize(collage_qcode c, const uint8_t *q, const float *scales, size_t n, float *x);
+collage_status collage_qrow_dequantize_ref(collage_qcode c, const uint8_t *q, const float *scales, size_t n, float *x);
+
 /* ---------------------------------------------------------------- AdamW and its precision strategies */
-/* One formula (numerics.md §6), ten ways to store and apply it. Gradients are bf16 for every strategy
- * but `fp32`; weights are the bf16 slab the model reads (fp32 for `fp32`). */
+/* One formula (numerics.md §6), many ways to store and apply it. A strategy is a weight scheme × a
+ * first-moment format × a second-moment format. The presets below have names; every other combination
+ * is spelled "PRESET+m=FORMAT,v=FORMAT" (either part may be left out, ",q=sr" re-quantizes 8-bit
+ * states stochastically), e.g. "collage-light+m=int8,v=int8", and numbered
+ * COLLAGE_STRATEGY_COMPOSED + … (collage_strategy_compose). Gradients have the weights' format: bf16,
+ * fp16 (uint16_t, IEEE half) or fp32. */
 typedef enum {
     COLLAGE_FP32 = 0,            /* θ, m, v fp32; fp32 gradients                          16 B/param */
     COLLAGE_BF16,                /* θ, m, v bf16: updates below half an ulp are lost         8 */
@@ -166,11 +207,63 @@ typedef enum {
     COLLAGE_BF16_REMAINDER,      /* θ bf16 + 16-bit remainder = an exact fp32 master        10 */
     COLLAGE_PLUS_V1,             /* "collage-plus-v1": the published code, in-place MultMC
                                     bug included; only for comparison with the paper         12 */
-    COLLAGE_STRATEGY_COUNT
+    COLLAGE_FP16,                /* θ, m, v fp16 (IEEE half), fp16 arithmetic                 8 */
+    COLLAGE_FP16_LIGHT,          /* "fp16-collage-light": (θ, δθ) fp16 MCF, m, v fp16        10 */
+    COLLAGE_FP16_PLUS,           /* "fp16-collage-plus": fp16-collage-light + (v, δv)        12 */
+    COLLAGE_FP16_MASTER,         /* θ fp16; fp32 master, m, v (fp16 mixed precision)         16 */
+    COLLAGE_STRATEGY_COUNT       /* the presets; composed strategies are numbered from
+                                    COLLAGE_STRATEGY_COMPOSED */
 } collage_strategy;
-const char    *collage_strategy_name(collage_strategy s);   /* "fp32", "bf16", "collage-light", … */
-collage_status collage_strategy_parse(const char *name, collage_strategy *out); /* a name or an alias */
+const char    *collage_strategy_name(collage_strategy s);   /* "fp32", "collage-light+m=int8,v=int8", … */
+/* A preset's name or alias, or a composition "PRESET+m=F,v=F[,q=sr]" (F: fp32, bf16, mcf, fp16,
+ * fp16-mcf, int8, e4m3; mcf and fp16-mcf for v only). A composition that equals a preset is that
+ * preset. COLLAGE_ERR_ARG for anything else; collage_strategy_parse_error says why. */
+collage_status collage_strategy_parse(const char *name, collage_strategy *out);
+/* Why the last collage_strategy_parse on this thread failed ("'m=mcf': mcf is a second-moment format
+ * only"); "" after a success. */
+const char    *collage_strategy_parse_error(void);
 int            collage_strategy_is_fp32(collage_strategy s); /* weights and gradients are float */
+int            collage_strategy_is_fp16(collage_strategy s); /* weights and gradients are IEEE half */
+int            collage_strategy_valid(collage_strategy s);   /* a preset or a valid composition */
+
+/* The parts of a strategy. */
+typedef enum {
+    COLLAGE_SCHEME_FP32 = 0,     /* θ fp32, θ = θ + raw */
+    COLLAGE_SCHEME_BF16,         /* θ bf16, θ = RN(θ + raw) */
+    COLLAGE_SCHEME_MCF,          /* (θ, δθ) bf16, Grow: Collage's compensation */
+    COLLAGE_SCHEME_SR,           /* θ bf16, stochastic rounding */
+    COLLAGE_SCHEME_KAHAN,        /* θ and Kahan's c bf16 */
+    COLLAGE_SCHEME_REMAINDER,    /* θ bf16 and a 16-bit remainder: an exact fp32 master */
+    COLLAGE_SCHEME_MASTER,       /* θ bf16 and an fp32 master */
+    COLLAGE_SCHEME_FP16,         /* θ fp16, θ = RN(θ + raw) */
+    COLLAGE_SCHEME_FP16_MCF,     /* (θ, δθ) fp16, Grow */
+    COLLAGE_SCHEME_FP16_MASTER,  /* θ fp16 and an fp32 master */
+    COLLAGE_SCHEME_COUNT
+} collage_weight_scheme;
+typedef enum {
+    COLLAGE_MOMENT_FP32 = 0,
+    COLLAGE_MOMENT_BF16,
+    COLLAGE_MOMENT_MCF,          /* a bf16 pair (hi, lo): collage-plus's v; second moment only */
+    COLLAGE_MOMENT_FP16,
+    COLLAGE_MOMENT_FP16_MCF,     /* an fp16 pair; second moment only */
+    COLLAGE_MOMENT_INT8,         /* the dynamic code (signed for m, unsigned for v), per-block scale */
+    COLLAGE_MOMENT_E4M3,         /* fp8 e4m3, per-block absmax scale */
+    COLLAGE_MOMENT_COUNT
+} collage_moment_format;
+typedef struct {
+    collage_weight_scheme weights;
+    collage_moment_format m, v;
+    int sr_states;               /* 1: 8-bit states re-quantized stochastically (else to nearest) */
+} collage_composition;
+#define COLLAGE_STRATEGY_COMPOSED 0x10000
+/* The strategy of composition c: the preset it equals, or COLLAGE_STRATEGY_COMPOSED + weights·256 +
+ * m·16 + v (+ 4096 with sr_states); this number is what state files store. COLLAGE_ERR_ARG for a
+ * combination with no meaning (a pair format for m, sr_states without an 8-bit state). */
+collage_status collage_strategy_compose(const collage_composition *c, collage_strategy *out);
+/* The parts of strategy s (collage-plus-v1: those of collage-plus; it differs in its MultMC only). */
+collage_status collage_strategy_parts(collage_strategy s, collage_composition *out);
+const char    *collage_weight_scheme_name(collage_weight_scheme w); /* "collage-light", "bf16-sr", … */
+const char    *collage_moment_format_name(collage_moment_format f); /* "int8", "mcf", … */
 
 /* The strategy table: what each strategy stores, word by word. Every part of the library (allocation,
  * state files, the step, the memory report) reads its answers from this table, and so may a caller. */
@@ -178,11 +271,11 @@ typedef enum {
     COLLAGE_WORD_NONE = 0, /* the strategy has no such word */
     COLLAGE_WORD_FP32,     /* IEEE binary32, 4 bytes */
     COLLAGE_WORD_BF16,     /* bfloat16, 2 bytes */
-    COLLAGE_WORD_FP16,     /* IEEE binary16, 2 bytes (no strategy stores it yet) */
+    COLLAGE_WORD_FP16,     /* IEEE binary16, 2 bytes */
     COLLAGE_WORD_INT16,    /* a signed 16-bit integer, 2 bytes (bf16-remainder's remainder) */
-    COLLAGE_WORD_Q8,       /* an 8-bit code per element and one fp32 scale per block of `block` elements:
-                              1 + 4/block bytes. Not implemented: a strategy with such a word gets
-                              COLLAGE_ERR_UNSUPPORTED from collage_adamw_create */
+    COLLAGE_WORD_INT8,     /* the dynamic 8-bit code (collage_qcode: signed for m, unsigned for v) per
+                              element and one fp32 scale per block of `block` elements: 1 + 4/block bytes */
+    COLLAGE_WORD_E4M3,     /* an fp8 e4m3 code per element and one fp32 scale per block */
     COLLAGE_WORD_FORMAT_COUNT
 } collage_word_format;
 
@@ -201,7 +294,7 @@ typedef enum {
 
 typedef struct {
     collage_word_format format; /* COLLAGE_WORD_NONE where the strategy has no word of this role */
-    int block;                  /* COLLAGE_WORD_Q8: elements per scale; 0 for every other format */
+    int block;                  /* 8-bit words: elements per scale (COLLAGE_QBLOCK); 0 for the others */
     double bytes;               /* per parameter, scales included */
     int derived;                /* 1: the step writes it from the other words without reading it */
 } collage_state_word;
@@ -209,15 +302,16 @@ typedef struct {
 typedef struct {
     const char *name;           /* "collage-light" */
     const char *alias;          /* a short name collage_strategy_parse accepts too ("light"), or NULL */
-    collage_word_format arith;  /* what AdamW's lines round to: COLLAGE_WORD_FP32 or COLLAGE_WORD_BF16 */
+    collage_word_format arith;  /* what AdamW's lines round to: COLLAGE_WORD_FP32, _BF16 or _FP16 */
     collage_state_word word[COLLAGE_ROLE_COUNT]; /* by role */
     const char *keeps_update_in; /* where an update too small to move θ is kept ("its compensation word
                                     δθ"); NULL: such an update is lost */
+    collage_composition parts;  /* the weight scheme and the moments' formats */
 } collage_strategy_info;
-/* The table's row of s; NULL for an unknown strategy. */
+/* The table's row of s (a preset or a composition); NULL for an unknown strategy. */
 const collage_strategy_info *collage_strategy_get(collage_strategy s);
 const char    *collage_word_role_name(collage_word_role r);     /* "θ", "m", "v", "δθ", "c", … */
-const char    *collage_word_format_name(collage_word_format f); /* "fp32", "bf16", "fp16", "int16", "q8" */
+const char    *collage_word_format_name(collage_word_format f); /* "fp32", "bf16", "fp16", "int16", "int8", "e4m3" */
 
 /* A named range of the parameter slab with its own weight decay (0 for biases and norms). */
 typedef struct {
@@ -236,14 +330,17 @@ typedef struct {
     double clip;                      /* clip the global gradient norm to this (0 = no clipping) */
     int skip_nonfinite;               /* NaN/Inf gradient: skip the step, state untouched, report */
     int edq;                          /* measure effective descent quality (numerics.md §7) each step */
-    uint64_t seed;                    /* stochastic rounding stream (bf16-sr) */
+    uint64_t seed;                    /* stochastic rounding stream (bf16-sr, q=sr) */
     void *params;                     /* optional: the caller's weight slab (bf16, or float for fp32);
                                          NULL = the optimizer allocates and owns it */
     /* Sharding (ZeRO-1): the optimizer holds elements [index0, index0 + n) of a slab of `total`
      * elements (0, 0: the whole slab, index0 = 0, total = n). params, grads and every state word
      * are the shard's n elements; groups stay in the slab's coordinates and are clipped to the
      * shard; bf16-sr draws its random bits by slab index. Shards of one slab, stepped with the
-     * whole slab's Σg² (collage_adamw_step_sumsq), give the whole slab's step bit for bit. */
+     * whole slab's Σg² (collage_adamw_step_sumsq), give the whole slab's step bit for bit. A strategy
+     * with 8-bit states scales them per block of COLLAGE_QBLOCK slab elements: its shards start at a
+     * multiple of COLLAGE_QBLOCK and end at one or at the slab's end (COLLAGE_ERR_SIZE otherwise;
+     * collage_shard_bounds gives such shards). */
     size_t index0, total;
 } collage_adamw_config;
 
@@ -296,14 +393,16 @@ collage_memory collage_strategy_memory(collage_strategy s);
 collage_status collage_adamw_set_weights_f32(collage_adamw *opt, const float *w, size_t n);
 /* The full value the strategy keeps, per element, as double (θ + δθ, the master, θ + c, …). */
 collage_status collage_adamw_kept_f64(const collage_adamw *opt, double *out, size_t n);
-/* One AdamW step with learning rate lr. grads: bf16 (collage_bf16 *) or float for `fp32`.
+/* One AdamW step with learning rate lr. grads: the weights' format: bf16 (collage_bf16 *), fp16
+ * (uint16_t *, IEEE half) or float (`fp32`).
  * Returns COLLAGE_ERR_NONFINITE (state untouched, stats->skipped = 1) for a NaN/Inf gradient when
  * skip_nonfinite is set. stats may be NULL. */
 collage_status collage_adamw_step(collage_adamw *opt, const void *grads, double lr, collage_step_stats *stats);
 /* Σ g² of grads over this optimizer's elements, in double, summed exactly as collage_adamw_step
  * sums it (fixed blocks, in order); +Inf or NaN when an element is not finite. */
 collage_status collage_adamw_grad_sumsq(const collage_adamw *opt, const void *grads, double *sumsq);
-/* Σ x² per chunk of a slab of n bf16 (bf16 != 0; collage_bf16 *) or fp32 elements: out[c] is the sum
+/* Σ x² per chunk of a slab of n bf16 (bf16 == 1; collage_bf16 *), fp16 (bf16 == 2; uint16_t IEEE half) or
+ * fp32 (bf16 == 0) elements: out[c] is the sum
  * over [c·chunk, min(n, (c + 1)·chunk)), c < ceil(n / chunk). Each square is exact and each chunk is
  * summed in double in one fixed order (16 interleaved partial sums, then a pairwise tree), threaded
  * over chunks: the same bits for any thread count. A NaN/Inf element makes its chunk's sum non-finite.
@@ -321,6 +420,10 @@ collage_status collage_adamw_step_ref(collage_adamw *opt, const void *grads, dou
 /* EDQ on or off from the next step on (config.edq is the initial setting): e.g. measure it every k-th
  * step only. It changes no state word: the update is the same with EDQ on or off. */
 collage_status collage_adamw_set_edq(collage_adamw *opt, int on);
+/* Loss scaling: the gradients of the following steps come multiplied by `scale` (a finite positive
+ * number, normally a power of two; 1 by default). The step divides them by it, folded into the
+ * clipping factor (numerics.md §6): Σg², the gradient norm and clipping are those of g / scale. */
+collage_status collage_adamw_set_grad_scale(collage_adamw *opt, double scale);
 /* The vector kernels' bf16 loops round the lines with a step scalar (step size, lr·wd, eps, clipping
  * factor) half up, two instructions instead of four, where the step proves that no bf16 operand meets
  * a tie with those scalars (collage_step_stats.tie_free): the same bits, a 3-11% shorter step. The

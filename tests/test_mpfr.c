@@ -2,7 +2,8 @@
  * fp32 and double, decoding, the single operations + − × ÷ √ fma and the error-free transforms of
  * bf16, fp16, e4m3 and e5m2, each against MPFR emulating the format exactly (precision p, subnormals
  * by mpfr_subnormalize, overflow per numerics.md §1-3). fp8 is tested exhaustively (fma: every triple), bf16
- * and fp16 on large random samples mixed with edge classes, plus the numerics.md §9 vectors. */
+ * and fp16 on large random samples mixed with edge classes, plus the numerics.md §9 vectors; the 8-bit
+ * dynamic code's values and thresholds (§11). */
 #include "collage.h"
 #include "harness.h"
 
@@ -901,6 +902,52 @@ static void test_numerics_vectors(void) {
 }
 
 /* ------------------------------------------------------------------ main */
+/* The dynamic 8-bit code (numerics.md §11): every value is the fp32 nearest to its rational
+ * (2n + 18j + 9) / (20n·10^(6−e)), and every threshold the fp32 nearest to the midpoint of two
+ * neighbouring values. */
+static void test_qcode_values(void) {
+    mpfr_t q, a;
+    mpfr_inits2(200, q, a, (mpfr_ptr)0);
+    for (int u = 0; u < 2; u++) {
+        const collage_qcode c = u ? COLLAGE_QCODE_DYN_UNSIGNED : COLLAGE_QCODE_DYN_SIGNED;
+        int k = 0, bad = 0;
+        for (int e = 0; e <= 6; e++) {
+            const long n = 1L << (e + u);
+            for (long j = 0; j < n; j++, k++) {
+                long den = 20 * n;
+                for (int d = 0; d < 6 - e; d++) den *= 10;
+                mpfr_set_si(q, 2 * n + 18 * j + 9, MPFR_RNDN);
+                mpfr_div_si(q, q, den, MPFR_RNDN); /* one rounding at 200 bits: exact where the quotient is an
+                                                      fp32 midpoint (dyadic), else never on its wrong side */
+                const float want = mpfr_get_flt(q, MPFR_RNDN);
+                const float got = collage_qcode_value(c, (uint8_t)(u ? 1 + k : 128 + k));
+                if (memcmp(&want, &got, 4) && bad++ < 5)
+                    CHECK(0, "%s magnitude %d (e %d, j %ld): %a, MPFR %a", collage_qcode_name(c), k, e, j, (double)got, (double)want);
+            }
+        }
+        for (int i = 0; i + 1 < 256; i++) { /* the thresholds quantization compares with: test_compose's */
+            mpfr_set_flt(q, collage_qcode_value(c, (uint8_t)i), MPFR_RNDN);
+            mpfr_set_flt(a, collage_qcode_value(c, (uint8_t)(i + 1)), MPFR_RNDN);
+            mpfr_add(q, q, a, MPFR_RNDN);
+            mpfr_div_2ui(q, q, 1, MPFR_RNDN);
+            const float t = mpfr_get_flt(q, MPFR_RNDN);
+            const float below = nextafterf(t, -INFINITY), vals[2] = {t, below};
+            for (int w = 0; w < 2; w++) { /* t takes the lower code, the next fp32 above it the upper */
+                float x[2] = {1.0f, vals[w]}, sc;
+                uint8_t code[2];
+                collage_qblock_quantize(c, x, 2, code, &sc, 0, 0, 0);
+                if (code[1] != i && bad++ < 5) CHECK(0, "%s: %a (threshold %d or below) -> code %d", collage_qcode_name(c), (double)vals[w], i, code[1]);
+            }
+            float x[2] = {1.0f, nextafterf(t, INFINITY)}, sc;
+            uint8_t code[2];
+            collage_qblock_quantize(c, x, 2, code, &sc, 0, 0, 0);
+            if (code[1] != i + 1 && bad++ < 5) CHECK(0, "%s: %a (above threshold %d) -> code %d", collage_qcode_name(c), (double)x[1], i, code[1]);
+        }
+        CHECK(bad == 0, "%s: %d values or thresholds off", collage_qcode_name(c), bad);
+    }
+    mpfr_clears(q, a, (mpfr_ptr)0);
+}
+
 int main(void) {
     const char *s = getenv("COLLAGE_TEST_SEED");
     if (s && *s) g_seed = strtoull(s, NULL, 0);
@@ -930,6 +977,7 @@ int main(void) {
     RUN(test_eft_fp8_exhaustive);
     RUN(test_eft_random_16);
     RUN(test_numerics_vectors);
+    RUN(test_qcode_values);
 
     mpfr_clears(g_a, g_b, g_c, g_x, g_y, g_z, g_u, g_v, g_f32, (mpfr_ptr)0);
     for (int f = 0; f < COLLAGE_FMT_COUNT; f++) {

@@ -37,6 +37,11 @@ struct collage_adamw {
     int synced;
     block_t *blocks;
     size_t n_blocks;
+    /* 8-bit strategies: the blocks again as pieces (adamw_impl.h), and the work items: pieces
+     * [qitem[j], qitem[j + 1]) cover whole blocks of COLLAGE_QBLOCK slab elements */
+    adamw_piece *pieces;
+    size_t *qitem, n_qitems;
+    double grad_scale;      /* the gradients come multiplied by this (loss scaling); 1 by default */
     adamw_acc *acc;
     collage_edq *group_edq; /* n_groups + 1 */
     double (*gsum)[3];      /* n_groups + 1: Σ dot, Σ dot_state, Σ nn of the last step */
@@ -72,6 +77,14 @@ static void group_local(const collage_adamw *o, int G, size_t *a, size_t *b) {
     *b = gb - lo;
 }
 
+/* The end of the block that starts at x and may reach b: x + BLOCK; for an 8-bit strategy the next
+ * multiple of BLOCK in slab coordinates, so that blocks end on the scales' blocks where they can. */
+static size_t block_end(const collage_adamw *o, size_t x, size_t b) {
+    size_t e = x + BLOCK;
+    if (strategy_has_q8(o->cfg.strategy)) e = ((o->cfg.index0 + x) / BLOCK + 1) * BLOCK - o->cfg.index0;
+    return e < b ? e : b;
+}
+
 /* Split [0, n) into fixed blocks that never straddle a group boundary. */
 static collage_status make_blocks(collage_adamw *o) {
     size_t n = o->cfg.n, cap = n / BLOCK + 2 * (size_t)o->n_groups + 2, nb = 0;
@@ -85,14 +98,14 @@ static collage_status make_blocks(collage_adamw *o) {
         for (int pass = 0; pass < 2; pass++) { /* pass 0: the gap before group G; pass 1: the group */
             size_t a = pass ? ga : pos, b = pass ? gb : ga;
             if (pass && gi == o->n_groups) break;
-            for (size_t x = a; x < b; x += BLOCK) {
+            for (size_t x = a; x < b; x = block_end(o, x, b)) {
                 if (nb == cap) {
                     cap *= 2;
                     block_t *nbp = realloc(o->blocks, cap * sizeof(block_t));
                     if (!nbp) return COLLAGE_ERR_NOMEM;
                     o->blocks = nbp;
                 }
-                o->blocks[nb++] = (block_t){x, x + BLOCK < b ? x + BLOCK : b, pass ? G : o->n_groups};
+                o->blocks[nb++] = (block_t){x, block_end(o, x, b), pass ? G : o->n_groups};
             }
             if (pass) pos = b;
         }
@@ -101,15 +114,56 @@ static collage_status make_blocks(collage_adamw *o) {
     return COLLAGE_OK;
 }
 
-/* Every word the strategy's row lists, n elements each, zeroed; θ is the caller's slab where given. */
+/* An 8-bit strategy's work items: runs of consecutive blocks, each ending where a block ends on a
+ * multiple of COLLAGE_QBLOCK in slab coordinates (or at the shard's end), so that no scale's block is
+ * split between two threads. */
+static collage_status make_qitems(collage_adamw *o) {
+    if (!strategy_has_q8(o->cfg.strategy)) return COLLAGE_OK;
+    o->pieces = calloc(o->n_blocks, sizeof *o->pieces);
+    o->qitem = calloc(o->n_blocks + 1, sizeof *o->qitem);
+    if (!o->pieces || !o->qitem) return COLLAGE_ERR_NOMEM;
+    size_t nq = 0;
+    for (size_t i = 0; i < o->n_blocks; i++) {
+        const block_t *B = &o->blocks[i];
+        o->pieces[i] = (adamw_piece){B->a, B->b, 0.0f, NULL};
+        if (i == 0 || (o->cfg.index0 + B->a) % COLLAGE_QBLOCK == 0) o->qitem[nq++] = i; /* a block starts here */
+    }
+    o->qitem[nq] = o->n_blocks;
+    o->n_qitems = nq;
+    return COLLAGE_OK;
+}
+
+/* An 8-bit word's scales: one per block of COLLAGE_QBLOCK slab elements the shard holds (index0 is a
+ * multiple of COLLAGE_QBLOCK). */
+static size_t n_scales(size_t n) { return (n + COLLAGE_QBLOCK - 1) / COLLAGE_QBLOCK; }
+/* Bytes of the codes part of a word of n elements in memory: 8-bit codes padded to 64 bytes, then the
+ * scales. */
+static size_t codes_bytes(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* A word's bytes in the state file for n elements: the elements, then an 8-bit word's scales. */
+static size_t word_file_bytes(collage_word_format f, size_t n) {
+    return n * collage__word_size(f) + (word_is_q8(f) ? n_scales(n) * sizeof(float) : 0);
+}
+
+/* Where the scales of 8-bit word r lie (after its codes), NULL for another word. */
+static float *word_scales(const collage_adamw *o, collage_word_role r) {
+    if (!word_is_q8(strategy_word(o->cfg.strategy, r))) return NULL;
+    return (float *)((char *)o->word[r] + codes_bytes(o->cfg.n));
+}
+
+/* Every word the strategy's row lists, n elements each, zeroed (8-bit codes: the code of 0, scale 0);
+ * θ is the caller's slab where given. */
 static collage_status alloc_words(collage_adamw *o, void *params) {
-    const collage_strategy_info *T = strategy_row(o->cfg.strategy);
+    const collage_strategy s = o->cfg.strategy;
     o->owns_params = params == NULL;
     o->word[COLLAGE_ROLE_WEIGHTS] = params;
     for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) {
-        if (!T->word[r].format || o->word[r]) continue;
-        o->word[r] = zalloc(o->cfg.n * collage__word_size(T->word[r].format));
+        const collage_word_format f = strategy_word(s, (collage_word_role)r);
+        if (!f || o->word[r]) continue;
+        const size_t n = o->cfg.n;
+        o->word[r] = zalloc(word_is_q8(f) ? codes_bytes(n) + n_scales(n) * sizeof(float) : n * collage__word_size(f));
         if (!o->word[r]) return COLLAGE_ERR_NOMEM;
+        if (word_is_q8(f)) memset(o->word[r], collage_qcode_zero(collage__word_qcode(f, (collage_word_role)r)), n);
     }
     return COLLAGE_OK;
 }
@@ -132,6 +186,10 @@ collage_status collage_adamw_create(const collage_adamw_config *cfg, collage_ada
     size_t total = o->cfg.total;
     collage_status st = COLLAGE_OK;
     if (o->cfg.index0 > total || cfg->n > total - o->cfg.index0) st = COLLAGE_ERR_SIZE;
+    else if (strategy_has_q8(cfg->strategy) && (o->cfg.index0 % COLLAGE_QBLOCK != 0 ||
+                                                 (o->cfg.index0 + cfg->n != total && (o->cfg.index0 + cfg->n) % COLLAGE_QBLOCK != 0)))
+        st = COLLAGE_ERR_SIZE; /* a shard of 8-bit states holds whole blocks of their scales */
+    o->grad_scale = 1.0;
     if (!(o->cfg.beta1 > 0 && o->cfg.beta1 < 1 && o->cfg.beta2 > 0 && o->cfg.beta2 < 1 && o->cfg.eps > 0 &&
           o->cfg.weight_decay >= 0 && o->cfg.clip >= 0 && isfinite(o->cfg.weight_decay) && isfinite(o->cfg.clip)))
         st = COLLAGE_ERR_ARG;
@@ -167,6 +225,7 @@ collage_status collage_adamw_create(const collage_adamw_config *cfg, collage_ada
         if (!o->group_edq || !o->gsum || !o->gcount || !o->group_nt) st = COLLAGE_ERR_NOMEM;
     }
     if (st == COLLAGE_OK) st = make_blocks(o);
+    if (st == COLLAGE_OK) st = make_qitems(o);
     if (st == COLLAGE_OK) {
         o->acc = zalloc(o->n_blocks * sizeof(adamw_acc));
         if (!o->acc) st = COLLAGE_ERR_NOMEM;
@@ -185,6 +244,7 @@ void collage_adamw_free(collage_adamw *o) {
     for (int r = 0; r < COLLAGE_ROLE_COUNT; r++)
         if (r != COLLAGE_ROLE_WEIGHTS || o->owns_params) free(o->word[r]);
     free(o->blocks); free(o->acc); free(o->group_edq); free(o->gsum); free(o->gcount);
+    free(o->pieces); free(o->qitem);
     free(o->group_nt);
     free(o);
 }
@@ -207,6 +267,12 @@ collage_status collage_adamw_set_tie_proof(collage_adamw *o, size_t min_elements
     o->tie_proof_min = min_elements;
     return COLLAGE_OK;
 }
+collage_status collage_adamw_set_grad_scale(collage_adamw *o, double scale) {
+    if (!o) return COLLAGE_ERR_NULL;
+    if (!(scale > 0) || !isfinite(scale)) return COLLAGE_ERR_ARG;
+    o->grad_scale = scale;
+    return COLLAGE_OK;
+}
 collage_status collage_adamw_set_edq(collage_adamw *o, int on) {
     if (!o) return COLLAGE_ERR_NULL;
     o->cfg.edq = on != 0;
@@ -225,13 +291,19 @@ static uint16_t *comp_word(const collage_adamw *o) {
     return r < COLLAGE_ROLE_COUNT ? o->word[r] : NULL;
 }
 
+/* θ's 16-bit format (and that of δθ): fp16 or bf16. */
+static collage_format theta_format(const collage_adamw *o) {
+    return strategy_word(o->cfg.strategy, COLLAGE_ROLE_WEIGHTS) == COLLAGE_WORD_FP16 ? COLLAGE_FMT_FP16 : COLLAGE_FMT_BF16;
+}
+
 /* The kept value's words from θ alone: zero compensation (δθ, c, remainder), master = θ. */
 static void sync_from_weights(collage_adamw *o) {
     const uint16_t *w = o->word[COLLAGE_ROLE_WEIGHTS];
     float *master = o->word[COLLAGE_ROLE_MASTER];
     uint16_t *comp = comp_word(o);
+    const collage_format f = theta_format(o);
     if (master)
-        for (size_t i = 0; i < o->cfg.n; i++) master[i] = bf16_f32(w[i]);
+        for (size_t i = 0; i < o->cfg.n; i++) master[i] = lp_f32(f, w[i]);
     if (comp) memset(comp, 0, o->cfg.n * 2);
     o->synced = 1;
 }
@@ -245,6 +317,7 @@ collage_status collage_adamw_set_weights_f32(collage_adamw *o, const float *w, s
     float *w32 = o->word[COLLAGE_ROLE_WEIGHTS], *master = o->word[COLLAGE_ROLE_MASTER];
     uint16_t *w16 = o->word[COLLAGE_ROLE_WEIGHTS], *comp = comp_word(o);
     const int fp32 = collage_strategy_is_fp32(s), rem = strategy_has(s, COLLAGE_ROLE_REMAINDER);
+    const collage_format f = theta_format(o);
     for (size_t i = 0; i < n; i++) {
         if (fp32) { w32[i] = w[i]; continue; }
         if (rem) {
@@ -252,9 +325,9 @@ collage_status collage_adamw_set_weights_f32(collage_adamw *o, const float *w, s
             comp[i] = rem_low(w[i], w16[i]);
             continue;
         }
-        w16[i] = bf16_rn_bits(w[i]);
+        w16[i] = lp_rn(f, w[i]);
         if (master) master[i] = w[i];
-        if (comp) comp[i] = bf16_rn_bits(w[i] - bf16_f32(w16[i])); /* exact difference */
+        if (comp) comp[i] = lp_rn(f, w[i] - lp_f32(f, w16[i])); /* exact in bf16; fp16: RN of it */
     }
     o->synced = 1;
     return COLLAGE_OK;
@@ -267,19 +340,27 @@ collage_status collage_adamw_kept_f64(const collage_adamw *o, double *out, size_
     const float *w32 = o->word[COLLAGE_ROLE_WEIGHTS], *master = o->word[COLLAGE_ROLE_MASTER];
     const uint16_t *w16 = o->word[COLLAGE_ROLE_WEIGHTS], *comp = comp_word(o);
     const int fp32 = collage_strategy_is_fp32(s), rem = strategy_has(s, COLLAGE_ROLE_REMAINDER);
+    const collage_format f = theta_format(o);
     int synced = o->synced;
     for (size_t i = 0; i < n; i++) {
         if (fp32) out[i] = (double)w32[i];
-        else if (!synced) out[i] = (double)bf16_f32(w16[i]);
+        else if (!synced) out[i] = (double)lp_f32(f, w16[i]);
         else if (master) out[i] = (double)master[i];
         else if (rem) out[i] = (double)rem_join(w16[i], comp[i]);
-        else if (comp) out[i] = (double)bf16_f32(w16[i]) + (double)bf16_f32(comp[i]);
-        else out[i] = (double)bf16_f32(w16[i]);
+        else if (comp) out[i] = (double)lp_f32(f, w16[i]) + (double)lp_f32(f, comp[i]);
+        else out[i] = (double)lp_f32(f, w16[i]);
     }
     return COLLAGE_OK;
 }
 
-/* Σ x² of x[a, b) (bf16 bits, or fp32), in double. Each square is exact (8- or 24-bit significands
+/* Element i of a slab of bf16 (kind 1), fp16 (kind 2) or fp32 (kind 0) values, in double. */
+static double sq_elem(const void *x, int kind, size_t i) {
+    return kind == 1 ? (double)bf16_f32(((const uint16_t *)x)[i])
+           : kind == 2 ? (double)lp_f32(COLLAGE_FMT_FP16, ((const uint16_t *)x)[i])
+                       : (double)((const float *)x)[i];
+}
+
+/* Σ x² of x[a, b) (bf16 or fp16 bits, or fp32: sq_elem's kind), in double. Each square is exact (8- or 24-bit significands
  * squared fit double's 53), summed into 16 interleaved partial sums (element i into lane (i − a) mod 16)
  * that are then added as a fixed pairwise tree: the bits depend only on (x, a, b), never on the threads
  * or the compiler's vectoriser, and the 16 independent chains keep the loop at memory speed instead of
@@ -288,7 +369,7 @@ collage_status collage_adamw_kept_f64(const collage_adamw *o, double *out, size_
  * (lowp_x86.c) fill the same 16 lanes whole groups at a time, then the same tail and tree. */
 static double sumsq_tail(const void *x, int bf16, size_t i, size_t b, double l[16]) {
     for (int j = 0; i < b; i++, j++) {
-        const double d = bf16 ? (double)bf16_f32(((const uint16_t *)x)[i]) : (double)((const float *)x)[i];
+        const double d = sq_elem(x, bf16, i);
         l[j] += d * d;
     }
     for (int w = 8; w; w >>= 1)
@@ -301,7 +382,7 @@ double collage__sumsq_ref(const void *x, int bf16, size_t a, size_t b) {
     size_t i = a;
     for (; b - i >= 16; i += 16)
         for (int j = 0; j < 16; j++) {
-            const double d = bf16 ? (double)bf16_f32(((const uint16_t *)x)[i + j]) : (double)((const float *)x)[i + j];
+            const double d = sq_elem(x, bf16, i + j);
             l[j] += d * d;
         }
     return sumsq_tail(x, bf16, i, b, l);
@@ -309,7 +390,7 @@ double collage__sumsq_ref(const void *x, int bf16, size_t a, size_t b) {
 
 double collage__sumsq(const void *x, int bf16, size_t a, size_t b) {
     collage_isa isa = collage_get_isa();
-    if (isa == COLLAGE_ISA_SCALAR || b - a < 16) return collage__sumsq_ref(x, bf16, a, b);
+    if (isa == COLLAGE_ISA_SCALAR || b - a < 16 || bf16 == 2) return collage__sumsq_ref(x, bf16, a, b); /* fp16: scalar */
     double l[16] = {0};
     const size_t groups = (b - a) / 16;
     if (isa == COLLAGE_ISA_AVX512) collage__sumsq16_avx512(x, bf16, a, groups, l);
@@ -321,6 +402,7 @@ collage_status collage_sumsq_chunks(const void *x, int bf16, size_t n, size_t ch
     if (n == 0) return COLLAGE_OK;
     if (!x || !out) return COLLAGE_ERR_NULL;
     if (chunk == 0) return COLLAGE_ERR_SIZE;
+    if (bf16 < 0 || bf16 > 2) return COLLAGE_ERR_ARG;
     const long nc = (long)((n - 1) / chunk + 1);
     const int nt = collage__threads();
     (void)nt; /* unused without OpenMP */
@@ -332,7 +414,7 @@ collage_status collage_sumsq_chunks(const void *x, int bf16, size_t n, size_t ch
     return COLLAGE_OK;
 }
 
-/* Σ g² per block (double), and whether any element is NaN/Inf. bf16: the gradient is bf16, else fp32. */
+/* Σ g² per block (double), and whether any element is NaN/Inf. bf16: sq_elem's kind of the gradient. */
 static void grad_sq_block(int bf16, const void *g, size_t a, size_t b, adamw_acc *acc, int ref) {
     const double sum = ref ? collage__sumsq_ref(g, bf16, a, b) : collage__sumsq(g, bf16, a, b);
     acc->gsq = sum;
@@ -366,10 +448,16 @@ collage_edq collage_edq_combine(const collage_edq *parts, int k) {
     return e;
 }
 
+/* The gradient's format as sq_elem's kind: that of the weights. */
+static int grad_kind(const collage_adamw *o) {
+    const collage_word_format f = strategy_word(o->cfg.strategy, COLLAGE_ROLE_WEIGHTS);
+    return f == COLLAGE_WORD_BF16 ? 1 : f == COLLAGE_WORD_FP16 ? 2 : 0;
+}
+
 /* Σ g² over the blocks, in block order (the blocks' partials computed in parallel). */
 static double grad_sumsq(collage_adamw *o, const void *grads, int nt, int ref) {
     long nb = (long)o->n_blocks;
-    const int bf16 = !collage_strategy_is_fp32(o->cfg.strategy); /* the gradient has the weights' format */
+    const int bf16 = grad_kind(o); /* the gradient has the weights' format */
     (void)nt; /* unused without OpenMP */
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (long bi = 0; bi < nb; bi++) grad_sq_block(bf16, grads, o->blocks[bi].a, o->blocks[bi].b, &o->acc[bi], ref);
@@ -414,7 +502,7 @@ static int tie_free(collage_adamw *o, collage_isa isa, int kind, float c) {
  * results are the same either way. */
 static int set_group_nt(collage_adamw *o, collage_isa isa, const adamw_k *k, double lr) {
     collage_strategy s = o->cfg.strategy;
-    int all = (isa == COLLAGE_ISA_AVX512 || isa == COLLAGE_ISA_AVX2) && strategy_row(s)->arith == COLLAGE_WORD_BF16 &&
+    int all = (isa == COLLAGE_ISA_AVX512 || isa == COLLAGE_ISA_AVX2) && strategy_arith(s) == COLLAGE_WORD_BF16 &&
               o->cfg.n >= o->tie_proof_min &&
               tie_free(o, isa, 0, k->neg_step) && tie_free(o, isa, 1, k->eps) &&
               (!k->clip || tie_free(o, isa, 0, k->coef));
@@ -426,6 +514,27 @@ static int set_group_nt(collage_adamw *o, collage_isa isa, const adamw_k *k, dou
     for (size_t b = 0; b < o->n_blocks && least; b++)
         if (o->group_nt[o->blocks[b].group] < least) least = o->group_nt[o->blocks[b].group];
     return least;
+}
+
+/* An 8-bit strategy's step: its work items (make_qitems) in parallel, each piece with its group's lr·wd
+ * and its block's EDQ sums. */
+static void q8_steps(collage_adamw *o, const adamw_slabs *S, const adamw_k *k, double lr, int edq, collage_isa isa, int nt) {
+    const collage_strategy s = o->cfg.strategy;
+    for (size_t bi = 0; bi < o->n_blocks; bi++) {
+        o->pieces[bi].lrwd = group_lrwd(o, o->blocks[bi].group, lr);
+        o->pieces[bi].acc = edq ? &o->acc[bi] : NULL;
+        if (edq) memset(&o->acc[bi], 0, sizeof o->acc[bi]);
+    }
+    const long nq = (long)o->n_qitems;
+    (void)nt; /* unused without OpenMP */
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (long q = 0; q < nq; q++) {
+        const adamw_piece *P = &o->pieces[o->qitem[q]];
+        const int np = (int)(o->qitem[q + 1] - o->qitem[q]);
+        if (isa == COLLAGE_ISA_AVX512) collage__adamw_q8_avx512(s, S, P, np, k);
+        else if (isa == COLLAGE_ISA_AVX2) collage__adamw_q8_avx2(s, S, P, np, k);
+        else collage__adamw_q8_ref(s, S, P, np, k);
+    }
 }
 
 /* have_sumsq: the gradient's Σg² is given_sumsq (the whole slab's, for a shard); else summed here. */
@@ -441,10 +550,11 @@ static collage_status step(collage_adamw *o, const void *grads, double lr, colla
     k.coef = 1.0f;
     double gnorm = (double)NAN, coef = 1.0;
     if (stats) memset(stats, 0, sizeof *stats);
+    const double gscale = o->grad_scale; /* the gradient is gscale × the true one: norms and factors of g / gscale */
     if (o->cfg.clip > 0 || o->cfg.skip_nonfinite) {
         double sum = have_sumsq ? given_sumsq : grad_sumsq(o, grads, nt, ref);
         int bad = !isfinite(sum);
-        gnorm = sqrt(sum);
+        gnorm = sqrt(sum) / gscale;
         if (bad && o->cfg.skip_nonfinite) {
             if (stats) { stats->skipped = 1; stats->step = o->t; stats->grad_norm = gnorm; stats->clip_coef = 1; }
             set_err(o, "gradient holds NaN or Inf at step %llu; step skipped", (unsigned long long)(o->t + 1));
@@ -460,28 +570,33 @@ static collage_status step(collage_adamw *o, const void *grads, double lr, colla
     k.b2 = (float)b2; k.omb2 = (float)(1.0 - b2);
     k.eps = (float)o->cfg.eps;
     k.neg_step = (float)-step_size;
-    k.coef = (float)coef;
-    k.clip = coef != 1.0;
-    collage_lp_pair sp = collage_lp_split(COLLAGE_FMT_BF16, b2);
+    k.coef = (float)(coef / gscale);
+    k.clip = coef / gscale != 1.0;
+    collage_lp_pair sp = collage_lp_split(COLLAGE_FMT_BF16, b2), sh = collage_lp_split(COLLAGE_FMT_FP16, b2);
     k.b2hi = sp.hi; k.b2lo = sp.lo;
+    k.h2hi = sh.hi; k.h2lo = sh.lo;
     k.key = collage_rand_key(o->cfg.seed, t);
     k.index0 = o->cfg.index0;
     adamw_slabs S = {o->word[COLLAGE_ROLE_WEIGHTS], grads, o->word[COLLAGE_ROLE_M], o->word[COLLAGE_ROLE_V],
-                     comp_word(o), o->word[COLLAGE_ROLE_DV], o->word[COLLAGE_ROLE_MASTER]};
+                     comp_word(o), o->word[COLLAGE_ROLE_DV], o->word[COLLAGE_ROLE_MASTER],
+                     word_scales(o, COLLAGE_ROLE_M), word_scales(o, COLLAGE_ROLE_V)};
     int edq = o->cfg.edq;
     collage_isa isa = ref ? COLLAGE_ISA_SCALAR : collage_get_isa();
     int tie_free_all = set_group_nt(o, isa, &k, lr);
+    if (strategy_has_q8(s)) q8_steps(o, &S, &k, lr, edq, isa, nt);
+    else {
 #pragma omp parallel for schedule(static) num_threads(nt)
-    for (long bi = 0; bi < nb; bi++) {
-        const block_t *B = &o->blocks[bi];
-        adamw_k kb = k;
-        kb.lrwd = group_lrwd(o, B->group, lr);
-        kb.nt = o->group_nt[B->group];
-        adamw_acc *acc = edq ? &o->acc[bi] : NULL;
-        if (acc) memset(acc, 0, sizeof *acc);
-        if (isa == COLLAGE_ISA_AVX512) collage__adamw_block_avx512(s, &S, B->a, B->b, &kb, acc);
-        else if (isa == COLLAGE_ISA_AVX2) collage__adamw_block_avx2(s, &S, B->a, B->b, &kb, acc);
-        else collage__adamw_block_ref(s, &S, B->a, B->b, &kb, acc);
+        for (long bi = 0; bi < nb; bi++) {
+            const block_t *B = &o->blocks[bi];
+            adamw_k kb = k;
+            kb.lrwd = group_lrwd(o, B->group, lr);
+            kb.nt = o->group_nt[B->group];
+            adamw_acc *acc = edq ? &o->acc[bi] : NULL;
+            if (acc) memset(acc, 0, sizeof *acc);
+            if (isa == COLLAGE_ISA_AVX512) collage__adamw_block_avx512(s, &S, B->a, B->b, &kb, acc);
+            else if (isa == COLLAGE_ISA_AVX2) collage__adamw_block_avx2(s, &S, B->a, B->b, &kb, acc);
+            else collage__adamw_block_ref(s, &S, B->a, B->b, &kb, acc);
+        }
     }
     o->t = t;
     if (stats) { stats->step = t; stats->grad_norm = gnorm; stats->clip_coef = coef; stats->tie_free = tie_free_all; }
@@ -523,7 +638,8 @@ collage_status collage_adamw_step_ref(collage_adamw *o, const void *g, double lr
  *   | f64 beta1, beta2, eps, weight_decay, clip | u64 seed | u64 index0, total (version 2 only)
  *   | n_groups × (u64 offset, u64 count, f64 weight_decay, char name[64])   (slab coordinates)
  *   | the strategy's words in the order of their roles (strategy.h): weights | m | v | [δθ, c or the
- *     remainder] | [δv] | [master]   (n elements each: the shard [index0, index0 + n))
+ *     remainder] | [δv] | [master]   (n elements each: the shard [index0, index0 + n); an 8-bit word's
+ *     n codes are followed by its ceil(n / 256) fp32 block scales)
  *   | u64 FNV-1a of everything before. Version 1 (no index0, total: the whole slab) still loads. */
 #define ADAMW_MAGIC "CLGADAMW"
 #define ADAMW_VERSION 2u
@@ -555,13 +671,13 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t len) {
 }
 #define FNV_INIT 0xcbf29ce484222325ull
 
-/* The words in file order (the order of their roles, collage.h collage_word_role), with their element
- * sizes. */
-static int slab_list(const collage_adamw *o, void **p, size_t *elsize) {
-    const collage_strategy_info *T = strategy_row(o->cfg.strategy);
+/* The words in file order (the order of their roles, collage.h collage_word_role), with their formats. */
+static int slab_list(const collage_adamw *o, void **p, collage_word_format *fmt) {
     int k = 0;
-    for (int r = 0; r < COLLAGE_ROLE_COUNT; r++)
-        if (T->word[r].format) { p[k] = o->word[r]; elsize[k++] = collage__word_size(T->word[r].format); }
+    for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) {
+        const collage_word_format f = strategy_word(o->cfg.strategy, (collage_word_role)r);
+        if (f) { p[k] = o->word[r]; fmt[k++] = f; }
+    }
     return k;
 }
 
@@ -589,9 +705,13 @@ collage_status collage_adamw_save(const collage_adamw *oc, const char *path) {
         ok = write_all(af.f, &g, sizeof g, &hash);
     }
     void *p[COLLAGE_ROLE_COUNT];
-    size_t es[COLLAGE_ROLE_COUNT];
-    int ns = slab_list(o, p, es);
-    for (int i = 0; ok && i < ns; i++) ok = write_all(af.f, p[i], o->cfg.n * es[i], &hash);
+    collage_word_format fm[COLLAGE_ROLE_COUNT];
+    int ns = slab_list(o, p, fm);
+    for (int i = 0; ok && i < ns; i++) {
+        ok = write_all(af.f, p[i], o->cfg.n * collage__word_size(fm[i]), &hash);
+        if (ok && word_is_q8(fm[i])) /* the block scales after the codes */
+            ok = write_all(af.f, (char *)p[i] + codes_bytes(o->cfg.n), n_scales(o->cfg.n) * sizeof(float), &hash);
+    }
     ok = ok && fwrite(&hash, 8, 1, af.f) == 1;
     if (!ok) {
         set_err(o, "cannot write optimizer state to '%s': %s", path, strerror(errno));
@@ -632,7 +752,9 @@ static collage_status read_header(collage_adamw *o, FILE *f, const char *path, i
     if (h.strategy != (uint32_t)o->cfg.strategy)
         return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' holds '%s' state but the optimizer is '%s'", path,
                          collage_strategy_name((collage_strategy)h.strategy), collage_strategy_name(o->cfg.strategy));
-    if (sh.total != o->cfg.total || sh.index0 > sh.total || h.n > sh.total - sh.index0)
+    if (sh.total != o->cfg.total || sh.index0 > sh.total || h.n > sh.total - sh.index0 ||
+        (strategy_has_q8(o->cfg.strategy) && (sh.index0 % COLLAGE_QBLOCK ||
+                                               (sh.index0 + h.n != sh.total && (sh.index0 + h.n) % COLLAGE_QBLOCK))))
         return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' holds a slab of %llu parameters but the optimizer's has %zu", path,
                          (unsigned long long)sh.total, o->cfg.total);
     if (!part && (h.n != o->cfg.n || sh.index0 != o->cfg.index0))
@@ -674,9 +796,10 @@ static collage_status load(collage_adamw *o, const char *path, int part, size_t 
     collage_status st = read_header(o, f, path, part, &h, &sh, &hash);
     if (st != COLLAGE_OK) return st; /* f is closed */
     void *p[COLLAGE_ROLE_COUNT];
-    size_t es[COLLAGE_ROLE_COUNT], total = 0;
-    int ns = slab_list(o, p, es);
-    for (int i = 0; i < ns; i++) total += (size_t)h.n * es[i];
+    collage_word_format fm[COLLAGE_ROLE_COUNT];
+    size_t total = 0;
+    int ns = slab_list(o, p, fm);
+    for (int i = 0; i < ns; i++) total += word_file_bytes(fm[i], (size_t)h.n);
     long data_at = ftell(f);
     if (fseek(f, 0, SEEK_END) != 0)
         return load_fail(o, f, COLLAGE_ERR_IO, "cannot seek in '%s': %s", path, strerror(errno));
@@ -704,11 +827,18 @@ static collage_status load(collage_adamw *o, const char *path, int part, size_t 
     if (lo >= hi) { fclose(f); return COLLAGE_OK; } /* nothing shared: state untouched */
     long slab_at = data_at;
     for (int i = 0; i < ns; i++) {
-        size_t c = (hi - lo) * es[i];
-        if (fseek(f, slab_at + (long)((lo - sh.index0) * es[i]), SEEK_SET) != 0 ||
-            fread((char *)p[i] + (lo - o->cfg.index0) * es[i], 1, c, f) != c)
+        const size_t es = collage__word_size(fm[i]), c = (hi - lo) * es;
+        if (fseek(f, slab_at + (long)((lo - sh.index0) * es), SEEK_SET) != 0 ||
+            fread((char *)p[i] + (lo - o->cfg.index0) * es, 1, c, f) != c)
             return load_fail(o, f, COLLAGE_ERR_IO, "read error in '%s' (the state may be partly loaded)", path);
-        slab_at += (long)((size_t)h.n * es[i]);
+        if (word_is_q8(fm[i])) { /* the scales of the blocks [lo, hi) covers: both ends are block ends */
+            const size_t b0 = lo / COLLAGE_QBLOCK, b1 = (hi + COLLAGE_QBLOCK - 1) / COLLAGE_QBLOCK, sb = sizeof(float);
+            float *mine = (float *)((char *)p[i] + codes_bytes(o->cfg.n)) + (b0 - o->cfg.index0 / COLLAGE_QBLOCK);
+            if (fseek(f, slab_at + (long)((size_t)h.n * es + (b0 - sh.index0 / COLLAGE_QBLOCK) * sb), SEEK_SET) != 0 ||
+                fread(mine, sb, b1 - b0, f) != b1 - b0)
+                return load_fail(o, f, COLLAGE_ERR_IO, "read error in '%s' (the state may be partly loaded)", path);
+        }
+        slab_at += (long)word_file_bytes(fm[i], (size_t)h.n);
     }
     fclose(f);
     o->t = h.t;

@@ -4,6 +4,7 @@
 #define COLLAGE_ADAMW_IMPL_H
 
 #include "internal.h"
+#include "qcode.h"
 #include "strategy.h"
 
 /* Per-step scalars, each converted to fp32 once (numerics.md §1-3). */
@@ -19,22 +20,25 @@ typedef struct {
                              on the lines with neg_step, lrwd, eps (and coef when clip), see tie_free;
                              2: nor on collage-plus's products with b2hi (the nt2 loops) */
     uint16_t b2hi, b2lo;  /* β2 split for collage-plus */
+    uint16_t h2hi, h2lo;  /* β2 split in fp16, for fp16-collage-plus */
     uint64_t key;         /* SR key of this step */
     uint64_t index0;      /* the slab index of element 0 of the slabs (a shard's offset): bf16-sr's
                              random stream is keyed by the slab index, the same for any sharding */
 } adamw_k;
 
 /* The slabs of one step, filled from the optimizer's words by role (strategy.h); NULL where the
- * strategy has no such word. w: bf16 or float weights; g: gradients in the weights' format; m, v: bf16
- * or float moments (the strategy's arithmetic); comp: δθ (collage), Kahan's c, or the 16-bit remainder;
- * dv: δv (collage-plus); master: fp32. Formats other than these are refused at create time
- * (collage__strategy_check). */
+ * strategy has no such word. w: bf16, fp16 or float weights; g: gradients in the weights' format; m, v:
+ * moments in their words' formats (fp32, bf16, fp16, or 8-bit codes with one fp32 scale per block of
+ * COLLAGE_QBLOCK slab elements in mscale, vscale: element i's block is (index0 + i) / 256 − index0 / 256,
+ * index0 a multiple of 256); comp: δθ (collage, bf16 or fp16), Kahan's c, or the 16-bit remainder;
+ * dv: δv (bf16 or fp16); master: fp32. */
 typedef struct {
     void *w;
     const void *g;
     void *m, *v;
     uint16_t *comp, *dv;
     float *master;
+    float *mscale, *vscale;
 } adamw_slabs;
 
 /* EDQ partial sums of one block (numerics.md §7), combined in block order. */
@@ -49,7 +53,29 @@ typedef struct {
     char pad[64 - 7 * 8]; /* one cache line per block: no false sharing between threads */
 } adamw_acc;
 
-/* Kernels over elements [a, b) of one block. acc == NULL: no EDQ. */
+/* The step of a strategy with an 8-bit moment goes by pieces: consecutive ranges [a, b) of one group
+ * each (their own lr·wd and EDQ sums), together covering whole blocks of COLLAGE_QBLOCK slab elements
+ * (the first piece starts a block, the last ends one or the shard), since a block's scale depends on all
+ * its elements. acc NULL: no EDQ. */
+typedef struct {
+    size_t a, b;
+    float lrwd;
+    adamw_acc *acc;
+} adamw_piece;
+void collage__adamw_q8_ref(collage_strategy s, const adamw_slabs *S, const adamw_piece *P, int np, const adamw_k *k);
+/* The reference's second half for element i, from its moments' new fp32 values m and v: the update with
+ * lr·wd, applied, its EDQ terms into acc (the vector kernels' odd elements). */
+void collage__adamw_q8_elem_ref(collage_strategy s, const adamw_slabs *S, size_t i, float m, float v, float lrwd,
+                                const adamw_k *k, adamw_acc *acc);
+void collage__adamw_q8_avx512(collage_strategy s, const adamw_slabs *S, const adamw_piece *P, int np, const adamw_k *k);
+void collage__adamw_q8_avx2(collage_strategy s, const adamw_slabs *S, const adamw_piece *P, int np, const adamw_k *k);
+
+/* Kernels over elements [a, b) of one block. acc == NULL: no EDQ. A composed strategy without 8-bit
+ * states, and an fp16 preset, go through collage__adamw_block_ref whatever the ISA (the generic path,
+ * collage__adamw_generic_ref, which also serves any strategy for the tests). */
+#define ADAMW_OWN_CASES(s) ((unsigned)(s) < (unsigned)COLLAGE_FP16) /* presets with their own reference case */
+void collage__adamw_generic_ref(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
+                                adamw_acc *acc);
 void collage__adamw_block_ref(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
                               adamw_acc *acc);
 void collage__adamw_block_avx512(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,

@@ -1,0 +1,824 @@
+/* test_compose.c — composed precision strategies (a weight scheme × a first-moment format × a
+ * second-moment format), the 8-bit block codes and the fp16 presets: the codes against their definition
+ * (every value round-trips, rounding to nearest, the stated error, zero, huge and non-finite blocks, the
+ * vector quantizer against the scalar one on every threshold); names and the table's rules; the generic
+ * reference against the presets' own lines; an independent transcription of the fp32-path compositions;
+ * the fast step against the reference (ISAs, threads, groups, clipping, EDQ); save / load / resume and
+ * sharding bit for bit; long runs against float64 AdamW at β2 0.95 and 0.999, the lost update and weight
+ * decay; loss scaling. COLLAGE_TEST_QUICK=1 shortens the long runs. */
+#include "adamw_impl.h" /* the generic reference and the presets' cases, side by side */
+#include "collage.h"
+#include "harness.h"
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------ sizes and tolerances */
+#define QRAND_BLOCKS 400         /* random blocks per code and scale */
+#define QERR_ULPS 4.0            /* beyond half the code gap: fp32 roundings of y = x·recip and of value·scale */
+#define SR_DRAWS 4096            /* stochastic re-quantization: draws per value */
+#define SIGMAS 6.0
+#define FAST_N 40000             /* fast vs reference: 157 blocks of 256, groups across them */
+#define FAST_STEPS 8
+#define EDQ_FAST_REL_TOL 1e-5    /* EDQ of the vector kernels vs the reference (fp32 lane sums) */
+
+static int g_quick;
+static char g_dir[64];
+
+/* Strategies this file runs everywhere: the frontier's 8-bit compositions, others through the generic
+ * path, and the fp16 presets. */
+static const char *const COMPOSED[] = {
+    "collage-light+m=int8,v=int8", "bf16-sr+m=int8,v=int8",    "bf16-master+m=int8,v=int8",
+    "collage-light+m=e4m3,v=e4m3", "bf16-sr+m=e4m3,v=e4m3",    "bf16+m=int8,v=int8",
+    "bf16-remainder+m=int8,v=int8", "bf16-kahan+m=e4m3,v=e4m3", "fp32+m=int8,v=int8",
+    "collage-plus+m=int8",         "bf16-sr+m=int8,v=e4m3,q=sr", "bf16+m=fp32",
+    "bf16-kahan+v=mcf",            "collage-light+m=fp16,v=fp16-mcf", "fp16",
+    "fp16-collage-light",          "fp16-collage-plus",        "fp16-master",
+    "fp16-master+m=int8,v=int8"};
+#define N_COMPOSED ((int)(sizeof COMPOSED / sizeof *COMPOSED))
+
+static collage_strategy strat(const char *name) {
+    collage_strategy s = COLLAGE_STRATEGY_COUNT;
+    collage_status st = collage_strategy_parse(name, &s);
+    CHECK(st == COLLAGE_OK, "parse '%s': %s", name, collage_strategy_parse_error());
+    return s;
+}
+#define SNAME(s) collage_strategy_name(s)
+
+static uint32_t fbits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+static float bitsf(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+static double gauss(void) {
+    double u = h_uniform(), v = h_uniform();
+    return sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v);
+}
+static size_t wsize(collage_strategy s) { return collage_strategy_is_fp32(s) ? 4 : 2; }
+/* A gradient value in the weights' format. */
+static void put_grad(collage_strategy s, void *g, size_t i, float x) {
+    if (collage_strategy_is_fp32(s)) ((float *)g)[i] = x;
+    else if (collage_strategy_is_fp16(s)) ((uint16_t *)g)[i] = collage_lp_from_f32(COLLAGE_FMT_FP16, x);
+    else ((uint16_t *)g)[i] = collage_bf16_from_f32(x).bits;
+}
+static collage_adamw *mk(const collage_adamw_config *c) {
+    collage_adamw *o = NULL;
+    collage_status st = collage_adamw_create(c, &o);
+    CHECK(st == COLLAGE_OK && o, "create %s n=%zu: %s", SNAME(c->strategy), c->n, collage_status_str(st));
+    if (o) collage_adamw_set_tie_proof(o, 0);
+    return o;
+}
+
+static unsigned char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *p = malloc((size_t)(n > 0 ? n : 1));
+    *len = p && fread(p, 1, (size_t)n, f) == (size_t)n ? (size_t)n : 0;
+    fclose(f);
+    return p;
+}
+/* Every state word of o, as its state file holds them: the file's bytes hashed. */
+static uint64_t state_hash(const collage_adamw *o) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/hash.state", g_dir);
+    if (collage_adamw_save(o, path) != COLLAGE_OK) return 0;
+    size_t len = 0;
+    unsigned char *p = read_all(path, &len);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; p && i < len; i++) { h ^= p[i]; h *= 0x100000001b3ull; }
+    free(p);
+    return h;
+}
+
+/* ------------------------------------------------------------------ 1. the 8-bit codes */
+/* The dynamic code's definition, transcribed: decades e = 0..6, 2^e intervals of [0.1, 1] (2^(e+1)
+ * unsigned), their midpoints times 10^(e−6), as doubles (the library's are the fp32 nearest to the
+ * exact rationals: test_mpfr checks that; here within one fp32 rounding). */
+static int dyn_def(int u, double *mag) {
+    int k = 0;
+    for (int e = 0; e <= 6; e++) {
+        int n = 1 << (e + u);
+        for (int j = 0; j < n; j++) mag[k++] = pow(10.0, e - 6) * (0.1 + 0.9 * (j + 0.5) / n);
+    }
+    return k;
+}
+
+static void test_qcode_tables(void) {
+    double mag[254];
+    for (int u = 0; u < 2; u++) {
+        const collage_qcode c = u ? COLLAGE_QCODE_DYN_UNSIGNED : COLLAGE_QCODE_DYN_SIGNED;
+        const int nm = dyn_def(u, mag);
+        CHECK(nm == (u ? 254 : 127), "%s: %d magnitudes", collage_qcode_name(c), nm);
+        for (int q = 1; q < 256; q++)
+            CHECK(collage_qcode_value(c, (uint8_t)q) > collage_qcode_value(c, (uint8_t)(q - 1)), "%s: code %d not above %d",
+                  collage_qcode_name(c), q, q - 1);
+        CHECK(collage_qcode_value(c, collage_qcode_zero(c)) == 0.0f && collage_qcode_value(c, 255) == 1.0f,
+              "%s: zero code %d, top %g", collage_qcode_name(c), collage_qcode_zero(c), (double)collage_qcode_value(c, 255));
+        for (int i = 0; i < nm; i++) {
+            const int q = u ? 1 + i : 128 + i;
+            const double got = (double)collage_qcode_value(c, (uint8_t)q);
+            CHECK(fabs(got - mag[i]) <= mag[i] * 0x1p-24, "%s code %d: %.9g, definition %.12g", collage_qcode_name(c), q, got,
+                  mag[i]);
+            if (!u) CHECK(collage_qcode_value(c, (uint8_t)(126 - i)) == -(float)got, "signed code %d is not -code %d", 126 - i, q);
+        }
+    }
+    for (int q = 0; q < 256; q++) {
+        const float v = collage_qcode_value(COLLAGE_QCODE_E4M3, (uint8_t)q), w = collage_lp_to_f32(COLLAGE_FMT_E4M3, (uint16_t)q);
+        CHECK(fbits(v) == fbits(w), "e4m3 code %02x: %a, lp_to_f32 %a", q, (double)v, (double)w);
+    }
+    CHECK(isnan(collage_qcode_value(COLLAGE_QCODE_COUNT, 0)) && !strcmp(collage_qcode_name(COLLAGE_QCODE_E4M3), "e4m3"),
+          "unknown code, names");
+}
+
+/* The scale a block of absmax a gets, and the value that lands exactly on code q: for the dynamic codes
+ * a block holding ±2^k (its absmax) and value(q)·2^k; e4m3 448·2^k and value(q)·2^k. */
+static void test_qcode_roundtrip(void) {
+    const int ks[4] = {0, -20, 17, -90};
+    int bad = 0;
+    for (int c = 0; c < COLLAGE_QCODE_COUNT; c++)
+        for (int ki = 0; ki < 4; ki++) {
+            const float S = ldexpf(1.0f, ks[ki]), top = c == COLLAGE_QCODE_E4M3 ? 448.0f * S : S;
+            for (int q = 0; q < 256; q++) {
+                const float v = collage_qcode_value((collage_qcode)c, (uint8_t)q);
+                if (isnan(v)) continue;
+                float x[3] = {top, v * S, -top * (c != COLLAGE_QCODE_DYN_UNSIGNED)}, back[3], sc;
+                uint8_t code[3];
+                collage_qblock_quantize((collage_qcode)c, x, 3, code, &sc, 0, 0, 0);
+                collage_qblock_dequantize((collage_qcode)c, code, sc, 3, back);
+                if (code[1] == q && fbits(back[1]) == fbits(x[1])) continue;
+                if (bad++ < 5)
+                    CHECK(0, "%s code %d at 2^%d: value %a -> code %d -> %a (scale %a)", collage_qcode_name((collage_qcode)c), q,
+                          ks[ki], (double)x[1], code[1], (double)back[1], (double)sc);
+            }
+        }
+    CHECK(bad == 0, "%d codes did not round-trip", bad);
+}
+
+/* The code values in increasing order (e4m3's NaNs left out), for the nearest-code oracle. */
+static int sorted_values(collage_qcode c, double *v) {
+    int n = 0;
+    for (int q = 0; q < 256; q++) {
+        const float x = collage_qcode_value(c, (uint8_t)q);
+        if (!isnan(x) && !(x == 0.0f && signbit(x))) v[n++] = (double)x;
+    }
+    for (int i = 1; i < n; i++) /* insertion sort */
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) { double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t; }
+    return n;
+}
+
+/* Random blocks: the chosen code is a nearest one to y = x·recip (ties within the fp32 rounding of y
+ * either way), and |dequantized − x| ≤ (half the gap around y + QERR_ULPS fp32 ulps)·scale. */
+static void test_qcode_random_blocks(void) {
+    double vals[256];
+    h_seed(8);
+    int bad = 0;
+    double worst[COLLAGE_QCODE_COUNT] = {0};
+    for (int c = 0; c < COLLAGE_QCODE_COUNT; c++) {
+        const int nv = sorted_values((collage_qcode)c, vals);
+        for (int b = 0; b < QRAND_BLOCKS; b++) {
+            float x[COLLAGE_QBLOCK], back[COLLAGE_QBLOCK], sc;
+            uint8_t q[COLLAGE_QBLOCK];
+            const int n = 1 + (int)(h_rand32() % COLLAGE_QBLOCK), e0 = (int)(h_rand32() % 60) - 30;
+            for (int i = 0; i < n; i++) {
+                double m = ldexp(gauss(), e0 - (int)(h_rand32() % 24));
+                x[i] = (float)(c == COLLAGE_QCODE_DYN_UNSIGNED ? fabs(m) : m);
+            }
+            collage_qblock_quantize((collage_qcode)c, x, (size_t)n, q, &sc, 0, 0, 0);
+            collage_qblock_dequantize((collage_qcode)c, q, sc, (size_t)n, back);
+            float amax = 0;
+            for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+            const double unit = c == COLLAGE_QCODE_E4M3 ? (double)amax / 448.0 : (double)amax;
+            for (int i = 0; i < n; i++) {
+                const double y = (double)x[i] / unit;
+                int j = 0;
+                while (j + 1 < nv && vals[j + 1] <= y) j++;
+                const double lo = vals[j], hi = j + 1 < nv ? vals[j + 1] : vals[j];
+                const double gap = y > lo && hi > lo ? hi - lo : (j > 0 ? lo - vals[j - 1] : hi - lo);
+                const double got = (double)collage_qcode_value((collage_qcode)c, q[i]);
+                const double dist = fabs(got - y), best = fmin(fabs(lo - y), fabs(hi - y));
+                const double slack = QERR_ULPS * 0x1p-24 * fmax(fabs(y), 1e-30);
+                const double err = fabs((double)back[i] - (double)x[i]) / unit;
+                worst[c] = fmax(worst[c], err / (0.5 * gap));
+                if (dist <= best + slack && err <= 0.5 * gap + slack + fabs(got) * 0x1p-23) continue;
+                if (bad++ < 5)
+                    CHECK(0, "%s block %d elem %d: x %a scale %a y %.9g -> code %d (%.9g), nearest %.9g / %.9g, error %.3g of gap %.3g",
+                          collage_qcode_name((collage_qcode)c), b, i, (double)x[i], (double)sc, y, q[i], got, lo, hi, err, gap);
+            }
+        }
+        printf("    %-5s worst |dequantized - x| / (half the code gap · scale unit): %.4f\n",
+               collage_qcode_name((collage_qcode)c), worst[c]);
+    }
+    CHECK(bad == 0, "%d elements off", bad);
+}
+
+/* All-zero blocks, tiny blocks, one huge value among small ones, NaN and Inf. */
+static void test_qcode_special_blocks(void) {
+    for (int c = 0; c < COLLAGE_QCODE_COUNT; c++) {
+        const char *cn = collage_qcode_name((collage_qcode)c);
+        const uint8_t z = collage_qcode_zero((collage_qcode)c);
+        float x[COLLAGE_QBLOCK] = {0}, back[COLLAGE_QBLOCK], sc = -1;
+        uint8_t q[COLLAGE_QBLOCK];
+        collage_qblock_quantize((collage_qcode)c, x, COLLAGE_QBLOCK, q, &sc, 0, 0, 0);
+        int allz = 1;
+        for (int i = 0; i < COLLAGE_QBLOCK; i++) allz &= q[i] == z;
+        CHECK(sc == 0.0f && allz, "%s: zero block: scale %g", cn, (double)sc);
+        x[3] = 0x1p-101f; /* below 2^-100: stored as zeros */
+        collage_qblock_quantize((collage_qcode)c, x, COLLAGE_QBLOCK, q, &sc, 0, 0, 0);
+        CHECK(sc == 0.0f && q[3] == z, "%s: tiny block: scale %g code %d", cn, (double)sc, q[3]);
+        for (int i = 0; i < COLLAGE_QBLOCK; i++) x[i] = 1e-3f * (float)(i % 7 + 1);
+        x[100] = 3e30f;
+        collage_qblock_quantize((collage_qcode)c, x, COLLAGE_QBLOCK, q, &sc, 0, 0, 0);
+        collage_qblock_dequantize((collage_qcode)c, q, sc, COLLAGE_QBLOCK, back);
+        CHECK(fabsf(back[100] - 3e30f) <= 3e30f * 0x1p-20f, "%s: the huge value %g comes back as %g", cn, 3e30, (double)back[100]);
+        int small_ok = 1;
+        for (int i = 0; i < COLLAGE_QBLOCK; i++) small_ok &= i == 100 || (back[i] >= 0 && back[i] <= 1e-2f);
+        CHECK(small_ok, "%s: small values beside a huge one", cn);
+        for (int kind = 0; kind < 2; kind++) {
+            x[7] = kind ? (float)INFINITY : (float)NAN;
+            collage_qblock_quantize((collage_qcode)c, x, COLLAGE_QBLOCK, q, &sc, 0, 0, 0);
+            allz = 1;
+            for (int i = 0; i < COLLAGE_QBLOCK; i++) allz &= q[i] == z;
+            CHECK(allz && (kind ? sc == (float)INFINITY : isnan(sc)), "%s: block with %s: scale %g", cn, kind ? "Inf" : "NaN",
+                  (double)sc);
+        }
+        x[7] = 1.0f;
+        CHECK(collage_qblock_quantize((collage_qcode)c, x, 0, q, &sc, 0, 0, 0) == COLLAGE_ERR_SIZE &&
+                  collage_qblock_quantize((collage_qcode)c, x, COLLAGE_QBLOCK + 1, q, &sc, 0, 0, 0) == COLLAGE_ERR_SIZE &&
+                  collage_qblock_quantize((collage_qcode)c, NULL, 4, q, &sc, 0, 0, 0) == COLLAGE_ERR_NULL &&
+                  collage_qblock_quantize((collage_qcode)c, x, 4, q, &sc, 2, 0, 0) == COLLAGE_ERR_ARG,
+              "%s: bad arguments", cn);
+    }
+}
+
+/* Rows through the vector quantizer and the scalar one, bit for bit, on every ISA and thread count:
+ * every threshold and its fp32 neighbours (blocks with absmax 1: y = x), and random rows. */
+static void row_compare(collage_qcode c, const float *x, size_t n, const char *what) {
+    const size_t nb = (n + COLLAGE_QBLOCK - 1) / COLLAGE_QBLOCK;
+    uint8_t *qa = malloc(n), *qb = malloc(n);
+    float *sa = malloc(nb * 4), *sb = malloc(nb * 4), *da = malloc(n * 4), *db = malloc(n * 4);
+    collage_qrow_quantize_ref(c, x, n, qa, sa, 0, 0, 0);
+    collage_qrow_dequantize_ref(c, qa, sa, n, da);
+    const collage_isa isa0 = collage_get_isa();
+    for (int isa = COLLAGE_ISA_SCALAR; isa <= COLLAGE_ISA_AVX512; isa++) {
+        if (!collage_isa_supported((collage_isa)isa)) continue;
+        collage_set_isa((collage_isa)isa);
+        for (int nt = 1; nt <= 2; nt++) {
+            collage_set_threads(nt);
+            collage_qrow_quantize(c, x, n, qb, sb, 0, 0, 0);
+            collage_qrow_dequantize(c, qb, sb, n, db);
+            size_t i = 0;
+            while (i < n && qa[i] == qb[i] && fbits(da[i]) == fbits(db[i])) i++;
+            CHECK(i == n && !memcmp(sa, sb, nb * 4), "%s %s isa %s threads %d: first difference at %zu (x %a: code %d vs ref %d)",
+                  collage_qcode_name(c), what, collage_isa_name((collage_isa)isa), nt, i, i < n ? (double)x[i] : 0.0,
+                  i < n ? qb[i] : 0, i < n ? qa[i] : 0);
+        }
+    }
+    collage_set_isa(isa0);
+    collage_set_threads(0);
+    free(qa); free(qb); free(sa); free(sb); free(da); free(db);
+}
+
+static void test_qcode_vector_equals_scalar(void) {
+    for (int c = 0; c < COLLAGE_QCODE_COUNT; c++) {
+        /* blocks of 255 test values plus 1.0 (the absmax: recip 1): every midpoint between neighbouring
+         * codes and its neighbours, both signs (e4m3: ×448) */
+        double vals[256];
+        const int nv = sorted_values((collage_qcode)c, vals);
+        const float unit = c == COLLAGE_QCODE_E4M3 ? 448.0f : 1.0f;
+        float *x = malloc(sizeof(float) * 6 * 256 * 2);
+        size_t n = 0;
+        for (int j = 0; j + 1 < nv; j++) {
+            const float t = (float)((vals[j] + vals[j + 1]) * 0.5);
+            const float cand[3] = {nextafterf(t, -INFINITY), t, nextafterf(t, INFINITY)};
+            for (int k = 0; k < 3; k++)
+                for (int sgn = 0; sgn < 2; sgn++) {
+                    if (n % COLLAGE_QBLOCK == 0) x[n++] = unit;
+                    x[n++] = sgn && c != COLLAGE_QCODE_DYN_UNSIGNED ? -cand[k] : cand[k];
+                }
+        }
+        row_compare((collage_qcode)c, x, n, "thresholds");
+        free(x);
+        const size_t rn = 100003;
+        x = malloc(rn * 4);
+        h_seed(77 + (uint64_t)c);
+        for (size_t i = 0; i < rn; i++) {
+            double m = ldexp(gauss(), -(int)(h_rand32() % 30));
+            x[i] = i % 997 == 5 ? 0.0f : (float)(c == COLLAGE_QCODE_DYN_UNSIGNED ? fabs(m) : m);
+        }
+        x[300] = (float)NAN; /* one block NaN, one Inf */
+        x[1000] = (float)INFINITY;
+        row_compare((collage_qcode)c, x, rn, "random");
+        free(x);
+    }
+}
+
+/* Stochastic rounding: the mean over draws of the dequantized value is the value (within SIGMAS
+ * standard errors), and every draw lands on one of the two neighbouring codes. */
+static void test_qcode_sr(void) {
+    h_seed(99);
+    for (int c = 0; c < COLLAGE_QCODE_COUNT; c++) {
+        double vals[256];
+        const int nv = sorted_values((collage_qcode)c, vals);
+        const float unit = c == COLLAGE_QCODE_E4M3 ? 448.0f : 1.0f;
+        for (int trial = 0; trial < 12; trial++) {
+            const int j = 1 + (int)(h_rand32() % (unsigned)(nv - 3));
+            const float y = (float)(vals[j] + (vals[j + 1] - vals[j]) * h_uniform());
+            double sum = 0, sq = 0;
+            int off = 0;
+            for (int d = 0; d < SR_DRAWS; d++) {
+                float x[2] = {unit, y}, back[2], sc;
+                uint8_t q[2];
+                collage_qblock_quantize((collage_qcode)c, x, 2, q, &sc, 1, 1234 + (uint64_t)trial, (uint64_t)d * 2);
+                collage_qblock_dequantize((collage_qcode)c, q, sc, 2, back);
+                const double v = (double)back[1];
+                off += v != vals[j] && v != vals[j + 1];
+                sum += v; sq += v * v;
+            }
+            const double mean = sum / SR_DRAWS, sd = sqrt(fmax(0, sq / SR_DRAWS - mean * mean)), se = sd / sqrt(SR_DRAWS);
+            CHECK(off == 0 && fabs(mean - (double)y) <= SIGMAS * se + 1e-12 * fabs((double)y),
+                  "%s SR of %.9g between %.9g and %.9g: mean %.9g (se %.2e), %d draws elsewhere", collage_qcode_name((collage_qcode)c),
+                  (double)y, vals[j], vals[j + 1], mean, se, off);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ 2. names and the table */
+static void test_names_and_table(void) {
+    int valid = 0, bad = 0;
+    for (int w = 0; w < COLLAGE_SCHEME_COUNT; w++)
+        for (int m = 0; m < COLLAGE_MOMENT_COUNT; m++)
+            for (int v = 0; v < COLLAGE_MOMENT_COUNT; v++)
+                for (int sr = 0; sr < 2; sr++) {
+                    collage_composition c = {(collage_weight_scheme)w, (collage_moment_format)m, (collage_moment_format)v, sr}, back;
+                    collage_strategy s, p;
+                    const int pair_m = m == COLLAGE_MOMENT_MCF || m == COLLAGE_MOMENT_FP16_MCF;
+                    const int q8 = m >= COLLAGE_MOMENT_INT8 || v >= COLLAGE_MOMENT_INT8;
+                    collage_status st = collage_strategy_compose(&c, &s);
+                    if (pair_m || (sr && !q8)) { bad += st != COLLAGE_ERR_ARG; continue; }
+                    valid++;
+                    const collage_strategy_info *T = st == COLLAGE_OK ? collage_strategy_get(s) : NULL;
+                    if (!T || !collage_strategy_valid(s) || collage_strategy_parts(s, &back) != COLLAGE_OK ||
+                        back.weights != c.weights || back.m != c.m || back.v != c.v || back.sr_states != c.sr_states ||
+                        collage_strategy_parse(T->name, &p) != COLLAGE_OK || p != s || strcmp(SNAME(s), T->name)) {
+                        if (bad++ < 5) CHECK(0, "composition %d/%d/%d/%d: status %d, name '%s'", w, m, v, sr, st, T ? T->name : "-");
+                        continue;
+                    }
+                    /* the row's bytes are its words' and its words follow from its parts */
+                    double bytes = 0;
+                    for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) {
+                        const collage_state_word *W = &T->word[r];
+                        const int q = W->format == COLLAGE_WORD_INT8 || W->format == COLLAGE_WORD_E4M3;
+                        const double want = W->format == COLLAGE_WORD_FP32 ? 4 : q ? 1 + 4.0 / 256 : W->format ? 2 : 0;
+                        bad += W->bytes != want || W->block != (q ? COLLAGE_QBLOCK : 0);
+                        bytes += W->bytes;
+                    }
+                    collage_memory mem = collage_strategy_memory(s);
+                    bad += mem.total - mem.grad != bytes || T->word[COLLAGE_ROLE_M].format == COLLAGE_WORD_NONE;
+                }
+    CHECK(bad == 0, "%d compositions wrong (of %d valid)", bad, valid);
+    printf("    %d valid compositions: name, parse, parts and bytes agree\n", valid);
+    /* presets are their compositions, and their rows follow the same rules */
+    for (int s = 0; s < COLLAGE_STRATEGY_COUNT; s++) {
+        collage_composition c;
+        collage_strategy back;
+        CHECK(collage_strategy_parts((collage_strategy)s, &c) == COLLAGE_OK && collage_strategy_compose(&c, &back) == COLLAGE_OK &&
+                  (back == (collage_strategy)s || s == COLLAGE_PLUS_V1),
+              "preset %s composes to %d", SNAME((collage_strategy)s), (int)back);
+        CHECK(collage__strategy_check((collage_strategy)s) == COLLAGE_OK, "preset %s: its row breaks the rules", SNAME((collage_strategy)s));
+    }
+    struct { const char *in, *name; } same[] = {
+        {"collage-light+v=mcf", "collage-plus"}, {"light+m=bf16,v=bf16", "collage-light"},
+        {"bf16+m=fp32,v=fp32", "bf16-fp32-states"}, {"collage-plus+v=bf16,m=int8", "collage-light+m=int8"},
+        {"bf16-master+m=int8,v=int8,q=rn", "bf16-master+m=int8,v=int8"}, {"bf16-fp32-states+m=bf16", "bf16+v=fp32"},
+        {"fp16-light+v=fp16-mcf", "fp16-collage-plus"}, {"collage-plus+m=e4m3", "collage-plus+m=e4m3"}};
+    for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
+        collage_strategy s = COLLAGE_STRATEGY_COUNT;
+        CHECK(collage_strategy_parse(same[i].in, &s) == COLLAGE_OK && !strcmp(SNAME(s), same[i].name), "'%s' -> '%s', want '%s'",
+              same[i].in, SNAME(s), same[i].name);
+    }
+    const char *wrong[] = {"collage-light+m=mcf", "bf16+q=sr", "bf16+m=int8,m=int8", "bf16+w=int8", "bf16+m=int9",
+                           "bf16+", "bf16+m", "collage-plus-v1+m=int8", "bf17+m=int8", "bf16+q=maybe,m=int8"};
+    for (size_t i = 0; i < sizeof wrong / sizeof *wrong; i++) {
+        collage_strategy s;
+        CHECK(collage_strategy_parse(wrong[i], &s) == COLLAGE_ERR_ARG && collage_strategy_parse_error()[0],
+              "'%s' should not parse (message '%s')", wrong[i], collage_strategy_parse_error());
+    }
+    printf("    e.g. '%s': %s\n", wrong[0], (collage_strategy_parse(wrong[0], &(collage_strategy){0}), collage_strategy_parse_error()));
+    CHECK(!collage_strategy_valid((collage_strategy)(COLLAGE_STRATEGY_COMPOSED + (2 << 8) + (1 << 4) + 1)) &&
+              collage_strategy_get((collage_strategy)(COLLAGE_STRATEGY_COMPOSED + (2 << 8) + (2 << 4))) == NULL &&
+              !collage_strategy_valid((collage_strategy)-1) && !collage_strategy_valid(COLLAGE_STRATEGY_COUNT),
+          "numbers of no strategy (a preset's parts, a pair m, out of range)");
+    collage_memory m = collage_strategy_memory(strat("collage-light+m=int8,v=int8"));
+    CHECK(m.total == 2 + 2 + 2 + 2 * (1 + 4.0 / 256), "collage-light+int8 bytes %g", m.total);
+}
+
+/* ------------------------------------------------------------------ 3. generic path == presets */
+/* The generic reference gives each preset's own lines bit for bit (the same random state and
+ * gradients, both with EDQ), for every preset with a case of its own. */
+static void test_generic_equals_presets(void) {
+    const size_t n = 4096;
+    h_seed(31);
+    for (int s = 0; s < COLLAGE_FP16; s++) {
+        const int f32w = collage_strategy_is_fp32((collage_strategy)s);
+        uint16_t *buf[2][6];
+        float *fb[2][4];
+        for (int k = 0; k < 2; k++) {
+            for (int j = 0; j < 6; j++) buf[k][j] = malloc(n * 2);
+            for (int j = 0; j < 4; j++) fb[k][j] = malloc(n * 4);
+        }
+        for (size_t i = 0; i < n; i++) { /* moments ≥ 0 where they must be; random signs elsewhere */
+            const float w = (float)gauss(), mm = (float)(0.01 * gauss()), vv = (float)(1e-4 * fabs(gauss()));
+            buf[0][0][i] = collage_bf16_from_f32(w).bits;
+            buf[0][1][i] = collage_bf16_from_f32(i % 13 ? (float)(0.1 * gauss()) : 0.0f).bits; /* g */
+            buf[0][2][i] = collage_bf16_from_f32(mm).bits;
+            buf[0][3][i] = collage_bf16_from_f32(vv).bits;
+            buf[0][4][i] = collage_bf16_from_f32((float)(1e-3 * gauss())).bits; /* comp: δθ, c (remainder: bits) */
+            buf[0][5][i] = collage_bf16_from_f32(vv * 0x1p-9f).bits;            /* δv */
+            fb[0][0][i] = f32w ? w : (float)gauss();                             /* fp32 θ or master */
+            fb[0][1][i] = (float)(0.1 * gauss());                                /* fp32 g */
+            fb[0][2][i] = mm;
+            fb[0][3][i] = vv;
+        }
+        for (int j = 0; j < 6; j++) memcpy(buf[1][j], buf[0][j], n * 2);
+        for (int j = 0; j < 4; j++) memcpy(fb[1][j], fb[0][j], n * 4);
+        adamw_k k = {.b1 = 0.9f, .omb1 = 0.1f, .b2 = 0.95f, .omb2 = (float)(1 - 0.95), .eps = 1e-8f, .neg_step = -1.3e-3f,
+                     .lrwd = 1e-4f, .coef = 0.75f, .clip = 1, .key = 99, .index0 = 256};
+        collage_lp_pair sp = collage_lp_split(COLLAGE_FMT_BF16, 0.95);
+        k.b2hi = sp.hi; k.b2lo = sp.lo;
+        adamw_slabs S[2];
+        adamw_acc acc[2];
+        for (int v = 0; v < 2; v++) {
+            const int arith32 = collage_strategy_get((collage_strategy)s)->arith == COLLAGE_WORD_FP32;
+            S[v] = (adamw_slabs){f32w ? (void *)fb[v][0] : buf[v][0], f32w ? (const void *)fb[v][1] : buf[v][1],
+                                 arith32 ? (void *)fb[v][2] : buf[v][2], arith32 ? (void *)fb[v][3] : buf[v][3],
+                                 buf[v][4], buf[v][5], strategy_has((collage_strategy)s, COLLAGE_ROLE_MASTER) ? fb[v][0] : NULL,
+                                 NULL, NULL};
+            memset(&acc[v], 0, sizeof acc[v]);
+        }
+        collage__adamw_block_ref((collage_strategy)s, &S[0], 0, n, &k, &acc[0]);
+        collage__adamw_generic_ref((collage_strategy)s, &S[1], 0, n, &k, &acc[1]);
+        int same = 1;
+        for (int j = 0; j < 6; j++) same &= !memcmp(buf[0][j], buf[1][j], n * 2);
+        for (int j = 0; j < 4; j++) same &= !memcmp(fb[0][j], fb[1][j], n * 4);
+        CHECK(same && acc[0].dot == acc[1].dot && acc[0].dot_state == acc[1].dot_state && acc[0].nn == acc[1].nn &&
+                  acc[0].lost == acc[1].lost,
+              "%s: the generic path differs from the preset's lines (edq %g / %g)", SNAME((collage_strategy)s), acc[0].dot,
+              acc[1].dot);
+        for (int k2 = 0; k2 < 2; k2++) {
+            for (int j = 0; j < 6; j++) free(buf[k2][j]);
+            for (int j = 0; j < 4; j++) free(fb[k2][j]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ 4. an independent transcription */
+/* numerics.md §6 "Composed strategies" for the fp32 path with 8-bit moments, written from the text:
+ * per block of 256, the moments' new values in fp32 from the dequantized ones, each moment quantized as
+ * a block (collage_qblock_quantize, checked above against its own definition), the update from the
+ * fp32 values, applied by the weight scheme. fp32 ops through double (exact, then one rounding). */
+static float f32_add(float a, float b) { return (float)((double)a + (double)b); }
+static float f32_sub(float a, float b) { return (float)((double)a - (double)b); }
+static float f32_mul(float a, float b) { return (float)((double)a * (double)b); }
+static float f32_div(float a, float b) { return (float)((double)a / (double)b); }
+static float bfv(uint16_t b) { return bitsf((uint32_t)b << 16); }
+static uint16_t bfr(float x) { return collage_bf16_from_f32(x).bits; }
+
+typedef struct {
+    collage_composition p;
+    size_t n;
+    uint16_t *th, *comp;
+    float *master;
+    uint8_t *mq, *vq;
+    float *ms, *vs;
+    uint64_t seed, t;
+} q_oracle;
+
+static void qo_step(q_oracle *o, const uint16_t *g, double lr, double wd) {
+    const double b1 = 0.9, b2 = 0.95;
+    o->t++;
+    const float nb1 = (float)b1, omb1 = (float)(1 - b1), nb2 = (float)b2, omb2 = (float)(1 - b2), eps = 1e-8f;
+    const float ns = (float)(-lr * sqrt(1 - pow(b2, (double)o->t)) / (1 - pow(b1, (double)o->t))), lrwd = (float)(lr * wd);
+    const uint64_t key = collage_rand_key(o->seed, o->t);
+    const collage_qcode cm = o->p.m == COLLAGE_MOMENT_E4M3 ? COLLAGE_QCODE_E4M3 : COLLAGE_QCODE_DYN_SIGNED;
+    const collage_qcode cv = o->p.v == COLLAGE_MOMENT_E4M3 ? COLLAGE_QCODE_E4M3 : COLLAGE_QCODE_DYN_UNSIGNED;
+    for (size_t a = 0; a < o->n; a += 256) {
+        const size_t len = o->n - a < 256 ? o->n - a : 256, B = a / 256;
+        float m[256], v[256], raw[256];
+        collage_qblock_dequantize(cm, o->mq + a, o->ms[B], len, m);
+        collage_qblock_dequantize(cv, o->vq + a, o->vs[B], len, v);
+        for (size_t j = 0; j < len; j++) {
+            const float gj = bfv(g[a + j]);
+            m[j] = f32_add(f32_mul(m[j], nb1), f32_mul(omb1, gj));
+            v[j] = f32_add(f32_mul(v[j], nb2), f32_mul(omb2, f32_mul(gj, gj)));
+            const float den = f32_add((float)sqrt((double)v[j]), eps);
+            const float wdec = o->p.weights == COLLAGE_SCHEME_MASTER ? o->master[a + j] : bfv(o->th[a + j]);
+            raw[j] = f32_sub(f32_div(f32_mul(m[j], ns), den), f32_mul(wdec, lrwd));
+        }
+        collage_qblock_quantize(cm, m, len, o->mq + a, &o->ms[B], 0, 0, 0);
+        collage_qblock_quantize(cv, v, len, o->vq + a, &o->vs[B], 0, 0, 0);
+        for (size_t j = 0; j < len; j++) {
+            const size_t i = a + j;
+            const float th = bfv(o->th[i]), d = raw[j];
+            switch (o->p.weights) {
+            case COLLAGE_SCHEME_BF16: o->th[i] = bfr(f32_add(th, d)); break;
+            case COLLAGE_SCHEME_SR: o->th[i] = collage_bf16_from_f32_sr(f32_add(th, d), collage_rand32(key, i)).bits; break;
+            case COLLAGE_SCHEME_MASTER:
+                o->master[i] = f32_add(o->master[i], d);
+                o->th[i] = bfr(o->master[i]);
+                break;
+            case COLLAGE_SCHEME_MCF: { /* Grow: s = θ ⊕ d; r = δθ ⊕ (d ⊖ (s ⊖ θ)); θ' = s ⊕ r; δθ' = r ⊖ (θ' ⊖ s) */
+                const uint16_t s_ = bfr(f32_add(th, d)), z = bfr(f32_sub(bfv(s_), th)), e = bfr(f32_sub(d, bfv(z)));
+                const uint16_t r = bfr(f32_add(bfv(o->comp[i]), bfv(e))), t2 = bfr(f32_add(bfv(s_), bfv(r)));
+                o->th[i] = t2;
+                o->comp[i] = bfr(f32_sub(bfv(r), bfv(bfr(f32_sub(bfv(t2), bfv(s_))))));
+                break;
+            }
+            default: break;
+            }
+        }
+    }
+}
+
+static void test_oracle_q8(void) {
+    const char *names[] = {"collage-light+m=int8,v=int8", "bf16-sr+m=int8,v=int8", "bf16-master+m=e4m3,v=e4m3",
+                           "bf16+m=e4m3,v=int8"};
+    const size_t n = 1000; /* 3 whole blocks and a partial one */
+    const int steps = 30;
+    h_seed(17);
+    for (size_t si = 0; si < sizeof names / sizeof *names; si++) {
+        const collage_strategy s = strat(names[si]);
+        collage_adamw_config c = {.strategy = s, .n = n, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.05, .seed = 3};
+        collage_adamw *o = mk(&c);
+        q_oracle q = {.n = n, .seed = 3};
+        collage_strategy_parts(s, &q.p);
+        q.th = calloc(n, 2); q.comp = calloc(n, 2); q.master = calloc(n, 4);
+        q.mq = malloc(n); q.vq = malloc(n); q.ms = calloc(4, 4); q.vs = calloc(4, 4);
+        memset(q.mq, collage_qcode_zero(q.p.m == COLLAGE_MOMENT_E4M3 ? COLLAGE_QCODE_E4M3 : COLLAGE_QCODE_DYN_SIGNED), n);
+        memset(q.vq, 0, n);
+        float *w = malloc(n * 4);
+        uint16_t *g = malloc(n * 2);
+        double *kept = malloc(n * 8);
+        for (size_t i = 0; i < n; i++) {
+            w[i] = (float)gauss();
+            q.th[i] = bfr(w[i]);
+            q.master[i] = w[i];
+            q.comp[i] = q.p.weights == COLLAGE_SCHEME_MCF ? bfr(f32_sub(w[i], bfv(q.th[i]))) : 0;
+        }
+        if (o) collage_adamw_set_weights_f32(o, w, n);
+        int bad = 0;
+        for (int t = 1; t <= steps && o; t++) {
+            for (size_t i = 0; i < n; i++) g[i] = bfr((float)(ldexp(gauss(), -(int)(h_rand32() % 8)) * (i % 300 == 7 ? 0 : 1)));
+            const double lr = 1e-3 * (1 + t % 3);
+            collage_adamw_step(o, g, lr, NULL);
+            qo_step(&q, g, lr, 0.05);
+            collage_adamw_kept_f64(o, kept, n);
+            const uint16_t *th = collage_adamw_params(o);
+            for (size_t i = 0; i < n && !bad; i++) {
+                const double ko = q.p.weights == COLLAGE_SCHEME_MASTER ? (double)q.master[i]
+                                  : q.p.weights == COLLAGE_SCHEME_MCF ? (double)bfv(q.th[i]) + (double)bfv(q.comp[i])
+                                                                      : (double)bfv(q.th[i]);
+                if (th[i] != q.th[i] || kept[i] != ko) {
+                    bad = 1;
+                    CHECK(0, "%s step %d elem %zu: θ %04x kept %.17g, transcription θ %04x kept %.17g", names[si], t, i, th[i],
+                          kept[i], q.th[i], ko);
+                }
+            }
+        }
+        collage_adamw_free(o);
+        free(q.th); free(q.comp); free(q.master); free(q.mq); free(q.vq); free(q.ms); free(q.vs);
+        free(w); free(g); free(kept);
+    }
+}
+
+/* ------------------------------------------------------------------ 5. fast == reference */
+static const collage_param_group FAST_GROUPS[4] = { /* boundaries inside scale blocks, and a gap */
+    {"a", 0, 300, 0.1}, {"b", 300, 77, 0.0}, {"c", 377, 20000, 0.1}, {"d", 25000, 15000, 0.0}};
+
+typedef struct { uint64_t hash[FAST_STEPS + 1]; collage_step_stats st[FAST_STEPS + 1]; } fast_rec;
+
+static void fast_run(collage_strategy s, int edq, double clip, int ref, const float *w0, const float *gv, fast_rec *rec) {
+    collage_adamw_config c = {.strategy = s, .n = FAST_N, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
+                              .groups = FAST_GROUPS, .n_groups = 4, .clip = clip, .edq = edq, .seed = 5};
+    collage_adamw *o = mk(&c);
+    if (!o) return;
+    collage_adamw_set_weights_f32(o, w0, FAST_N);
+    void *g = malloc(FAST_N * 4);
+    rec->hash[0] = state_hash(o);
+    for (int t = 1; t <= FAST_STEPS; t++) {
+        for (size_t i = 0; i < FAST_N; i++) put_grad(s, g, i, gv[(size_t)(t - 1) * FAST_N + i]);
+        const double lr = 1e-3 * (1.0 + 0.25 * (t % 3));
+        collage_status st = ref ? collage_adamw_step_ref(o, g, lr, &rec->st[t]) : collage_adamw_step(o, g, lr, &rec->st[t]);
+        CHECK(st == COLLAGE_OK, "%s step %d: %s", SNAME(s), t, collage_status_str(st));
+        rec->hash[t] = state_hash(o);
+    }
+    free(g);
+    collage_adamw_free(o);
+}
+
+static int close_rel(double a, double b, double rel) {
+    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
+    return a == b || fabs(a - b) <= rel * fmax(fabs(a), fabs(b));
+}
+
+static void fast_compare(collage_strategy s, const char *what, const fast_rec *a, const fast_rec *b) {
+    int first = 0;
+    for (int t = 0; t <= FAST_STEPS && !first; t++)
+        if (a->hash[t] != b->hash[t]) first = t ? t : -1;
+    CHECK(first == 0, "%s %s: state differs from the reference from step %d on", SNAME(s), what, first);
+    for (int t = 1; t <= FAST_STEPS; t++) {
+        const collage_edq *x = &a->st[t].edq, *y = &b->st[t].edq;
+        CHECK(close_rel(x->edq_ratio, y->edq_ratio, EDQ_FAST_REL_TOL) && close_rel(x->edq_state_ratio, y->edq_state_ratio, EDQ_FAST_REL_TOL) &&
+                  x->lost_count == y->lost_count && x->updates == y->updates &&
+                  close_rel(a->st[t].grad_norm, b->st[t].grad_norm, EDQ_FAST_REL_TOL),
+              "%s %s step %d: EDQ ratio %.17g vs %.17g, lost %llu vs %llu", SNAME(s), what, t, x->edq_ratio, y->edq_ratio,
+              (unsigned long long)x->lost_count, (unsigned long long)y->lost_count);
+    }
+}
+
+static void test_fast_equals_ref(void) {
+    float *w0 = malloc(FAST_N * 4), *gv = malloc((size_t)FAST_N * FAST_STEPS * 4);
+    h_seed(2718);
+    for (size_t i = 0; i < FAST_N; i++) w0[i] = i % 97 == 0 ? 0.0f : (float)(0.5 * gauss());
+    for (size_t i = 0; i < (size_t)FAST_N * FAST_STEPS; i++)
+        gv[i] = h_rand32() % 50 == 0 ? 0.0f : (float)ldexp(gauss(), -(int)(h_rand32() % 13));
+    fast_rec *ref = calloc(1, sizeof *ref), *got = calloc(1, sizeof *got);
+    const collage_isa isa0 = collage_get_isa();
+    printf("    n %d, %d steps, 4 groups and a gap, boundaries inside scale blocks; edq x clip; threads 1/2/3, every ISA\n",
+           FAST_N, FAST_STEPS);
+    for (int si = 0; si < N_COMPOSED; si++) {
+        const collage_strategy s = strat(COMPOSED[si]);
+        for (int cfg = 0; cfg < 4; cfg++) {
+            const int edq = cfg & 1;
+            const double clip = (cfg & 2) ? 1.0 : 0.0;
+            char what[80];
+            fast_run(s, edq, clip, 1, w0, gv, ref);
+            snprintf(what, sizeof what, "fast edq=%d clip=%g", edq, clip);
+            fast_run(s, edq, clip, 0, w0, gv, got);
+            fast_compare(s, what, ref, got);
+            if (cfg != 3 || (g_quick && si % 3)) continue;
+            for (int nt = 1; nt <= 3; nt += 2) {
+                collage_set_threads(nt);
+                snprintf(what, sizeof what, "fast threads=%d", nt);
+                fast_run(s, edq, clip, 0, w0, gv, got);
+                fast_compare(s, what, ref, got);
+            }
+            collage_set_threads(0);
+            for (int isa = COLLAGE_ISA_SCALAR; isa <= COLLAGE_ISA_AVX512; isa++) {
+                if (!collage_isa_supported((collage_isa)isa) || isa == (int)isa0) continue;
+                collage_set_isa((collage_isa)isa);
+                snprintf(what, sizeof what, "fast isa=%s", collage_isa_name((collage_isa)isa));
+                fast_run(s, edq, clip, 0, w0, gv, got);
+                fast_compare(s, what, ref, got);
+            }
+            collage_set_isa(isa0);
+        }
+    }
+    free(w0); free(gv); free(ref); free(got);
+}
+
+/* ------------------------------------------------------------------ 6. save, load, shards */
+#define SL_N 5000
+static void sl_steps(collage_adamw *o, collage_strategy s, int from, int to) {
+    void *g = malloc(SL_N * 4);
+    for (int t = from; t < to; t++) {
+        h_seed(500 + (uint64_t)t);
+        for (size_t i = 0; i < SL_N; i++) put_grad(s, g, i, (float)(0.01 * gauss()));
+        collage_adamw_step(o, g, 1e-3, NULL);
+    }
+    free(g);
+}
+
+/* A run saved after 5 steps and resumed for 5 more equals the run of 10; a shard split at multiples of
+ * 256 (and then re-split) equals the whole; a shard that would cut a scale's block is refused. */
+static void test_save_load_shards(void) {
+    const collage_param_group groups[2] = {{"a", 0, 1234, 0.1}, {"b", 2000, 1000, 0.0}};
+    const size_t cuts[2][4] = {{0, 1024, 3840, SL_N}, {0, 2560, SL_N, SL_N}};
+    char path[128], part[3][128];
+    float *w = malloc(SL_N * 4);
+    h_seed(1);
+    for (size_t i = 0; i < SL_N; i++) w[i] = (float)gauss();
+    for (int si = 0; si < N_COMPOSED; si++) {
+        const collage_strategy s = strat(COMPOSED[si]);
+        collage_adamw_config c = {.strategy = s, .n = SL_N, .weight_decay = 0.01, .groups = groups, .n_groups = 2, .seed = 9};
+        collage_adamw *a = mk(&c), *b = mk(&c);
+        if (!a || !b) { collage_adamw_free(a); collage_adamw_free(b); continue; }
+        collage_adamw_set_weights_f32(a, w, SL_N);
+        sl_steps(a, s, 0, 5);
+        snprintf(path, sizeof path, "%s/sl.state", g_dir);
+        CHECK(collage_adamw_save(a, path) == COLLAGE_OK && collage_adamw_load(b, path) == COLLAGE_OK, "%s: save/load: %s",
+              COMPOSED[si], collage_adamw_error(b));
+        CHECK(state_hash(a) == state_hash(b), "%s: loaded state differs", COMPOSED[si]);
+        sl_steps(a, s, 5, 10);
+        sl_steps(b, s, 5, 10);
+        CHECK(state_hash(a) == state_hash(b), "%s: resumed run differs", COMPOSED[si]);
+        /* shards: three parts of the slab stepped with the whole slab's Σg², saved, re-split in two */
+        collage_adamw *sh[3] = {0};
+        for (int k = 0; k < 3; k++) {
+            collage_adamw_config cs = c;
+            cs.index0 = cuts[0][k];
+            cs.n = cuts[0][k + 1] - cuts[0][k];
+            cs.total = SL_N;
+            sh[k] = mk(&cs);
+            if (sh[k]) collage_adamw_load_part(sh[k], path, NULL); /* the whole run's step-5 state */
+        }
+        collage_adamw *whole = mk(&c);
+        if (whole) collage_adamw_load(whole, path);
+        uint16_t *g16 = malloc(SL_N * 4);
+        for (int t = 5; t < 8 && whole; t++) {
+            h_seed(900 + (uint64_t)t);
+            for (size_t i = 0; i < SL_N; i++) put_grad(s, g16, i, (float)(0.01 * gauss()));
+            double sumsq = 0;
+            collage_adamw_grad_sumsq(whole, g16, &sumsq);
+            collage_adamw_step(whole, g16, 1e-3, NULL);
+            for (int k = 0; k < 3; k++)
+                if (sh[k]) collage_adamw_step_sumsq(sh[k], (const char *)g16 + cuts[0][k] * wsize(s), 1e-3, sumsq, NULL);
+        }
+        for (int k = 0; k < 3; k++) {
+            snprintf(part[k], sizeof part[k], "%s/part%d.state", g_dir, k);
+            if (sh[k]) collage_adamw_save(sh[k], part[k]);
+        }
+        collage_adamw *re = mk(&c);
+        size_t got = 0, cp;
+        for (int k = 0; k < 3 && re; k++)
+            if (collage_adamw_load_part(re, part[k], &cp) == COLLAGE_OK) got += cp;
+        CHECK(got == SL_N && re && whole && state_hash(re) == state_hash(whole), "%s: three shards re-joined differ from the whole",
+              COMPOSED[si]);
+        for (int k = 0; k < 2; k++) { /* and re-split in two */
+            collage_adamw_config cs = c;
+            cs.index0 = cuts[1][k];
+            cs.n = cuts[1][k + 1] - cuts[1][k];
+            cs.total = SL_N;
+            collage_adamw *h = mk(&cs);
+            size_t copied = 0;
+            for (int j = 0; j < 3 && h; j++) { collage_adamw_load_part(h, part[j], &cp); copied += cp; }
+            CHECK(copied == cs.n, "%s: half %d loaded %zu of %zu", COMPOSED[si], k, copied, cs.n);
+            collage_adamw_free(h);
+        }
+        if (collage_strategy_get(s)->word[COLLAGE_ROLE_M].block || collage_strategy_get(s)->word[COLLAGE_ROLE_V].block) {
+            collage_adamw_config cs = c;
+            collage_adamw *bad = NULL;
+            cs.index0 = 100; cs.n = 1000; cs.total = SL_N;
+            CHECK(collage_adamw_create(&cs, &bad) == COLLAGE_ERR_SIZE, "%s: a shard from 100 is refused", COMPOSED[si]);
+            cs.index0 = 256; cs.n = 1000;
+            CHECK(collage_adamw_create(&cs, &bad) == COLLAGE_ERR_SIZE, "%s: a shard ending at 1256 is refused", COMPOSED[si]);
+            cs.n = SL_N - 256;
+            CHECK(collage_adamw_create(&cs, &bad) == COLLAGE_OK, "%s: a shard [256, end) is fine", COMPOSED[si]);
+            collage_adamw_free(bad);
+        }
+        free(g16);
+        for (int k = 0; k < 3; k++) collage_adamw_free(sh[k]);
+        collage_adamw_free(whole); collage_adamw_free(re); collage_adamw_free(a); collage_adamw_free(b);
+    }
+    free(w);
+}
+
+/* A NaN or Inf gradient skips the step with every word untouched, 8-bit ones included. */
+static void test_skip_nonfinite(void) {
+    for (int si = 0; si < N_COMPOSED; si++) {
+        const collage_strategy s = strat(COMPOSED[si]);
+        collage_adamw_config c = {.strategy = s, .n = 700, .skip_nonfinite = 1, .seed = 2};
+        collage_adamw *o = mk(&c);
+        if (!o) continue;
+        void *g = malloc(700 * 4);
+        for (size_t i = 0; i < 700; i++) put_grad(s, g, i, (float)(0.01 * ((int)(i % 11) - 5)));
+        collage_adamw_step(o, g, 1e-3, NULL);
+        const uint64_t before = state_hash(o);
+        for (int kind = 0; kind < 2; kind++) {
+            put_grad(s, g, 600, kind ? (float)INFINITY : (float)NAN);
+            collage_step_stats st;
+            CHECK(collage_adamw_step(o, g, 1e-3, &st) == COLLAGE_ERR_NONFINITE && st.skipped && state_hash(o) == before,
+                  "%s: a %s gradient changed the state or was not skipped", COMPOSED[si], kind ? "Inf" : "NaN");
+        }
+        free(g);
+        collage_adamw_free(o);
+    }
+}
+
+static void remove_dir(const char *dir) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) printf("    (could not remove %s)\n", dir);
+}
+
+int main(void) {
+    g_quick = getenv("COLLAGE_TEST_QUICK") && *getenv("COLLAGE_TEST_QUICK");
+    printf("test_compose%s\n", g_quick ? " (COLLAGE_TEST_QUICK: shortened long runs)" : "");
+    snprintf(g_dir, sizeof g_dir, "/tmp/collage_test_compose_XXXXXX");
+    if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
+    RUN(test_qcode_tables);
+    RUN(test_qcode_roundtrip);
+    RUN(test_qcode_random_blocks);
+    RUN(test_qcode_special_blocks);
+    RUN(test_qcode_vector_equals_scalar);
+    RUN(test_qcode_sr);
+    RUN(test_names_and_table);
+    RUN(test_generic_equals_presets);
+    RUN(test_oracle_q8);
+    RUN(test_fast_equals_ref);
+    RUN(test_save_load_shards);
+    RUN(test_skip_nonfinite);
+    remove_dir(g_dir);
+    return h_end();
+}
