@@ -29,12 +29,20 @@ static void train_usage(FILE *f) {
             "  --model PRESET      tiny (default) | small | gpt2; or set --layers --heads --dim\n"
             "  --precision S       collage-light (default) or any strategy of the table:\n"
             "                      %s\n"
+            "                      or a composition PRESET+m=F,v=F[,q=sr]: the preset's weights with m and v\n"
+            "                      in F = fp32 | bf16 | mcf (v only) | fp16 | fp16-mcf (v only) | int8 | e4m3,\n"
+            "                      q=sr re-quantizing 8-bit states stochastically, e.g. collage-light+m=int8,v=int8\n"
+            "                      (docs/numerics.md §6). The fp16 strategies train the fp16-storage model with\n"
+            "                      dynamic loss scaling (computed in fp32 on fp16-rounded values: an accuracy\n"
+            "                      study, not a speed claim)\n"
             "  --steps N           training steps, the length of the schedule (default 1000)\n"
             "  --stop-after N      stop after N steps (the schedule still spans --steps)\n"
             "  --batch B --seq T   sequences per step and their length (default 16, 64)\n"
             "  --lr X --warmup N   peak learning rate (1e-3) after N linear warm-up steps (default steps/20),\n"
             "                      then cosine decay to a tenth\n"
             "  --beta1 X --beta2 X --eps X --wd X --clip X   AdamW (0.9, 0.95, 1e-8, 0.1, 1.0)\n"
+            "  --loss-scale X      fp16 strategies: the first dynamic loss scale (default 65536; doubled after 200\n"
+            "                      finite steps, halved on an overflow, whose step is skipped; logged)\n"
             "  --seed N --threads N --eval-every N (default steps/10)\n"
             "  --save DIR          write model.bin (llm.c format), optimizer.state and train.state there\n"
             "  --resume DIR        continue a run saved with --save, bit for bit\n"
@@ -64,7 +72,7 @@ static const flag_spec FLAGS[] = {
     {"--seed", F_SIZE, O(cfg.seed), COLLAGE_RUN_SEED, 0, 0}, {"--lr", F_DBL, O(cfg.lr), COLLAGE_RUN_LR, 0, 0},
     {"--beta1", F_DBL, O(cfg.beta1), COLLAGE_RUN_BETA1, 0, 0}, {"--beta2", F_DBL, O(cfg.beta2), COLLAGE_RUN_BETA2, 0, 0},
     {"--eps", F_DBL, O(cfg.eps), COLLAGE_RUN_EPS, 0, 0},   {"--wd", F_DBL, O(cfg.weight_decay), COLLAGE_RUN_WD, 0, 0},
-    {"--clip", F_DBL, O(cfg.clip), COLLAGE_RUN_CLIP, 0, 0},
+    {"--clip", F_DBL, O(cfg.clip), COLLAGE_RUN_CLIP, 0, 0}, {"--loss-scale", F_DBL, O(cfg.loss_scale), 0, 0, 0},
 };
 #undef O
 
@@ -106,8 +114,8 @@ static int parse_train(int argc, char **argv, train_opts *o) {
         if (f) { if (set_flag(o, f, v)) return -1; i++; }
         else if (!strcmp(a, "--precision")) {
             if (!v || collage_strategy_parse(v, &o->cfg.strategy) != COLLAGE_OK) {
-                fprintf(stderr, "collage train: unknown --precision '%s'\nhint: collage train --help lists the strategies\n",
-                        v ? v : "");
+                fprintf(stderr, "collage train: --precision '%s': %s\nhint: collage train --help lists the strategies and how "
+                                "to compose one\n", v ? v : "", v ? collage_strategy_parse_error() : "needs a value");
                 return -1;
             }
             o->given |= COLLAGE_RUN_STRATEGY;
@@ -184,7 +192,7 @@ static int finish(collage_run *run, const train_opts *o, const run_totals *t) {
     double secs = cli_now() - t->t_start, comm_s = dist_comm_seconds() - t->comm0;
     int ran = t->last_step - t->start, bad = 0;
     if (!o->quiet && ran > 0) {
-        printf("done: %d steps in %.1f s, %.1f ms/step, %.0f tokens/s, final loss %.4f; %.0f bytes/param of training state "
+        printf("done: %d steps in %.1f s, %.1f ms/step, %.0f tokens/s, final loss %.4f; %.4g bytes/param of training state "
                "(%.1f MB), peak RSS %ld MB\n", ran, secs, 1e3 * secs / ran, t->tokens / secs, t->last_loss,
                in.memory.total, in.memory.total * (double)in.params / 1e6, peak_rss_mb());
         if (dist_mpi())

@@ -54,7 +54,7 @@ int write_summary(const train_opts *o, const collage_run_info *in, const run_tot
 void print_header(const train_opts *o, const collage_run_info *in) {
     const collage_model_config *c = &in->model;
     printf("collage train: %s, %zu parameters (L%d H%d C%d, context %d, vocab %d), %s tokenizer, %zu train tokens\n"
-           "  precision %s (%.0f bytes/param of training state), batch %d x %d, %d steps, lr %g, beta2 %g, %d threads\n",
+           "  precision %s (%.4g bytes/param of training state), batch %d x %d, %d steps, lr %g, beta2 %g, %d threads\n",
            o->cfg.model ? o->cfg.model : "custom", in->params, c->num_layers, c->num_heads, c->channels, c->max_seq_len,
            c->vocab_size, o->cfg.tokenizer, in->train_tokens, collage_strategy_name(o->cfg.strategy), in->memory.total,
            o->cfg.batch, o->cfg.seq, o->cfg.steps, o->cfg.lr, o->cfg.beta2, collage_get_threads());
@@ -84,6 +84,7 @@ void log_step(FILE *f, const collage_run_step_info *s, double val, double tps, d
     json_num(f, "tokens_per_s", tps, "%.1f");
     json_num(f, "ms", ms, "%.2f");
     fprintf(f, ",\"skipped\":%d", s->stats.skipped);
+    if (s->loss_scale != 1.0) fprintf(f, ",\"loss_scale\":%.17g,\"overflow\":%d", s->loss_scale, s->overflow); /* fp16 */
     if (dist_mpi()) json_num(f, "comm_ms", comm_ms, "%.3f");
     if (!isnan(val)) json_num(f, "val_loss", val, "%.6f");
     fprintf(f, "}\n");
@@ -101,12 +102,19 @@ void print_step(const train_opts *o, const collage_run_step_info *s, double val,
         if (s->step == o->stop_after) fputc('\n', stderr);
     }
     int every = o->cfg.steps / 50 > 0 ? o->cfg.steps / 50 : 1;
+    if (s->overflow) { /* the fp16 loss scaler's decisions are always shown */
+        if (tty) fputc('\n', stderr);
+        printf("step %5d/%d  fp16 gradient overflowed at loss scale %g: step skipped, scale halved\n", s->step, o->cfg.steps,
+               s->loss_scale);
+    }
     if (!(is_eval || (!tty && s->step % every == 0))) return;
     if (tty) fputc('\n', stderr);
     char vs[32] = "";
     if (!isnan(val)) snprintf(vs, sizeof vs, "  val %.4f", val);
-    printf("step %5d/%d  loss %.4f%s  lr %.2e  norm %.3f  edq %.3f  lost %5.1f%%  %.0f ms  %.0f tok/s\n", s->step,
-           o->cfg.steps, s->loss, vs, s->lr, s->stats.grad_norm, s->edq.edq_ratio, 100 * s->edq.lost, ms, tps);
+    char sc[32] = "";
+    if (s->loss_scale != 1.0) snprintf(sc, sizeof sc, "  scale %g", s->loss_scale);
+    printf("step %5d/%d  loss %.4f%s  lr %.2e  norm %.3f  edq %.3f  lost %5.1f%%%s  %.0f ms  %.0f tok/s\n", s->step,
+           o->cfg.steps, s->loss, vs, s->lr, s->stats.grad_norm, s->edq.edq_ratio, 100 * s->edq.lost, sc, ms, tps);
     fflush(stdout);
 }
 

@@ -323,7 +323,9 @@ typedef struct {
 typedef struct {
     collage_strategy strategy;
     size_t n;                         /* parameters */
-    double beta1, beta2, eps;         /* 0 → 0.9, 0.999, 1e-8 */
+    double beta1, beta2, eps;         /* 0 → 0.9, 0.999, 1e-8. The fp16 lines (fp16, fp16-collage-*) need an
+                                         eps that is not 0 in fp16 (≥ 2^-25; 1e-4 is usual): else
+                                         COLLAGE_ERR_ARG */
     double weight_decay;              /* for elements in no group */
     const collage_param_group *groups;/* optional, disjoint ranges; copied */
     int n_groups;

@@ -69,11 +69,14 @@ typedef enum {
     COLLAGE_REAL_BF16,     /* weights, gradients and stored activations bf16 (2 bytes each); products on
                               bf16 operands with fp32 sums; statistics and the loss's softmax fp32 */
     COLLAGE_REAL_FP64,     /* double everywhere: the reference for gradient checks */
+    COLLAGE_REAL_FP16,     /* weights and gradients fp16 (IEEE half, uint16_t), stored activations rounded to
+                              fp16, computed in fp32 on those values: an accuracy study of fp16 storage (this
+                              CPU path has no fp16 arithmetic), with loss scaling (collage_model_set_loss_scale) */
     COLLAGE_REAL_COUNT
 } collage_real;
-const char    *collage_real_name(collage_real r);                      /* "fp32", "bf16", "fp64" */
+const char    *collage_real_name(collage_real r);                      /* "fp32", "bf16", "fp64", "fp16" */
 collage_status collage_real_parse(const char *name, collage_real *out);
-size_t         collage_real_size(collage_real r);                      /* bytes per element: 4, 2, 8 */
+size_t         collage_real_size(collage_real r);                      /* bytes per element: 4, 2, 8, 2 */
 
 typedef struct collage_model collage_model;
 /* All memory (activations for maxB × maxT, gradients) is allocated here. */
@@ -98,6 +101,9 @@ collage_status collage_model_backward(collage_model *m);
 /* The gradient slab, in the model's precision. Read it through this call after zero_grad. */
 void          *collage_model_grads(collage_model *m);
 void           collage_model_zero_grad(collage_model *m);
+/* Loss scaling: the following backwards compute the gradients of scale × the mean loss (1 by default).
+ * COLLAGE_ERR_UNSUPPORTED where the model's family or precision has none (the bf16 model). */
+collage_status collage_model_set_loss_scale(collage_model *m, double scale);
 /* What the model's products run on: "fp32 sgemm", "fp64 dgemm", "oneDNN bf16 GEMM (AMX)", "oneDNN bf16
  * GEMM (AVX512_BF16)" or "widening to fp32 sgemm" (a bf16 model on a CPU or build without bf16
  * products: the same values to fp32 rounding, slower; docs/numerics.md §10). */

@@ -54,7 +54,17 @@ typedef struct {
     int warmup;                 /* linear warm-up steps; -1 = steps / 20 */
     double lr, beta1, beta2, eps, weight_decay, clip;
     uint64_t seed;
+    double loss_scale;          /* fp16 strategies: the first dynamic loss scale (0: COLLAGE_LOSS_SCALE_INIT) */
 } collage_run_config;
+
+/* Dynamic loss scaling of the fp16 strategies: the backward computes the gradient of scale × loss
+ * (collage_model_set_loss_scale) and the optimizer divides it out (collage_adamw_set_grad_scale). A
+ * step whose scaled gradient overflows (a NaN or Inf anywhere) is skipped and the scale halved; after
+ * COLLAGE_LOSS_SCALE_GROWTH finite steps in a row it doubles. The scale and the count are part of the
+ * checkpoint, so a resumed run goes on bit for bit. */
+#define COLLAGE_LOSS_SCALE_INIT 65536.0
+#define COLLAGE_LOSS_SCALE_GROWTH 200
+#define COLLAGE_LOSS_SCALE_MIN 0x1p-14 /* an overflow at this scale is a non-finite gradient: reported */
 
 /* The defaults of `collage train`: tiny model, byte tokenizer, collage-light, 1000 steps, 16 x 64,
  * lr 1e-3, β 0.9 / 0.95, eps 1e-8, weight decay 0.1, clipping 1.0, seed 1337. */
@@ -79,9 +89,13 @@ enum {
 typedef struct {
     collage_run_config cfg;     /* its strings point into this struct */
     int step;                   /* steps taken */
+    int opt_steps;              /* optimizer steps among them: fewer where steps were skipped (a non-finite
+                                   gradient, an fp16 overflow) */
     int ranks, accum;           /* how it was split */
     uint64_t data_fingerprint;  /* collage_loader_fingerprint of the data it trained on */
     char tokenizer[64], model[64];
+    double loss_scale;          /* the loss scale the next step uses (1 for all but the fp16 strategies) */
+    int loss_scale_good;        /* finite steps since the scale last changed */
 } collage_run_saved;
 /* Read dir/train.state. Errors name the file and what is wrong. */
 collage_status collage_run_read_saved(const char *dir, collage_run_saved *out, char *err, size_t cap);
@@ -129,13 +143,19 @@ const collage_run_config *collage_run_get_config(const collage_run *r);
 /* One training step: each rank's micro-batches forward and backward, the batch gradient summed in a
  * fixed order (micro-batch k = rank·accum + a), clipped by the whole slab's norm, one AdamW step at
  * collage_run_lr, the updated weights to every rank. Collective. A non-finite gradient skips the
- * update (stats.skipped) and returns COLLAGE_ERR_NONFINITE with a message; the run can go on. */
+ * update (stats.skipped) and returns COLLAGE_ERR_NONFINITE with a message; the run can go on. With an
+ * fp16 strategy an overflow of the scaled gradient is the loss scaler's business: the step is skipped,
+ * the scale halved, info.overflow set, and COLLAGE_OK returned (COLLAGE_ERR_NONFINITE only below
+ * COLLAGE_LOSS_SCALE_MIN). */
 typedef struct {
     int step;                   /* the step just taken, from 1 */
     double loss;                /* mean training loss of the batch */
     double lr;
     collage_step_stats stats;   /* this rank's optimizer figures: grad_norm and clip_coef are global */
     collage_edq edq;            /* EDQ of the whole slab, the ranks' parts combined in rank order */
+    double loss_scale;          /* the loss scale this step's backward used (1 but for the fp16 strategies) */
+    int overflow;               /* fp16: the scaled gradient overflowed; the step was skipped (stats.skipped)
+                                   and the scale halved */
 } collage_run_step_info;
 collage_status collage_run_step(collage_run *r, collage_run_step_info *info);
 /* Mean loss over the first `batches` batches of a split (at most one epoch), computed as the training

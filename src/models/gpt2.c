@@ -51,6 +51,7 @@ const char *collage_gpt_precision_name(collage_gpt_precision p) {
     case COLLAGE_GPT_BF16: return "bf16";
     case COLLAGE_GPT_FP64: return "fp64";
     case COLLAGE_GPT_BF16_EMULATED: return "bf16-emulated";
+    case COLLAGE_GPT_FP16_EMULATED: return "fp16-emulated";
     default: return "unknown";
     }
 }
@@ -235,6 +236,11 @@ struct collage_gpt {
     char err[200];
 };
 
+/* The float ops' rounding of an emulated 16-bit model (nn.h nn_rnd_f32's bf): 1 bf16, 2 fp16, 0 none. */
+static int emulated(const collage_gpt *m) {
+    return m->prec == COLLAGE_GPT_BF16_EMULATED ? 1 : m->prec == COLLAGE_GPT_FP16_EMULATED ? 2 : 0;
+}
+
 /* Offsets of the activations: one slab, or in bf16 (split) a bf16 slab and a float slab. */
 static void plan_acts(gpt_plan *P, int maxB, int maxT, int split) {
     const size_t N = (size_t)maxB * (size_t)maxT, C = (size_t)P->C, L = (size_t)P->L, NH = (size_t)P->NH;
@@ -262,7 +268,7 @@ static void plan_build(gpt_plan *P, const collage_gpt_config *c, int maxB, int m
     collage_gpt_tensor t[COLLAGE_GPT_NTENSORS];
     collage_gpt_tensors(c, t);
     *P = (gpt_plan){.V = c->vocab_size, .Vp = c->padded_vocab_size, .maxT = c->max_seq_len,
-                    .L = c->num_layers, .NH = c->num_heads, .C = c->channels};
+                    .L = c->num_layers, .NH = c->num_heads, .C = c->channels, .loss_scale = 1.0f};
     for (int k = 0; k < COLLAGE_GPT_NTENSORS; k++) {
         P->p[k] = t[k].offset;
         P->pl[k] = (t[k].ndim > 1 && k != COLLAGE_GPT_WTE && k != COLLAGE_GPT_WPE) ? t[k].count / (size_t)P->L : 0;
@@ -284,11 +290,11 @@ static collage_status model_alloc(collage_gpt *m) {
         m->grads = calloc(n, m->esize);
         ok = ok && m->grads;
     }
-    if (m->prec == COLLAGE_GPT_BF16 || m->prec == COLLAGE_GPT_BF16_EMULATED) {
+    if (m->prec == COLLAGE_GPT_BF16 || emulated(m)) {
         m->grads16 = calloc(n, sizeof(collage_bf16));
         ok = ok && m->grads16;
     }
-    if (m->prec == COLLAGE_GPT_BF16_EMULATED) {
+    if (emulated(m)) {
         m->w32 = calloc(n, sizeof(float));
         ok = ok && m->w32;
     }
@@ -410,10 +416,11 @@ static collage_status bf16_env(collage_gpt *m, gpt_bf16_env *e) {
     return COLLAGE_OK;
 }
 
-/* The float weights the float kernels read: the caller's slab, or in bf16-emulated the slab widened. */
+/* The float weights the float kernels read: the caller's slab, or in the emulated models the slab widened. */
 static const void *weights(collage_gpt *m, const void *params) {
-    if (m->prec != COLLAGE_GPT_BF16_EMULATED) return params;
-    collage_bf16_to_f32_row(m->w32, params, m->P.nparams);
+    if (!emulated(m)) return params;
+    if (emulated(m) == 2) collage_fp16_to_f32_row(m->w32, params, m->P.nparams);
+    else collage_bf16_to_f32_row(m->w32, params, m->P.nparams);
     return m->w32;
 }
 
@@ -423,7 +430,7 @@ static double forward_any(collage_gpt *m, const void *w, const int *tgt, int B, 
     case COLLAGE_GPT_BF16: return m->graph->forward(&m->P, w, m->acts16, m->acts, m->tok, tgt, B, T, e);
     case COLLAGE_GPT_FP64: return gpt_forward_f64(&m->P, w, m->acts, m->tok, tgt, B, T, 0, nt);
     default:
-        return gpt_forward_f32(&m->P, w, m->acts, m->tok, tgt, B, T, m->prec == COLLAGE_GPT_BF16_EMULATED, nt);
+        return gpt_forward_f32(&m->P, w, m->acts, m->tok, tgt, B, T, emulated(m), nt);
     }
 }
 
@@ -463,10 +470,10 @@ collage_status collage_gpt_backward(collage_gpt *m) {
     else if (m->prec == COLLAGE_GPT_FP64)
         gpt_backward_f64(&m->P, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, 0, nt);
     else
-        gpt_backward_f32(&m->P, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T,
-                         m->prec == COLLAGE_GPT_BF16_EMULATED, nt);
+        gpt_backward_f32(&m->P, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, emulated(m), nt);
     nn_blas_end();
-    if (m->prec == COLLAGE_GPT_BF16_EMULATED) collage_bf16_from_f32_row(m->grads16, m->grads, m->P.nparams);
+    if (emulated(m) == 1) collage_bf16_from_f32_row(m->grads16, m->grads, m->P.nparams);
+    if (emulated(m) == 2) collage_fp16_from_f32_row((uint16_t *)m->grads16, m->grads, m->P.nparams);
     m->grads16_zero = 0;
     return COLLAGE_OK;
 }
@@ -493,6 +500,14 @@ void *collage_gpt_grads(collage_gpt *m) {
     return m->grads16;
 }
 
+collage_status collage_gpt_set_loss_scale(collage_gpt *m, double scale) {
+    if (!m) return COLLAGE_ERR_NULL;
+    if (!(scale > 0) || !isfinite(scale)) return COLLAGE_ERR_ARG;
+    if (m->prec == COLLAGE_GPT_BF16) return COLLAGE_ERR_UNSUPPORTED;
+    m->P.loss_scale = (float)scale;
+    return COLLAGE_OK;
+}
+
 void collage_gpt_zero_grad(collage_gpt *m) {
     if (!m) return;
     if (m->grads) zero_par(m->grads, m->P.nparams * m->esize);
@@ -506,7 +521,7 @@ int collage_gpt_act_tensors(const collage_gpt *m, collage_gpt_act *out, int cap)
         const size_t es = s16 ? sizeof(uint16_t) : m->esize;
         const char *base = s16 ? (const char *)m->acts16 : (const char *)m->acts;
         out[k] = (collage_gpt_act){.name = ACT_NAMES[k], .data = base + m->P.a[k] * es, .count = m->P.an[k],
-                                   .esize = es, .bf16 = m->prec != COLLAGE_GPT_FP32 && m->prec != COLLAGE_GPT_FP64 &&
+                                   .esize = es, .bf16 = (m->prec == COLLAGE_GPT_BF16 || emulated(m) == 1) &&
                                                         ACT_BF16[k]};
     }
     return A_COUNT;
@@ -530,7 +545,7 @@ collage_status collage_gpt_next_logits(collage_gpt *m, const void *params, const
         for (int i = 0; i < V; i++) logits[i] = (float)x[i];
     } else {
         if (m->prec == COLLAGE_GPT_BF16) m->graph->last_logits(&m->P, w, m->acts16, m->acts, m->tok, T, &e);
-        else gpt_last_logits_f32(&m->P, w, m->acts, m->tok, T, m->prec == COLLAGE_GPT_BF16_EMULATED, nt);
+        else gpt_last_logits_f32(&m->P, w, m->acts, m->tok, T, emulated(m), nt);
         memcpy(logits, (const float *)m->acts + m->P.a[A_LOGITS], (size_t)V * sizeof(float));
     }
     nn_blas_end();
@@ -587,7 +602,7 @@ static collage_status fam_init(const collage_model_config *cfg, uint64_t seed, f
 static collage_status fam_create(const collage_model_config *cfg, collage_real prec, int maxB, int maxT, void **impl) {
     static const collage_gpt_precision P[COLLAGE_REAL_COUNT] = {
         [COLLAGE_REAL_FP32] = COLLAGE_GPT_FP32, [COLLAGE_REAL_BF16] = COLLAGE_GPT_BF16,
-        [COLLAGE_REAL_FP64] = COLLAGE_GPT_FP64};
+        [COLLAGE_REAL_FP64] = COLLAGE_GPT_FP64, [COLLAGE_REAL_FP16] = COLLAGE_GPT_FP16_EMULATED};
     if ((unsigned)prec >= COLLAGE_REAL_COUNT) return COLLAGE_ERR_ARG;
     const collage_gpt_config g = to_gpt(cfg);
     collage_gpt *m = NULL;
@@ -606,6 +621,7 @@ static collage_status fam_forward(void *m, const void *params, const int *tokens
 static collage_status fam_backward(void *m) { return collage_gpt_backward(m); }
 static void *fam_grads(void *m) { return collage_gpt_grads(m); }
 static void fam_zero_grad(void *m) { collage_gpt_zero_grad(m); }
+static collage_status fam_set_loss_scale(void *m, double scale) { return collage_gpt_set_loss_scale(m, scale); }
 static collage_status fam_next_logits(void *m, const void *params, const int *tokens, int T, float *logits) {
     return collage_gpt_next_logits(m, params, tokens, T, logits);
 }
@@ -650,7 +666,7 @@ const collage_model_family collage__gpt2_family = {
     .name = "gpt2", .presets = GPT2_PRESETS, .preset = fam_preset, .pad_vocab = collage_gpt_pad_vocab,
     .check = fam_check, .tensors = fam_tensors, .init_weights = fam_init,
     .create = fam_create, .free = fam_free, .size = fam_size, .error = fam_error, .forward = fam_forward,
-    .backward = fam_backward, .grads = fam_grads, .zero_grad = fam_zero_grad, .next_logits = fam_next_logits,
+    .backward = fam_backward, .grads = fam_grads, .zero_grad = fam_zero_grad, .set_loss_scale = fam_set_loss_scale, .next_logits = fam_next_logits,
     .products = fam_products, .memory = fam_memory,
     .ckpt_probe = fam_ckpt_probe, .ckpt_what = "llm.c GPT-2: int32 magic 20240326", .ckpt_save = fam_ckpt_save,
     .ckpt_read_header = fam_ckpt_read_header, .ckpt_load = fam_ckpt_load};

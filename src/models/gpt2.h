@@ -36,9 +36,14 @@ typedef enum {
                              the bf16 weights widened into an fp32 copy; its gradients summed in an fp32
                              slab, rounded into the bf16 slab after each backward. The bf16 model with
                              COLLAGE_BF16_GEMM=widen gives its values (tests/test_gpt.c) */
+    COLLAGE_GPT_FP16_EMULATED, /* the same emulation with fp16 (IEEE half) storage: fp16 weights (uint16_t)
+                             widened, stored activations and activation gradients rounded to fp16, the
+                             gradients rounded into an fp16 slab after each backward. Computed in fp32:
+                             an accuracy study of fp16 storage, not fp16 arithmetic */
     COLLAGE_GPT_PRECISION_COUNT
 } collage_gpt_precision;
-const char    *collage_gpt_precision_name(collage_gpt_precision p);   /* "fp32", "bf16", "fp64", "bf16-emulated" */
+const char    *collage_gpt_precision_name(collage_gpt_precision p);   /* "fp32", "bf16", "fp64", "bf16-emulated",
+                                                                         "fp16-emulated" */
 collage_status collage_gpt_precision_parse(const char *name, collage_gpt_precision *out);
 
 /* Presets: "tiny" (L2 NH4 C128 T64, V 256), "small" (L6 NH6 C384 T256, V 256), "gpt2" (L12 NH12
@@ -109,6 +114,10 @@ collage_status collage_gpt_backward(collage_gpt *m);
  * bf16 models zero_grad defers clearing the bf16 slab to this call (a backward writes it whole), so a
  * pointer kept from before zero_grad may still show the old values. */
 void          *collage_gpt_grads(collage_gpt *m);
+/* Loss scaling: the following backwards compute the gradients of scale × the mean loss (the seed of the
+ * backward is scale / (B·T); 1 by default), so that small activation gradients stay above fp16's
+ * subnormals. The float graphs only: COLLAGE_ERR_UNSUPPORTED for the bf16 model. */
+collage_status collage_gpt_set_loss_scale(collage_gpt *m, double scale);
 void           collage_gpt_zero_grad(collage_gpt *m);
 
 /* What the model's products run on: "fp32 sgemm", "fp64 dgemm", or the bf16 path (nn.h: "oneDNN bf16

@@ -26,6 +26,7 @@ typedef struct {
      * tensor k in that slab (the products' matrices: wte, qkvw, attprojw, fcw, fcprojw have none) */
     size_t gs[COLLAGE_GPT_NTENSORS];
     size_t ngs;
+    float loss_scale; /* the float graphs' backward seeds loss_scale / N (collage_gpt_set_loss_scale) */
 } gpt_plan;
 
 /* 1: tensor k's gradient is written by a product's epilogue in the bf16 model. */

@@ -116,8 +116,8 @@ collage_status collage_model_init_weights(const collage_model_config *cfg, uint6
 }
 
 /* ---------------------------------------------------------------- precisions */
-static const char *const REAL_NAMES[COLLAGE_REAL_COUNT] = {"fp32", "bf16", "fp64"};
-static const size_t REAL_SIZES[COLLAGE_REAL_COUNT] = {4, 2, 8};
+static const char *const REAL_NAMES[COLLAGE_REAL_COUNT] = {"fp32", "bf16", "fp64", "fp16"};
+static const size_t REAL_SIZES[COLLAGE_REAL_COUNT] = {4, 2, 8, 2};
 
 const char *collage_real_name(collage_real r) { return (unsigned)r < COLLAGE_REAL_COUNT ? REAL_NAMES[r] : "unknown"; }
 size_t collage_real_size(collage_real r) { return (unsigned)r < COLLAGE_REAL_COUNT ? REAL_SIZES[r] : 0; }
@@ -224,6 +224,11 @@ collage_status collage_bf16_matmul(int ta, int tb, int M, int N, int K, const co
     }
     pthread_mutex_unlock(&lock);
     return st;
+}
+
+collage_status collage_model_set_loss_scale(collage_model *m, double scale) {
+    if (!m) return COLLAGE_ERR_NULL;
+    return m->fam->set_loss_scale ? m->fam->set_loss_scale(m->impl, scale) : COLLAGE_ERR_UNSUPPORTED;
 }
 
 void collage_model_zero_grad(collage_model *m) {

@@ -32,6 +32,7 @@ typedef struct {
     collage_status (*backward)(void *impl);
     void *(*grads)(void *impl);
     void (*zero_grad)(void *impl);
+    collage_status (*set_loss_scale)(void *impl, double scale); /* optional: NULL = no loss scaling */
     collage_status (*next_logits)(void *impl, const void *params, const int *tokens, int T, float *logits);
     const char *(*products)(const void *impl);
     collage_status (*memory)(const void *impl, collage_model_memory *out);

@@ -7,7 +7,8 @@
  * row-major, e.g. (B,T,C); a backward adds (+=) into weight gradients and assigns activation gradients
  * unless its comment says otherwise. Aliasing: none unless stated.
  * bf: 1 emulates bf16 hardware in the float ops: every stored activation and activation gradient is
- * rounded to the nearest bf16 (nn_rnd_f32), once per op; products and sums stay fp32. The double ops
+ * rounded to the nearest bf16 (nn_rnd_f32), once per op; products and sums stay fp32; 2 does the same
+ * with fp16 (IEEE half) storage. The double ops
  * take bf and ignore it. nt: the OpenMP threads (collage_set_threads). Every loop gives each thread a
  * disjoint output range and sums run in a fixed order, so results are bit-identical for any nt and
  * with OpenMP off. */
@@ -30,12 +31,22 @@
 static inline float nn_sel_f32(uint32_t m, float a, float b) { return bits_f32((m & f32_bits(a)) | (~m & f32_bits(b))); }
 static inline uint32_t nn_lt_f32(float a, float b) { return 0u - (uint32_t)(a < b); }
 
-/* bf ? the bf16 nearest to v (RN, ties to even, NaN kept quiet: bf16_rn_bits) : v. */
+/* bf = 1: the bf16 nearest to v (RN, ties to even, NaN kept quiet: bf16_rn_bits); bf = 2: the fp16 (IEEE
+ * half) nearest to v as a float (RN, ties to even, its subnormals, ±Inf from 65520 up, NaN kept quiet:
+ * collage_lp_from_f32's fp16); bf = 0: v. Branch-free, with the format's constants chosen from bf (loop
+ * invariant, so hoisted): the bf16 lines are the same instructions as before fp16 came, plus the few
+ * selects fp16 needs. Below 2^-14 fp16's grid is 2^-24, which (|v| + 0.5) − 0.5 rounds to. */
 static inline float nn_rnd_f32(int bf, float v) {
-    const uint32_t u = f32_bits(v);
-    const uint32_t rn = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u, nan = (u | 0x00400000u) & 0xffff0000u;
-    const uint32_t is_nan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u), on = 0u - (uint32_t)(bf != 0);
-    return bits_f32((on & ((is_nan & nan) | (~is_nan & rn))) | (~on & u));
+    const uint32_t u = f32_bits(v), a = u & 0x7fffffffu;
+    const uint32_t h = 0u - (uint32_t)(bf == 2), sh = 16u - (h & 3u), keep = ~0u << sh;
+    const uint32_t rn = (u + (~keep >> 1) + ((u >> sh) & 1u)) & keep, nan = (u | 0x00400000u) & keep;
+    const uint32_t is_nan = 0u - (uint32_t)(a > 0x7f800000u), on = 0u - (uint32_t)(bf != 0);
+    const float half = bits_f32(h & 0x3f000000u); /* 0.5 for fp16, 0 otherwise */
+    const uint32_t sub = f32_bits((bits_f32(a) + half) - half) | (u & 0x80000000u);
+    const uint32_t is_sub = h & (0u - (uint32_t)(a < 0x38800000u));
+    const uint32_t is_inf = h & ~is_nan & (0u - (uint32_t)((rn & 0x7fffffffu) >= 0x47800000u));
+    const uint32_t r = (is_sub & sub) | (is_inf & ((u & 0x80000000u) | 0x7f800000u)) | (~is_sub & ~is_inf & rn);
+    return bits_f32((on & ((is_nan & nan) | (~is_nan & r))) | (~on & u));
 }
 static inline double nn_rnd_f64(int bf, double v) { (void)bf; return v; }
 static inline float nn_min_f32(float a, float b) { return nn_sel_f32(nn_lt_f32(b, a), b, a); } /* NaN a: a */

@@ -193,6 +193,9 @@ collage_status collage_adamw_create(const collage_adamw_config *cfg, collage_ada
     if (!(o->cfg.beta1 > 0 && o->cfg.beta1 < 1 && o->cfg.beta2 > 0 && o->cfg.beta2 < 1 && o->cfg.eps > 0 &&
           o->cfg.weight_decay >= 0 && o->cfg.clip >= 0 && isfinite(o->cfg.weight_decay) && isfinite(o->cfg.clip)))
         st = COLLAGE_ERR_ARG;
+    /* the fp16 lines round den = RN(RN(√v) + eps): an eps that is 0 in fp16 gives den = 0 where v underflows */
+    if (strategy_arith(cfg->strategy) == COLLAGE_WORD_FP16 && !(lp_f32(COLLAGE_FMT_FP16, lp_rn(COLLAGE_FMT_FP16, (float)o->cfg.eps)) > 0))
+        st = COLLAGE_ERR_ARG;
     o->n_groups = cfg->n_groups;
     if (st == COLLAGE_OK && o->n_groups) {
         o->groups = calloc((size_t)o->n_groups, sizeof *o->groups);
@@ -459,7 +462,7 @@ static double grad_sumsq(collage_adamw *o, const void *grads, int nt, int ref) {
     long nb = (long)o->n_blocks;
     const int bf16 = grad_kind(o); /* the gradient has the weights' format */
     (void)nt; /* unused without OpenMP */
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(static) num_threads(nt) if (o->cfg.n > BLOCK) /* a block or less: the caller alone */
     for (long bi = 0; bi < nb; bi++) grad_sq_block(bf16, grads, o->blocks[bi].a, o->blocks[bi].b, &o->acc[bi], ref);
     double sum = 0;
     int bad = 0;
@@ -527,7 +530,7 @@ static void q8_steps(collage_adamw *o, const adamw_slabs *S, const adamw_k *k, d
     }
     const long nq = (long)o->n_qitems;
     (void)nt; /* unused without OpenMP */
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(static) num_threads(nt) if (o->cfg.n > BLOCK)
     for (long q = 0; q < nq; q++) {
         const adamw_piece *P = &o->pieces[o->qitem[q]];
         const int np = (int)(o->qitem[q + 1] - o->qitem[q]);
@@ -585,7 +588,7 @@ static collage_status step(collage_adamw *o, const void *grads, double lr, colla
     int tie_free_all = set_group_nt(o, isa, &k, lr);
     if (strategy_has_q8(s)) q8_steps(o, &S, &k, lr, edq, isa, nt);
     else {
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(static) num_threads(nt) if (o->cfg.n > BLOCK)
         for (long bi = 0; bi < nb; bi++) {
             const block_t *B = &o->blocks[bi];
             adamw_k kb = k;

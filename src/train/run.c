@@ -54,6 +54,11 @@ static collage_status check_config(collage_run *r) {
     if (c->batch % r->M != 0 || r->M > RUN_MAX_MICRO || r->A > RUN_MAX_ACCUM)
         return run_fail(r, COLLAGE_ERR_ARG, "a batch of %d sequences does not split into %d ranks x %d micro-batches of "
                                             "equal size", c->batch, r->P, r->A);
+    const collage_strategy_info *T = collage_strategy_get(c->strategy);
+    if (T && T->arith == COLLAGE_WORD_FP16 && !(collage_lp_to_f32(COLLAGE_FMT_FP16, collage_lp_from_f32(COLLAGE_FMT_FP16, (float)c->eps)) > 0))
+        return run_fail(r, COLLAGE_ERR_ARG, "eps %g is 0 in fp16, and %s keeps v and its denominator in fp16: where v underflows "
+                                            "the update would divide by 0 (use --eps 1e-4, the usual eps of fp16 training, or "
+                                            "fp16-master)", c->eps, T->name);
     collage_tokenizer_kind tk;
     if (collage_tokenizer_kind_parse(c->tokenizer, &tk) != COLLAGE_OK)
         return run_fail(r, COLLAGE_ERR_ARG, "unknown tokenizer '%s' (byte or gpt2)", c->tokenizer);
@@ -102,7 +107,7 @@ static collage_status open_data(collage_run *r, const collage_run_saved *saved) 
 /* The model, this rank's optimizer shard over the weight slab, the step's buffers. */
 static collage_status make_model(collage_run *r) {
     collage_run_config *c = &r->cfg;
-    collage_real prec = r->bf16 ? COLLAGE_REAL_BF16 : COLLAGE_REAL_FP32;
+    collage_real prec = r->bf16 == 2 ? COLLAGE_REAL_FP16 : r->bf16 ? COLLAGE_REAL_BF16 : COLLAGE_REAL_FP32;
     if (collage_model_create(&r->mc, prec, r->Bm, c->seq, &r->m) != COLLAGE_OK)
         return run_fail(r, COLLAGE_ERR_NOMEM, "cannot create the model (%zu parameters)", collage_model_num_params(&r->mc));
     r->n = collage_model_size(r->m);
@@ -138,11 +143,16 @@ static collage_status make_model(collage_run *r) {
     return COLLAGE_OK;
 }
 
-/* The weights: the family's initialisation, or this rank's state from the checkpoint. */
+/* The weights: the family's initialisation, or this rank's state from the checkpoint (with the loss
+ * scaler's state). */
 static collage_status first_weights(collage_run *r, const char *resume_dir, const collage_run_saved *saved) {
     if (saved) {
         collage_status st = run_load_shards(r, resume_dir, saved);
         r->step = saved->step;
+        if (r->bf16 == 2 && saved->loss_scale > 0) {
+            r->loss_scale = saved->loss_scale;
+            r->scale_good = saved->loss_scale_good;
+        }
         return st;
     }
     float *w0 = malloc(r->n * sizeof(float));
@@ -202,8 +212,9 @@ collage_status collage_run_create(const collage_run_config *cfg, const collage_c
     r->A = r->cfg.accum;
     r->M = r->P * r->A;
     r->Bm = r->cfg.batch / (r->M > 0 ? r->M : 1);
-    r->bf16 = !collage_strategy_is_fp32(r->cfg.strategy);
+    r->bf16 = collage_strategy_is_fp16(r->cfg.strategy) ? 2 : !collage_strategy_is_fp32(r->cfg.strategy);
     r->wb = r->bf16 ? 2 : 4;
+    r->loss_scale = r->bf16 != 2 ? 1.0 : r->cfg.loss_scale > 0 ? r->cfg.loss_scale : COLLAGE_LOSS_SCALE_INIT;
     if (!st) st = check_config(r); /* the same on every rank: no agreement needed */
     if (!st) {
         st = run_agree(r, setup(r, resume_dir), "set-up");
@@ -297,9 +308,25 @@ static collage_status micro_batches(collage_run *r, double *mine) {
     return COLLAGE_OK;
 }
 
+/* The fp16 strategies' loss scaler after a step whose scaled gradient was finite (ok) or not: double
+ * the scale after COLLAGE_LOSS_SCALE_GROWTH finite steps in a row, halve it on an overflow. Returns 0,
+ * or -1 when an overflow comes at COLLAGE_LOSS_SCALE_MIN (a gradient that is not finite at any scale). */
+static int loss_scaler(collage_run *r, int ok) {
+    if (ok) {
+        if (++r->scale_good >= COLLAGE_LOSS_SCALE_GROWTH) { r->loss_scale *= 2; r->scale_good = 0; }
+        return 0;
+    }
+    r->scale_good = 0;
+    if (r->loss_scale <= COLLAGE_LOSS_SCALE_MIN) return -1;
+    r->loss_scale /= 2;
+    return 0;
+}
+
 collage_status collage_run_step(collage_run *r, collage_run_step_info *info) {
     if (!r || !info) return COLLAGE_ERR_NULL;
     double mine[RUN_MAX_ACCUM];
+    if (r->bf16 == 2 && collage_model_set_loss_scale(r->m, r->loss_scale) != COLLAGE_OK)
+        return run_fail(r, COLLAGE_ERR_UNSUPPORTED, "the model takes no loss scale");
     collage_status st = run_agree(r, micro_batches(r, mine), "a training step");
     if (st) return st;
     memset(info, 0, sizeof *info);
@@ -314,7 +341,13 @@ collage_status collage_run_step(collage_run *r, collage_run_step_info *info) {
     }
     double sumsq = shard_grad_sumsq(run_comm(r), g, r->bf16, r->n);
     info->lr = collage_run_lr(&r->cfg, r->step);
+    info->loss_scale = r->loss_scale;
+    collage_adamw_set_grad_scale(r->opt, r->loss_scale);
     st = collage_adamw_step_sumsq(r->opt, g, info->lr, sumsq, &info->stats);
+    if (r->bf16 == 2 && (st == COLLAGE_OK || st == COLLAGE_ERR_NONFINITE)) { /* the scaler decides, on every rank alike */
+        info->overflow = st == COLLAGE_ERR_NONFINITE;
+        if (loss_scaler(r, st == COLLAGE_OK) == 0) st = COLLAGE_OK;
+    }
     if (st == COLLAGE_ERR_NONFINITE) run_fail(r, st, "step %d: %s", r->step + 1, collage_adamw_error(r->opt));
     else if (st != COLLAGE_OK) return run_fail(r, st, "optimizer: %s", collage_status_str(st));
     if (shard_allgather_slab(run_comm(r), r->params, r->wb, r->n)) /* the updated weights to every rank */

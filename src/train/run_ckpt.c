@@ -28,11 +28,13 @@ static collage_status write_manifest(collage_run *r, const char *dir) {
     if (collage_atomic_open(&af, path, r->err, sizeof r->err)) return COLLAGE_ERR_IO;
     fprintf(af.f, "%s\nstep %d\nprecision %s\ntokenizer %s\nvocab %d\npadded_vocab %d\nmax_seq %d\nlayers %d\nheads %d\n"
                   "dim %d\nbatch %d\nseq %d\nsteps %d\nwarmup %d\nlr %.17g\nbeta1 %.17g\nbeta2 %.17g\neps %.17g\n"
-                  "wd %.17g\nclip %.17g\nseed %llu\ndata_fingerprint %llu\nranks %d\naccum %d\nfamily %s\n",
+                  "wd %.17g\nclip %.17g\nseed %llu\ndata_fingerprint %llu\nranks %d\naccum %d\nfamily %s\n"
+                  "loss_scale %.17g\nloss_scale_good %d\nopt_steps %llu\n",
             MANIFEST_MAGIC, r->step, collage_strategy_name(c->strategy), c->tokenizer, r->mc.vocab_size,
             r->mc.padded_vocab_size, r->mc.max_seq_len, c->layers, c->heads, c->dim, c->batch, c->seq, c->steps,
             c->warmup, c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->clip, (unsigned long long)c->seed,
-            (unsigned long long)r->fingerprint, r->P, r->A, collage_family_name(r->mc.family));
+            (unsigned long long)r->fingerprint, r->P, r->A, collage_family_name(r->mc.family), r->loss_scale, r->scale_good,
+            (unsigned long long)collage_adamw_steps(r->opt));
     return collage_atomic_commit(&af, r->err, sizeof r->err);
 }
 
@@ -116,14 +118,19 @@ static collage_status saved_from_kv(const kv *it, int n, const char *path, colla
     c->model = NULL; /* the shape in layers, heads and dim, over the tiny preset */
     for (size_t i = 0; i < NFIELDS; i++) field_read(&FIELDS[i], c, kv_get(it, n, FIELDS[i].key));
     s->step = atoi(kv_get(it, n, "step"));
+    /* a run saved before skipped steps were counted has no opt_steps line: every step was taken */
+    s->opt_steps = kv_get(it, n, "opt_steps") ? atoi(kv_get(it, n, "opt_steps")) : s->step;
     s->data_fingerprint = strtoull(kv_get(it, n, "data_fingerprint"), NULL, 10);
+    /* a run saved before loss scaling has no loss_scale lines: 0 = the initial scale */
+    s->loss_scale = kv_get(it, n, "loss_scale") ? strtod(kv_get(it, n, "loss_scale"), NULL) : 0.0;
+    s->loss_scale_good = kv_get(it, n, "loss_scale_good") ? atoi(kv_get(it, n, "loss_scale_good")) : 0;
     /* a run saved by one process has no ranks or accum lines */
     s->ranks = kv_get(it, n, "ranks") ? atoi(kv_get(it, n, "ranks")) : 1;
     s->accum = kv_get(it, n, "accum") ? atoi(kv_get(it, n, "accum")) : 1;
     c->accum = s->accum;
-    if (s->ranks < 1 || s->accum < 1 || s->step < 0)
-        return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' has step %d, ranks %d, accum %d", path, s->step, s->ranks,
-                             s->accum);
+    if (s->ranks < 1 || s->accum < 1 || s->step < 0 || s->opt_steps < 0 || s->opt_steps > s->step)
+        return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' has step %d (%d optimizer steps), ranks %d, accum %d", path, s->step,
+                             s->opt_steps, s->ranks, s->accum);
     return COLLAGE_OK;
 }
 
@@ -178,13 +185,14 @@ int collage_run_conflict(const collage_run_saved *saved, const collage_run_confi
 }
 
 /* ---------------------------------------------------------------- save */
-/* The model file (rank 0): bf16 weights widened exactly, so that llm.c's fp32 format loads anywhere. */
+/* The model file (rank 0): bf16 or fp16 weights widened exactly, so that llm.c's fp32 format loads anywhere. */
 static collage_status save_model_file(collage_run *r, const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/model.bin", dir);
     float *w32 = r->bf16 ? malloc(r->n * sizeof(float)) : (float *)r->params;
     if (!w32) return run_fail(r, COLLAGE_ERR_NOMEM, "out of memory writing '%s'", path);
-    if (r->bf16) collage_bf16_to_f32_row(w32, r->params, r->n);
+    if (r->bf16 == 2) collage_fp16_to_f32_row(w32, r->params, r->n);
+    else if (r->bf16) collage_bf16_to_f32_row(w32, r->params, r->n);
     collage_status st = collage_model_save_file(path, &r->mc, w32, 0, r->err, sizeof r->err);
     if (r->bf16) free(w32);
     return st;
@@ -230,8 +238,8 @@ collage_status run_load_shards(collage_run *r, const char *dir, const collage_ru
             return run_fail(r, COLLAGE_ERR_FORMAT, "the %d saved shards in '%s' cover %zu of its %zu parameters",
                             saved->ranks, dir, got, r->hi - r->lo);
     }
-    if (collage_adamw_steps(r->opt) != (uint64_t)saved->step)
-        return run_fail(r, COLLAGE_ERR_FORMAT, "'%s' holds step %llu but train.state says %d", dir,
-                        (unsigned long long)collage_adamw_steps(r->opt), saved->step);
+    if (collage_adamw_steps(r->opt) != (uint64_t)saved->opt_steps)
+        return run_fail(r, COLLAGE_ERR_FORMAT, "'%s' holds %llu optimizer steps but train.state says %d", dir,
+                        (unsigned long long)collage_adamw_steps(r->opt), saved->opt_steps);
     return COLLAGE_OK;
 }

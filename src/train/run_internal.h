@@ -25,7 +25,9 @@ struct collage_run {
     collage_edq *parts;           /* every rank's EDQ, P */
     int32_t *in, *tg;
     size_t n, lo, hi, wb;         /* parameters, this rank's shard, bytes per weight */
-    int bf16, step, P, R, A, M, Bm;
+    int bf16, step, P, R, A, M, Bm; /* bf16: the weights' (and gradients') kind: 0 fp32, 1 bf16, 2 fp16 */
+    double loss_scale;            /* the dynamic loss scale of the fp16 strategies; 1 otherwise */
+    int scale_good;               /* finite steps since it last changed */
     uint64_t fingerprint;
     int resumed_ranks, resumed_accum;
     char err[1024];

@@ -27,15 +27,16 @@ void shard_accumulate(float *acc, const void *x, int x_bf16, size_t n, int add) 
     const uint16_t *h = x;
     const float *f = x;
     for (size_t i = 0; i < n; i++) {
-        float v = x_bf16 ? bf16_f32(h[i]) : f[i];
+        float v = x_bf16 == 1 ? bf16_f32(h[i]) : x_bf16 == 2 ? lp_f32(COLLAGE_FMT_FP16, h[i]) : f[i];
         acc[i] = add ? acc[i] + v : v;
     }
 }
-/* out = acc / m, rounded to bf16 (RN) when out_bf16 */
+/* out = acc / m, rounded to bf16 or fp16 (RN) when out_bf16 is 1 or 2 */
 static void from_acc(void *out, float *acc, size_t n, int m, int out_bf16) {
     if (m != 1)
         for (size_t i = 0; i < n; i++) acc[i] /= (float)m;
-    if (out_bf16) collage_bf16_from_f32_row(out, acc, n);
+    if (out_bf16 == 2) collage_fp16_from_f32_row(out, acc, n);
+    else if (out_bf16) collage_bf16_from_f32_row(out, acc, n);
     else memcpy(out, acc, n * sizeof(float));
 }
 

@@ -11,10 +11,11 @@ int    shard_rank(const collage_comm *c);
 int    shard_size(const collage_comm *c);
 /* 1 + the highest rank whose flag is set, 0 when none (-1 folded into "failed" when the transport fails). */
 int    shard_any(const collage_comm *c, int flag);
-/* acc[i] = x[i] as fp32 (x: bf16 bits or float), or acc[i] += x[i] when add. */
+/* The x_bf16 and out_bf16 arguments below give the kind of the elements: 0 float, 1 bf16 bits, 2 fp16 bits. */
+/* acc[i] = x[i] as fp32 (x: bf16 or fp16 bits, or float), or acc[i] += x[i] when add. */
 void   shard_accumulate(float *acc, const void *x, int x_bf16, size_t n, int add);
 /* out: this rank's shard [lo, hi) of (x_0 + x_1 + … + x_{size-1}) / m, the sum in fp32 in rank
- * order starting from x_0 itself, divided once, rounded to bf16 (RN) when out_bf16. In pieces of
+ * order starting from x_0 itself, divided once, rounded to bf16 or fp16 (RN) when out_bf16 is. In pieces of
  * bounded size. 0, or -1 (out of memory, transport failure). */
 int    shard_reduce_scatter(const collage_comm *c, const void *x, int x_bf16, size_t n, int m, void *out,
                             int out_bf16);

@@ -30,8 +30,11 @@
 #define FAIL(...) do { fprintf(stderr, "fuzz_inputs: " __VA_ARGS__); fputc('\n', stderr); abort(); } while (0)
 
 static char g_dir[256];                       /* the scratch folder */
-static unsigned char *g_state[COLLAGE_STRATEGY_COUNT];
-static size_t g_state_len[COLLAGE_STRATEGY_COUNT];
+/* The states fuzzed: every preset's, and two compositions with 8-bit moments (codes and block scales). */
+#define N_FUZZ_STRATS (COLLAGE_STRATEGY_COUNT + 2)
+static collage_strategy g_strat[N_FUZZ_STRATS];
+static unsigned char *g_state[N_FUZZ_STRATS];
+static size_t g_state_len[N_FUZZ_STRATS];
 static unsigned char *g_ckpt[2];              /* fp32, bf16 */
 static size_t g_ckpt_len[2];
 static const collage_model_config g_cfg = {.family = COLLAGE_FAMILY_GPT2, .vocab_size = 16, .padded_vocab_size = 16,
@@ -69,6 +72,7 @@ static collage_adamw *make_opt(collage_strategy s, size_t index0, size_t n) {
     c.groups = g_groups;
     c.n_groups = 2;
     c.beta2 = 0.95;
+    c.eps = 1e-4; /* not 0 in fp16: the fp16 strategies take it */
     c.seed = 7;
     collage_adamw *o;
     if (collage_adamw_create(&c, &o) != COLLAGE_OK) FAIL("cannot create a %s optimizer", collage_strategy_name(s));
@@ -125,16 +129,19 @@ static void snapshot(collage_adamw *o, unsigned char *w, double *kept) {
 
 static void fuzz_state(const uint8_t *d, size_t n) {
     if (n < 1) return;
-    collage_strategy s = (collage_strategy)(d[0] % COLLAGE_STRATEGY_COUNT);
+    const int si = d[0] % N_FUZZ_STRATS;
+    const collage_strategy s = g_strat[si];
+    const collage_strategy_info *T = collage_strategy_get(s);
+    const int q8 = T->word[COLLAGE_ROLE_M].block || T->word[COLLAGE_ROLE_V].block; /* shards of whole scale blocks only */
     size_t len;
-    unsigned char *b = edit(g_state[s], g_state_len[s], d + 1, n - 1, &len, 1);
+    unsigned char *b = edit(g_state[si], g_state_len[si], d + 1, n - 1, &len, 1);
     char path[300];
     snprintf(path, sizeof path, "%s/state.bin", g_dir);
     spit(path, b, len);
     free(b);
     /* the whole slab, then a shard of it (load_part reads only the overlap) */
     for (int part = 0; part < 2; part++) {
-        collage_adamw *o = part ? make_opt(s, 8, 24) : make_opt(s, 0, N_ELEM);
+        collage_adamw *o = part && !q8 ? make_opt(s, 8, 24) : make_opt(s, 0, N_ELEM);
         unsigned char w0[N_ELEM * 4] = {0}, w1[N_ELEM * 4] = {0};
         double k0[N_ELEM] = {0}, k1[N_ELEM] = {0};
         snapshot(o, w0, k0);
@@ -356,8 +363,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     if (mkdir(path, 0700)) FAIL("cannot make %s", path);
     snprintf(path, sizeof path, "%s/corpus", g_dir);
     if (mkdir(path, 0700)) FAIL("cannot make %s", path);
-    for (int s = 0; s < COLLAGE_STRATEGY_COUNT; s++) {
-        collage_adamw *o = make_opt((collage_strategy)s, 0, N_ELEM);
+    for (int s = 0; s < COLLAGE_STRATEGY_COUNT; s++) g_strat[s] = (collage_strategy)s;
+    if (collage_strategy_parse("collage-light+m=int8,v=int8", &g_strat[COLLAGE_STRATEGY_COUNT]) != COLLAGE_OK ||
+        collage_strategy_parse("bf16-sr+m=e4m3,v=int8,q=sr", &g_strat[COLLAGE_STRATEGY_COUNT + 1]) != COLLAGE_OK)
+        FAIL("cannot parse the compositions");
+    for (int s = 0; s < N_FUZZ_STRATS; s++) {
+        collage_adamw *o = make_opt(g_strat[s], 0, N_ELEM);
         snprintf(path, sizeof path, "%s/base_state.bin", g_dir);
         if (collage_adamw_save(o, path) != COLLAGE_OK) FAIL("cannot save a state: %s", collage_adamw_error(o));
         g_state[s] = slurp(path, &g_state_len[s]);
