@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_STRATEGIES 16
+#define MAX_STRATEGIES 24
 #define MAX_BETA2 8
 #define MAX_SEEDS 32
 #define MAX_PASS 64
@@ -54,8 +54,10 @@ static void compare_usage(FILE *f) {
             "usage: collage compare [--precision LIST|all] [--beta2 LIST] [--seeds N] [--steps N] [--out DIR]\n"
             "                       [--jobs J] [--threads T] [--seed N] [train flags...]\n"
             "Trains every (strategy, beta2, seed) on the same data, initial weights and batch order, then writes\n"
-            "results.csv, report.md and plots (val_loss.png, edq.png, loss_vs_bytes.png) to --out.\n"
-            "  --precision LIST    comma-separated strategies, or 'all'\n"
+            "results.csv, report.md and plots (val_loss.png, edq.png, loss_vs_bytes.png, frontier.png) to --out.\n"
+            "  --precision LIST    comma-separated strategies (compositions too: collage-light+m=int8,v=int8),\n"
+            "                      'all' (every preset) or 'frontier' (the 16-bit strategies and the 8-bit\n"
+            "                      compositions their bytes suggest, against bf16-master: README)\n"
             "                      (default: fp32,bf16,collage-light,collage-plus,bf16-master)\n"
             "  --beta2 LIST        comma-separated (default: 0.95,0.999)\n"
             "  --seeds N           seeds per combination (default 1); seed k trains with --seed SEED+k\n"
@@ -69,28 +71,58 @@ static void compare_usage(FILE *f) {
             "  --wd 0.1, --clip 1.0, --eps 1e-8, on the fortunes corpus with 10%% held out.\n");
 }
 
-/* Comma-separated list of strategies ("all": every one). */
+/* The frontier: the fewest bytes at bf16-master's quality. The 16-bit strategies the paper compares, and
+ * the 8-bit compositions their bytes suggest: the two compensated ones and stochastic rounding with m
+ * and v in 8 bits (dynamic code, re-quantized to nearest and stochastically), e4m3 beside them, and
+ * bf16-master with 8-bit states (the usual 8-bit Adam). */
+static const char FRONTIER[] = "bf16-master,bf16,bf16-sr,bf16-remainder,collage-light,collage-plus,"
+                               "collage-light+m=int8,v=int8,collage-light+m=int8,v=int8,q=sr,"
+                               "bf16-sr+m=int8,v=int8,bf16-sr+m=int8,v=int8,q=sr,bf16-remainder+m=int8,v=int8,"
+                               "bf16-master+m=int8,v=int8,collage-light+m=e4m3,v=e4m3";
+
+/* Comma-separated list of strategies ("all": every preset; "frontier": FRONTIER). A composition's own
+ * parts are comma-separated too: a piece that starts with m=, v= or q= continues the strategy before it. */
 static int parse_strategies(const char *v, compare_opts *o) {
     o->n_strategies = 0;
     if (!strcmp(v, "all")) {
         for (int s = 0; s < COLLAGE_STRATEGY_COUNT && s < MAX_STRATEGIES; s++) o->strategies[o->n_strategies++] = (collage_strategy)s;
         return 0;
     }
-    char buf[1024];
+    if (!strcmp(v, "frontier")) v = FRONTIER;
+    char buf[2048], names[MAX_STRATEGIES + 1][128];
+    int k = -1;
     snprintf(buf, sizeof buf, "%s", v);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        const int part = (t[0] == 'm' || t[0] == 'v' || t[0] == 'q') && t[1] == '=' && k >= 0 && strchr(names[k], '+');
+        if (part) {
+            size_t len = strlen(names[k]);
+            snprintf(names[k] + len, sizeof names[k] - len, ",%s", t);
+            continue;
+        }
+        if (++k >= MAX_STRATEGIES) { fprintf(stderr, "collage compare: at most %d strategies in --precision\n", MAX_STRATEGIES); return -1; }
+        snprintf(names[k], sizeof names[k], "%s", t);
+    }
+    for (int i = 0; i <= k; i++) {
         collage_strategy s;
-        if (collage_strategy_parse(t, &s) != COLLAGE_OK) {
-            fprintf(stderr, "collage compare: unknown strategy '%s' in --precision\nhint: collage train --help lists them, or pass 'all'\n", t);
+        if (collage_strategy_parse(names[i], &s) != COLLAGE_OK) {
+            fprintf(stderr, "collage compare: '%s' in --precision: %s\nhint: collage train --help lists the strategies and "
+                            "how to compose one; or pass 'all' or 'frontier'\n", names[i], collage_strategy_parse_error());
             return -1;
         }
-        for (int i = 0; i < o->n_strategies; i++)
-            if (o->strategies[i] == s) { fprintf(stderr, "collage compare: '%s' appears twice in --precision\n", t); return -1; }
-        if (o->n_strategies == MAX_STRATEGIES) return -1;
+        for (int j = 0; j < o->n_strategies; j++)
+            if (o->strategies[j] == s) { fprintf(stderr, "collage compare: '%s' appears twice in --precision\n", names[i]); return -1; }
         o->strategies[o->n_strategies++] = s;
     }
     if (!o->n_strategies) { fprintf(stderr, "collage compare: --precision lists no strategy\n"); return -1; }
     return 0;
+}
+
+/* A strategy's name as a file name: a composition's '+', ',' and '=' become '_', '_' and '-'
+ * ("collage-light_m-int8_v-int8"); a preset's is its name. */
+static const char *file_name(collage_strategy s, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s", collage_strategy_name(s));
+    for (char *c = buf; *c; c++) *c = *c == '+' || *c == ',' ? '_' : *c == '=' ? '-' : *c;
+    return buf;
 }
 
 static int parse_beta2(const char *v, compare_opts *o) {
@@ -411,7 +443,7 @@ static void paragraph(sbuf *b, const compare_opts *o, const run_t *runs, int nru
         const char *verdict = fabs(d.mean) <= noise ? "matches it" : d.mean > 0 ? "ends worse" : "ends better";
         sb_printf(b, "**%s** %s (%+.4f", collage_strategy_name(s), verdict, d.mean);
         if (d.n > 1) sb_printf(b, " ± %.4f", d.sd);
-        sb_printf(b, ") at %.0f bytes per parameter", bpp.mean);
+        sb_printf(b, ") at %.4g bytes per parameter", bpp.mean);
         if (isfinite(lost.mean) && lost.mean > 0.001) {
             const char *kept = collage_strategy_get(s)->keeps_update_in; /* NULL: the update is lost */
             if (kept) sb_printf(b, "; its bf16 weights stayed put on %.1f%% of nonzero updates, which %s carried instead", 100 * lost.mean, kept);
@@ -476,6 +508,171 @@ static void beta2_paragraph(sbuf *b, const compare_opts *o, const run_t *runs, i
     else sb_printf(b, "\n\n");
 }
 
+/* ------------------------------------------------------------------ the frontier */
+/* Whether s's gap to the reference at β2 is within the noise the paragraphs use (paired by seed). */
+static int matches(const compare_opts *o, const run_t *runs, int nruns, collage_strategy s, double b2) {
+    const collage_strategy ref = reference(o);
+    if (s == ref) return 1;
+    stat_t d = paired_diff(runs, nruns, s, ref, b2);
+    if (!d.n) return 0;
+    double noise = o->seeds > 1 ? fmax(2 * d.sd / sqrt((double)d.n), MATCH_FLOOR) : REF_NOISE;
+    return fabs(d.mean) <= noise || d.mean < 0;
+}
+
+/* The Pareto set at β2: strategies that no other beats on both bytes per parameter and the mean gap
+ * to the reference (fewer or equal bytes and a smaller gap, one of them strictly). pareto[i] for
+ * o->strategies[i]; returns how many. */
+static int pareto_set(const compare_opts *o, const run_t *runs, int nruns, double b2, int *pareto) {
+    const collage_strategy ref = reference(o);
+    double bytes[MAX_STRATEGIES], gap[MAX_STRATEGIES];
+    int have[MAX_STRATEGIES], k = 0;
+    for (int i = 0; i < o->n_strategies; i++) {
+        const collage_strategy s = o->strategies[i];
+        stat_t bpp = stat_of(runs, nruns, s, b2, offsetof(run_t, bpp)), d = paired_diff(runs, nruns, s, ref, b2);
+        have[i] = bpp.n && (s == ref || d.n);
+        bytes[i] = bpp.mean;
+        gap[i] = s == ref ? 0.0 : d.mean;
+    }
+    for (int i = 0; i < o->n_strategies; i++) {
+        pareto[i] = have[i];
+        for (int j = 0; j < o->n_strategies && pareto[i]; j++)
+            if (j != i && have[j] && bytes[j] <= bytes[i] && gap[j] <= gap[i] && (bytes[j] < bytes[i] || gap[j] < gap[i]))
+                pareto[i] = 0;
+        k += pareto[i];
+    }
+    return k;
+}
+
+/* The frontier: per β2 the Pareto set of bytes against the gap, then the fewest bytes at which a
+ * strategy matches the reference at every β2 (the question the frontier answers). */
+static void frontier_paragraph(sbuf *b, const compare_opts *o, const run_t *runs, int nruns, int plots_ok) {
+    const collage_strategy ref = reference(o);
+    sb_printf(b, "## The frontier: bytes against quality\n\nFor each β2, the Pareto set: the strategies that no other beats on "
+                 "both training-state bytes per parameter (gradient included) and the mean validation-loss gap to %s "
+                 "(paired by seed; ± its spread over seeds).\n\n", collage_strategy_name(ref));
+    for (int j = 0; j < o->n_beta2; j++) {
+        int pareto[MAX_STRATEGIES];
+        if (!pareto_set(o, runs, nruns, o->beta2[j], pareto)) continue;
+        sb_printf(b, "- β2 = %g:", o->beta2[j]);
+        int first = 1;
+        for (int i = 0; i < o->n_strategies; i++) { /* in order of bytes */
+            int best = -1;
+            double bb = (double)INFINITY;
+            for (int k = 0; k < o->n_strategies; k++) {
+                if (!pareto[k]) continue;
+                double x = stat_of(runs, nruns, o->strategies[k], o->beta2[j], offsetof(run_t, bpp)).mean;
+                if (x < bb) { bb = x; best = k; }
+            }
+            if (best < 0) break;
+            pareto[best] = 0;
+            const collage_strategy s = o->strategies[best];
+            stat_t d = paired_diff(runs, nruns, s, ref, o->beta2[j]);
+            sb_printf(b, "%s **%s** (%.4g B", first ? "" : ",", collage_strategy_name(s), bb);
+            if (s == ref) sb_printf(b, ", the reference)");
+            else if (d.n > 1) sb_printf(b, ", %+.4f ± %.4f)", d.mean, d.sd);
+            else sb_printf(b, ", %+.4f)", d.mean);
+            first = 0;
+            (void)i;
+        }
+        sb_printf(b, "\n");
+    }
+    /* the fewest bytes that match at every β2 */
+    int best = -1;
+    double bb = (double)INFINITY;
+    for (int i = 0; i < o->n_strategies; i++) {
+        const collage_strategy s = o->strategies[i];
+        int all = 1;
+        double x = 0;
+        for (int j = 0; j < o->n_beta2 && all; j++) {
+            all = matches(o, runs, nruns, s, o->beta2[j]);
+            x = stat_of(runs, nruns, s, o->beta2[j], offsetof(run_t, bpp)).mean;
+        }
+        if (all && x < bb) { bb = x; best = i; }
+    }
+    sb_printf(b, "\nA strategy matches %s when its gap is within the noise of the paragraphs above (or below zero). ",
+              collage_strategy_name(ref));
+    if (best >= 0)
+        sb_printf(b, "The fewest bytes that match it at every β2 tried: **%s**, %.4g bytes per parameter", 
+                  collage_strategy_name(o->strategies[best]), bb);
+    else sb_printf(b, "No strategy but the reference matches it at every β2 tried");
+    int cheap = 0;
+    for (int i = 0; i < o->n_strategies; i++) {
+        const collage_strategy s = o->strategies[i];
+        int all = 1;
+        for (int j = 0; j < o->n_beta2 && all; j++) all = matches(o, runs, nruns, s, o->beta2[j]);
+        double x = stat_of(runs, nruns, s, o->beta2[0], offsetof(run_t, bpp)).mean;
+        if (all && x <= 8.0 + 8.0 / COLLAGE_QBLOCK + 1e-9) cheap++;
+    }
+    sb_printf(b, ". At 8 bytes per parameter or less (8-bit states add 4 bytes of scale per %d elements each: 8.03), "
+                 "%d strateg%s match%s it at every β2.\n\n", COLLAGE_QBLOCK, cheap, cheap == 1 ? "y" : "ies", cheap == 1 ? "es" : "");
+    if (plots_ok) sb_printf(b, "![bytes against the gap](frontier.png)\n\n");
+}
+
+/* Pearson's r of (x, y) over n pairs; NAN for fewer than 3 or no spread. */
+static double pearson(const double *x, const double *y, int n) {
+    if (n < 3) return (double)NAN;
+    double mx = 0, my = 0, sxx = 0, syy = 0, sxy = 0;
+    for (int i = 0; i < n; i++) { mx += x[i]; my += y[i]; }
+    mx /= n; my /= n;
+    for (int i = 0; i < n; i++) { sxx += (x[i] - mx) * (x[i] - mx); syy += (y[i] - my) * (y[i] - my); sxy += (x[i] - mx) * (y[i] - my); }
+    return sxx > 0 && syy > 0 ? sxy / sqrt(sxx * syy) : (double)NAN;
+}
+/* Ranks (1-based, ties averaged) of x[0, n). */
+static void ranks(const double *x, int n, double *r) {
+    for (int i = 0; i < n; i++) {
+        int below = 0, same = 0;
+        for (int j = 0; j < n; j++) { below += x[j] < x[i]; same += x[j] == x[i]; }
+        r[i] = below + (same + 1) / 2.0;
+    }
+}
+
+/* The paper's open question: does EDQ predict the loss? Over every finished run but the reference's,
+ * the correlation of its mean EDQ ratio (and lost fraction) with its validation-loss gap to the
+ * reference in the run of the same seed and β2; then, over strategies, the rank correlation of the
+ * mean EDQ ratio with the mean gap. */
+static void edq_paragraph(sbuf *b, const compare_opts *o, const run_t *runs, int nruns) {
+    const collage_strategy ref = reference(o);
+    double *e = malloc(sizeof(double) * 3 * (size_t)(nruns + MAX_STRATEGIES * MAX_BETA2) * 2), *l = e + nruns, *g = l + nruns;
+    if (!e) return;
+    int n = 0;
+    for (int i = 0; i < nruns; i++) {
+        const run_t *a = &runs[i];
+        if (a->strategy == ref || !a->done || !isfinite(a->edq_ratio)) continue;
+        for (int j = 0; j < nruns; j++) {
+            const run_t *r = &runs[j];
+            if (r->strategy != ref || r->beta2 != a->beta2 || r->seed_index != a->seed_index || !r->done) continue;
+            e[n] = a->edq_ratio; l[n] = a->lost; g[n] = a->val_loss - r->val_loss; n++;
+        }
+    }
+    const double re = pearson(e, g, n), rl = pearson(l, g, n);
+    /* per (strategy, β2): mean EDQ ratio and mean gap, ranked */
+    double *me = g + nruns, *mg = me + MAX_STRATEGIES * MAX_BETA2, *ra = mg + MAX_STRATEGIES * MAX_BETA2;
+    double *rb = ra + MAX_STRATEGIES * MAX_BETA2;
+    int m = 0;
+    for (int j = 0; j < o->n_beta2; j++)
+        for (int i = 0; i < o->n_strategies; i++) {
+            const collage_strategy s = o->strategies[i];
+            if (s == ref) continue;
+            stat_t x = stat_of(runs, nruns, s, o->beta2[j], offsetof(run_t, edq_ratio)), d = paired_diff(runs, nruns, s, ref, o->beta2[j]);
+            if (!x.n || !d.n) continue;
+            me[m] = x.mean; mg[m] = d.mean; m++;
+        }
+    ranks(me, m, ra);
+    ranks(mg, m, rb);
+    const double rho = pearson(ra, rb, m);
+    sb_printf(b, "## Does EDQ predict the loss?\n\nOver the %d runs of the comparison other than %s's, each paired with the "
+                 "reference's run of the same seed and β2: the correlation of a run's mean EDQ ratio with its validation-loss gap "
+                 "is r = %.2f, and of its lost-update fraction with the gap r = %.2f (Pearson). Over the %d (strategy, β2) means, "
+                 "the rank correlation of the EDQ ratio with the gap is ρ = %.2f (Spearman; a higher EDQ ratio should mean a "
+                 "smaller gap: ρ near −1). ", n, collage_strategy_name(ref), re, rl, m, rho);
+    if (!isfinite(rho)) sb_printf(b, "Too few runs to say whether EDQ predicted the ranking.\n\n");
+    else if (rho <= -0.7) sb_printf(b, "EDQ predicted the ranking of the strategies.\n\n");
+    else if (rho <= -0.4) sb_printf(b, "EDQ predicted the ranking only in part.\n\n");
+    else sb_printf(b, "EDQ did not predict the ranking of the strategies here (by its definition it sees how much of each "
+                      "intended update reaches θ, not how precisely the moments that shape the update are kept).\n\n");
+    free(e);
+}
+
 static int write_report(const compare_opts *o, const run_t *runs, int nruns, const char *cmdline, int plots_ok) {
     sbuf b = {malloc(4096), 0, 4096};
     if (!b.p) return -1;
@@ -508,7 +705,7 @@ static int write_report(const compare_opts *o, const run_t *runs, int nruns, con
             fmt_stat(c[1], 96, STAT(train_loss), "%.4f", 1);
             fmt_stat(c[2], 96, STAT(edq_ratio), "%.4f", 1);
             fmt_stat(c[3], 96, STAT(lost), "%.1f%%", 100);
-            fmt_stat(c[4], 96, STAT(bpp), "%.0f", 1);
+            fmt_stat(c[4], 96, STAT(bpp), "%.4g", 1);
             fmt_stat(c[5], 96, STAT(tps), "%.0f", 1);
             fmt_stat(c[6], 96, STAT(rss), "%.0f", 1);
             sb_printf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", collage_strategy_name(s), c[0], c[7], c[1], c[2], c[3],
@@ -518,6 +715,8 @@ static int write_report(const compare_opts *o, const run_t *runs, int nruns, con
         paragraph(&b, o, runs, nruns, b2);
     }
     beta2_paragraph(&b, o, runs, nruns);
+    frontier_paragraph(&b, o, runs, nruns, plots_ok);
+    edq_paragraph(&b, o, runs, nruns);
     if (plots_ok)
         sb_printf(&b, "## Plots\n\n![validation loss against step](val_loss.png)\n\n![EDQ ratio against step](edq.png)\n\n"
                       "![final validation loss against bytes per parameter](loss_vs_bytes.png)\n");
@@ -536,7 +735,8 @@ static int write_csv(const compare_opts *o, const run_t *runs, int nruns) {
     for (int i = 0; i < nruns; i++) {
         const run_t *r = &runs[i];
         if (!r->done) continue;
-        sb_printf(&b, "%s,%g,%llu,%d,%.6f,%.6f,%.6f,%.6f,%.2f,%.1f,%.3f,%.0f\n", collage_strategy_name(r->strategy), r->beta2,
+        const char *name = collage_strategy_name(r->strategy), *q = strchr(name, ',') ? "\"" : ""; /* quoted when it has a comma */
+        sb_printf(&b, "%s%s%s,%g,%llu,%d,%.6f,%.6f,%.6f,%.6f,%.2f,%.1f,%.3f,%.0f\n", q, name, q, r->beta2,
                   (unsigned long long)(o->seed + (uint64_t)r->seed_index), r->steps_run, r->train_loss, r->val_loss, r->edq_ratio,
                   r->lost, r->bpp, r->tps, r->ms, r->rss);
     }
@@ -649,7 +849,62 @@ static void plot_loss_vs_bytes(sbuf *g, const compare_opts *o, const run_t *runs
         }
 }
 
-/* Renders the three PNGs with gnuplot (a script in --out, so a user can restyle them). */
+/* The frontier: the gap to the reference (mean ± sd over seeds) against bytes per parameter, one panel
+ * per β2, its Pareto set joined by a line. Labels of points at (nearly) the same bytes are stacked
+ * upwards, so that they stay legible. */
+static void plot_frontier(sbuf *g, const compare_opts *o, const run_t *runs, int nruns) {
+    char b2s[32];
+    const collage_strategy ref = reference(o);
+    sb_printf(g, "set terminal pngcairo size 1000,%d font ',10'\nset output 'frontier.png'\nset multiplot layout %d,1\n"
+                  "set xlabel 'training-state bytes per parameter (gradient included)'\nset ylabel 'val loss - %s'\n"
+                  "set key top right\n", 430 * o->n_beta2, o->n_beta2, collage_strategy_name(ref));
+    for (int j = 0; j < o->n_beta2; j++) {
+        const double b2 = o->beta2[j];
+        int pareto[MAX_STRATEGIES], order[MAX_STRATEGIES], no = 0, done[MAX_STRATEGIES] = {0};
+        double x[MAX_STRATEGIES], y[MAX_STRATEGIES], sd[MAX_STRATEGIES], lo = 0, hi = 0;
+        pareto_set(o, runs, nruns, b2, pareto);
+        for (int k = 0; k < o->n_strategies; k++) { /* by bytes */
+            int best = -1;
+            double bb = (double)INFINITY;
+            for (int i = 0; i < o->n_strategies; i++) {
+                double v = stat_of(runs, nruns, o->strategies[i], b2, offsetof(run_t, bpp)).mean;
+                if (!done[i] && isfinite(v) && v < bb) { bb = v; best = i; }
+            }
+            if (best < 0) break;
+            done[best] = 1;
+            const collage_strategy s = o->strategies[best];
+            stat_t d = paired_diff(runs, nruns, s, ref, b2);
+            if (s != ref && !d.n) continue;
+            order[no] = best;
+            x[no] = bb;
+            y[no] = s == ref ? 0.0 : d.mean;
+            sd[no] = s == ref || d.n < 2 ? 0.0 : d.sd;
+            lo = fmin(lo, y[no] - sd[no]);
+            hi = fmax(hi, y[no] + sd[no]);
+            no++;
+        }
+        const double step = (hi - lo > 0 ? hi - lo : 1e-3) / 14.0;
+        sb_printf(g, "set title 'beta2 = %s: the gap to %s against bytes (mean +- sd over seeds; the Pareto set joined)'\n"
+                      "set yrange [%g:%g]\nset xrange [0:*]\nplot '-' using 1:2:3 with yerrorbars pt 7 ps 1.2 lc %d title "
+                      "'strategies', '-' using 1:2 with lines lw 2 lc %d title 'Pareto set', '-' using 1:2:3 with labels left "
+                      "font ',8' notitle\n", b2str(b2, b2s), collage_strategy_name(ref), lo - step, hi + step * (no + 1), j + 1,
+                  j + 1);
+        for (int i = 0; i < no; i++) sb_printf(g, "%g %.6f %.6f\n", x[i], y[i], sd[i]);
+        sb_printf(g, "e\n");
+        for (int i = 0; i < no; i++)
+            if (pareto[order[i]]) sb_printf(g, "%g %.6f\n", x[i], y[i]);
+        sb_printf(g, "e\n");
+        for (int i = 0; i < no; i++) { /* the k-th label at these bytes sits k steps above its point */
+            int k = 0;
+            for (int e = 0; e < i; e++) k += fabs(x[e] - x[i]) < 0.5;
+            sb_printf(g, "%g %.6f %s\n", x[i] + 0.15, y[i] + step * (k + 0.4), collage_strategy_name(o->strategies[order[i]]));
+        }
+        sb_printf(g, "e\n");
+    }
+    sb_printf(g, "unset multiplot\nset xrange [*:*]\nset yrange [*:*]\n");
+}
+
+/* Renders the four PNGs with gnuplot (a script in --out, so a user can restyle them). */
 static int render_plots(const compare_opts *o, const run_t *runs, int nruns) {
     int window = o->steps / 20 < 25 ? (o->steps / 20 > 0 ? o->steps / 20 : 1) : 25;
     if (write_plot_data(runs, nruns, window)) return -1;
@@ -659,6 +914,7 @@ static int render_plots(const compare_opts *o, const run_t *runs, int nruns) {
                   "set grid\nset key top right\n");
     plot_curves(&g, o, runs, nruns);
     plot_loss_vs_bytes(&g, o, runs, nruns);
+    plot_frontier(&g, o, runs, nruns);
     char path[4200];
     snprintf(path, sizeof path, "%s/plots.gp", o->out);
     int rc = write_text(path, g.p);
@@ -701,9 +957,9 @@ static int plan_runs(const compare_opts *o, run_t *runs, int *finished) {
         for (int j = 0; j < o->n_beta2; j++)
             for (int i = 0; i < o->n_strategies; i++) {
                 run_t *r = &runs[k++];
-                char b2s[32];
+                char b2s[32], fn[160];
                 *r = (run_t){.strategy = o->strategies[i], .beta2 = o->beta2[j], .seed_index = si};
-                snprintf(r->dir, sizeof r->dir, "%s/runs/%s-b%s-s%d", o->out, collage_strategy_name(r->strategy),
+                snprintf(r->dir, sizeof r->dir, "%s/runs/%s-b%s-s%d", o->out, file_name(r->strategy, fn, sizeof fn),
                          b2str(r->beta2, b2s), si + 1);
                 char *av[MAX_ARGV], args[8192];
                 if (run_argv(o, r, av) < 0) return -1;
@@ -799,7 +1055,7 @@ static int write_outputs(const compare_opts *o, const run_t *runs, int nruns, co
     rc |= write_report(o, runs, nruns, cmdline, plots_ok);
     if (!rc)
         printf("wrote %s/results.csv, %s/report.md%s (%.0f s)\n", o->out, o->out,
-               plots_ok ? " and val_loss.png, edq.png, loss_vs_bytes.png" : " (no plots)", cli_now() - t_start);
+               plots_ok ? " and val_loss.png, edq.png, loss_vs_bytes.png, frontier.png" : " (no plots)", cli_now() - t_start);
     return rc;
 }
 
