@@ -238,6 +238,7 @@ static int timed_opt_make(timed_opt *T, collage_strategy s, size_t n, double bet
     if (collage_adamw_create(&c, &T->o) != COLLAGE_OK) return -1;
     collage_adamw_set_tie_proof(T->o, tie_proof);
     size_t gb = collage_strategy_is_fp32(s) ? 4 : 2;
+    const int fp16 = collage_strategy_is_fp16(s);
     T->g = malloc(n * gb);
     if (!T->g) { timed_opt_free(T); return -1; }
     float *w = collage_adamw_params(T->o), *g32 = T->g;
@@ -249,6 +250,7 @@ static int timed_opt_make(timed_opt *T, collage_strategy s, size_t n, double bet
         z ^= z >> 29; z *= 0x94d049bb133111ebull; z ^= z >> 32;
         float wv = (float)((double)(z & 0xffff) / 65536.0 - 0.5), gv = (float)((double)(z >> 48) / 6553600.0 - 0.005);
         if (gb == 4) { w[i] = wv; g32[i] = gv; }
+        else if (fp16) { w16[i] = collage_lp_from_f32(COLLAGE_FMT_FP16, wv); g16[i] = collage_lp_from_f32(COLLAGE_FMT_FP16, gv); }
         else { w16[i] = collage_bf16_from_f32(wv).bits; g16[i] = collage_bf16_from_f32(gv).bits; }
     }
     collage_adamw_step(T->o, T->g, 1e-3, NULL); /* warm-up: pages touched, threads started */
@@ -316,12 +318,20 @@ typedef struct {
     const char *only;
 } opt_bench;
 
-/* The strategies in the order of the rows: bf16-master (every row's reference) first, then the table's. */
+/* The strategies in the order of the rows: bf16-master (every row's reference) first, then the table's
+ * presets, then the 8-bit compositions of `collage compare --precision frontier`. */
+static const char *const BENCH_COMPOSED[] = {"collage-light+m=int8,v=int8", "collage-light+m=int8,v=int8,q=sr",
+                                              "bf16-sr+m=int8,v=int8",       "bf16-sr+m=int8,v=int8,q=sr",
+                                              "bf16-remainder+m=int8,v=int8", "bf16-master+m=int8,v=int8",
+                                              "collage-light+m=e4m3,v=e4m3"};
+#define BENCH_MAX (COLLAGE_STRATEGY_COUNT + (int)(sizeof BENCH_COMPOSED / sizeof *BENCH_COMPOSED))
 static int bench_order(collage_strategy *order) {
     int k = 0;
     order[k++] = COLLAGE_BF16_MASTER;
     for (int s = 0; s < COLLAGE_STRATEGY_COUNT; s++)
         if (s != COLLAGE_BF16_MASTER) order[k++] = (collage_strategy)s;
+    for (size_t i = 0; i < sizeof BENCH_COMPOSED / sizeof *BENCH_COMPOSED; i++)
+        if (collage_strategy_parse(BENCH_COMPOSED[i], &order[k]) == COLLAGE_OK) k++;
     return k;
 }
 
@@ -338,7 +348,7 @@ static void opt_header(const opt_bench *B, double bound0) {
            "memory bound (in-place a[i] = a[i]*s + b[i], vectorised): %.1f GB/s at the start. Each round times the\n"
            "bound, a bf16-master step and the strategy's step with EDQ off and on: a row's columns come from the\n"
            "same minutes of a machine whose bandwidth drifts\n\n"
-           "%-17s %8s %7s %7s %7s %8s %9s %9s %8s %8s  %s\n", B->n, B->threads, B->threads == 1 ? "" : "s",
+           "%-32s %8s %7s %7s %7s %8s %9s %9s %8s %8s  %s\n", B->n, B->threads, B->threads == 1 ? "" : "s",
            collage_isa_name(collage_get_isa()), B->beta2, B->reps, bench_cpu_name(), bound0, "strategy", "ns/param",
            "B/param", "GB/s", "bound", "of bound", "vs master", "EDQ cost", "in-cache", "penalty", "limit");
 }
@@ -355,7 +365,7 @@ static void opt_row(const opt_bench *B, collage_strategy s, const opt_times *R, 
     double penalty = R->ns / C->ns - 1.0;
     const char *limit = frac >= 0.8 ? "memory" : C->ns > 0.8 * R->ns ? "compute" : "compute+memory";
     if (B->json)
-        printf("{\"strategy\":\"%s\",\"n\":%zu,\"threads\":%d,\"beta2\":%g,\"ns_per_param\":%.4f,\"bytes_per_param\":%.1f,"
+        printf("{\"strategy\":\"%s\",\"n\":%zu,\"threads\":%d,\"beta2\":%g,\"ns_per_param\":%.4f,\"bytes_per_param\":%.2f,"
                "\"gbps\":%.2f,\"bound_gbps\":%.2f,\"bound_fraction\":%.3f,\"bf16_master_ns_per_param\":%.4f,"
                "\"speed_vs_bf16_master\":%.3f,\"edq_ns_per_param\":%.4f,\"edq_overhead\":%.3f,"
                "\"in_cache_ns_per_param\":%.4f,\"from_memory_penalty\":%.3f,\"limit\":\"%s\",\"isa\":\"%s\","
@@ -365,7 +375,7 @@ static void opt_row(const opt_bench *B, collage_strategy s, const opt_times *R, 
                R->master_ns / R->ns, R->ns_edq, R->ns_edq / R->ns - 1.0, C->ns, penalty, limit,
                collage_isa_name(collage_get_isa()), bench_cpu_name(), R->edq_paired, R->master_paired, R->tie_free);
     else
-        printf("%-17s %8.3f %7.0f %7.1f %7.1f %7.0f%% %8.2fx %8.1f%% %8.3f %7.0f%%  %s\n", collage_strategy_name(s),
+        printf("%-32s %8.3f %7.2f %7.1f %7.1f %7.0f%% %8.2fx %8.1f%% %8.3f %7.0f%%  %s\n", collage_strategy_name(s),
                R->ns, bytes, gbps, bound, 100.0 * frac, R->master_ns / R->ns, 100.0 * R->edq_paired, C->ns,
                100.0 * penalty, limit);
     fflush(stdout);
@@ -373,7 +383,7 @@ static void opt_row(const opt_bench *B, collage_strategy s, const opt_times *R, 
 
 /* The legend, and the bf16-arithmetic strategies' share of timed steps on the shorter loops (tf, by
  * strategy). */
-static void opt_footer(const opt_bench *B, const double *tf) {
+static void opt_footer(const opt_bench *B, const collage_strategy *order, int no, const double *tf) {
     printf("\nB/param: bytes one step reads and writes per parameter (state words, weights, bf16 gradient).\n"
            "bound: the streaming bound in GB/s; of bound: the step's GB/s over it. vs master: speed over the\n"
            "bf16-master steps of the same rounds. EDQ cost: the median over the rounds of each round's EDQ-on\n"
@@ -383,13 +393,11 @@ static void opt_footer(const opt_bench *B, const double *tf) {
            "compute (the in-cache step is nearly as slow: every bf16 rounding is emulated), or\n"
            "compute+memory (compute-heavy, and slower again when the state streams from memory).\n", B->n_cache);
     printf("tie-free step scalars (the bf16 loops' shorter roundings, README):");
-    collage_strategy order[COLLAGE_STRATEGY_COUNT];
-    int no = bench_order(order);
     for (int oi = 0; oi < no; oi++) {
         collage_strategy s = order[oi];
-        if (collage_strategy_get(s)->arith != COLLAGE_WORD_BF16) continue; /* no such loops */
+        if (collage_strategy_get(s)->arith != COLLAGE_WORD_BF16 || s >= COLLAGE_STRATEGY_COUNT) continue; /* no such loops */
         if (B->only && strcmp(B->only, collage_strategy_name(s))) continue;
-        printf(" %s %.0f%%", collage_strategy_name(s), 100.0 * tf[s]);
+        printf(" %s %.0f%%", collage_strategy_name(s), 100.0 * tf[oi]);
     }
     printf(" of the timed steps\n");
 }
@@ -437,9 +445,9 @@ static int bench_optimizer(opt_bench *B) {
      * two threads read bf16-master 0.27-0.43 ns/param in cache against 0.27 streaming from memory. */
     B->n_cache = ((size_t)1 << 16) * (size_t)B->threads; /* threads ≥ 1: checked by the caller */
     if (!B->json) opt_header(B, bound0);
-    collage_strategy order[COLLAGE_STRATEGY_COUNT];
+    collage_strategy order[BENCH_MAX];
     int rc = 0, no = bench_order(order);
-    double tf[COLLAGE_STRATEGY_COUNT] = {0}; /* tie-free share of the timed steps, by strategy */
+    double tf[BENCH_MAX] = {0}; /* tie-free share of the timed steps, by row */
     for (int oi = 0; oi < no; oi++) {
         collage_strategy s = order[oi];
         if (B->only && strcmp(B->only, collage_strategy_name(s)) && s != COLLAGE_BF16_MASTER) continue;
@@ -450,10 +458,10 @@ static int bench_optimizer(opt_bench *B) {
             rc = 1;
             break;
         }
-        tf[s] = R.tie_free;
+        tf[oi] = R.tie_free;
         opt_row(B, s, &R, &C);
     }
-    if (!B->json && !rc) opt_footer(B, tf);
+    if (!B->json && !rc) opt_footer(B, order, no, tf);
     collage_set_threads(0);
     timed_opt_free(&master);
     free(a); free(b);
@@ -468,7 +476,8 @@ static void bench_opt_usage(FILE *f) {
                "               takes a loop with four fewer roundings)\n"
                "  --reps R     rounds per strategy (bound, bf16-master step, EDQ-off and EDQ-on steps);\n"
                "               the median of each is reported (default 5)\n"
-               "  --strategy S only this strategy (and bf16-master, the reference)\n"
+               "  --strategy S only this strategy (and bf16-master, the reference); a composition too\n"
+               "               (default: every preset and the 8-bit compositions of compare's frontier)\n"
                "  --json       one JSON object per line per strategy\n");
 }
 
@@ -490,10 +499,10 @@ static int cmd_bench_optimizer(int argc, char **argv) {
         else if (!strcmp(a, "--strategy")) {
             collage_strategy s;
             if (!v || collage_strategy_parse(v, &s) != COLLAGE_OK) {
-                fprintf(stderr, "collage bench: unknown strategy '%s'\nhint: one of", v ? v : "");
+                fprintf(stderr, "collage bench: --strategy '%s': %s\nhint: one of", v ? v : "", v ? collage_strategy_parse_error() : "");
                 for (int k = 0; k < COLLAGE_STRATEGY_COUNT; k++)
                     fprintf(stderr, "%s %s", k ? "," : "", collage_strategy_name((collage_strategy)k));
-                fprintf(stderr, "\n");
+                fprintf(stderr, ", or a composition such as collage-light+m=int8,v=int8\n");
                 return 2;
             }
             only = collage_strategy_name(s);
