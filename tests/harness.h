@@ -115,6 +115,30 @@ static int h_cli_setup(const char *name, char *bin, char *dir, char *text, unsig
     if (h_write_corpus(text, seed)) { perror(text); return 1; }
     return 0;
 }
+/* The newest checkpoint folder of a run folder written by `collage train --save RUN`: RUN/step-N with
+ * the largest N (out, cap bytes); RUN itself when it holds none (the older layout). The number of
+ * checkpoint folders found. */
+static int h_checkpoint(const char *run, char *out, size_t cap) __attribute__((unused));
+static int h_checkpoint(const char *run, char *out, size_t cap) {
+    char cmd[1024], line[512] = "";
+    snprintf(cmd, sizeof cmd, "ls %s 2>/dev/null | grep -E '^step-[0-9]+$' | sort | tail -n 1", run);
+    FILE *p = popen(cmd, "r");
+    if (p) {
+        if (!fgets(line, sizeof line, p)) line[0] = 0;
+        pclose(p);
+    }
+    line[strcspn(line, "\n")] = 0;
+    if (line[0]) snprintf(out, cap, "%s/%s", run, line);
+    else snprintf(out, cap, "%s", run);
+    snprintf(cmd, sizeof cmd, "ls %s 2>/dev/null | grep -cE '^step-[0-9]+$'", run);
+    int n = 0;
+    if ((p = popen(cmd, "r"))) {
+        if (fgets(line, sizeof line, p)) n = atoi(line);
+        pclose(p);
+    }
+    return n;
+}
+
 /* rm -rf dir (the CLI tests' folder), reporting a failure without counting it. */
 static void h_rm_rf(const char *dir) __attribute__((unused));
 static void h_rm_rf(const char *dir) {

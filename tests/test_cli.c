@@ -41,8 +41,9 @@ static void test_train_log_and_checkpoint(void) {
     int n = h_read_losses(log, loss, 64);
     CHECK(n == 12 && loss[11] < loss[0], "loss did not fall: %g -> %g", n ? loss[0] : 0.0, n ? loss[n - 1] : 0.0);
     /* llm.c header: magic 20240326, version 3 (fp32), and the file size matches the header */
-    char model[700];
-    snprintf(model, sizeof model, "%s/model.bin", save);
+    char model[1200], ck[1024];
+    CHECK(h_checkpoint(save, ck, sizeof ck) == 2, "%s: not the 2 newest of its checkpoints (--keep 2)", save);
+    snprintf(model, sizeof model, "%s/model.bin", ck);
     f = fopen(model, "rb");
     CHECK(f != NULL, "no %s", model);
     if (f) {
@@ -97,17 +98,19 @@ static void test_exact_resume(void) {
         int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --precision %s --steps 10 --log %s", g_bin, g_text,
                      strategies[s], la);
         CHECK(rc == 0, "%s full run: %s", strategies[s], out);
-        rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --precision %s --steps 10 --stop-after 5 --save %s --log %s",
-                 g_bin, g_text, strategies[s], save, lb);
+        rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --precision %s --steps 10 --stop-after 5 --save %s "
+                 "--overwrite --log %s", g_bin, g_text, strategies[s], save, lb);
         CHECK(rc == 0, "%s first half: %s", strategies[s], out);
         if (s == 0) { /* a flag that shapes the run, given with another value than the saved run's: refused */
             rc = h_sh(out, sizeof out, "%s train --data %s --threads 1 --quiet --precision %s --batch 3 --resume %s",
                       g_bin, g_text, strategies[s], save);
             CHECK(rc != 0 && strstr(out, "--batch 3") && strstr(out, save) && strstr(out, "hint"),
                   "resume with another --batch: rc %d: %s", rc, out);
-            rc = h_sh(out, sizeof out, "%s train --data %s --threads 1 --quiet --precision %s --lr 0.5 --resume %s",
+            /* a setting that may change: taken, with a note naming both values */
+            rc = h_sh(out, sizeof out, "%s train --data %s --threads 1 --precision %s --lr 0.5 --stop-after 6 --resume %s",
                       g_bin, g_text, strategies[s], save);
-            CHECK(rc != 0 && strstr(out, "--lr 0.5"), "resume with another --lr: rc %d: %s", rc, out);
+            CHECK(rc == 0 && strstr(out, "--lr 0.5 (the saved run's 0.001)") && strstr(out, "from step 6"),
+                  "resume with another --lr: rc %d: %s", rc, out);
             rc = h_sh(out, sizeof out, "%s train --data %s --threads 1 --quiet --precision %s --model gpt2 --resume %s",
                       g_bin, g_text, strategies[s], save);
             CHECK(rc != 0 && strstr(out, "--model gpt2"), "resume with another --model: rc %d: %s", rc, out);
@@ -150,12 +153,13 @@ static void test_flag_ranges(void) {
     }
 }
 
-/* A diverging run's log stays JSON: a non-finite loss or norm is null, never nan. */
+/* A diverging run's log stays JSON: a non-finite loss or norm is null, never nan (test_survive checks
+ * every line with a JSON parser). */
 static void test_log_is_json_when_diverging(void) {
     char out[4096], log[600], line[4096];
     snprintf(log, sizeof log, "%s/diverge.jsonl", g_dir);
     int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --steps 8 --lr 1e6 --log %s", g_bin, g_text, log);
-    CHECK(rc == 0, "rc %d: %s", rc, out);
+    CHECK(rc == 3 && strstr(out, "diverged at step"), "rc %d: %s", rc, out);
     FILE *f = fopen(log, "r");
     int lines = 0, bad = 0, nulls = 0;
     while (f && fgets(line, sizeof line, f)) {
@@ -164,7 +168,7 @@ static void test_log_is_json_when_diverging(void) {
         if (strstr(line, "null")) nulls++;
     }
     if (f) fclose(f);
-    CHECK(lines == 8 && bad == 0, "%d lines, %d with nan or inf", lines, bad);
+    CHECK(lines >= 1 && lines < 8 && bad == 0, "%d lines, %d with nan or inf", lines, bad);
     CHECK(nulls > 0, "lr 1e6 should have made some figure non-finite (%d lines with null)", nulls);
 }
 
@@ -185,20 +189,19 @@ static void test_bad_input(void) {
     CHECK(rc != 0 && strstr(out, "bad.bin"), "bad checkpoint: rc %d: %s", rc, out);
     rc = h_sh(out, sizeof out, "%s train --data %s --resume %s/nowhere --quiet", g_bin, g_text, g_dir);
     CHECK(rc != 0 && strstr(out, "nowhere"), "resume from nowhere: rc %d: %s", rc, out);
-    /* a failing run (its data is missing) leaves an existing checkpoint as it was */
+    /* a failing run (its data is missing), even one allowed to replace the checkpoint, leaves it as it was */
     snprintf(save, sizeof save, "%s/keep", g_dir);
     rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --steps 2 --save %s", g_bin, g_text, save);
     CHECK(rc == 0, "save: %s", out);
-    char model[700];
-    snprintf(model, sizeof model, "%s/model.bin", save);
+    char model[1200], ck[1024];
+    h_checkpoint(save, ck, sizeof ck);
+    snprintf(model, sizeof model, "%s/model.bin", ck);
     struct stat before, after;
     stat(model, &before);
-    rc = h_sh(out, sizeof out, "%s train --data %s/missing.txt " TRAIN " --steps 2 --save %s", g_bin, g_dir, save);
+    rc = h_sh(out, sizeof out, "%s train --data %s/missing.txt " TRAIN " --steps 2 --save %s --overwrite", g_bin, g_dir, save);
     CHECK(rc != 0 && stat(model, &after) == 0 && after.st_size == before.st_size && after.st_mtime == before.st_mtime,
           "a failed run touched %s", model);
-    char cmd[800];
-    snprintf(cmd, sizeof cmd, "ls %s | grep -c tmp", save);
-    rc = h_sh(out, sizeof out, "%s", cmd);
+    rc = h_sh(out, sizeof out, "find %s -name '*tmp*' | wc -l", save);
     CHECK(atoi(out) == 0, "temporary files left in %s: %s", save, out);
 }
 

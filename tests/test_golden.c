@@ -1,11 +1,12 @@
 /* test_golden.c — `collage train` against recorded results: 50 steps with each of fp32, bf16,
  * collage-light, collage-plus and bf16-sr, and a save / resume / re-shard cycle under MPI (2 ranks
  * → 1, 1 rank → 2), must log the same losses and gradient norms, character for character, and
- * save the same model.bin and optimizer state, byte for byte (64-bit FNV-1a of each file), as the
- * recording in tests/golden/train50.txt. The bf16 model runs its widening path (COLLAGE_BF16_GEMM=widen:
- * sgemm on the exactly widened bf16 operands, the values of the emulated bf16 model, tests/test_gpt.c),
- * whose bits depend on OpenBLAS's sgemm as the fp32 rows do; oneDNN's bf16 path sums in its own order,
- * which differs between CPUs with and without AMX, and is held to tolerances in test_gpt and test_model.
+ * save the same model.bin and optimizer state in the run's last checkpoint folder, byte for byte
+ * (64-bit FNV-1a of each file), as the recording in tests/golden/train50.txt. The bf16 model runs
+ * its widening path (COLLAGE_BF16_GEMM=widen: sgemm on the exactly widened bf16 operands, the values
+ * of the emulated bf16 model, tests/test_gpt.c), whose bits depend on OpenBLAS's sgemm as the fp32
+ * rows do; oneDNN's bf16 path sums in its own order, which differs between CPUs with and without
+ * AMX, and is held to tolerances in test_gpt and test_model.
  * COLLAGE_GOLDEN_RECORD=FILE writes the recording instead of checking it (the runs are the same). */
 #include "harness.h"
 #include <limits.h>
@@ -51,9 +52,11 @@ static int run_lines(const char *name, const char *log, const char *save, const 
         out[n++] = strdup(buf);
     }
     if (f) fclose(f);
+    char ck[1024];
+    h_checkpoint(save, ck, sizeof ck); /* the newest checkpoint of the run folder */
     for (int i = 0; files && files[i] && n < cap; i++) {
-        char p[1024], buf[512];
-        snprintf(p, sizeof p, "%s/%s", save, files[i]);
+        char p[1100], buf[512];
+        snprintf(p, sizeof p, "%s/%s", ck, files[i]);
         snprintf(buf, sizeof buf, "%s %s %016llx", name, files[i], (unsigned long long)fnv_file(p));
         out[n++] = strdup(buf);
     }

@@ -42,7 +42,11 @@ static void expect_error(collage_run_config c, collage_status want, const char *
 static void test_bad_configs(void) {
     collage_run_config c = tiny();
     c.beta2 = 1.5;
-    expect_error(c, COLLAGE_ERR_ARG, "betas");
+    expect_error(c, COLLAGE_ERR_ARG, "beta2 1.5: it takes a value in (0, 1)");
+    c = tiny(); c.lr = -1;
+    expect_error(c, COLLAGE_ERR_ARG, "lr -1");
+    c = tiny(); c.eps = 0;
+    expect_error(c, COLLAGE_ERR_ARG, "eps 0");
     c = tiny(); c.tokenizer = "klingon";
     expect_error(c, COLLAGE_ERR_ARG, "klingon");
     c = tiny(); c.model = "huge";
@@ -101,9 +105,18 @@ static void test_conflicts_and_errors(void) {
     collage_run_saved sv;
     CHECK(collage_run_read_saved(dir, &sv, err, sizeof err) == COLLAGE_OK, "%s", err);
     collage_run_config a = sv.cfg;
-    a.lr = 0.5;
-    CHECK(collage_run_conflict(&sv, &a, COLLAGE_RUN_LR, why, was, sizeof why) && strstr(why, "--lr 0.5"), "why '%s'", why);
-    CHECK(!collage_run_conflict(&sv, &a, COLLAGE_RUN_BATCH, why, was, sizeof why), "lr not given: no conflict");
+    char changes[512];
+    a.batch = 8;
+    CHECK(collage_run_conflict(&sv, &a, COLLAGE_RUN_BATCH, why, was, sizeof why) && strstr(why, "--batch 8") &&
+          strstr(was, "batch 4"), "why '%s', was '%s'", why, was);
+    CHECK(!collage_run_conflict(&sv, &a, COLLAGE_RUN_LR, why, was, sizeof why), "batch not given: no conflict");
+    /* the schedule and the optimizer's scalars may change: no conflict, but listed */
+    a = sv.cfg; a.lr = 0.5; a.clip = 2;
+    CHECK(!collage_run_conflict(&sv, &a, COLLAGE_RUN_LR | COLLAGE_RUN_CLIP, why, was, sizeof why), "lr is no conflict");
+    CHECK(collage_run_changes(&sv, &a, COLLAGE_RUN_LR | COLLAGE_RUN_CLIP, changes, sizeof changes) == 2 &&
+          strstr(changes, "--lr 0.5 (the saved run's 0.001)") && strstr(changes, "--clip 2 (the saved run's 1)"),
+          "changes '%s'", changes);
+    CHECK(collage_run_changes(&sv, &a, COLLAGE_RUN_WD, changes, sizeof changes) == 0, "wd not given, not changed");
     a = sv.cfg; a.model = "gpt2";
     CHECK(collage_run_conflict(&sv, &a, COLLAGE_RUN_MODEL, why, was, sizeof why) && strstr(why, "gpt2"), "why '%s'", why);
     /* resume with the wrong data: refused with a message, nothing allocated */
