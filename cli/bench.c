@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "bench.h"
 #include <math.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -489,7 +490,7 @@ static int cmd_bench_optimizer(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--params")) { if (cli_parse_size(a, v, &n)) return 2; i++; }
         else if (!strcmp(a, "--threads")) { if (cli_parse_threads("bench optimizer", v, &threads)) return 2; i++; }
-        else if (!strcmp(a, "--reps")) { if (cli_parse_int(a, v, &reps)) return 2; i++; }
+        else if (!strcmp(a, "--reps")) { if (cli_parse_range("bench optimizer", a, v, 1, INT_MAX, &reps)) return 2; i++; }
         else if (!strcmp(a, "--beta2")) {
             if (cli_parse_double(a, v, &beta2)) return 2;
             if (!(beta2 > 0 && beta2 < 1)) { fprintf(stderr, "collage bench: --beta2 must lie in (0, 1), got %s\n", v); return 2; }
@@ -504,7 +505,7 @@ static int cmd_bench_optimizer(int argc, char **argv) {
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { bench_opt_usage(stdout); return 0; }
         else { fprintf(stderr, "collage bench optimizer: unknown option '%s'\n", a); bench_opt_usage(stderr); return 2; }
     }
-    if (n == 0 || threads < 1 || reps < 1) { fprintf(stderr, "collage bench: --params, --threads and --reps must be positive\n"); return 2; }
+    if (n == 0) { fprintf(stderr, "collage bench optimizer: --params 0: it takes 1 or more\n"); return 2; }
     opt_bench B = {.n = n, .threads = threads, .reps = reps, .json = json, .beta2 = beta2, .only = only};
     return bench_optimizer(&B);
 }
@@ -524,7 +525,7 @@ int cmd_bench(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--n")) { if (cli_parse_size(a, v, &o.n)) return 2; i++; }
         else if (!strcmp(a, "--threads")) { if (cli_parse_threads("bench convert", v, &o.max_threads)) return 2; i++; }
-        else if (!strcmp(a, "--reps")) { if (cli_parse_int(a, v, &o.reps)) return 2; i++; }
+        else if (!strcmp(a, "--reps")) { if (cli_parse_range("bench convert", a, v, 1, INT_MAX, &o.reps)) return 2; i++; }
         else if (!strcmp(a, "--json")) o.json = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { bench_usage(stdout); return 0; }
         else if (!strcmp(a, "--isa")) {
@@ -539,6 +540,6 @@ int cmd_bench(int argc, char **argv) {
             i++;
         } else { fprintf(stderr, "collage bench: unknown option '%s'\n", a); bench_usage(stderr); return 2; }
     }
-    if (o.n == 0 || o.reps < 1 || o.max_threads < 1) { fprintf(stderr, "collage bench: --n, --reps and --threads must be positive\n"); return 2; }
+    if (o.n == 0) { fprintf(stderr, "collage bench convert: --n 0: it takes 1 or more\n"); return 2; }
     return bench_convert(&o);
 }

@@ -6,6 +6,7 @@
 #include "collage_model.h"
 #include <cblas.h>
 #include <math.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,10 +287,10 @@ int cmd_bench_model(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
         if (!strcmp(a, "--model")) preset = v;
-        else if (!strcmp(a, "--batch")) bad = cli_parse_int(a, v, &B);
-        else if (!strcmp(a, "--seq")) bad = cli_parse_int(a, v, &T);
-        else if (!strcmp(a, "--steps")) bad = cli_parse_int(a, v, &steps);
-        else if (!strcmp(a, "--warmup")) bad = cli_parse_int(a, v, &warmup);
+        else if (!strcmp(a, "--batch")) bad = cli_parse_range("bench model", a, v, 1, INT_MAX, &B);
+        else if (!strcmp(a, "--seq")) bad = cli_parse_range("bench model", a, v, 1, INT_MAX, &T);
+        else if (!strcmp(a, "--steps")) bad = cli_parse_range("bench model", a, v, 1, INT_MAX, &steps);
+        else if (!strcmp(a, "--warmup")) bad = cli_parse_range("bench model", a, v, 0, INT_MAX, &warmup);
         else if (!strcmp(a, "--precision") || !strcmp(a, "--strategy")) {
             only = v; /* checked with the others below */
             if (!strcmp(a, "--strategy")) fprintf(stderr, "collage bench model: note: --strategy is spelled --precision now\n");
@@ -309,10 +310,7 @@ int cmd_bench_model(int argc, char **argv) {
         if (!v) { fprintf(stderr, "collage bench: %s needs a value\n", a); return 2; }
         i++;
     }
-    if (B < 1 || T < 1 || steps < 1 || warmup < 0 || !preset) {
-        fprintf(stderr, "collage bench: --batch, --seq, --steps must be positive and --warmup not negative\n");
-        return 2;
-    }
+    if (!preset) { fprintf(stderr, "collage bench model: --model needs a value\n"); return 2; }
     cli_set_threads(threads);
     return bench_model(preset, B, T, steps, warmup, only, json);
 }

@@ -15,6 +15,9 @@ int cli_parse_size(const char *flag, const char *s, size_t *out);
 int cli_parse_int(const char *flag, const char *s, int *out);
 int cli_parse_double(const char *flag, const char *s, double *out); /* finite */
 double cli_now(void);
+/* An integer flag of command cmd in [min, max] (max INT_MAX: no bound); -1 after a message naming
+ * the flag, the value and the range. */
+int cli_parse_range(const char *cmd, const char *flag, const char *s, int min, int max, int *out);
 /* --threads of command cmd: 1 to cli_max_threads(); -1 after a message naming the flag and range. */
 int cli_parse_threads(const char *cmd, const char *s, int *out);
 int cli_max_threads(void); /* 4 x the cores online */

@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "collage_data.h" /* collage_atomic_*: every output file is written to a temporary name, then renamed */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -138,11 +139,11 @@ static int parse_compare(int argc, char **argv, compare_opts *o) {
         if (!v) { fprintf(stderr, "collage compare: %s needs a value\n", a); return -1; }
         if (!strcmp(a, "--precision")) bad = parse_strategies(v, o);
         else if (!strcmp(a, "--beta2")) bad = parse_beta2(v, o);
-        else if (!strcmp(a, "--seeds")) bad = cli_parse_int(a, v, &o->seeds);
-        else if (!strcmp(a, "--steps")) bad = cli_parse_int(a, v, &o->steps);
-        else if (!strcmp(a, "--jobs")) bad = cli_parse_int(a, v, &o->jobs);
+        else if (!strcmp(a, "--seeds")) bad = cli_parse_range("compare", a, v, 1, MAX_SEEDS, &o->seeds);
+        else if (!strcmp(a, "--steps")) bad = cli_parse_range("compare", a, v, 1, INT_MAX, &o->steps);
+        else if (!strcmp(a, "--jobs")) bad = cli_parse_range("compare", a, v, 1, 1024, &o->jobs);
         else if (!strcmp(a, "--threads")) bad = cli_parse_threads("compare", v, &o->threads);
-        else if (!strcmp(a, "--eval-every")) bad = cli_parse_int(a, v, &o->eval_every);
+        else if (!strcmp(a, "--eval-every")) bad = cli_parse_range("compare", a, v, 1, INT_MAX, &o->eval_every);
         else if (!strcmp(a, "--seed")) { bad = cli_parse_size(a, v, &z); o->seed = z; }
         else if (!strcmp(a, "--out")) o->out = v;
         else {
@@ -152,10 +153,6 @@ static int parse_compare(int argc, char **argv, compare_opts *o) {
         }
         if (bad) return -1;
         i++;
-    }
-    if (o->seeds < 1 || o->seeds > MAX_SEEDS || o->steps < 1) {
-        fprintf(stderr, "collage compare: --seeds must be in 1..%d and --steps positive\n", MAX_SEEDS);
-        return -1;
     }
     if (o->jobs <= 0) o->jobs = (int)cpus;
     if (o->threads <= 0) o->threads = (int)cpus / o->jobs > 0 ? (int)cpus / o->jobs : 1;

@@ -4,6 +4,7 @@
  * model.bin is checked against its checksum first). */
 #include "cli.h"
 #include "collage_run.h"
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,13 +78,6 @@ static void eval_usage(FILE *f) {
                "  --json              one JSON object: loss, split, tokens, batches\n");
 }
 
-/* A positive integer flag; 0 or -1 after a message naming it. */
-static int positive(const char *cmd, const char *flag, const char *v, int *out) {
-    if (cli_parse_int(flag, v, out)) return -1;
-    if (*out >= 1) return 0;
-    fprintf(stderr, "collage %s: %s %s: it takes 1 or more\nhint: collage %s --help\n", cmd, flag, v, cmd);
-    return -1;
-}
 
 /* 0: run; 1: --help was printed; -1: a bad flag (message printed). */
 static int parse_eval(int argc, char **argv, eval_opts *o) {
@@ -97,9 +91,9 @@ static int parse_eval(int argc, char **argv, eval_opts *o) {
         else if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--tokenizer")) o->tokname = v;
         else if (!strcmp(a, "--split")) o->split = v;
-        else if (!strcmp(a, "--batch")) bad = positive("eval", a, v, &o->B);
-        else if (!strcmp(a, "--seq")) bad = positive("eval", a, v, &o->T);
-        else if (!strcmp(a, "--batches")) bad = positive("eval", a, v, &o->batches);
+        else if (!strcmp(a, "--batch")) bad = cli_parse_range("eval", a, v, 1, INT_MAX, &o->B);
+        else if (!strcmp(a, "--seq")) bad = cli_parse_range("eval", a, v, 1, INT_MAX, &o->T);
+        else if (!strcmp(a, "--batches")) bad = cli_parse_range("eval", a, v, 1, INT_MAX, &o->batches);
         else if (!strcmp(a, "--threads")) bad = cli_parse_threads("eval", v, &o->threads);
         else { fprintf(stderr, "collage eval: unknown option '%s'\nhint: collage eval --help\n", a); return -1; }
         if (bad) return -1;
@@ -185,7 +179,7 @@ static int parse_sample(int argc, char **argv, sample_opts *o) {
         if (!strcmp(a, "--checkpoint")) o->ck = v;
         else if (!strcmp(a, "--prompt")) o->prompt = v;
         else if (!strcmp(a, "--tokenizer")) o->tokname = v;
-        else if (!strcmp(a, "--tokens")) bad = positive("sample", a, v, &o->ntok);
+        else if (!strcmp(a, "--tokens")) bad = cli_parse_range("sample", a, v, 1, INT_MAX, &o->ntok);
         else if (!strcmp(a, "--temperature")) bad = cli_parse_double(a, v, &o->temp);
         else if (!strcmp(a, "--seed")) bad = cli_parse_size(a, v, &o->seed);
         else if (!strcmp(a, "--threads")) bad = cli_parse_threads("sample", v, &o->threads);

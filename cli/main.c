@@ -3,6 +3,7 @@
 #include "collage_model.h"
 #include "dist.h"
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,6 +104,15 @@ void cli_set_threads(int n) {
 #ifdef _OPENMP
     omp_set_num_threads(n);
 #endif
+}
+
+int cli_parse_range(const char *cmd, const char *flag, const char *s, int min, int max, int *out) {
+    if (cli_parse_int(flag, s, out)) return -1;
+    if (*out >= min && *out <= max) return 0;
+    if (max == INT_MAX) fprintf(stderr, "collage %s: %s %s: it takes %d or more\n", cmd, flag, s, min);
+    else fprintf(stderr, "collage %s: %s %s: it takes %d to %d\n", cmd, flag, s, min, max);
+    fprintf(stderr, "hint: collage %s --help\n", cmd);
+    return -1;
 }
 
 int cli_parse_threads(const char *cmd, const char *s, int *out) {

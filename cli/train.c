@@ -79,7 +79,7 @@ static const flag_spec FLAGS[] = {
     FI("--stop-after", stop_after, 0, 1, INT_MAX), FI("--batch", cfg.batch, COLLAGE_RUN_BATCH, 1, 1 << 20),
     FI("--seq", cfg.seq, COLLAGE_RUN_SEQ, 1, 1 << 20), FI("--warmup", cfg.warmup, COLLAGE_RUN_WARMUP, 0, INT_MAX),
     FI("--eval-every", eval_every, 0, 1, INT_MAX), FI("--threads", threads, 0, 1, 0 /* 4 x cores */),
-    FI("--accum", cfg.accum, 0, 1, 256), FI("--save-every", save_every, 0, 0, INT_MAX), FI("--keep", cfg.keep, 0, 1, 1000),
+    FI("--accum", cfg.accum, 0, 1, 256), FI("--save-every", save_every, 0, 0, INT_MAX), FI("--keep", keep, 0, 1, 1000),
     FI("--max-skips", cfg.max_skips, 0, 1, INT_MAX), {"--seed", F_SIZE, O(cfg.seed), COLLAGE_RUN_SEED, 0, 0, 0, 0, 0, 0},
     FD("--lr", cfg.lr, COLLAGE_RUN_LR, 0, INFINITY, 0, 1), FD("--beta1", cfg.beta1, COLLAGE_RUN_BETA1, 0, 1, 1, 1),
     FD("--beta2", cfg.beta2, COLLAGE_RUN_BETA2, 0, 1, 1, 1), FD("--eps", cfg.eps, COLLAGE_RUN_EPS, 0, INFINITY, 1, 1),
@@ -160,8 +160,12 @@ static int resume_config(train_opts *o) {
     collage_run_saved *s = &o->saved;
     char err[1024], why[256], was[256], changes[1024];
     if (collage_run_read_saved(o->resume, s, err, sizeof err) != COLLAGE_OK) {
-        fprintf(stderr, "collage train: %s\nhint: --resume takes a folder written by --save (or one of its step-N "
-                        "folders)\n", err);
+        collage_checkpoint ck;
+        fprintf(stderr, "collage train: %s\n", err);
+        if (collage_checkpoint_find(o->resume, &ck, NULL, 0) == COLLAGE_OK && ck.previous[0])
+            fprintf(stderr, "hint: the checkpoint before it is %s (--resume %s continues from there)\n", ck.previous,
+                    ck.previous);
+        else fprintf(stderr, "hint: --resume takes a folder written by --save (or one of its step-N folders)\n");
         return 1;
     }
     if (collage_run_conflict(s, &o->cfg, o->given, why, was, sizeof why)) {
@@ -178,7 +182,6 @@ static int resume_config(train_opts *o) {
     o->cfg = s->cfg;
     o->cfg.data = a.data;
     o->cfg.accum = a.accum;
-    o->cfg.keep = a.keep;
     o->cfg.max_skips = a.max_skips;
     if (g & COLLAGE_RUN_STEPS) o->cfg.steps = a.steps;
     if (g & COLLAGE_RUN_WARMUP) o->cfg.warmup = a.warmup;
@@ -226,10 +229,12 @@ static int check_outputs(const train_opts *o, FILE **logf, int *rc) {
 
 /* Flags that only make sense together, and the defaults that depend on others. 0 or 2 (printed). */
 static int settle(train_opts *o) {
-    if (o->overwrite && !o->save) {
-        fprintf(stderr, "collage train: --overwrite without --save\nhint: --save DIR --overwrite\n");
+    const char *lone = o->overwrite ? "--overwrite" : o->keep ? "--keep" : o->save_every >= 0 ? "--save-every" : NULL;
+    if (lone && !o->save) {
+        fprintf(stderr, "collage train: %s without --save: nothing is saved\nhint: --save DIR %s\n", lone, lone);
         return 2;
     }
+    if (o->keep) o->cfg.keep = o->keep;
     if (o->stop_after <= 0 || o->stop_after > o->cfg.steps) o->stop_after = o->cfg.steps;
     if (o->eval_every < 0) o->eval_every = o->cfg.steps / 10 > 0 ? o->cfg.steps / 10 : 1; /* of --steps as given */
     if (o->save_every < 0) o->save_every = o->cfg.steps / 10 > 0 ? o->cfg.steps / 10 : 1;

@@ -12,7 +12,7 @@
 typedef struct {
     collage_run_config cfg;
     const char *save, *resume, *log, *summary;
-    int stop_after, eval_every, save_every, threads, quiet, overwrite;
+    int stop_after, eval_every, save_every, keep, threads, quiet, overwrite;
     unsigned given; /* COLLAGE_RUN_* bits: settings given on the command line */
     collage_run_saved saved; /* --resume: the checkpoint's settings (cfg's strings point into it) */
 } train_opts;
