@@ -65,7 +65,8 @@ int cli_parse_size(const char *flag, const char *s, size_t *out) {
     else if (*end == 'M' || *end == 'm') { mult = 1e6; end++; }
     else if (*end == 'G' || *end == 'g') { mult = 1e9; end++; }
     if (errno || *end || s[0] == '-' || end == s) {
-        fprintf(stderr, "collage: %s expects a non-negative integer (e.g. 64M), got '%s'\n", flag, s);
+        fprintf(stderr, "collage: %s expects a non-negative integer (e.g. 64M), got '%s'\nhint: the command's --help "
+                        "lists its flags\n", flag, s);
         return -1;
     }
     *out = (size_t)((double)v * mult);
@@ -75,7 +76,10 @@ int cli_parse_size(const char *flag, const char *s, size_t *out) {
 int cli_parse_int(const char *flag, const char *s, int *out) {
     size_t v;
     if (cli_parse_size(flag, s, &v)) return -1;
-    if (v > 1000000) { fprintf(stderr, "collage: %s value %s is too large\n", flag, s); return -1; }
+    if (v > 1000000) {
+        fprintf(stderr, "collage: %s %s: it takes at most 1000000\nhint: the command's --help lists its flags\n", flag, s);
+        return -1;
+    }
     *out = (int)v;
     return 0;
 }
@@ -86,7 +90,7 @@ int cli_parse_double(const char *flag, const char *s, double *out) {
     errno = 0;
     double x = strtod(s, &end);
     if (errno || *end || end == s || !isfinite(x)) {
-        fprintf(stderr, "collage: %s expects a number, got '%s'\n", flag, s);
+        fprintf(stderr, "collage: %s expects a finite number, got '%s'\nhint: the command's --help lists its flags\n", flag, s);
         return -1;
     }
     *out = x;

@@ -143,7 +143,9 @@ static void test_tokenize_then_train_on_shard(void) {
  * would divide by zero, --threads 100000 exhaust OpenMP, a shape of 0 silently mean the preset's. */
 static void test_flag_ranges(void) {
     static const char *const bad[] = {"--eval-every 0", "--threads 100000", "--threads 0", "--seq 0", "--layers 0",
-                                      "--heads 0", "--dim 0", "--batch 0", "--accum 0", "--stop-after 0"};
+                                      "--heads 0", "--dim 0", "--batch 0", "--accum 0", "--stop-after 0", "--keep 0",
+                                      "--max-skips 0", "--lr -1", "--beta1 0", "--beta2 1", "--eps 0", "--wd -0.1",
+                                      "--clip -1", "--lr nan"};
     char out[4096];
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --steps 2 %s", g_bin, g_text, bad[i]);
@@ -151,6 +153,57 @@ static void test_flag_ranges(void) {
         snprintf(flag, sizeof flag, "%.*s", (int)strcspn(bad[i], " "), bad[i]);
         CHECK(rc == 2 && strstr(out, flag) && strstr(out, "hint"), "%s: rc %d: %s", bad[i], rc, out);
     }
+    /* the range is stated: the threads' bound from the cores, an interval for the betas */
+    int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --steps 2 --threads 100000", g_bin, g_text);
+    CHECK(rc == 2 && strstr(out, "--threads 100000: it takes 1 to ") && strstr(out, "cores"), "threads: %s", out);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --steps 2 --beta2 1", g_bin, g_text);
+    CHECK(rc == 2 && strstr(out, "--beta2 1: it takes a number in (0, 1)"), "beta2: %s", out);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --steps 2 --save-every 5", g_bin, g_text);
+    CHECK(rc == 2 && strstr(out, "--save-every without --save"), "--save-every alone: %s", out);
+    /* the other commands: each flag by itself */
+    const char *others[] = {"eval --checkpoint x --batches 0", "sample --checkpoint x --tokens 0", "eval --checkpoint x --threads 0",
+                            "compare --jobs 0", "compare --seeds 99", "bench model --batch 0", "bench optimizer --reps 0",
+                            "bench convert --threads 100000", "sample --checkpoint x --temperature -1"};
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
+        const char *flag = others[i]; /* the last flag */
+        for (const char *q = strstr(flag, " --"); q; q = strstr(q + 1, " --")) flag = q + 1;
+        char name[32];
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(flag, " "), flag);
+        rc = h_sh(out, sizeof out, "%s %s", g_bin, others[i]);
+        CHECK(rc == 2 && strstr(out, name), "%s: rc %d: %s", others[i], rc, out);
+    }
+}
+
+/* One grammar: --help on every command and subcommand, --precision everywhere (--strategy taken with a
+ * note), --threads on every command that computes, eval on the held-out split by default. */
+static void test_one_grammar(void) {
+    static char out[65536];
+    const char *helps[] = {"train --help", "eval --help", "sample --help", "compare --help", "tokenize --help",
+                           "bench --help", "bench convert --help", "bench optimizer --help", "bench model --help", "--help"};
+    for (size_t i = 0; i < sizeof helps / sizeof *helps; i++) {
+        int rc = h_sh(out, sizeof out, "%s %s", g_bin, helps[i]);
+        CHECK(rc == 0 && strstr(out, "usage"), "%s: rc %d: %.200s", helps[i], rc, out);
+    }
+    h_sh(out, sizeof out, "%s bench --help", g_bin);
+    CHECK(strstr(out, "convert") && strstr(out, "optimizer") && strstr(out, "model"), "bench --help: %s", out);
+    int rc = h_sh(out, sizeof out, "%s bench optimizer --params 8K --threads 1 --reps 1 --precision bf16 --json", g_bin);
+    CHECK(rc == 0 && strstr(out, "\"strategy\":\"bf16\""), "bench optimizer --precision: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s bench optimizer --params 8K --threads 1 --reps 1 --strategy bf16 --json", g_bin);
+    CHECK(rc == 0 && strstr(out, "--strategy is spelled --precision"), "bench optimizer --strategy: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s bench model --model tiny --steps 1 --warmup 0 --threads 1 --precision bf16 --json", g_bin);
+    CHECK(rc == 0 && strstr(out, "\"strategy\":\"bf16\""), "bench model --threads --precision: rc %d: %s", rc, out);
+    char save[600];
+    snprintf(save, sizeof save, "%s/grammar", g_dir);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --steps 2 --strategy fp32 --save %s", g_bin, g_text, save);
+    CHECK(rc == 0 && strstr(out, "--strategy is spelled --precision"), "train --strategy: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s eval --checkpoint %s --data %s --batch 2 --seq 16 --batches 3 --threads 1", g_bin, save, g_text);
+    CHECK(rc == 0 && strstr(out, "on the held-out split (the last 10% of the data): 3 batches, 96 tokens"), "eval: rc %d: %s",
+          rc, out);
+    rc = h_sh(out, sizeof out, "%s eval --checkpoint %s --data %s --batch 2 --seq 16 --batches 3 --split train --json", g_bin,
+              save, g_text);
+    CHECK(rc == 0 && strstr(out, "\"split\":\"train\"") && strstr(out, "\"tokens\":96"), "eval --split train: %s", out);
+    rc = h_sh(out, sizeof out, "%s sample --checkpoint %s --tokens 5 --threads 1", g_bin, save);
+    CHECK(rc == 0, "sample --threads: rc %d: %s", rc, out);
 }
 
 /* A diverging run's log stays JSON: a non-finite loss or norm is null, never nan (test_survive checks
@@ -281,6 +334,7 @@ int main(void) {
     RUN(test_bad_input);
     RUN(test_flag_ranges);
     RUN(test_log_is_json_when_diverging);
+    RUN(test_one_grammar);
     RUN(test_bench_json);
     h_rm_rf(g_dir);
     return h_end();

@@ -211,24 +211,7 @@ int main(void) {
         h_rm_rf(g_dir);
         return h_end();
     }
-    /* OpenMPI refuses root unless told; past 2 ranks this 2-core machine needs --oversubscribe.
-     * ASan builds: Open MPI, PMIx and their plugins keep allocations alive at exit by design, which
-     * LeakSanitizer reports as leaks. tests/lsan-mpi.supp suppresses those libraries only, so a leak
-     * in collage's own code is still reported; for the suppressions to match, the plugins must stay
-     * loaded until exit (disable_dlclose) and malloc stacks must be unwound fully, through libraries
-     * built without frame pointers (fast_unwind_on_malloc=0). No effect on a build without ASan. */
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
-    setenv("PMIX_MCA_mca_base_component_disable_dlclose", "1", 1);
-    char supp[PATH_MAX + 64], real[PATH_MAX], asan[1024];
-    if (realpath("tests/lsan-mpi.supp", real)) {
-        snprintf(supp, sizeof supp, "suppressions=%s:print_suppressions=0", real);
-        setenv("LSAN_OPTIONS", supp, 1);
-    } else setenv("LSAN_OPTIONS", "", 1);
-    snprintf(asan, sizeof asan, "%s%sfast_unwind_on_malloc=0", getenv("ASAN_OPTIONS") ? getenv("ASAN_OPTIONS") : "",
-             getenv("ASAN_OPTIONS") && *getenv("ASAN_OPTIONS") ? ":" : "");
-    setenv("ASAN_OPTIONS", asan, 1);
+    h_mpi_env();
     if (h_sh(out, sizeof out, "mpirun --version") != 0) {
         printf("test_dist: %s was built with MPI but mpirun does not run: %s\n0 passed, 1 failed\n", g_bin, out);
         h_rm_rf(g_dir);

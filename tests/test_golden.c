@@ -151,19 +151,7 @@ int main(void) {
     char out[4096];
     int mpi = h_sh(out, sizeof out, "%s --version", g_bin) == 0 && !strstr(out, "without MPI") &&
               h_sh(NULL, 0, "mpirun --version") == 0;
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
-    setenv("PMIX_MCA_mca_base_component_disable_dlclose", "1", 1);
-    char supp[PATH_MAX + 64], real[PATH_MAX];
-    if (realpath("tests/lsan-mpi.supp", real)) {
-        snprintf(supp, sizeof supp, "suppressions=%s:print_suppressions=0", real);
-        setenv("LSAN_OPTIONS", supp, 1);
-    }
-    char asan[1024]; /* for the suppressions to match (tests/test_dist.c says why) */
-    const char *ao = getenv("ASAN_OPTIONS");
-    snprintf(asan, sizeof asan, "%s%sfast_unwind_on_malloc=0", ao ? ao : "", ao && *ao ? ":" : "");
-    setenv("ASAN_OPTIONS", asan, 1);
+    h_mpi_env();
     RUN(test_fifty_steps_per_strategy);
     if (mpi) RUN(test_mpi_save_resume_reshard);
     else printf("SKIP test_mpi_save_resume_reshard: %s was built without MPI or mpirun does not run\n", g_bin);

@@ -221,8 +221,9 @@ static void kill_trials(int ranks, int kills) {
     read_log(reflog, &R);
     CHECK(R.last == KILL_STEPS, "%s: the reference logged %d steps", tag, R.last);
     /* how long a resumed run takes: the kills fall anywhere in it, start-up included */
-    snprintf(cmd, sizeof cmd, "%s %s train --data %s --threads 1 --quiet --resume %s --save %s --save-every 1 --log %s", mpi,
-             g_bin, g_text, dir, dir, log);
+    /* a rank killed, mpirun stops the other at once rather than after its default second of grace */
+    snprintf(cmd, sizeof cmd, "%s%s %s train --data %s --threads 1 --quiet --resume %s --save %s --save-every 1 --log %s", mpi,
+             ranks > 1 ? " --mca odls_base_sigkill_timeout 0" : "", g_bin, g_text, dir, dir, log);
     h_sh(NULL, 0, "rm -rf %s %s && cp -r %s %s", dir, log, base, dir);
     double t0 = h_now(), t1;
     pid_t p0 = spawn(cmd, out);
@@ -256,8 +257,10 @@ static void kill_trials(int ranks, int kills) {
                   dir, dir, log2);
         read_log(log2, &G);
         int diff = 0, n = same_steps(&R, &G, &diff);
+        /* at most --keep checkpoints once the resumed run has saved; one more when the kill came between
+         * the last save's rename and the removal of the oldest, and the resumed run had nothing to save */
         int good = nck >= 1 && rc == 0 && n >= 0 && same_checkpoint(ref, dir, ranks) && temporaries(dir) == 0 &&
-                   h_checkpoint(dir, ck, sizeof ck) <= 2;
+                   h_checkpoint(dir, ck, sizeof ck) <= (n > 0 ? 2 : 3);
         CHECK(good, "%s kill %d at %.3f s: %d checkpoints, resume rc %d, step %d differs, %d temporaries: %.300s", tag, k, at,
               nck, rc, diff, temporaries(dir), o);
         ok += good;
@@ -529,18 +532,7 @@ int main(void) {
     char out[4096];
     g_mpi = h_sh(out, sizeof out, "%s --version", g_bin) == 0 && !strstr(out, "without MPI") &&
             h_sh(NULL, 0, "mpirun --version") == 0;
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
-    setenv("PMIX_MCA_mca_base_component_disable_dlclose", "1", 1);
-    char supp[PATH_MAX + 64], real[PATH_MAX], asan[1024]; /* as tests/test_dist.c */
-    if (realpath("tests/lsan-mpi.supp", real)) {
-        snprintf(supp, sizeof supp, "suppressions=%s:print_suppressions=0", real);
-        setenv("LSAN_OPTIONS", supp, 1);
-    } else setenv("LSAN_OPTIONS", "", 1);
-    snprintf(asan, sizeof asan, "%s%sfast_unwind_on_malloc=0", getenv("ASAN_OPTIONS") ? getenv("ASAN_OPTIONS") : "",
-             getenv("ASAN_OPTIONS") && *getenv("ASAN_OPTIONS") ? ":" : "");
-    setenv("ASAN_OPTIONS", asan, 1);
+    h_mpi_env();
     printf("test_survive: %s, seed %llu, data in %s, kill trials in %s\n", g_bin, seed, g_dir, g_fast);
     RUN(test_kill_one_process);
     if (g_mpi) RUN(test_kill_mpi);
