@@ -83,7 +83,8 @@ enum {
  * folder RUN/step-00000100.tmp and renames it into place once every file is written and synced, so a
  * reader sees the earlier checkpoints and, once complete, the new one, never a part of it; what a
  * killed save leaves (*.tmp folders and files, .trash-* folders) is removed by the next save or
- * resume. The older layout, the three files directly in RUN with no checksums, is still read. */
+ * resume: one run (one process, or one job of ranks) saves into a run folder at a time. The older
+ * layout, the three files directly in RUN with no checksums, is still read. */
 typedef struct {
     collage_run_config cfg;     /* its strings point into this struct */
     int step;                   /* steps taken */
@@ -115,7 +116,8 @@ void collage_checkpoint_model_path(const char *arg, char *out, size_t cap);
 /* Before a run saves into the run folder dir: create it when missing and write a file there (removed
  * again): COLLAGE_ERR_IO with the reason when that fails. COLLAGE_ERR_ARG when dir holds checkpoints
  * that a save would remove (collage_run_save keeps only the saving run's): another run's, or newer
- * ones of the run resumed from `resume` (NULL: a new run), unless overwrite. */
+ * ones of the run resumed from `resume` (NULL: a new run), unless overwrite. A checkpoint whose
+ * train.state cannot be read is nobody's: it stays until it falls out of the newest `keep`. */
 collage_status collage_checkpoint_check_folder(const char *dir, const char *resume, int overwrite, char *err, size_t cap);
 
 /* Read the train.state of the checkpoint at path (collage_checkpoint_find), its checksum checked.

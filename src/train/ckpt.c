@@ -161,12 +161,13 @@ int ckpt_commit(const char *dir, const char *tmp, const char *fin) {
     if (rename(tmp, fin) != 0) {
         if (errno != ENOTEMPTY && errno != EEXIST) return -1;
         /* a checkpoint of this step is there already (another run's, or an earlier save): swap */
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE) != 0) {
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE) != 0) { /* a file system without the swap */
             char trash[4096];
-            snprintf(trash, sizeof trash, "%s.old", tmp);
+            snprintf(trash, sizeof trash, "%s/" TRASH_PREFIX "%s", dir, strrchr(fin, '/') + 1);
+            ckpt_rm_tree(trash);
             if (rename(fin, trash) != 0 || rename(tmp, fin) != 0) return -1;
             ckpt_rm_tree(trash);
-        } else ckpt_rm_tree(tmp);
+        } else ckpt_rm_tree(tmp); /* tmp now holds the replaced checkpoint */
     }
     ckpt_sync_dir(dir);
     return 0;
@@ -178,7 +179,8 @@ int ckpt_prune(const char *dir, int step, uint64_t run_id, int keep) {
     for (int i = n - 1; i >= 0; i--) {
         const ckpt_entry *e = &v[i];
         if (e->step == step && !e->here) continue;
-        int ours = e->ok && e->run_id == run_id && e->step < step;
+        /* a checkpoint whose train.state cannot be read is counted as this run's: removed only past keep */
+        int ours = (!e->ok || e->run_id == run_id) && e->step < step;
         if (ours && kept < keep) { kept++; continue; }
         if (ckpt_remove(dir, e) != 0) bad = -1;
     }
@@ -268,7 +270,8 @@ collage_status collage_checkpoint_check_folder(const char *dir, const char *resu
     } else if ((st = collage_checkpoint_find(resume, &ck, err, cap)) == COLLAGE_OK &&
                (st = run_manifest_read(ck.dir, &s, err, cap)) == COLLAGE_OK) {
         for (int i = n - 1; i >= 0 && !st; i--) {
-            if (!v[i].ok || v[i].run_id != s.run_id)
+            if (!v[i].ok) continue; /* damaged: whose it is cannot be told */
+            if (v[i].run_id != s.run_id)
                 st = collage__fail(err, cap, COLLAGE_ERR_ARG, "'%s' holds a checkpoint of another run than '%s' (step %d)", dir,
                                    ck.dir, v[i].step);
             else if (v[i].step > s.step)
