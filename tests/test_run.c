@@ -76,10 +76,12 @@ static int steps(collage_run *r, int k, double *loss) {
 static void test_save_resume_bit_for_bit(void) {
     char err[1024], dir[512];
     snprintf(dir, sizeof dir, "%s/ck", g_dir);
-    for (int s = 0; s < 3; s++) {
-        collage_strategy strat = s == 0 ? COLLAGE_FP32 : s == 1 ? COLLAGE_LIGHT : COLLAGE_BF16_SR;
+    for (int s = 0; s < 5; s++) { /* and a composition with 8-bit moments, an fp16 line with its loss scaler */
+        collage_strategy strat = s == 0 ? COLLAGE_FP32 : s == 1 ? COLLAGE_LIGHT : s == 2 ? COLLAGE_BF16_SR : COLLAGE_FP16_LIGHT;
+        if (s == 3 && collage_strategy_parse("collage-light+m=int8,v=int8", &strat) != COLLAGE_OK) continue;
         collage_run_config c = tiny();
         c.strategy = strat;
+        if (collage_strategy_is_fp16(strat)) c.eps = 1e-4; /* 1e-8 is 0 in fp16 */
         collage_run *a = NULL, *b = NULL, *d = NULL;
         double la[8], lb[8];
         int ok = collage_run_create(&c, NULL, NULL, &a, err, sizeof err) == COLLAGE_OK && !steps(a, 8, la);
@@ -170,8 +172,9 @@ static double val_unigram_entropy(const char *data) {
     return n ? h : (double)NAN;
 }
 
-/* Every strategy whose model is bf16 learns on the default corpus (the fortunes) with the bf16 model
- * on this machine's product path: after LEARN_STEPS steps of a small model the validation loss is far
+/* Every strategy whose model is 16-bit learns on the default corpus (the fortunes), the bf16 ones with
+ * the bf16 model on this machine's product path, the fp16 ones with the fp16-storage model and its loss
+ * scaler: after LEARN_STEPS steps of a small model the validation loss is far
  * below where it started and below the bytes' unigram entropy. */
 #define LEARN_STEPS 200
 static void test_every_bf16_strategy_learns(void) {
@@ -188,6 +191,7 @@ static void test_every_bf16_strategy_learns(void) {
         c.layers = 1; c.dim = 64; c.heads = 2; c.batch = 8; c.seq = 64; c.steps = LEARN_STEPS; c.lr = 3e-3;
         c.data = NULL;
         c.strategy = (collage_strategy)s;
+        if (collage_strategy_is_fp16(c.strategy)) c.eps = 1e-4; /* the fp16 lines: 1e-8 is 0 in fp16 */
         collage_run *r = NULL;
         double v0 = (double)NAN, v1 = (double)NAN, loss[LEARN_STEPS];
         CHECK(collage_run_create(&c, NULL, NULL, &r, err, sizeof err) == COLLAGE_OK, "%s: %s",
@@ -196,7 +200,7 @@ static void test_every_bf16_strategy_learns(void) {
         collage_run_evaluate(r, COLLAGE_SPLIT_VAL, 8, &v0);
         const int ok = !steps(r, LEARN_STEPS, loss);
         collage_run_evaluate(r, COLLAGE_SPLIT_VAL, 8, &v1);
-        printf("    %-16s val %.4f -> %.4f after %d steps (%s)\n", collage_strategy_name((collage_strategy)s), v0, v1,
+        printf("    %-18s val %.4f -> %.4f after %d steps (%s)\n", collage_strategy_name((collage_strategy)s), v0, v1,
                LEARN_STEPS, collage_run_get_info(r).products);
         CHECK(ok && v1 < v0 - 2.0 && v1 < h1, "%s: val %g -> %g (unigram entropy %g)",
               collage_strategy_name((collage_strategy)s), v0, v1, h1);
@@ -291,9 +295,11 @@ static void *rank_main(void *arg) {
 }
 
 static void test_two_ranks_equal_accum(void) {
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < 4; s++) { /* ZeRO-1 shards of 8-bit moments (whole scale blocks), fp16 gradients */
         collage_run_config c = tiny();
-        c.strategy = s ? COLLAGE_PLUS : COLLAGE_FP32;
+        c.strategy = s == 1 ? COLLAGE_PLUS : s == 3 ? COLLAGE_FP16_LIGHT : COLLAGE_FP32;
+        if (s == 2 && collage_strategy_parse("collage-light+m=int8,v=int8", &c.strategy) != COLLAGE_OK) continue;
+        if (s == 3) c.eps = 1e-4;
         c.dim = 64; /* enough parameters for two shards of whole chunks */
         shm sh;
         pthread_barrier_init(&sh.bar, NULL, NR);
