@@ -150,6 +150,33 @@ static void test_compare_bad_input(void) {
     CHECK(access(csv, F_OK) != 0, "a failed comparison wrote %s", csv);
 }
 
+/* A composition in --precision (its parts comma-separated like the list), and the frontier's sections:
+ * the Pareto set per β2, which always holds the strategy of the fewest bytes (bf16, 8), the question at
+ * 8 bytes, EDQ's correlation over the runs, the plot; the composition's name quoted in the CSV. */
+static void test_frontier_report(void) {
+    static char out[65536], report[65536];
+    char dir[700], path[800], csv[8192] = "";
+    snprintf(dir, sizeof dir, "%s/frontier", g_dir);
+    int rc = h_sh(out, sizeof out, "%s compare --out %s --data %s --precision bf16-master,bf16,collage-light+m=int8,v=int8 "
+                  "--beta2 0.95 --seeds 2 --steps 6 --eval-every 2 " SHAPE, g_bin, dir, g_text);
+    CHECK(rc == 0 && strstr(out, "3 strategies"), "compare exited %d: %s", rc, out);
+    snprintf(path, sizeof path, "%s/report.md", dir);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "no %s", path);
+    if (f) { report[fread(report, 1, sizeof report - 1, f)] = 0; fclose(f); }
+    CHECK(strstr(report, "| collage-light+m=int8,v=int8 |") != NULL, "no row of the composition: %.600s", report);
+    const char *pareto = strstr(report, "- β2 = 0.95:");
+    CHECK(pareto && strstr(pareto, "**bf16** (8 B"), "the Pareto set lacks bf16: %.300s", pareto ? pareto : report);
+    CHECK(strstr(report, "At 8 bytes per parameter or less (8.03 where both moments are 8-bit") != NULL, "no answer at 8 bytes: %.300s", report);
+    CHECK(strstr(report, "## Does EDQ predict the loss?\n\nOver the 4 runs") != NULL, "no EDQ correlation over 4 runs");
+    snprintf(path, sizeof path, "%s/frontier.png", dir);
+    CHECK(is_png(path), "%s is not a PNG", path);
+    snprintf(path, sizeof path, "%s/results.csv", dir);
+    f = fopen(path, "r");
+    if (f) { csv[fread(csv, 1, sizeof csv - 1, f)] = 0; fclose(f); }
+    CHECK(strstr(csv, "\"collage-light+m=int8,v=int8\",0.95,") != NULL, "the composition's name unquoted in %s", path);
+}
+
 int main(void) {
     if (h_cli_setup("compare", g_bin, g_dir, g_text, 2)) return 1;
     snprintf(g_out, sizeof g_out, "%s/out", g_dir);
@@ -157,6 +184,7 @@ int main(void) {
     RUN(test_compare_writes_everything);
     RUN(test_rerun_redoes_only_deleted);
     RUN(test_compare_bad_input);
+    RUN(test_frontier_report);
     h_rm_rf(g_dir);
     return h_end();
 }
