@@ -243,11 +243,12 @@ static void timed_opt_free(timed_opt *T) {
  * collage_adamw_set_tie_proof). */
 static int timed_opt_make(timed_opt *T, collage_strategy s, size_t n, double beta2, size_t tie_proof) {
     memset(T, 0, sizeof *T);
-    collage_adamw_config c = {.strategy = s, .n = n, .beta2 = beta2, .weight_decay = 0.1, .edq = 0, .seed = 1};
+    const int fp16 = collage_strategy_is_fp16(s);
+    collage_adamw_config c = {.strategy = s, .n = n, .beta2 = beta2, .eps = fp16 ? 1e-4 : 0, /* 1e-8 is 0 in fp16 */
+                              .weight_decay = 0.1, .edq = 0, .seed = 1};
     if (collage_adamw_create(&c, &T->o) != COLLAGE_OK) return -1;
     collage_adamw_set_tie_proof(T->o, tie_proof);
     size_t gb = collage_strategy_is_fp32(s) ? 4 : 2;
-    const int fp16 = collage_strategy_is_fp16(s);
     T->g = malloc(n * gb);
     if (!T->g) { timed_opt_free(T); return -1; }
     float *w = collage_adamw_params(T->o), *g32 = T->g;
@@ -333,14 +334,18 @@ static const char *const BENCH_COMPOSED[] = {"collage-light+m=int8,v=int8", "col
                                               "bf16-sr+m=int8,v=int8",       "bf16-sr+m=int8,v=int8,q=sr",
                                               "bf16-remainder+m=int8,v=int8", "bf16-master+m=int8,v=int8",
                                               "collage-light+m=e4m3,v=e4m3"};
-#define BENCH_MAX (COLLAGE_STRATEGY_COUNT + (int)(sizeof BENCH_COMPOSED / sizeof *BENCH_COMPOSED))
-static int bench_order(collage_strategy *order) {
+#define BENCH_MAX (COLLAGE_STRATEGY_COUNT + (int)(sizeof BENCH_COMPOSED / sizeof *BENCH_COMPOSED) + 1)
+/* ... and `only` (--precision) at the end where it is none of those (another composition). */
+static int bench_order(collage_strategy *order, const char *only) {
     int k = 0;
     order[k++] = COLLAGE_BF16_MASTER;
     for (int s = 0; s < COLLAGE_STRATEGY_COUNT; s++)
         if (s != COLLAGE_BF16_MASTER) order[k++] = (collage_strategy)s;
     for (size_t i = 0; i < sizeof BENCH_COMPOSED / sizeof *BENCH_COMPOSED; i++)
         if (collage_strategy_parse(BENCH_COMPOSED[i], &order[k]) == COLLAGE_OK) k++;
+    int listed = !only;
+    for (int i = 0; i < k && !listed; i++) listed = !strcmp(only, collage_strategy_name(order[i]));
+    if (!listed && collage_strategy_parse(only, &order[k]) == COLLAGE_OK) k++;
     return k;
 }
 
@@ -455,7 +460,7 @@ static int bench_optimizer(opt_bench *B) {
     B->n_cache = ((size_t)1 << 16) * (size_t)B->threads; /* threads ≥ 1: checked by the caller */
     if (!B->json) opt_header(B, bound0);
     collage_strategy order[BENCH_MAX];
-    int rc = 0, no = bench_order(order);
+    int rc = 0, no = bench_order(order, B->only);
     double tf[BENCH_MAX] = {0}; /* tie-free share of the timed steps, by row */
     for (int oi = 0; oi < no; oi++) {
         collage_strategy s = order[oi];
