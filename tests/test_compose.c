@@ -39,7 +39,7 @@ static const char *const COMPOSED[] = {
     "collage-plus+m=int8",         "bf16-sr+m=int8,v=e4m3,q=sr", "bf16+m=fp32",
     "bf16-kahan+v=mcf",            "collage-light+m=fp16,v=fp16-mcf", "fp16",
     "fp16-collage-light",          "fp16-collage-plus",        "fp16-master",
-    "fp16-master+m=int8,v=int8"};
+    "fp16-master+m=int8,v=int8",   "collage-light+m=int8,v=int8,q=sr", "bf16-sr+m=int8,v=int8,q=sr"};
 #define N_COMPOSED ((int)(sizeof COMPOSED / sizeof *COMPOSED))
 
 static collage_strategy strat(const char *name) {

@@ -85,14 +85,12 @@ int collage__q_scale(collage_qcode c, float absmax, int has_nan, float *scale, f
 }
 
 /* #{k : thr[k] < y} over the 255 sorted thresholds: the code to nearest, a value on a threshold taking
- * the lower code. */
+ * the lower code (NaN: 0). A binary search without branches on the data (the count grows by 128, 64,
+ * …, 1 where the threshold just below it is below y): a data-dependent branch would be mispredicted
+ * half of the time. */
 static uint8_t dyn_count_below(const float *thr, float y) {
-    int lo = 0, hi = 255; /* the answer lies in [lo, hi] */
-    while (lo < hi) {
-        int mid = (lo + hi) >> 1;
-        if (thr[mid] < y) lo = mid + 1;
-        else hi = mid;
-    }
+    int lo = 0;
+    for (int step = 128; step; step >>= 1) lo += (thr[lo + step - 1] < y) ? step : 0;
     return (uint8_t)lo;
 }
 
@@ -105,12 +103,8 @@ uint8_t collage__q_code_sr(const q_tables *T, collage_qcode c, float y, uint32_t
     if (c == COLLAGE_QCODE_E4M3) return (uint8_t)collage_lp_from_f32_sr(COLLAGE_FMT_E4M3, fminf(fmaxf(y, -448.0f), 448.0f), r);
     const float *V = T->value[c];
     y = fminf(fmaxf(y, V[0]), 1.0f);
-    int lo = 0, hi = 255; /* the last code whose value is ≤ y */
-    while (lo < hi) {
-        int mid = (lo + hi + 1) >> 1;
-        if (V[mid] <= y) lo = mid;
-        else hi = mid - 1;
-    }
+    int lo = 0; /* the last code whose value is ≤ y (V increasing, V[0] ≤ y): branch-free as above */
+    for (int step = 128; step; step >>= 1) lo += (V[lo + step] <= y) ? step : 0;
     if (lo == 255 || V[lo] == y) return (uint8_t)lo;
     const float p = (y - V[lo]) / (V[lo + 1] - V[lo]); /* in (0, 1) */
     return (uint8_t)(lo + ((double)r < (double)p * 4294967296.0));
