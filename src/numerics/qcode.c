@@ -171,7 +171,7 @@ collage_status collage_qrow_dequantize_ref(collage_qcode c, const uint8_t *q, co
 }
 
 /* The vector rows: whole blocks per call, threaded over blocks. Stochastic rounding takes the scalar
- * steps (the optimizer's fused kernels re-quantize to nearest; q=sr takes the reference path). */
+ * steps (as the optimizer's fused kernels do for q=sr). */
 collage_status collage_qrow_quantize(collage_qcode c, const float *x, size_t n, uint8_t *q, float *scales, int sr,
                                      uint64_t key, uint64_t index0) {
     collage_status st = row_check(c, x, q, scales, n, sr);
