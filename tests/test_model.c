@@ -42,11 +42,14 @@ static void test_names_and_presets(void) {
     for (int k = 0; k < COLLAGE_REAL_COUNT; k++) {
         CHECK(collage_real_parse(collage_real_name((collage_real)k), &r) == COLLAGE_OK && r == (collage_real)k,
               "real %d round trip", k);
+        if (k == COLLAGE_REAL_FP16) continue; /* the family runs it as fp16-emulated */
         CHECK(strcmp(collage_real_name((collage_real)k), collage_gpt_precision_name((collage_gpt_precision)k)) == 0,
               "real %d named %s", k, collage_real_name((collage_real)k));
     }
+    CHECK(!strcmp(collage_real_name(COLLAGE_REAL_FP16), "fp16") &&
+              !strcmp(collage_gpt_precision_name(COLLAGE_GPT_FP16_EMULATED), "fp16-emulated"), "the fp16 names");
     CHECK(collage_real_size(COLLAGE_REAL_FP32) == 4 && collage_real_size(COLLAGE_REAL_BF16) == 2 &&
-              collage_real_size(COLLAGE_REAL_FP64) == 8, "real sizes");
+              collage_real_size(COLLAGE_REAL_FP64) == 8 && collage_real_size(COLLAGE_REAL_FP16) == 2, "real sizes");
     CHECK(collage_real_parse("fp8", &r) == COLLAGE_ERR_ARG, "parse fp8");
     const char *const *names = collage_model_preset_names();
     static const char *want[] = {"tiny", "small", "gpt2"};
@@ -138,8 +141,14 @@ static void *weights_in(collage_real p, const float *w, size_t n) {
     if (!out) return NULL;
     if (p == COLLAGE_REAL_FP32) memcpy(out, w, n * sizeof(float));
     else if (p == COLLAGE_REAL_BF16) collage_bf16_from_f32_row(out, w, n);
+    else if (p == COLLAGE_REAL_FP16) collage_fp16_from_f32_row(out, w, n);
     else for (size_t i = 0; i < n; i++) ((double *)out)[i] = (double)w[i];
     return out;
+}
+
+/* The family's precision a model precision runs (the fp16 model is its float graph on fp16 storage). */
+static collage_gpt_precision gpt_prec(collage_real p) {
+    return p == COLLAGE_REAL_FP16 ? COLLAGE_GPT_FP16_EMULATED : (collage_gpt_precision)p;
 }
 
 /* One precision: two steps (forward, backward) with and without zero_grad, then next_logits. */
@@ -149,7 +158,7 @@ static void compare_precision(collage_real p, const float *w32, const int *tok, 
     collage_model *m = NULL;
     collage_gpt *f = NULL;
     CHECK(collage_model_create(&c, p, B_TEST, T_TEST, &m) == COLLAGE_OK, "%s: create", collage_real_name(p));
-    CHECK(collage_gpt_create(&g, (collage_gpt_precision)p, B_TEST, T_TEST, &f) == COLLAGE_OK, "family create");
+    CHECK(collage_gpt_create(&g, gpt_prec(p), B_TEST, T_TEST, &f) == COLLAGE_OK, "family create");
     if (!m || !f) { collage_model_free(m); collage_gpt_free(f); return; }
     const size_t n = collage_model_size(m), es = collage_real_size(p);
     CHECK(n == collage_gpt_size(f) && collage_model_precision(m) == p, "size or precision");
