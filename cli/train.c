@@ -78,7 +78,7 @@ typedef struct {
 #define O(field) offsetof(train_opts, field)
 #define FS(flag, field, bit) {flag, F_STR, O(field), bit, 0, 0, 0, 0, 0, 0}
 #define FI(flag, field, bit, min, max) {flag, F_INT, O(field), bit, min, max, 0, 0, 0, 0}
-#define FD(flag, field, bit, lo, hi, lo_open, hi_open) {flag, F_DBL, O(field), bit, 0, 0, lo, hi, lo_open, hi_open}
+#define FD(flag, field, bit, lo, hi, lo_open, hi_open) {flag, F_DBL, O(field), bit, 0, 0, lo, (double)(hi), lo_open, hi_open}
 static const flag_spec FLAGS[] = {
     FS("--data", cfg.data, 0), FS("--tokenizer", cfg.tokenizer, COLLAGE_RUN_TOKENIZER), FS("--model", cfg.model, COLLAGE_RUN_MODEL),
     FS("--save", save, 0), FS("--resume", resume, 0), FS("--log", log, 0), FS("--summary", summary, 0),
@@ -91,7 +91,8 @@ static const flag_spec FLAGS[] = {
     FI("--max-skips", cfg.max_skips, 0, 1, INT_MAX), {"--seed", F_SIZE, O(cfg.seed), COLLAGE_RUN_SEED, 0, 0, 0, 0, 0, 0},
     FD("--lr", cfg.lr, COLLAGE_RUN_LR, 0, INFINITY, 0, 1), FD("--beta1", cfg.beta1, COLLAGE_RUN_BETA1, 0, 1, 1, 1),
     FD("--beta2", cfg.beta2, COLLAGE_RUN_BETA2, 0, 1, 1, 1), FD("--eps", cfg.eps, COLLAGE_RUN_EPS, 0, INFINITY, 1, 1),
-    FD("--wd", cfg.weight_decay, COLLAGE_RUN_WD, 0, INFINITY, 0, 1), FD("--clip", cfg.clip, COLLAGE_RUN_CLIP, 0, INFINITY, 0, 1), FD("--loss-scale", cfg.loss_scale, 0, 0, INFINITY, 1, 1),
+    FD("--wd", cfg.weight_decay, COLLAGE_RUN_WD, 0, INFINITY, 0, 1), FD("--clip", cfg.clip, COLLAGE_RUN_CLIP, 0, INFINITY, 0, 1),
+    FD("--loss-scale", cfg.loss_scale, 0, 0, INFINITY, 1, 1),
     {"--overwrite", F_BARE, O(overwrite), 0, 0, 0, 0, 0, 0, 0}, {"--quiet", F_BARE, O(quiet), 0, 0, 0, 0, 0, 0, 0},
 };
 #undef O
