@@ -245,6 +245,13 @@ typedef struct {
      * shard; bf16-sr draws its random bits by slab index. Shards of one slab, stepped with the
      * whole slab's Σg² (collage_adamw_step_sumsq), give the whole slab's step bit for bit. */
     size_t index0, total;
+    /* Optional: the caller's slabs for the other state words, by role (m, v, δθ, …; n elements each,
+     * in the format the strategy's row gives; NULL = allocated, zeroed and owned by the optimizer;
+     * words[COLLAGE_ROLE_WEIGHTS] is ignored, params is θ). A caller that keeps the state itself
+     * (the Python package keeps each word in a tensor of its own) hands it over without a copy, keeps
+     * it alive and in place for the optimizer's life, and restores the step count with
+     * collage_adamw_set_steps when it builds an optimizer over words that already hold a state. */
+    void *words[COLLAGE_ROLE_COUNT];
 } collage_adamw_config;
 
 typedef struct {
@@ -291,6 +298,17 @@ collage_strategy collage_adamw_strategy(const collage_adamw *opt);
 uint64_t       collage_adamw_steps(const collage_adamw *opt);
 collage_memory collage_adamw_memory(const collage_adamw *opt);
 collage_memory collage_strategy_memory(collage_strategy s);
+/* The slab of the state word of role r (n elements in the format of the strategy's row: the caller's
+ * where config.words or config.params gave it), NULL where the strategy has no such word. Reading or
+ * writing it between steps is allowed; collage_adamw_kept_f64 reads the kept value through the roles. */
+void          *collage_adamw_word(collage_adamw *opt, collage_word_role r);
+/* Restore what a state file carries besides the words: the steps taken (the bias correction and the
+ * bf16-sr stream of the next step follow from it) and whether the kept value's words are set
+ * (synced = 1; 0: the next step starts from θ alone, zero compensation and master = θ, as a fresh
+ * optimizer's first step does). For a caller that keeps the words itself (config.words). */
+collage_status collage_adamw_set_steps(collage_adamw *opt, uint64_t steps, int synced);
+/* Whether the kept value's words are set (see collage_adamw_set_steps). */
+int            collage_adamw_synced(const collage_adamw *opt);
 /* Set the full kept value from fp32 weights: θ = RN(w) and the compensation word holds w − θ
  * (master = w exactly, remainder exact). Without it, the first step starts from θ alone. */
 collage_status collage_adamw_set_weights_f32(collage_adamw *opt, const float *w, size_t n);

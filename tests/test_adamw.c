@@ -1550,6 +1550,60 @@ static void test_save_load_roundtrip(void) {
     free(g); free(a); free(b);
 }
 
+/* The caller's words (config.words): an optimizer over slabs the caller holds steps as one that owns
+ * its words; copying every word of a stepped optimizer into fresh slabs and building a new optimizer
+ * over them with collage_adamw_set_steps continues bit for bit (what the Python package does). */
+static void test_caller_words(void) {
+    uint16_t *g = malloc(12 * SL_N * 2);
+    float gf[SL_N], w0[SL_N];
+    sl_state *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+    h_seed(910);
+    for (int i = 0; i < 12 * SL_N; i++) g[i] = rnd_bf16(-12, 0);
+    for (int i = 0; i < SL_N; i++) w0[i] = (float)gauss();
+    for (int si = 0; si < NS; si++) {
+        collage_strategy s = ALL[si];
+        const collage_strategy_info *T = collage_strategy_get(s);
+        collage_adamw_config c = sl_cfg(s, SL_N, 0.95);
+        collage_adamw *o1 = mk(&c);
+        if (!o1) continue;
+        collage_adamw_set_weights_f32(o1, w0, SL_N);
+        sl_steps(o1, g, gf, 0, 7);
+        void *mine[COLLAGE_ROLE_COUNT] = {0};
+        for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) {
+            void *src = collage_adamw_word(o1, (collage_word_role)r);
+            CHECK((src != NULL) == (T->word[r].format != COLLAGE_WORD_NONE), "%s: word %s is %p", SNAME(s),
+                  collage_word_role_name((collage_word_role)r), src);
+            if (!src) continue;
+            size_t bytes = SL_N * (T->word[r].format == COLLAGE_WORD_FP32 ? 4 : 2);
+            mine[r] = malloc(bytes);
+            memcpy(mine[r], src, bytes);
+        }
+        CHECK(collage_adamw_word(o1, COLLAGE_ROLE_WEIGHTS) == collage_adamw_params(o1), "%s: θ is not the params", SNAME(s));
+        CHECK(collage_adamw_word(o1, COLLAGE_ROLE_COUNT) == NULL, "%s: a word past the roles", SNAME(s));
+        CHECK(collage_adamw_synced(o1) == 1, "%s: not synced after steps", SNAME(s));
+        c.params = mine[COLLAGE_ROLE_WEIGHTS];
+        memcpy(c.words, mine, sizeof c.words);
+        collage_adamw *o2 = mk(&c);
+        if (o2) {
+            CHECK(collage_adamw_synced(o2) == 0 && collage_adamw_steps(o2) == 0, "%s: a new optimizer", SNAME(s));
+            CHECK(collage_adamw_set_steps(o2, 7, 1) == COLLAGE_OK, "%s: set_steps", SNAME(s));
+            for (int r = 0; r < COLLAGE_ROLE_COUNT; r++)
+                CHECK(collage_adamw_word(o2, (collage_word_role)r) == mine[r], "%s: word %d is not the caller's", SNAME(s), r);
+            sl_steps(o1, g, gf, 7, 12);
+            sl_steps(o2, g, gf, 7, 12);
+            sl_snap(o1, a);
+            sl_snap(o2, b);
+            CHECK(sl_same(a, b, SL_N, s), "%s: over the caller's words, 7 + 5 steps differ from 12", SNAME(s));
+            collage_adamw_free(o2); /* frees none of the caller's slabs */
+        }
+        for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) free(mine[r]);
+        collage_adamw_free(o1);
+    }
+    CHECK(collage_adamw_set_steps(NULL, 1, 1) == COLLAGE_ERR_NULL && collage_adamw_word(NULL, COLLAGE_ROLE_M) == NULL &&
+          collage_adamw_synced(NULL) == 0, "NULL optimizer");
+    free(g); free(a); free(b);
+}
+
 static void write_all_to(const char *path, const unsigned char *p, size_t len) {
     FILE *f = fopen(path, "wb");
     CHECK(f != NULL, "cannot write %s", path);
@@ -2366,6 +2420,7 @@ int main(void) {
     RUN(test_beta2_0999_second_moment);
     RUN(test_sr_unbiased);
     RUN(test_save_load_roundtrip);
+    RUN(test_caller_words);
     RUN(test_save_load_bad_files);
     RUN(test_sharded_equals_whole);
     RUN(test_sr_shard_across_2_32);

@@ -32,7 +32,7 @@ struct collage_adamw {
     int *order;                  /* group indices sorted by offset */
     int n_groups;
     void *word[COLLAGE_ROLE_COUNT]; /* by role, NULL where the strategy has none; θ is the params slab */
-    int owns_params;
+    unsigned owned;                 /* bit r: word[r] was allocated here (not the caller's) */
     uint64_t t;
     int synced;
     block_t *blocks;
@@ -101,15 +101,17 @@ static collage_status make_blocks(collage_adamw *o) {
     return COLLAGE_OK;
 }
 
-/* Every word the strategy's row lists, n elements each, zeroed; θ is the caller's slab where given. */
-static collage_status alloc_words(collage_adamw *o, void *params) {
+/* Every word the strategy's row lists, n elements each: the caller's slab where given (params for θ,
+ * words[r] for the others), else allocated here and zeroed. */
+static collage_status alloc_words(collage_adamw *o, const collage_adamw_config *cfg) {
     const collage_strategy_info *T = strategy_row(o->cfg.strategy);
-    o->owns_params = params == NULL;
-    o->word[COLLAGE_ROLE_WEIGHTS] = params;
     for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) {
-        if (!T->word[r].format || o->word[r]) continue;
+        if (!T->word[r].format) continue;
+        o->word[r] = r == COLLAGE_ROLE_WEIGHTS ? cfg->params : cfg->words[r];
+        if (o->word[r]) continue;
         o->word[r] = zalloc(o->cfg.n * collage__word_size(T->word[r].format));
         if (!o->word[r]) return COLLAGE_ERR_NOMEM;
+        o->owned |= 1u << r;
     }
     return COLLAGE_OK;
 }
@@ -158,7 +160,7 @@ collage_status collage_adamw_create(const collage_adamw_config *cfg, collage_ada
             else if (!(g->weight_decay >= 0) || !isfinite(g->weight_decay)) st = COLLAGE_ERR_ARG;
         }
     }
-    if (st == COLLAGE_OK) st = alloc_words(o, cfg->params);
+    if (st == COLLAGE_OK) st = alloc_words(o, cfg);
     if (st == COLLAGE_OK) {
         o->group_edq = calloc((size_t)o->n_groups + 1, sizeof *o->group_edq);
         o->gsum = calloc((size_t)o->n_groups + 1, sizeof *o->gsum);
@@ -183,13 +185,23 @@ void collage_adamw_free(collage_adamw *o) {
     free(o->groups);
     free(o->order);
     for (int r = 0; r < COLLAGE_ROLE_COUNT; r++)
-        if (r != COLLAGE_ROLE_WEIGHTS || o->owns_params) free(o->word[r]);
+        if (o->owned >> r & 1u) free(o->word[r]);
     free(o->blocks); free(o->acc); free(o->group_edq); free(o->gsum); free(o->gcount);
     free(o->group_nt);
     free(o);
 }
 
 void *collage_adamw_params(collage_adamw *o) { return o ? o->word[COLLAGE_ROLE_WEIGHTS] : NULL; }
+void *collage_adamw_word(collage_adamw *o, collage_word_role r) {
+    return o && (unsigned)r < COLLAGE_ROLE_COUNT ? o->word[r] : NULL;
+}
+collage_status collage_adamw_set_steps(collage_adamw *o, uint64_t steps, int synced) {
+    if (!o) return COLLAGE_ERR_NULL;
+    o->t = steps;
+    o->synced = synced != 0;
+    return COLLAGE_OK;
+}
+int collage_adamw_synced(const collage_adamw *o) { return o ? o->synced : 0; }
 size_t collage_adamw_size(const collage_adamw *o) { return o ? o->cfg.n : 0; }
 collage_strategy collage_adamw_strategy(const collage_adamw *o) { return o ? o->cfg.strategy : COLLAGE_STRATEGY_COUNT; }
 uint64_t collage_adamw_steps(const collage_adamw *o) { return o ? o->t : 0; }
