@@ -27,6 +27,9 @@ static void usage(FILE *f) {
             "                  mean loss of a checkpoint on data\n"
             "  sample --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature X] [--seed N]\n"
             "                  generate text from a checkpoint\n"
+            "  export --checkpoint PATH --out DIR [--format safetensors] [--dtype bf16|fp32]\n"
+            "                  the model as model.safetensors + config.json in Hugging Face's layout\n"
+            "                  (GPT-2: GPT2LMHeadModel), for PyTorch code\n"
             "  tokenize --tokenizer byte|gpt2 --in PATH --out FILE\n"
             "                  text to an llm.c token shard\n"
             "  bench convert [--n N] [--threads T] [--reps R] [--json]\n"
@@ -146,6 +149,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "compare")) return cmd_compare(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
+    if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return collage_cli_tokenize(argc - 2, argv + 2);
     fprintf(stderr, "collage: unknown command '%s'\nhint: run 'collage --help' for the list of commands\n", cmd);
     return 2;

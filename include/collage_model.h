@@ -147,6 +147,18 @@ collage_status collage_model_read_header(const char *path, collage_model_config 
 collage_status collage_model_load_file(const char *path, const collage_model_config *cfg, void *params, int want_bf16,
                                        char *err, size_t cap);
 
+/* ---------------------------------------------------------------- export */
+/* The model for PyTorch code: dir/model.safetensors in the safetensors layout (a u64 little-endian
+ * header length, a JSON header of names, dtypes, shapes and byte ranges, padded with spaces to 8
+ * bytes, then the tensors, row-major) with the tensor names, shapes and orientation of the family's
+ * Hugging Face class (GPT-2: GPT2LMHeadModel's "transformer.*" names, its Conv1D weights as (in, out),
+ * the embedding without its padding rows, lm_head left to its tie with wte), and dir/config.json, that
+ * class's config. params: float (bf16 = 0, written as F32) or collage_bf16 (bf16 = 1, written as
+ * BF16), the family's slab. Each file is written atomically; dir is created if missing (not its
+ * parents). COLLAGE_ERR_UNSUPPORTED for a family without such a layout. */
+collage_status collage_model_export_safetensors(const char *dir, const collage_model_config *cfg, const void *params,
+                                                int bf16, char *err, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -653,4 +653,4 @@ const collage_model_family collage__gpt2_family = {
     .backward = fam_backward, .grads = fam_grads, .zero_grad = fam_zero_grad, .next_logits = fam_next_logits,
     .products = fam_products, .memory = fam_memory,
     .ckpt_probe = fam_ckpt_probe, .ckpt_what = "llm.c GPT-2: int32 magic 20240326", .ckpt_save = fam_ckpt_save,
-    .ckpt_read_header = fam_ckpt_read_header, .ckpt_load = fam_ckpt_load};
+    .ckpt_read_header = fam_ckpt_read_header, .ckpt_load = fam_ckpt_load, .hf = &collage__gpt2_hf};

@@ -10,6 +10,29 @@
 /* The first bytes of a checkpoint file handed to every family's probe (fewer when the file is shorter). */
 #define COLLAGE_CKPT_PROBE_BYTES 64
 
+/* One tensor of a family's export layout (export.c): the name the other program gives it, with one %d
+ * for the layer where the family's tensor stacks one slice per layer along its first dimension; the
+ * family's tensor it comes from (an index into its tensors); transpose: each slice's matrix is written
+ * with rows and columns swapped; vocab_rows: only the first vocab_size rows are written (an embedding
+ * whose padding rows the other program does not have). */
+typedef struct {
+    const char *name;
+    int tensor;
+    int transpose;
+    int vocab_rows;
+} collage_export_tensor;
+
+/* A family's layout in another program's classes (Hugging Face's for safetensors). The file lists the
+ * tensors in table order, except that the entries with %d are written layer by layer where the first
+ * of them stands. config_json writes the other program's config for cfg with weights of dtype
+ * ("bfloat16" or "float32") into buf, as snprintf does (returns the length it needs). */
+typedef struct {
+    const char *what;                        /* "Hugging Face GPT2LMHeadModel", for messages */
+    const collage_export_tensor *tensors;
+    int n_tensors;
+    int (*config_json)(const collage_model_config *cfg, const char *dtype, char *buf, size_t cap);
+} collage_export_layout;
+
 typedef struct {
     const char *name;                       /* "gpt2": collage_family_name */
     const char *const *presets;             /* preset names, NULL-terminated */
@@ -46,10 +69,14 @@ typedef struct {
     collage_status (*ckpt_read_header)(const char *path, collage_model_config *cfg, int *bf16, char *err, size_t cap);
     collage_status (*ckpt_load)(const char *path, const collage_model_config *cfg, void *params, int want_bf16,
                                 char *err, size_t cap);
+    /* The layout collage_model_export_safetensors writes; NULL: the family cannot be exported yet. */
+    const collage_export_layout *hf;
 } collage_model_family;
 
 /* The rows (model.c's table holds their addresses, in collage_family order). */
 extern const collage_model_family collage__gpt2_family;
+/* GPT-2's layout as Hugging Face's GPT2LMHeadModel (gpt2_hf.c). */
+extern const collage_export_layout collage__gpt2_hf;
 
 /* The row of family f; NULL if f is out of range. */
 const collage_model_family *collage__model_family(collage_family f);
