@@ -22,12 +22,18 @@ class CollageError(RuntimeError):
 
 
 def _candidates():
-    """Where libcollage.so may be: $COLLAGE_LIB, the source tree's build/ (this file is
-    python/collage/_lib.py), pkg-config's libdir for an installed collage, the loader's path."""
+    """Where libcollage.so may be: $COLLAGE_LIB, the one the package was installed against, the source
+    tree's build/ (this file is python/collage/_lib.py), pkg-config's libdir, the loader's path."""
     env = os.environ.get("COLLAGE_LIB")
     if env:
         yield env
         return
+    try:  # written by setup.py when the package was installed
+        from ._libpath import LIBRARY
+        if LIBRARY:
+            yield LIBRARY
+    except ImportError:
+        pass
     yield str(pathlib.Path(__file__).resolve().parents[2] / "build" / "libcollage.so")
     if shutil.which("pkg-config"):
         try:

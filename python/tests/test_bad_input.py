@@ -66,5 +66,5 @@ def test_missing_checkpoint_names_the_file(tmp_path):
         collage.export(tmp_path / "nope", tmp_path / "out")
     bad = tmp_path / "model.bin"
     bad.write_bytes(b"\0" * 2000)
-    with pytest.raises(collage.CollageError, match="is not an llm.c model checkpoint"):
+    with pytest.raises(collage.CollageError, match=r"model.bin. is not a model checkpoint \(known formats"):
         ct.load(bad)
