@@ -56,10 +56,15 @@ CLI_SRC  = $(wildcard cli/*.c)
 CLI_OBJ  = $(patsubst cli/%.c,$(BUILD)/obj/cli_%.o,$(CLI_SRC))
 TEST_SRC = $(wildcard tests/test_*.c)
 TEST_BIN = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC)) $(BUILD)/tests/test_install
+# The Python package's suite runs in builds without sanitizers: an ASan-instrumented libcollage.so loads
+# into the interpreter only with libasan preloaded (docs/testing.md).
+ifeq ($(SAN),0)
+TEST_BIN += $(BUILD)/tests/test_python
+endif
 HDRS     = $(wildcard include/*.h) $(wildcard $(addsuffix /*.h,$(SRC_DIRS))) $(wildcard src/*/*.inc) $(wildcard cli/*.h) \
            tests/harness.h
 
-.PHONY: all lib cli tests test run setup clean ci-san ci-noomp fuzz install check-headers FORCE
+.PHONY: all lib cli tests test run setup clean ci-san ci-noomp fuzz install check-headers python FORCE
 all: lib cli
 lib: $(BUILD)/libcollage.a $(BUILD)/libcollage.so
 cli: $(BUILD)/collage
@@ -118,6 +123,19 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libcollage.a $(HDRS) | $(BUILD)/tests
 $(BUILD)/tests/test_install: tests/test_install.sh Makefile | $(BUILD)/tests
 	sed -e 's|@BUILD@|$(BUILD)|' -e 's|@CC@|$(CC)|' -e 's|@XFLAGS@|$(LDSAN)|' \
 	    -e 's|@MAKEVARS@|CC=$(CC) SAN=$(SAN) OMP=$(OMP)|' $< > $@ && chmod +x $@
+
+# The Python suite, with this build's library written in.
+$(BUILD)/tests/test_python: tests/test_python.sh Makefile | $(BUILD)/tests
+	sed -e 's|@BUILD@|$(BUILD)|' $< > $@ && chmod +x $@
+
+# make python: the collage Python package installed without network into a virtual environment,
+# $(BUILD)/venv, that sees Debian's torch and numpy; it loads this build's libcollage.so
+# (then: . $(BUILD)/venv/bin/activate). In an environment of your own: pip install ./python.
+python: lib
+	@test -x $(BUILD)/venv/bin/pip || /usr/bin/python3 -m venv --system-site-packages $(BUILD)/venv
+	COLLAGE_LIB=$(abspath $(BUILD))/libcollage.so $(BUILD)/venv/bin/pip install --no-index -q ./python
+	@rm -rf python/build python/collage.egg-info
+	@echo "collage for Python installed in $(BUILD)/venv: . $(BUILD)/venv/bin/activate"
 
 setup:
 	@bash scripts/setup.sh
