@@ -5,7 +5,7 @@ parameters, taken in alternating rounds in one run; the median of the rounds, an
 the library's step.
 
     /usr/bin/python3 python/bench/adamw.py [--strategy collage-light,collage-plus] [--rounds 5] [--json]
-        [--torch-path]   also the torch path of collage.torch.AdamW on CPU (slow: one kernel per line)
+        [--threads T] [--torch-path]   also the torch path of collage.torch.AdamW on CPU (slow: one kernel per line)
 """
 
 import argparse
@@ -106,16 +106,19 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--torch-path", action="store_true")
+    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="for libcollage and torch alike")
     a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    _lib.lib.collage_set_threads(a.threads)
     shapes = gpt2_shapes()
     n = sum(math.prod(sh) for sh, _ in shapes)
     head = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "cpu": cpu_name(),
-            "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "cores": os.cpu_count(), "threads": a.threads, "torch": torch.__version__,
             "collage": collage.__version__, "params": n, "tensors": len(shapes)}
     if not a.json:
         print(f"optimizer step, GPT-2 124M ({n:,} parameters in {len(shapes)} tensors), clipping {CLIP}, "
-              f"weight decay {WD} on matrices; {head['date']}; {head['cpu']}; {head['cores']} cores, torch "
-              f"{head['torch']} on {head['torch_threads']} threads; median of {a.rounds} rounds")
+              f"weight decay {WD} on matrices; {head['date']}; {head['cpu']}; {head['cores']} cores; {a.threads} "
+              f"threads for libcollage and torch {head['torch']}; median of {a.rounds} rounds")
     for name in a.strategy.split(","):
         s = collage.strategy(name)
         wdt = torch.float32 if s.weights.format == "fp32" else torch.bfloat16

@@ -6,8 +6,6 @@ import ctypes
 import numpy as np
 import torch
 
-import pytest
-
 import collage
 from collage import _lib
 from collage.torch import _lines
@@ -61,7 +59,7 @@ def run(opt, params, steps, start=0, shapes=SHAPES):
     for t in range(start, start + steps):
         for ps, gs in zip(params, make_grads(t, shapes, dt)):
             for p, g in zip(ps, gs):
-                p.grad = g
+                p.grad = g.to(p.device)
         opt.step()
 
 
@@ -163,5 +161,6 @@ STRATEGIES = [s.name for s in collage.strategies()]
 
 
 def torch_lines_or_skip(name):
+    import pytest
     if name not in _lines.STRATEGY_LINES:
         pytest.skip(f"'{name}' has no torch lines (python/collage/torch/_lines.py): CPU only, through libcollage")

@@ -262,6 +262,7 @@ class AdamW(torch.optim.Optimizer):
             coef = self.max_grad_norm / (gnorm + 1e-6)
         stats["clip_coef"] = coef
         offsets, total = self._slab()
+        self._scalars = {}
         parts = []
         for gi, p, g, st, use_c in items:
             group = self.param_groups[gi]
@@ -331,8 +332,10 @@ class AdamW(torch.optim.Optimizer):
         if not st["synced"]:
             self._sync_from_weights(p, st)
         b1, b2 = group["betas"]
-        k = _lines.Scalars(p.device, st["step"] + 1, float(group["lr"]), float(b1), float(b2), float(group["eps"]),
-                           coef, self.seed)
+        key = (p.device, st["step"] + 1, float(group["lr"]), float(b1), float(b2), float(group["eps"]))
+        k = self._scalars.get(key)  # one set per device and group a step: each is a copy to the device
+        if k is None:
+            k = self._scalars[key] = _lines.Scalars(*key, coef, self.seed)
         return _lines.step_tensor(self.strategy.name, p, g, st, k, k.lrwd(float(group["weight_decay"])), self.edq,
                                   index0)
 
