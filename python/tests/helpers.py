@@ -137,9 +137,11 @@ class DirectC:
         g = np.concatenate([numpy_of(x).reshape(-1) for grp in grads for x in grp]).astype(self.np_dtype)
         s = ctypes.c_double()
         _lib.check(_lib.lib.collage_adamw_grad_sumsq(self.whole, g.ctypes.data, ctypes.byref(s)), "grad_sumsq")
+        self.edq = []  # each group optimizer's EDQ of this step
         for o, a, n, lr in self.opts:
             st = _lib.StepStats()
             _lib.check(_lib.lib.collage_adamw_step_sumsq(o, g[a:].ctypes.data, lr, s.value, ctypes.byref(st)), "step")
+            self.edq.append(st.edq)
         return s.value
 
     def word(self, role, index):

@@ -67,6 +67,9 @@ def test_c_path_equals_library_driven_directly(name):
                     p.grad = g
             opt.step()
             assert opt.last_stats["grad_norm"] == math.sqrt(sumsq), f"{name}: step {t}: the gradient norm"
+            for k, (mine, theirs) in enumerate(zip(opt.last_stats["groups"], direct.edq)):
+                for key in ("sum_dot", "sum_dot_state", "sum_nn", "lost_count", "updates"):
+                    assert mine[key] == getattr(theirs, key), f"{name}: step {t}: group {k}'s {key}"
         s = collage.strategy(name)
         for i, p in enumerate(flat(params)):
             assert np.array_equal(numpy_of(p).reshape(-1), direct.word(None, i)), f"{name}: θ of tensor {i}"
