@@ -802,17 +802,6 @@ static float adv_value(void) {
 }
 static char g_dir[64]; /* a temporary folder for the tests' files */
 
-static unsigned char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)sz + 1);
-    *len = fread(buf, 1, (size_t)sz, f);
-    fclose(f);
-    return buf;
-}
 
 /* 1 if two optimizers hold the same bits in every state word (θ, δθ, m, v, δv, master, remainder,
  * step, RNG counter): their saved files compared byte for byte, then removed. */
@@ -822,7 +811,7 @@ static int same_saved_state(const collage_adamw *a, const collage_adamw *b) {
     size_t len[2] = {0, 0};
     for (int k = 0; k < 2; k++) {
         snprintf(path[k], sizeof path[k], "%s/compare%d.state", g_dir, k);
-        if (collage_adamw_save(k ? b : a, path[k]) == COLLAGE_OK) buf[k] = read_all(path[k], &len[k]);
+        if (collage_adamw_save(k ? b : a, path[k]) == COLLAGE_OK) buf[k] = h_read_file(path[k], &len[k]);
         remove(path[k]);
     }
     int same = buf[0] && buf[1] && len[0] > 0 && len[0] == len[1] && !memcmp(buf[0], buf[1], len[0]);
@@ -1669,7 +1658,7 @@ static void test_save_load_bad_files(void) {
     save_from(&cg, "groups", g);
     path_of(good, sizeof good, "good");
     size_t len = 0;
-    unsigned char *buf = read_all(good, &len);
+    unsigned char *buf = h_read_file(good, &len);
     CHECK(buf && len > 100, "read back %s", good);
     if (!buf) { free(g); return; }
     /* patched copies */

@@ -51,20 +51,6 @@ static int expected(const collage_model_config *c, want_t *w) {
     return n;
 }
 
-static unsigned char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
-    if (b) b[n] = 0;
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
 /* Check one format: bf16 = 0, weights = their slab index as float; 1, weights = the index's low 16 bits. */
 static void check_export(int bf16) {
     collage_model_config c = micro();
@@ -80,7 +66,7 @@ static void check_export(int bf16) {
     CHECK(st == COLLAGE_OK, "export: %s (%s)", collage_status_str(st), err);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     size_t len = 0;
-    unsigned char *file = slurp(path, &len);
+    unsigned char *file = h_read_file(path, &len);
     CHECK(file && len > 8, "cannot read %s", path);
     if (!file || len <= 8) { free(params); free(file); return; }
     uint64_t hl = 0;
@@ -123,7 +109,7 @@ static void check_export(int bf16) {
     CHECK(total == n - (size_t)(c.padded_vocab_size - c.vocab_size) * (size_t)c.channels, "%zu of %zu elements", total, n);
     free(file);
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *cfg = (char *)slurp(path, &len);
+    char *cfg = (char *)h_read_file(path, &len);
     CHECK(cfg && strstr(cfg, "\"architectures\": [\"GPT2LMHeadModel\"]") && strstr(cfg, "\"vocab_size\": 19,") &&
           strstr(cfg, "\"n_positions\": 8,") && strstr(cfg, "\"n_embd\": 16,") && strstr(cfg, "\"n_layer\": 2,") &&
           strstr(cfg, "\"n_head\": 2,") && strstr(cfg, bf16 ? "\"torch_dtype\": \"bfloat16\"" : "\"torch_dtype\": \"float32\""),

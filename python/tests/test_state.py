@@ -46,11 +46,16 @@ def test_resume_bit_for_bit(name):
                 assert same_bits(v, w) if torch.is_tensor(v) else v == w, f"{name}: {first}/{second}: {k}"
 
 
-def test_state_dict_holds_every_word():
-    name = "collage-plus"
+def stepped(name, steps):
     params = make_params(name)
     opt = make_opt(params, name, "c")
-    run(opt, params, 2)
+    run(opt, params, steps)
+    return params, opt
+
+
+def test_state_dict_holds_every_word():
+    name = "collage-plus"
+    _, opt = stepped(name, 2)
     sd = opt.state_dict()
     assert sd["collage"]["precision"] == name and sd["collage"]["seed"] == 7
     st = sd["state"][0]
@@ -60,20 +65,15 @@ def test_state_dict_holds_every_word():
 
 
 def test_state_dict_of_another_strategy_is_refused():
-    a = make_params("collage-light")
-    opt = make_opt(a, "collage-light", "c")
-    run(opt, a, 1)
-    b = make_params("bf16-kahan")
-    other = make_opt(b, "bf16-kahan", "c")
+    _, opt = stepped("collage-light", 1)
+    other = make_opt(make_params("bf16-kahan"), "bf16-kahan", "c")
     with pytest.raises(ValueError, match="'collage-light' state, but this optimizer is 'bf16-kahan'"):
         other.load_state_dict(opt.state_dict())
 
 
 def test_state_dict_with_a_wrong_word_is_refused():
     name = "bf16-master"
-    params = make_params(name)
-    opt = make_opt(params, name, "c")
-    run(opt, params, 1)
+    _, opt = stepped(name, 1)
     sd = opt.state_dict()
     sd["state"][1]["master"] = sd["state"][1]["master"].to(torch.bfloat16)
     fresh = make_opt(make_params(name), name, "c")
@@ -88,9 +88,7 @@ def test_state_dict_with_a_wrong_word_is_refused():
 def test_words_are_not_copied_in_a_step():
     """The C path steps the state tensors' own memory: the tensors keep their storage across steps."""
     name = "collage-light"
-    params = make_params(name)
-    opt = make_opt(params, name, "c")
-    run(opt, params, 1)
+    params, opt = stepped(name, 1)
     p = params[0][0]
     ptrs = (p.data_ptr(), *(opt.state[p][k].data_ptr() for k in ("exp_avg", "exp_avg_sq", "compensation")))
     before = [bits(opt.state[p][k]).clone() for k in ("exp_avg", "exp_avg_sq", "compensation")]
