@@ -47,7 +47,7 @@ class _Native:
                                params=p.data_ptr(), index0=index0, total=total, words=words)
         handle = ctypes.c_void_p()
         _lib.check(_lib.lib.collage_adamw_create(ctypes.byref(cfg), ctypes.byref(handle)), "collage_adamw_create")
-        self.handle = handle
+        self.handle, self._free = handle, _lib.lib.collage_adamw_free  # kept: at exit _lib may be gone first
         # the scalars' tie proof (adamw.c tie_free) pays off from 2^16 elements on; the library's default
         # threshold is for one optimizer over a whole slab
         _lib.lib.collage_adamw_set_tie_proof(handle, 1 << 16)
@@ -62,7 +62,7 @@ class _Native:
 
     def __del__(self):
         if getattr(self, "handle", None):
-            _lib.lib.collage_adamw_free(self.handle)
+            self._free(self.handle)
             self.handle = None
 
 
@@ -282,34 +282,22 @@ class AdamW(torch.optim.Optimizer):
 
     def _grad_sumsq(self, items):
         """Σ g² of every gradient, block by block in slab order (the C step's blocks and order)."""
-        blocks = []
-        cpu = [g for _, _, g, _, c in items if c]
-        if cpu:
-            counts = [-(-g.numel() // _lines.BLOCK) for g in cpu]
-            out = np.empty(sum(counts), dtype=np.float64)
-            at = 0
-            for g, nb in zip(cpu, counts):
-                _lib.check(_lib.lib.collage_sumsq_chunks(g.data_ptr(), int(g.dtype != torch.float32), g.numel(),
-                                                         _lines.BLOCK, out[at:].ctypes.data), "collage_sumsq_chunks")
-                at += nb
-            cpu_sums = iter(np.split(out, np.cumsum(counts)[:-1]))
+        sums = {}  # each gradient's block sums: libcollage's for the C path, the torch path's per device
         by_device = {}
-        for _, _, g, _, c in items:
-            if not c:
-                by_device.setdefault(g.device, []).append(g)
-        dev_sums = {d: iter(self._split_blocks(gs, _lines.block_sumsq(gs))) for d, gs in by_device.items()}
-        for _, _, g, _, c in items:  # slab order
-            blocks.extend((next(cpu_sums) if c else next(dev_sums[g.device])))
-        return _lines.add_in_order(float(b) for b in blocks)
-
-    @staticmethod
-    def _split_blocks(grads, sums):
-        out, at = [], 0
-        for g in grads:
-            nb = -(-g.numel() // _lines.BLOCK)
-            out.append(sums[at:at + nb])
-            at += nb
-        return out
+        for _, p, g, _, c in items:
+            if c:
+                out = np.empty(-(-g.numel() // _lines.BLOCK), dtype=np.float64)
+                _lib.check(_lib.lib.collage_sumsq_chunks(g.data_ptr(), int(g.dtype != torch.float32), g.numel(),
+                                                         _lines.BLOCK, out.ctypes.data), "collage_sumsq_chunks")
+                sums[p] = out.tolist()
+            else:
+                by_device.setdefault(g.device, []).append((p, g))
+        for pgs in by_device.values():
+            flat_sums, at = _lines.block_sumsq([g for _, g in pgs]), 0
+            for p, g in pgs:
+                nb = -(-g.numel() // _lines.BLOCK)
+                sums[p], at = flat_sums[at:at + nb], at + nb
+        return _lines.add_in_order(b for _, p, _, _, _ in items for b in sums[p])  # slab order
 
     def _step_c(self, p, g, st, group, sumsq, index0, total):
         hp = self._hparams(group)
