@@ -334,6 +334,17 @@ collage_status collage_sumsq_chunks(const void *x, int bf16, size_t n, size_t ch
  * collage_adamw_step_sumsq(opt, g, lr, s) with s from collage_adamw_grad_sumsq(opt, g), bit for bit. */
 collage_status collage_adamw_step_sumsq(collage_adamw *opt, const void *grads, double lr, double grad_sumsq,
                                         collage_step_stats *stats);
+/* Step k optimizers at once, the tensors of one model each with an optimizer over its own memory: the
+ * same as collage_adamw_step_sumsq(opts[j], grads[j], lr[j], grad_sumsq, &stats[j]) for j = 0 … k − 1,
+ * bit for bit, with all their blocks in one parallel loop (one team of threads a step rather than one
+ * per tensor, each of which costs up to milliseconds on a busy machine). grad_sumsq is the Σg² of all
+ * of them (e.g. collage_sumsq_chunks of each gradient, the chunk sums added in order; NaN when none
+ * clips or skips). stats: k entries, or NULL. An argument error (NULL, a negative lr, an optimizer given
+ * twice) changes nothing; COLLAGE_ERR_NONFINITE when an optimizer with skip_nonfinite skipped its step
+ * (its stats say so; the others stepped). More than COLLAGE_STEP_MANY_MAX are stepped in batches. */
+#define COLLAGE_STEP_MANY_MAX 256
+collage_status collage_adamw_step_many(collage_adamw *const *opts, const void *const *grads, const double *lr, int k,
+                                       double grad_sumsq, collage_step_stats *stats);
 /* The scalar reference step (one thread, no SIMD): bit-identical to collage_adamw_step by contract. */
 collage_status collage_adamw_step_ref(collage_adamw *opt, const void *grads, double lr, collage_step_stats *stats);
 /* EDQ on or off from the next step on (config.edq is the initial setting): e.g. measure it every k-th

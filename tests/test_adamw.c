@@ -1593,6 +1593,103 @@ static void test_caller_words(void) {
     free(g); free(a); free(b);
 }
 
+/* collage_adamw_step_many: k optimizers, the tensors of one model over one slab (index0, total), each
+ * with its lr, stepped together, equal bit for bit (weights, kept values, EDQ, stats) to the same
+ * optimizers stepped one by one with collage_adamw_step_sumsq; past COLLAGE_STEP_MANY_MAX in batches;
+ * a skipped step and bad arguments change nothing. */
+#define MANY_K 5
+static void test_step_many(void) {
+    static const size_t sizes[MANY_K] = {40000, 17, 16384, 3, 20003};
+    static const double lrs[MANY_K] = {1e-3, 2e-3, 1e-3, 5e-4, 3e-3};
+    size_t total = 0, off[MANY_K];
+    for (int j = 0; j < MANY_K; j++) { off[j] = total; total += sizes[j]; }
+    uint16_t *g = malloc(total * 2);
+    float *gf = malloc(total * 4), *w0 = malloc(total * 4);
+    double *ka = malloc(total * 8), *kb = malloc(total * 8);
+    h_seed(911);
+    for (size_t i = 0; i < total; i++) w0[i] = (float)gauss();
+    for (int si = 0; si < NS; si++) {
+        collage_strategy s = ALL[si];
+        collage_adamw *a[MANY_K], *b[MANY_K];
+        for (int j = 0; j < MANY_K; j++) {
+            collage_adamw_config c = {.strategy = s, .n = sizes[j], .beta2 = 0.95, .weight_decay = 0.1 * j, .clip = 0.5,
+                                      .edq = 1, .seed = 5, .index0 = off[j], .total = total};
+            a[j] = mk(&c);
+            b[j] = mk(&c);
+            if (a[j]) collage_adamw_set_weights_f32(a[j], w0 + off[j], sizes[j]);
+            if (b[j]) collage_adamw_set_weights_f32(b[j], w0 + off[j], sizes[j]);
+        }
+        int ok = 1;
+        for (int j = 0; j < MANY_K; j++) ok &= a[j] && b[j];
+        for (int t = 0; ok && t < 4; t++) {
+            for (size_t i = 0; i < total; i++) g[i] = rnd_bf16(-8, 2);
+            const void *gp[MANY_K];
+            double sumsq = 0;
+            for (int j = 0; j < MANY_K; j++) {
+                gp[j] = grad_ptr(s, g + off[j], gf + off[j], sizes[j]);
+                double part;
+                collage_adamw_grad_sumsq(a[j], gp[j], &part);
+                sumsq += part;
+            }
+            collage_step_stats sa[MANY_K], sb[MANY_K];
+            for (int j = 0; j < MANY_K; j++) collage_adamw_step_sumsq(a[j], gp[j], lrs[j], sumsq, &sa[j]);
+            collage_status st = collage_adamw_step_many(b, gp, lrs, MANY_K, sumsq, sb);
+            CHECK(st == COLLAGE_OK, "%s: step_many: %s", SNAME(s), collage_status_str(st));
+            for (int j = 0; j < MANY_K; j++) {
+                collage_adamw_kept_f64(a[j], ka, sizes[j]);
+                collage_adamw_kept_f64(b[j], kb, sizes[j]);
+                CHECK(!memcmp(collage_adamw_params(a[j]), collage_adamw_params(b[j]), sizes[j] * wsize(s)) &&
+                          !memcmp(ka, kb, sizes[j] * 8), "%s: step %d, tensor %d differs", SNAME(s), t, j);
+                CHECK(sa[j].step == sb[j].step && sa[j].clip_coef == sb[j].clip_coef && sa[j].grad_norm == sb[j].grad_norm &&
+                          sa[j].edq.sum_dot == sb[j].edq.sum_dot && sa[j].edq.sum_nn == sb[j].edq.sum_nn &&
+                          sa[j].edq.lost_count == sb[j].edq.lost_count && sa[j].tie_free == sb[j].tie_free,
+                      "%s: step %d, tensor %d: stats differ", SNAME(s), t, j);
+            }
+        }
+        for (int j = 0; j < MANY_K; j++) { collage_adamw_free(a[j]); collage_adamw_free(b[j]); }
+    }
+    /* batches: more optimizers than one call's loop takes */
+    enum { KB = COLLAGE_STEP_MANY_MAX + 44 };
+    collage_adamw **x = calloc(KB, sizeof *x), **y = calloc(KB, sizeof *y);
+    const void **gp = calloc(KB, sizeof *gp);
+    double *lr = calloc(KB, sizeof *lr);
+    for (int j = 0; j < KB; j++) {
+        collage_adamw_config c = {.strategy = COLLAGE_BF16_SR, .n = 3, .seed = 9, .index0 = 3 * (size_t)j, .total = 3 * KB};
+        x[j] = mk(&c);
+        y[j] = mk(&c);
+        gp[j] = g + 3 * j;
+        lr[j] = 1e-2;
+    }
+    for (int j = 0; j < KB; j++) collage_adamw_step_sumsq(x[j], gp[j], lr[j], (double)NAN, NULL);
+    CHECK(collage_adamw_step_many(y, gp, lr, KB, (double)NAN, NULL) == COLLAGE_OK, "%d optimizers", KB);
+    int same = 1;
+    for (int j = 0; j < KB; j++) same &= !memcmp(collage_adamw_params(x[j]), collage_adamw_params(y[j]), 6);
+    CHECK(same, "%d optimizers in batches differ from one by one", KB);
+    /* bad arguments and a skipped step change nothing */
+    lr[7] = -1;
+    CHECK(collage_adamw_step_many(y, gp, lr, KB, 1.0, NULL) == COLLAGE_ERR_ARG && collage_adamw_steps(y[0]) == 1,
+          "a negative lr");
+    lr[7] = 1e-2;
+    collage_adamw *keep = y[5];
+    y[5] = y[4];
+    CHECK(collage_adamw_step_many(y, gp, lr, 6, 1.0, NULL) == COLLAGE_ERR_ARG && collage_adamw_steps(y[0]) == 1,
+          "an optimizer given twice");
+    CHECK(collage_adamw_step_many(NULL, gp, lr, 2, 1.0, NULL) == COLLAGE_ERR_NULL && collage_adamw_step_many(y, gp, lr, -1, 1.0, NULL) == COLLAGE_ERR_SIZE &&
+          collage_adamw_step_many(NULL, NULL, NULL, 0, 1.0, NULL) == COLLAGE_OK, "NULL, k < 0, k = 0");
+    y[5] = keep;
+    for (int j = 0; j < KB; j++) { collage_adamw_free(x[j]); collage_adamw_free(y[j]); }
+    collage_adamw_config c = {.strategy = COLLAGE_LIGHT, .n = 3, .skip_nonfinite = 1};
+    collage_adamw *z[2] = {mk(&c), mk(&c)};
+    collage_step_stats zs[2];
+    if (z[0] && z[1]) {
+        CHECK(collage_adamw_step_many(z, gp, lr, 2, (double)INFINITY, zs) == COLLAGE_ERR_NONFINITE && zs[0].skipped &&
+                  zs[1].skipped && collage_adamw_steps(z[0]) == 0 && collage_adamw_steps(z[1]) == 0, "a skipped step");
+    }
+    collage_adamw_free(z[0]); collage_adamw_free(z[1]);
+    free(x); free(y); free(gp); free(lr);
+    free(g); free(gf); free(w0); free(ka); free(kb);
+}
+
 static void write_all_to(const char *path, const unsigned char *p, size_t len) {
     FILE *f = fopen(path, "wb");
     CHECK(f != NULL, "cannot write %s", path);
@@ -2410,6 +2507,7 @@ int main(void) {
     RUN(test_sr_unbiased);
     RUN(test_save_load_roundtrip);
     RUN(test_caller_words);
+    RUN(test_step_many);
     RUN(test_save_load_bad_files);
     RUN(test_sharded_equals_whole);
     RUN(test_sr_shard_across_2_32);

@@ -6,8 +6,8 @@ besides θ as tensors (the strategy table says which: exp_avg, exp_avg_sq, compe
 steps taken and whether the kept value's words are set (synced).
 
 - CPU tensors: one libcollage optimizer per tensor, built over the tensor's memory and its state words
-  (collage_adamw_config.params / .words: no copy), stepped by collage_adamw_step_sumsq with the Σg² of
-  every tensor's gradient summed block by block in slab order. It is rebuilt when a tensor or a word
+  (collage_adamw_config.params / .words: no copy), all stepped by one collage_adamw_step_many with the
+  Σg² of every tensor's gradient summed block by block in slab order. It is rebuilt when a tensor or a word
   moves (load_state_dict, a new tensor) or a hyperparameter it holds changes.
 - Other devices (or backend="torch"): the same operations in torch (_lines.py), which give the C bits.
 
@@ -263,13 +263,10 @@ class AdamW(torch.optim.Optimizer):
         stats["clip_coef"] = coef
         offsets, total = self._slab()
         self._scalars = {}
+        c_parts = self._step_c([it for it in items if it[4]], sumsq, offsets, total)
         parts = []
         for gi, p, g, st, use_c in items:
-            group = self.param_groups[gi]
-            if use_c:
-                part = self._step_c(p, g, st, group, sumsq, offsets[p], total)
-            else:
-                part = self._step_torch(p, g, st, group, coef, offsets[p])
+            part = c_parts[p] if use_c else self._step_torch(p, g, st, self.param_groups[gi], coef, offsets[p])
             st["step"] += 1
             st["synced"] = True
             parts.append((gi, part))
@@ -299,19 +296,30 @@ class AdamW(torch.optim.Optimizer):
                 sums[p], at = flat_sums[at:at + nb], at + nb
         return _lines.add_in_order(b for _, p, _, _, _ in items for b in sums[p])  # slab order
 
-    def _step_c(self, p, g, st, group, sumsq, index0, total):
-        hp = self._hparams(group)
-        nat = self._native.get(p)
-        if nat is None or nat.key != _Native.key_of(p, st, self.strategy, hp, index0, total):
-            nat = self._native[p] = _Native(self.strategy, p, st, hp, index0, total)
-        _lib.lib.collage_adamw_set_edq(nat.handle, int(self.edq))
-        s = _lib.StepStats()
-        st_code = _lib.lib.collage_adamw_step_sumsq(nat.handle, g.data_ptr(), float(group["lr"]), sumsq,
-                                                    ctypes.byref(s))
-        _lib.check(st_code, f"collage_adamw_step of {self._name(p)}",
-                   _lib.lib.collage_adamw_error(nat.handle).decode(errors="replace"))
-        e = s.edq
-        return (e.sum_dot, e.sum_dot_state, e.sum_nn, e.lost_count, e.updates)
+    def _step_c(self, items, sumsq, offsets, total):
+        """The CPU tensors' step: one libcollage optimizer each (built or rebuilt where needed), all
+        stepped by one collage_adamw_step_many, so one team of threads takes every tensor's blocks.
+        Returns each parameter's EDQ sums."""
+        if not items:
+            return {}
+        k = len(items)
+        handles, grads, lrs = (ctypes.c_void_p * k)(), (ctypes.c_void_p * k)(), (ctypes.c_double * k)()
+        for j, (gi, p, g, st, _) in enumerate(items):
+            group = self.param_groups[gi]
+            hp = self._hparams(group)
+            nat = self._native.get(p)
+            if nat is None or nat.key != _Native.key_of(p, st, self.strategy, hp, offsets[p], total):
+                nat = self._native[p] = _Native(self.strategy, p, st, hp, offsets[p], total)
+            _lib.lib.collage_adamw_set_edq(nat.handle, int(self.edq))
+            handles[j], grads[j], lrs[j] = nat.handle, g.data_ptr(), float(group["lr"])
+        stats = (_lib.StepStats * k)()
+        code = _lib.lib.collage_adamw_step_many(handles, grads, lrs, k, sumsq, stats)
+        if code != _lib.OK:
+            bad = next((j for j in range(k) if _lib.lib.collage_adamw_error(handles[j])), 0)
+            _lib.check(code, f"collage_adamw_step_many ({self._name(items[bad][1])})",
+                       _lib.lib.collage_adamw_error(handles[bad]).decode(errors="replace"))
+        return {p: (s.edq.sum_dot, s.edq.sum_dot_state, s.edq.sum_nn, s.edq.lost_count, s.edq.updates)
+                for (_, p, _, _, _), s in zip(items, stats)}
 
     def _step_torch(self, p, g, st, group, coef, index0):
         if self.strategy.name not in _lines.STRATEGY_LINES:
