@@ -328,6 +328,12 @@ collage_status collage_adamw_grad_sumsq(const collage_adamw *opt, const void *gr
  * For a data-parallel trainer: each process sums its chunks, the chunk sums are gathered and added in
  * chunk order, and the total goes to collage_adamw_step_sumsq. */
 collage_status collage_sumsq_chunks(const void *x, int bf16, size_t n, size_t chunk, double *out);
+/* collage_sumsq_chunks of k slabs (xs[j] of ns[j] elements, all bf16 or all fp32) in one parallel loop
+ * over all their chunks: out holds slab 0's ceil(ns[0] / chunk) sums, then slab 1's, and so on, each
+ * bit for bit what collage_sumsq_chunks gives it (for the tensors of one model: one team of threads
+ * rather than one per tensor). An empty slab adds no chunk (its pointer may be NULL). */
+collage_status collage_sumsq_chunks_many(const void *const *xs, const size_t *ns, int k, int bf16, size_t chunk,
+                                         double *out);
 /* collage_adamw_step with the gradient's Σg² given by the caller: for a shard whose clipping needs
  * the norm of the whole slab (summed across processes). A non-finite grad_sumsq means a NaN/Inf
  * somewhere in the slab (skipped when skip_nonfinite). Contract: collage_adamw_step(opt, g, lr) ==

@@ -2438,6 +2438,57 @@ static void test_sumsq_chunks(void) {
     free(h); free(f); free(got); free(want);
 }
 
+/* collage_sumsq_chunks_many over slabs of many sizes (empty ones, NULL where empty, one chunk, many, a
+ * tail), more of them than its small-count path holds: the chunk sums in slab order, each equal to the
+ * contract's order, for bf16 and fp32 and every thread count; bad arguments change nothing. */
+static void test_sumsq_chunks_many(void) {
+    enum { K = 40 };
+    const size_t chunk = 4096, base[] = {0, 17, 4096, 70001, 1, 0, 12289, 300};
+    uint16_t *h = malloc(2 * 70001 * K * sizeof *h);
+    float *f = malloc(2 * 70001 * K * sizeof *f);
+    size_t ns[K], total = 0, nc = 0;
+    for (int j = 0; j < K; j++) {
+        ns[j] = base[j % 8] + (j >= 8 ? (size_t)j : 0) * (base[j % 8] > 0);
+        total += ns[j];
+        nc += ns[j] ? (ns[j] - 1) / chunk + 1 : 0;
+    }
+    for (size_t i = 0; i < total; i++) {
+        h[i] = rnd_bf16(-30, 20);
+        f[i] = (float)(gauss() * ldexp(1.0, (int)(h_rand32() % 40) - 20));
+    }
+    double *got = malloc((nc + 1) * sizeof *got), *want = malloc(nc * sizeof *want);
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        const void *xs[K];
+        size_t at = 0, c = 0;
+        for (int j = 0; j < K; j++) {
+            xs[j] = ns[j] == 0 ? NULL : bf16 ? (const void *)(h + at) : (const void *)(f + at);
+            for (size_t a = 0; a < ns[j]; a += chunk)
+                want[c++] = sumsq_oracle(xs[j], bf16, a, a + chunk < ns[j] ? a + chunk : ns[j]);
+            at += ns[j];
+        }
+        for (int nt = 1; nt <= 3; nt++) {
+            collage_set_threads(nt);
+            got[nc] = 12345.0; /* must stay untouched */
+            CHECK(collage_sumsq_chunks_many(xs, ns, K, bf16, chunk, got) == COLLAGE_OK, "status");
+            int bad = 0;
+            for (size_t i = 0; i < nc; i++) bad += !same_double_bits(got[i], want[i]);
+            CHECK(bad == 0 && got[nc] == 12345.0, "%s, %d threads: %d of %zu chunk sums differ (or one past the end)",
+                  bf16 ? "bf16" : "fp32", nt, bad, nc);
+            CHECK(collage_sumsq_chunks_many(xs + 3, ns + 3, 1, bf16, chunk, got) == COLLAGE_OK &&
+                  same_double_bits(got[0], want[2]), "one slab: its first chunk is the whole list's third");
+        }
+        collage_set_threads(0);
+    }
+    const void *one[2] = {h, NULL};
+    size_t n1[2] = {10, 5};
+    CHECK(collage_sumsq_chunks_many(one, n1, 2, 1, 4, got) == COLLAGE_ERR_NULL, "NULL slab of 5 elements");
+    CHECK(collage_sumsq_chunks_many(one, n1, 1, 1, 0, got) == COLLAGE_ERR_SIZE, "chunk 0");
+    CHECK(collage_sumsq_chunks_many(one, n1, -1, 1, 4, got) == COLLAGE_ERR_SIZE, "k < 0");
+    CHECK(collage_sumsq_chunks_many(one, n1, 1, 1, 4, NULL) == COLLAGE_ERR_NULL, "NULL out");
+    CHECK(collage_sumsq_chunks_many(NULL, NULL, 0, 1, 4, NULL) == COLLAGE_OK, "k = 0 is nothing to do");
+    free(h); free(f); free(got); free(want);
+}
+
 /* bf16-sr's random stream is keyed by the slab index: a shard whose elements cross 2^32 (the key
  * changes with the index's high half, and vector lanes there take the per-lane path) steps exactly
  * as the scalar reference does, on every ISA, and its EDQ counts those lanes once each. */
@@ -2500,6 +2551,7 @@ int main(void) {
     RUN(test_kernel_code_spans);
     RUN(test_fast2sum_error_exact);
     RUN(test_sumsq_chunks);
+    RUN(test_sumsq_chunks_many);
     RUN(test_long_run_vs_float64);
     RUN(test_lost_update);
     RUN(test_weight_decay);

@@ -336,19 +336,49 @@ double collage__sumsq(const void *x, int bf16, size_t a, size_t b) {
     return sumsq_tail(x, bf16, a + 16 * groups, b, l);
 }
 
+/* The tensor that holds chunk c of all the tensors' chunks: the last j with first[j] <= c (an empty
+ * tensor's first equals the next one's, so the last such j is never empty). */
+static int chunk_owner(const size_t *first, int k, size_t c) {
+    int lo = 0, hi = k - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (first[mid] <= c) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+collage_status collage_sumsq_chunks_many(const void *const *xs, const size_t *ns, int k, int bf16, size_t chunk,
+                                         double *out) {
+    if (k < 0 || (k > 0 && chunk == 0)) return COLLAGE_ERR_SIZE;
+    if (k == 0) return COLLAGE_OK;
+    if (!xs || !ns) return COLLAGE_ERR_NULL;
+    size_t few[17], *first = k < 17 ? few : malloc(((size_t)k + 1) * sizeof *first), elems = 0;
+    if (!first) return COLLAGE_ERR_NOMEM;
+    first[0] = 0;
+    for (int j = 0; j < k; j++) {
+        if (ns[j] && !xs[j]) { if (first != few) free(first); return COLLAGE_ERR_NULL; }
+        first[j + 1] = first[j] + (ns[j] ? (ns[j] - 1) / chunk + 1 : 0);
+        elems += ns[j];
+    }
+    if (first[k] && !out) { if (first != few) free(first); return COLLAGE_ERR_NULL; }
+    const long nc = (long)first[k];
+    const int nt = collage__threads();
+    (void)nt; /* unused without OpenMP */
+#pragma omp parallel for schedule(static) num_threads(nt) if (elems >= ((size_t)1 << 16))
+    for (long c = 0; c < nc; c++) {
+        const int j = chunk_owner(first, k, (size_t)c);
+        const size_t n = ns[j], a = ((size_t)c - first[j]) * chunk, b = n - a > chunk ? a + chunk : n;
+        out[c] = collage__sumsq(xs[j], bf16, a, b);
+    }
+    if (first != few) free(first);
+    return COLLAGE_OK;
+}
+
 collage_status collage_sumsq_chunks(const void *x, int bf16, size_t n, size_t chunk, double *out) {
     if (n == 0) return COLLAGE_OK;
     if (!x || !out) return COLLAGE_ERR_NULL;
-    if (chunk == 0) return COLLAGE_ERR_SIZE;
-    const long nc = (long)((n - 1) / chunk + 1);
-    const int nt = collage__threads();
-    (void)nt; /* unused without OpenMP */
-#pragma omp parallel for schedule(static) num_threads(nt) if (n >= ((size_t)1 << 16))
-    for (long c = 0; c < nc; c++) {
-        const size_t a = (size_t)c * chunk, b = n - a > chunk ? a + chunk : n;
-        out[c] = collage__sumsq(x, bf16, a, b);
-    }
-    return COLLAGE_OK;
+    return collage_sumsq_chunks_many(&x, &n, 1, bf16, chunk, out);
 }
 
 /* Σ g² per block (double), and whether any element is NaN/Inf. bf16: the gradient is bf16, else fp32. */
