@@ -282,13 +282,20 @@ class AdamW(torch.optim.Optimizer):
         sums = {}  # each gradient's block sums: libcollage's for the C path, the torch path's per device
         by_device = {}
         for _, p, g, _, c in items:
-            if c:
-                out = np.empty(-(-g.numel() // _lines.BLOCK), dtype=np.float64)
-                _lib.check(_lib.lib.collage_sumsq_chunks(g.data_ptr(), int(g.dtype != torch.float32), g.numel(),
-                                                         _lines.BLOCK, out.ctypes.data), "collage_sumsq_chunks")
-                sums[p] = out.tolist()
-            else:
-                by_device.setdefault(g.device, []).append((p, g))
+            by_device.setdefault("c" if c else g.device, []).append((p, g))
+        cpu = by_device.pop("c", [])
+        if cpu:  # every CPU gradient's blocks in one parallel loop
+            k = len(cpu)
+            ptrs = (ctypes.c_void_p * k)(*(g.data_ptr() for _, g in cpu))
+            ns = (ctypes.c_size_t * k)(*(g.numel() for _, g in cpu))
+            nbs = [-(-g.numel() // _lines.BLOCK) for _, g in cpu]
+            out = np.empty(sum(nbs), dtype=np.float64)
+            bf16 = int(cpu[0][1].dtype != torch.float32)
+            _lib.check(_lib.lib.collage_sumsq_chunks_many(ptrs, ns, k, bf16, _lines.BLOCK, out.ctypes.data),
+                       "collage_sumsq_chunks_many")
+            flat_sums, at = out.tolist(), 0
+            for (p, _), nb in zip(cpu, nbs):
+                sums[p], at = flat_sums[at:at + nb], at + nb
         for pgs in by_device.values():
             flat_sums, at = _lines.block_sumsq([g for _, g in pgs]), 0
             for p, g in pgs:
