@@ -364,7 +364,7 @@ collage_status collage_sumsq_chunks_many(const void *const *xs, const size_t *ns
     if (first[k] && !out) { if (first != few) free(first); return COLLAGE_ERR_NULL; }
     const long nc = (long)first[k];
     const int nt = collage__threads();
-    (void)nt; /* unused without OpenMP */
+    (void)nt; (void)elems; /* unused without OpenMP */
 #pragma omp parallel for schedule(static) num_threads(nt) if (elems >= ((size_t)1 << 16))
     for (long c = 0; c < nc; c++) {
         const int j = chunk_owner(first, k, (size_t)c);
