@@ -1,8 +1,8 @@
 """The optimizer step on the parameters of GPT-2 124M (Hugging Face's 148 tensors, 124.4M parameters) on
 CPU: collage.torch.AdamW beside libcollage's own step over one slab of the same sizes (one library
 group per tensor, the same clipping and weight decay), and torch.optim.AdamW on fp32 and on bf16
-parameters, taken in alternating rounds in one run; the median of the rounds, and each one's ratio to
-the library's step.
+parameters (a loop over the tensors, and foreach: each operation over all tensors at once), taken in
+alternating rounds in one run; the median of the rounds, and each one's ratio to the library's step.
 
     /usr/bin/python3 python/bench/adamw.py [--strategy collage-light,collage-plus] [--rounds 5] [--json]
         [--threads T] [--torch-path]   also the torch path of collage.torch.AdamW on CPU (slow: one kernel per line)
@@ -135,10 +135,13 @@ def main():
             ot = ct.AdamW(groups(pt, shapes), precision=name, lr=LR, betas=BETAS, weight_decay=WD, max_grad_norm=CLIP,
                           backend="torch")
             cands["collage.torch.AdamW, torch path"] = ot.step
-        for label, dt in (("torch.optim.AdamW fp32", torch.float32), ("torch.optim.AdamW bf16", torch.bfloat16)):
+        for label, dt, fe in (("torch.optim.AdamW fp32", torch.float32, False),
+                              ("torch.optim.AdamW fp32, foreach", torch.float32, True),
+                              ("torch.optim.AdamW bf16", torch.bfloat16, False),
+                              ("torch.optim.AdamW bf16, foreach", torch.bfloat16, True)):
             ps = params_of(shapes, dt)
             grads_for(ps)
-            o = torch.optim.AdamW(groups(ps, shapes), lr=LR, betas=BETAS, weight_decay=WD)
+            o = torch.optim.AdamW(groups(ps, shapes), lr=LR, betas=BETAS, weight_decay=WD, foreach=fe)
 
             def step(o=o, ps=ps):
                 torch.nn.utils.clip_grad_norm_(ps, CLIP)
