@@ -93,6 +93,9 @@ $(BUILD)/obj/nn/ops_bf16_avx512.o $(BUILD)/obj/nn/matmul_bf16_avx512.o $(BUILD)/
 $(BUILD)/obj/nn/ops_bf16_avx512.o: src/nn/ops_bf16.c
 $(BUILD)/obj/nn/matmul_bf16_avx512.o: src/nn/matmul_bf16.c
 $(BUILD)/obj/models/gpt2_bf16_avx512.o: src/models/gpt2_bf16.c
+$(BUILD)/obj/nn/matmul_bert_bf16_avx512.o $(BUILD)/obj/models/bert_bf16_avx512.o: ISA_FLAGS = $(AVX512_FLAGS)
+$(BUILD)/obj/nn/matmul_bert_bf16_avx512.o: src/nn/matmul_bert_bf16.c
+$(BUILD)/obj/models/bert_bf16_avx512.o: src/models/bert_bf16.c
 # The CLI sees include/ only (make check-headers).
 $(BUILD)/obj/cli_%.o: cli/%.c $(HDRS) $(BUILD)/mpi.flag | $(BUILD)/obj
 	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -c $< -o $@

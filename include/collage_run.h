@@ -141,6 +141,16 @@ collage_status collage_run_step(collage_run *r, collage_run_step_info *info);
 /* Mean loss over the first `batches` batches of a split (at most one epoch), computed as the training
  * step does. NaN when the split is absent or holds no batch. Collective. */
 collage_status collage_run_evaluate(collage_run *r, collage_split split, int batches, double *loss);
+/* What an evaluation measures. A masked-LM model is scored on the positions collage_mlm_mask picks with
+ * the fixed evaluation key (collage_mlm_key with train = 0), the same for every run and seed. */
+typedef struct {
+    double loss;        /* the mean over the batches of each batch's mean loss (NaN: no batch) */
+    double accuracy;    /* masked LM: the fraction of scored positions whose most probable token is the
+                           original one; NaN for a next-token model */
+    long long scored;   /* positions scored */
+} collage_scores;
+/* collage_run_evaluate with the accuracy. Collective. */
+collage_status collage_run_evaluate_scores(collage_run *r, collage_split split, int batches, collage_scores *out);
 /* Write the checkpoint folder (made when missing): every file atomic, train.state last. Collective. */
 collage_status collage_run_save(collage_run *r, const char *dir);
 
@@ -152,6 +162,24 @@ const void    *collage_run_params(const collage_run *r);
  * most one epoch). NaN when there is no batch. */
 collage_status collage_eval_loss(collage_model *m, const void *params, const collage_loader *ld, collage_split split,
                                  int B, int T, int batches, double *loss);
+/* collage_eval_loss with the accuracy of a masked-LM model (its masks: the evaluation key). */
+collage_status collage_eval_scores(collage_model *m, const void *params, const collage_loader *ld, collage_split split,
+                                   int B, int T, int batches, collage_scores *out);
+
+/* ---------------------------------------------------------------- masked language modelling */
+/* RoBERTa's dynamic masking of `rows` sequences of T tokens, the global rows row0 … row0 + rows − 1 of a
+ * batch. Position t of global row g, t < its length (lengths NULL: T), with the uniform words
+ * u_j = collage_rand32(key, 4·(g·T + t) + j), is chosen when u_0 < 0.15·2³²; a chosen position's target is
+ * its token, and its input the mask token when u_1 < 0.8·2³², else a random token ⌊u_2·text_vocab/2³²⌋ of
+ * the tokenizer's when u_1 < 0.9·2³², else its own token. Every other position (padding included) keeps
+ * its token as input and gets target COLLAGE_TARGET_NONE. A pure function of (key, g, t, token): the same
+ * masks for any split of a batch into ranks and micro-batches and any thread count. inputs may be tokens.
+ * Returns the number of chosen positions. */
+long           collage_mlm_mask(uint64_t key, const int32_t *tokens, const int *lengths, int rows, int T,
+                                uint64_t row0, int mask_token, int text_vocab, int32_t *inputs, int32_t *targets);
+/* The key of the masks: training step `step` of a run seeded `seed` (train = 1: new masks every step), or
+ * evaluation batch `step` (train = 0: a fixed key, seed ignored, the same masks for every run). */
+uint64_t       collage_mlm_key(uint64_t seed, int train, uint64_t step);
 
 #ifdef __cplusplus
 }

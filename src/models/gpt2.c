@@ -170,23 +170,11 @@ int collage_gpt_param_groups(const collage_gpt_config *cfg, double weight_decay,
     return COLLAGE_GPT_NTENSORS;
 }
 
-/* Two standard normals from two counter-based words (Box–Muller): elements 2p and 2p+1 of a tensor
- * depend only on (key, p), so the slab is the same for any thread count. */
-static void gauss_pair(uint64_t key, uint64_t p, double *z0, double *z1) {
-    const double u1 = ((double)collage_rand32(key, 2 * p) + 1.0) * (1.0 / 4294967296.0); /* (0, 1] */
-    const double u2 = (double)collage_rand32(key, 2 * p + 1) * (1.0 / 4294967296.0);
-    const double r = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
-    *z0 = r * cos(th);
-    *z1 = r * sin(th);
-}
-
 collage_status collage_gpt_init_weights(const collage_gpt_config *cfg, uint64_t seed, float *w, size_t n) {
     collage_gpt_tensor t[COLLAGE_GPT_NTENSORS];
     if (!cfg || !w) return COLLAGE_ERR_NULL;
     if (!collage_gpt_tensors(cfg, t)) return COLLAGE_ERR_SIZE;
     if (n != collage_gpt_num_params(cfg)) return COLLAGE_ERR_SIZE;
-    const int nt = collage__threads();
-    (void)nt;
     const double resid_std = 0.02 / sqrt(2.0 * (double)cfg->num_layers);
     for (int k = 0; k < COLLAGE_GPT_NTENSORS; k++) {
         float *x = w + t[k].offset;
@@ -198,14 +186,7 @@ collage_status collage_gpt_init_weights(const collage_gpt_config *cfg, uint64_t 
         }
         const double sd = (k == COLLAGE_GPT_ATTPROJW || k == COLLAGE_GPT_FCPROJW) ? resid_std : 0.02;
         const long live = k == COLLAGE_GPT_WTE ? (long)cfg->vocab_size * cfg->channels : cnt; /* pad rows: 0 */
-        const uint64_t key = collage_rand_key(seed, (uint64_t)k);
-        const long pairs = (cnt + 1) / 2;
-#pragma omp parallel for schedule(static) num_threads(nt) if (cnt >= 65536)
-        for (long p = 0; p < pairs; p++) {
-            double z[2];
-            gauss_pair(key, (uint64_t)p, &z[0], &z[1]);
-            for (long i = 2 * p; i < 2 * p + 2 && i < cnt; i++) x[i] = i < live ? (float)(sd * z[i - 2 * p]) : 0.0f;
-        }
+        collage__fill_normal(x, (size_t)cnt, (size_t)live, sd, collage_rand_key(seed, (uint64_t)k));
     }
     return COLLAGE_OK;
 }
@@ -471,31 +452,17 @@ collage_status collage_gpt_backward(collage_gpt *m) {
     return COLLAGE_OK;
 }
 
-/* memset over OpenMP threads in fixed 1 MiB pieces: one core's stores reach about half the bandwidth
- * that two reach, and the gradient slab (500 MB for gpt2 in fp32) is cleared every step. */
-static void zero_par(void *p, size_t bytes) {
-    const size_t piece = (size_t)1 << 20;
-    const long np = (long)((bytes + piece - 1) / piece);
-    const int nt = collage__threads();
-    (void)nt; /* unused without OpenMP */
-#pragma omp parallel for schedule(static) num_threads(nt) if (np > 4)
-    for (long k = 0; k < np; k++) {
-        const size_t a = (size_t)k * piece, len = bytes - a < piece ? bytes - a : piece;
-        memset((char *)p + a, 0, len);
-    }
-}
-
 void *collage_gpt_grads(collage_gpt *m) {
     if (!m) return NULL;
     if (!m->grads16) return m->grads;
     if (m->grads16_zero) /* cleared only when read before a backward: a backward after zero_grad writes it */
-        zero_par(m->grads16, m->P.nparams * sizeof(collage_bf16));
+        collage__zero_par(m->grads16, m->P.nparams * sizeof(collage_bf16));
     return m->grads16;
 }
 
 void collage_gpt_zero_grad(collage_gpt *m) {
     if (!m) return;
-    if (m->grads) zero_par(m->grads, m->P.nparams * m->esize);
+    if (m->grads) collage__zero_par(m->grads, m->P.nparams * m->esize);
     if (m->grads16) m->grads16_zero = 1;
 }
 

@@ -1,7 +1,8 @@
 /* model.h — the family table behind collage_model.h: what one model family provides (its names and
- * presets, shape check, tensors, initialisation, the model's calls and its checkpoint format), as a
- * row of function pointers. model.c holds the table and the generic object; each family fills its
- * row in its own file (gpt2.c: collage__gpt2_family). Private to the library and its tests. */
+ * presets, objective, shape check, tensors, initialisation, the model's calls and its checkpoint format),
+ * as a row of function pointers. model.c holds the table and the generic object; each family fills its
+ * row in its own file (gpt2.c: collage__gpt2_family, bert.c: collage__bert_family). Private to the
+ * library and its tests. */
 #ifndef COLLAGE_MODELS_MODEL_H
 #define COLLAGE_MODELS_MODEL_H
 
@@ -13,6 +14,8 @@
 typedef struct {
     const char *name;                       /* "gpt2": collage_family_name */
     const char *const *presets;             /* preset names, NULL-terminated */
+    collage_objective objective;            /* what it predicts (0: the next token) */
+    int added_tokens;                       /* ids it adds after the tokenizer's (a masked-LM family: 1, the mask) */
     /* Configuration. cfg->family is this family's in every call below. */
     collage_status (*preset)(const char *name, collage_model_config *out);  /* COLLAGE_ERR_ARG if not its own */
     int (*pad_vocab)(int vocab_size);       /* rows of the embedding for vocab_size tokens */
@@ -33,6 +36,12 @@ typedef struct {
     void *(*grads)(void *impl);
     void (*zero_grad)(void *impl);
     collage_status (*next_logits)(void *impl, const void *params, const int *tokens, int T, float *logits);
+    /* Optional (NULL: model.c answers for the family). forward_batch: padding, unscored positions, a loss
+     * divisor and the count of correct predictions (NULL: full rows, every position scored, through
+     * forward). logits_at: the logits of chosen positions (NULL: COLLAGE_ERR_UNSUPPORTED). */
+    collage_status (*forward_batch)(void *impl, const void *params, const collage_batch *b, collage_forward_info *out);
+    collage_status (*logits_at)(void *impl, const void *params, const int *tokens, int T, const int *pos, int npos,
+                                float *logits);
     const char *(*products)(const void *impl);
     collage_status (*memory)(const void *impl, collage_model_memory *out);
 
@@ -50,6 +59,14 @@ typedef struct {
 
 /* The rows (model.c's table holds their addresses, in collage_family order). */
 extern const collage_model_family collage__gpt2_family;
+extern const collage_model_family collage__bert_family;
+
+/* Helpers the families share (model.c). fill_normal: x[i] = sd·z_i for i < live, 0 for live ≤ i < count,
+ * z a standard normal by Box–Muller from the counter-based words collage_rand32(key, ·): elements 2p and
+ * 2p+1 depend only on (key, p), so the tensor is the same for any thread count. zero_par: memset to 0 over
+ * the library's threads in fixed 1 MiB pieces (a gradient slab is cleared every step). */
+void collage__fill_normal(float *x, size_t count, size_t live, double sd, uint64_t key);
+void collage__zero_par(void *p, size_t bytes);
 
 /* The row of family f; NULL if f is out of range. */
 const collage_model_family *collage__model_family(collage_family f);

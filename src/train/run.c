@@ -65,8 +65,13 @@ static collage_status check_config(collage_run *r) {
 static collage_status model_shape(collage_run *r) {
     collage_run_config *c = &r->cfg;
     collage_model_config *m = &r->mc;
-    if (collage_model_preset(c->model ? c->model : "tiny", m) != COLLAGE_OK)
-        return run_fail(r, COLLAGE_ERR_ARG, "unknown model '%s' (tiny, small or gpt2)", c->model);
+    if (collage_model_preset(c->model ? c->model : "tiny", m) != COLLAGE_OK) {
+        char names[256] = "";
+        for (const char *const *p = collage_model_preset_names(); *p; p++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", p[1] ? "" : "or ", *p);
+        return run_fail(r, COLLAGE_ERR_ARG, "unknown model '%s' (%s)", c->model, names);
+    }
+    r->mlm = collage_family_objective(m->family) == COLLAGE_OBJECTIVE_MASKED_LM;
     if (c->layers) m->num_layers = c->layers;
     if (c->heads) m->num_heads = c->heads;
     if (c->dim) m->channels = c->dim;
@@ -128,10 +133,14 @@ static collage_status make_model(collage_run *r) {
     r->tg = malloc(sizeof(int32_t) * bt);
     if (r->M > 1) r->gshard = malloc((r->hi - r->lo) * r->wb);
     if (r->A > 1) r->gacc = malloc(r->n * sizeof(float));
-    r->gathered = malloc((size_t)(r->M > 5 * r->P ? r->M : 5 * r->P) * sizeof(double));
+    r->gathered = malloc((size_t)(2 * r->M > 5 * r->P ? 2 * r->M : 5 * r->P) * sizeof(double));
+    if (r->mlm) {
+        r->gin = malloc(sizeof(int32_t) * (size_t)c->batch * (size_t)c->seq);
+        r->gtg = malloc(sizeof(int32_t) * (size_t)c->batch * (size_t)c->seq);
+    }
     r->parts = malloc((size_t)r->P * sizeof(collage_edq));
     if (st != COLLAGE_OK || !r->in || !r->tg || (r->M > 1 && !r->gshard) || (r->A > 1 && !r->gacc) || !r->gathered ||
-        !r->parts)
+        !r->parts || (r->mlm && (!r->gin || !r->gtg)))
         return run_fail(r, st == COLLAGE_OK ? COLLAGE_ERR_NOMEM : st, "cannot create the optimizer (%zu parameters): %s",
                         r->n, collage_status_str(st == COLLAGE_OK ? COLLAGE_ERR_NOMEM : st));
     r->grads = collage_model_grads(r->m);
@@ -221,7 +230,7 @@ collage_status collage_run_create(const collage_run_config *cfg, const collage_c
 
 void collage_run_free(collage_run *r) {
     if (!r) return;
-    free(r->in); free(r->tg); free(r->gshard); free(r->gacc); free(r->gathered); free(r->parts);
+    free(r->in); free(r->tg); free(r->gin); free(r->gtg); free(r->gshard); free(r->gacc); free(r->gathered); free(r->parts);
     collage_adamw_free(r->opt);
     free(r->params);
     collage_model_free(r->m);
@@ -287,11 +296,13 @@ static collage_edq edq_all(collage_run *r, const collage_edq *mine) {
 /* This rank's micro-batches, forward and backward, in order; the losses in mine. */
 static collage_status micro_batches(collage_run *r, double *mine) {
     for (int a = 0; a < r->A; a++) {
-        collage_loader_batch(r->ld, COLLAGE_SPLIT_TRAIN, (uint64_t)r->step, r->R * r->A + a, r->M, r->in, r->tg);
+        collage_batch b = {.tokens = r->in, .targets = r->tg, .B = r->Bm, .T = r->cfg.seq};
+        run_micro_batch(r, COLLAGE_SPLIT_TRAIN, (uint64_t)r->step, r->R * r->A + a, &b.loss_divisor);
         collage_model_zero_grad(r->m);
-        if (collage_model_forward(r->m, r->params, r->in, r->tg, r->Bm, r->cfg.seq, &mine[a]) != COLLAGE_OK ||
-            collage_model_backward(r->m) != COLLAGE_OK)
+        collage_forward_info fi;
+        if (collage_model_forward_batch(r->m, r->params, &b, &fi) != COLLAGE_OK || collage_model_backward(r->m) != COLLAGE_OK)
             return run_fail(r, COLLAGE_ERR_ARG, "step %d: %s", r->step + 1, collage_model_error(r->m));
+        mine[a] = fi.loss;
         if (r->A > 1) shard_accumulate(r->gacc, r->grads, r->bf16, r->n, a > 0);
     }
     return COLLAGE_OK;
@@ -325,45 +336,52 @@ collage_status collage_run_step(collage_run *r, collage_run_step_info *info) {
 }
 
 /* ---------------------------------------------------------------- evaluation */
-collage_status collage_run_evaluate(collage_run *r, collage_split split, int batches, double *loss) {
-    if (!r || !loss) return COLLAGE_ERR_NULL;
-    *loss = (double)NAN;
+/* One evaluation batch: this rank's micro-batches, their losses gathered as the step's are; the hits and
+ * the scored positions of every micro-batch added into *hits, *scored. */
+static double evaluate_batch(collage_run *r, collage_split split, int b, double *hits, double *scored) {
+    double mine[RUN_MAX_ACCUM], counts[2 * RUN_MAX_ACCUM];
+    for (int a = 0; a < r->A; a++) {
+        collage_batch mb = {.tokens = r->in, .targets = r->tg, .B = r->Bm, .T = r->cfg.seq};
+        collage_forward_info fi = {.loss = (double)NAN};
+        if (run_micro_batch(r, split, (uint64_t)b, r->R * r->A + a, &mb.loss_divisor) == 0)
+            collage_model_forward_batch(r->m, r->params, &mb, &fi);
+        mine[a] = fi.loss;
+        counts[2 * a] = (double)fi.correct;
+        counts[2 * a + 1] = (double)fi.scored;
+    }
+    const double loss = global_loss(r, mine);
+    if (shard_allgather_doubles(run_comm(r), counts, 2 * r->A, r->gathered)) return (double)NAN;
+    for (int k = 0; k < r->M; k++) { *hits += r->gathered[2 * k]; *scored += r->gathered[2 * k + 1]; }
+    return loss;
+}
+
+collage_status collage_run_evaluate_scores(collage_run *r, collage_split split, int batches, collage_scores *out) {
+    if (!r || !out) return COLLAGE_ERR_NULL;
+    *out = (collage_scores){.loss = (double)NAN, .accuracy = (double)NAN};
     uint64_t per_epoch = collage_loader_steps_per_epoch(r->ld, split);
     if (per_epoch == 0 || batches < 1) return COLLAGE_OK;
     if ((uint64_t)batches > per_epoch) batches = (int)per_epoch;
-    double sum = 0, mine[RUN_MAX_ACCUM];
-    for (int b = 0; b < batches; b++) {
-        for (int a = 0; a < r->A; a++) {
-            int k = r->R * r->A + a;
-            mine[a] = (double)NAN;
-            if (collage_loader_batch(r->ld, split, (uint64_t)b, k, r->M, r->in, r->tg) == COLLAGE_OK)
-                collage_model_forward(r->m, r->params, r->in, r->tg, r->Bm, r->cfg.seq, &mine[a]);
-        }
-        sum += global_loss(r, mine);
-    }
-    *loss = sum / batches;
+    double sum = 0, hits = 0, scored = 0;
+    for (int b = 0; b < batches; b++) sum += evaluate_batch(r, split, b, &hits, &scored);
+    out->loss = sum / batches;
+    out->scored = (long long)scored;
+    if (r->mlm && scored > 0) out->accuracy = hits / scored;
     return COLLAGE_OK;
+}
+
+collage_status collage_run_evaluate(collage_run *r, collage_split split, int batches, double *loss) {
+    if (!loss) return COLLAGE_ERR_NULL;
+    collage_scores sc;
+    collage_status st = collage_run_evaluate_scores(r, split, batches, &sc);
+    *loss = st == COLLAGE_OK ? sc.loss : (double)NAN;
+    return st;
 }
 
 collage_status collage_eval_loss(collage_model *m, const void *params, const collage_loader *ld, collage_split split,
                                  int B, int T, int batches, double *loss) {
-    if (!m || !params || !ld || !loss) return COLLAGE_ERR_NULL;
-    *loss = (double)NAN;
-    size_t bt = (size_t)B * (size_t)T;
-    int32_t *in = malloc(sizeof(int32_t) * bt), *tg = malloc(sizeof(int32_t) * bt);
-    if (!in || !tg) { free(in); free(tg); return COLLAGE_ERR_NOMEM; }
-    uint64_t per_epoch = collage_loader_steps_per_epoch(ld, split);
-    if ((uint64_t)batches > per_epoch) batches = (int)per_epoch;
-    double sum = 0;
-    int done = 0;
-    for (int b = 0; b < batches; b++) {
-        double l;
-        if (collage_loader_batch(ld, split, (uint64_t)b, 0, 1, in, tg) != COLLAGE_OK) break;
-        if (collage_model_forward(m, params, in, tg, B, T, &l) != COLLAGE_OK) break;
-        sum += l;
-        done++;
-    }
-    free(in); free(tg);
-    if (done) *loss = sum / done;
-    return COLLAGE_OK;
+    if (!loss) return COLLAGE_ERR_NULL;
+    collage_scores sc = {.loss = (double)NAN};
+    collage_status st = collage_eval_scores(m, params, ld, split, B, T, batches, &sc);
+    *loss = sc.loss;
+    return st == COLLAGE_ERR_NULL || st == COLLAGE_ERR_NOMEM ? st : COLLAGE_OK; /* a failed forward: the batches before it */
 }

@@ -28,6 +28,8 @@ struct collage_run {
     int bf16, step, P, R, A, M, Bm;
     uint64_t fingerprint;
     int resumed_ranks, resumed_accum;
+    int mlm;                      /* the model's objective is masked LM (mlm.c) */
+    int32_t *gin, *gtg;           /* masked LM: the whole global batch, masked */
     char err[1024];
 };
 
@@ -37,6 +39,11 @@ collage_status run_fail(collage_run *r, collage_status st, const char *fmt, ...)
 /* Every rank says whether it failed; all learn it. st: this rank's status. Returns st on the failing
  * rank, COLLAGE_ERR_PEER (with a message naming the rank) on the others, COLLAGE_OK when none failed. */
 collage_status run_agree(collage_run *r, collage_status st, const char *what);
+
+/* mlm.c: micro-batch k of batch `step` of a split (a training step's, or an evaluation's) into r->in and
+ * r->tg: next-token windows, or masked-LM inputs and targets with *divisor the loss divisor of
+ * collage_batch (0: the micro-batch's mean). 0, or -1 when the split has no such batch. */
+int run_micro_batch(collage_run *r, collage_split split, uint64_t step, int k, double *divisor);
 
 /* run_ckpt.c */
 collage_status run_load_shards(collage_run *r, const char *dir, const collage_run_saved *saved);
