@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "bench.h"
 #include "collage_model.h"
+#include "collage_run.h" /* collage_mlm_mask: a masked-LM model's targets */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,14 +13,16 @@
 
 /* ------------------------------------------------------------------ model */
 /* Model FLOPs per token: 6·N for the weight matrices (forward + backward) plus 6·L·T·C for attention
- * scores and values (each position attends to T/2 positions on average, causal). The reference rates:
- * the products of a GPT-2-shaped model of the same size, (rows, inner, cols) of each forward product
+ * scores and values (each position attends to T/2 positions on average, causal; 12·L·T·C when every
+ * position attends to all T, an encoder's); a masked-LM head (its dense layer and the output matrix) runs
+ * on the scored positions only. The reference rates: the products of the model's blocks and of its output
+ * matrix on the rows that take it (BT, or the K scored ones), (rows, inner, cols) of each forward product
  * and how often a step takes it; the backward runs the two transposed products. */
 typedef struct { int mkn[5][3], count[5]; size_t a, b, o; } model_shapes;
 
-static model_shapes shapes_of(const collage_model_config *c, int BT) {
+static model_shapes shapes_of(const collage_model_config *c, int BT, int scored) {
     const int C = c->channels, V = c->padded_vocab_size, L = c->num_layers;
-    model_shapes s = {{{BT, C, 3 * C}, {BT, C, C}, {BT, C, 4 * C}, {BT, 4 * C, C}, {BT, C, V}}, {L, L, L, L, 1}, 0, 0, 0};
+    model_shapes s = {{{BT, C, 3 * C}, {BT, C, C}, {BT, C, 4 * C}, {BT, 4 * C, C}, {scored, C, V}}, {L, L, L, L, 1}, 0, 0, 0};
     for (int k = 0; k < 5; k++) {
         const size_t a = (size_t)s.mkn[k][0] * s.mkn[k][1], b = (size_t)s.mkn[k][1] * s.mkn[k][2];
         const size_t o = (size_t)s.mkn[k][0] * s.mkn[k][2];
@@ -31,8 +34,8 @@ static model_shapes shapes_of(const collage_model_config *c, int BT) {
 }
 
 /* OpenBLAS sgemm (its own threads) on the shapes: the reference of the fp32 model. */
-static double sgemm_rate(const collage_model_config *c, int BT, int reps) {
-    const model_shapes sh = shapes_of(c, BT);
+static double sgemm_rate(const collage_model_config *c, int BT, int scored, int reps) {
+    const model_shapes sh = shapes_of(c, BT, scored);
     float *A = calloc(sh.a, 4), *B = calloc(sh.b, 4), *O = calloc(sh.o, 4);
     if (!A || !B || !O) { free(A); free(B); free(O); return (double)NAN; }
     for (size_t i = 0; i < sh.a; i++) A[i] = (float)(i % 7) * 0.1f;
@@ -61,8 +64,8 @@ static double sgemm_rate(const collage_model_config *c, int BT, int reps) {
 /* The bf16 model's products alone on the same shapes and counts (collage_bf16_matmul with no output:
  * the path, tiles and threads the model uses, each tile left in its scratch as the model's epilogues
  * find it): the ceiling of a bf16 step's products. */
-static double bf16_rate(const collage_model_config *c, int BT, int reps) {
-    const model_shapes sh = shapes_of(c, BT);
+static double bf16_rate(const collage_model_config *c, int BT, int scored, int reps) {
+    const model_shapes sh = shapes_of(c, BT, scored);
     collage_bf16 *A = calloc(sh.a, 2), *B = calloc(sh.b, 2), *O = calloc(sh.o, 2);
     if (!A || !B || !O) { free(A); free(B); free(O); return (double)NAN; }
     for (size_t i = 0; i < sh.a; i++) A[i] = collage_bf16_from_f32((float)(i % 7) * 0.1f);
@@ -214,12 +217,20 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
     } else
         for (int i = 0; i < NLIST; i++) chosen[nl++] = list[i];
     size_t n = collage_model_num_params(&c);
-    double tok = (double)B * T;
-    double flops_tok = 6.0 * (double)n + 6.0 * c.num_layers * (double)T * c.channels;
+    float *w0 = malloc(n * sizeof(float));
+    int32_t *in = malloc(sizeof(int32_t) * (size_t)B * T), *tg = malloc(sizeof(int32_t) * (size_t)B * T);
+    if (!w0 || !in || !tg || collage_model_init_weights(&c, 1, w0, n) != COLLAGE_OK) { free(w0); free(in); free(tg); return 1; }
+    for (int i = 0; i < B * T; i++) { in[i] = (i * 7919) % c.vocab_size; tg[i] = (i * 104729 + 1) % c.vocab_size; }
+    const int mlm = collage_family_objective(c.family) == COLLAGE_OBJECTIVE_MASKED_LM, C = c.channels;
+    const int K = mlm ? (int)collage_mlm_mask(collage_mlm_key(1, 1, 0), in, NULL, B, T, 0, collage_model_mask_token(&c),
+                                              collage_model_text_vocab(&c), in, tg)
+                      : B * T; /* the rows the output matrix runs on: the masked ones of a masked-LM model */
+    const double head = mlm ? (double)C * C + (double)c.padded_vocab_size * C : 0, tok = (double)B * T;
+    double flops_tok = 6.0 * ((double)n - head) + 6.0 * head * K / tok + (mlm ? 12.0 : 6.0) * c.num_layers * (double)T * C;
     double ref[2];
-    ref[0] = sgemm_rate(&c, B * T, 3); /* OpenBLAS with its own threads: the reference of fp32 */
+    ref[0] = sgemm_rate(&c, B * T, K, 3); /* OpenBLAS with its own threads: the reference of fp32 */
     openblas_set_num_threads(1); /* the model's tiles are single-threaded: no call switches it and back */
-    ref[1] = bf16_rate(&c, B * T, 3);  /* the bf16 model's products alone: the reference of bf16 */
+    ref[1] = bf16_rate(&c, B * T, K, 3);  /* the bf16 model's products alone: the reference of bf16 */
     if (!json)
         printf("collage bench model: %s (%zu params), B = %d, T = %d, %d threads; median of %d steps after %d untimed,\n"
                "each strategy stepped in alternation with an fp32 model (vs fp32: against those fp32 steps)\n"
@@ -231,11 +242,8 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
                collage_get_threads(), steps, warmup, bench_cpu_name(), ref[0] * 1e-9, collage_bf16_products(),
                ref[1] * 1e-9, "strategy", "ms/step", "tokens/s", "GFLOP/s", "of peak", "speed-up", "forward", "backward",
                "optim.", "opt %", "weights", "state", "grads", "acts", "scr.", "total");
+    if (!json && mlm) printf("(masked LM: %d of the %d positions scored, the head on those only)\n\n", K, B * T);
     fflush(stdout);
-    float *w0 = malloc(n * sizeof(float));
-    int32_t *in = malloc(sizeof(int32_t) * (size_t)B * T), *tg = malloc(sizeof(int32_t) * (size_t)B * T);
-    if (!w0 || !in || !tg || collage_model_init_weights(&c, 1, w0, n) != COLLAGE_OK) { free(w0); free(in); free(tg); return 1; }
-    for (int i = 0; i < B * T; i++) { in[i] = (i * 7919) % c.vocab_size; tg[i] = (i * 104729 + 1) % c.vocab_size; }
     int rc = 0, rounds = nl ? nl : 1, done = 0;
     double med[NLIST][4], fmed[NLIST][4]; /* per chosen strategy: its medians, and fp32's alongside it */
     double mib[NLIST][5];
@@ -293,13 +301,13 @@ int cmd_bench_model(int argc, char **argv) {
         else if (!strcmp(a, "--strategy")) only = v;
         else if (!strcmp(a, "--json")) { json = 1; continue; }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: collage bench model [--model tiny|small|gpt2] [--batch B] [--seq T] [--steps N] [--warmup W] "
+            printf("usage: collage bench model [--model PRESET] [--batch B] [--seq T] [--steps N] [--warmup W] "
                    "[--strategy S] [--json]\n"
                    "  each strategy is stepped in alternation with an fp32 model; N timed steps after W untimed\n"
                    "  (defaults: gpt2, 4 x 64, 5 steps, 3 untimed; --strategy: fp32 and that one only)\n");
             return 0;
         } else {
-            fprintf(stderr, "usage: collage bench model [--model tiny|small|gpt2] [--batch B] [--seq T] [--steps N] "
+            fprintf(stderr, "usage: collage bench model [--model PRESET] [--batch B] [--seq T] [--steps N] "
                             "[--warmup W] [--strategy S] [--json]\n");
             return 2;
         }

@@ -8,6 +8,7 @@ int cmd_train(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
+int cmd_fill(int argc, char **argv);
 int collage_cli_tokenize(int argc, char **argv);
 
 /* Parse a non-negative integer / a double for flag `flag`; on error print a hint and return -1. */

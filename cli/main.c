@@ -18,15 +18,18 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  train [--data PATH] [--model PRESET] [--precision STRATEGY] [--steps N] ...\n"
-            "                  train a GPT on text (default: the fortunes corpus); --help for all flags;\n"
+            "                  train a GPT-2 (next token) or a BERT (--model bert-tiny: masked LM) on text\n"
+            "                  (default: the fortunes corpus); --help for all flags;\n"
             "                  data parallel: mpirun -np N collage train ...\n"
             "  compare [--precision LIST|all] [--beta2 LIST] [--seeds N] [--steps N] [--out DIR] ...\n"
             "                  train every strategy x beta2 x seed side by side on the same data\n"
             "                  and weights; results.csv, report.md and plots; resumable\n"
             "  eval --checkpoint PATH [--data PATH] [--batch B] [--seq T] [--batches N] [--json]\n"
-            "                  mean loss of a checkpoint on data\n"
+            "                  mean loss of a checkpoint on data (BERT: masked tokens' loss and accuracy)\n"
             "  sample --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature X] [--seed N]\n"
-            "                  generate text from a checkpoint\n"
+            "                  generate text from a GPT-2 checkpoint\n"
+            "  fill --checkpoint PATH --text \"The [MASK] sat\" [--top K] [--json]\n"
+            "                  a BERT checkpoint's top predictions for each [MASK]\n"
             "  tokenize --tokenizer byte|gpt2 --in PATH --out FILE\n"
             "                  text to an llm.c token shard\n"
             "  bench convert [--n N] [--threads T] [--reps R] [--json]\n"
@@ -35,7 +38,7 @@ static void usage(FILE *f) {
             "  bench optimizer [--params N] [--threads T] [--reps R] [--strategy S] [--json]\n"
             "                  the fused AdamW step per precision strategy against the\n"
             "                  memory-bandwidth bound measured in the same run\n"
-            "  bench model [--model gpt2|small|tiny] [--batch B] [--seq T] [--json]\n"
+            "  bench model [--model gpt2|small|tiny|bert-tiny|bert-base] [--batch B] [--seq T] [--json]\n"
             "                  training step per strategy: tokens/s, model FLOP/s vs sgemm\n"
             "\n"
             "options:\n"
@@ -146,6 +149,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "compare")) return cmd_compare(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
+    if (!strcmp(cmd, "fill")) return cmd_fill(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return collage_cli_tokenize(argc - 2, argv + 2);
     fprintf(stderr, "collage: unknown command '%s'\nhint: run 'collage --help' for the list of commands\n", cmd);
     return 2;

@@ -26,7 +26,9 @@ static void train_usage(FILE *f) {
             "  --data PATH         text file, folder of text files, or llm.c .bin shard(s)\n"
             "                      (default: the English fortunes of Debian's fortunes package)\n"
             "  --tokenizer NAME    byte (default) | gpt2\n"
-            "  --model PRESET      tiny (default) | small | gpt2; or set --layers --heads --dim\n"
+            "  --model PRESET      tiny (default) | small | gpt2 (GPT-2, next-token loss) | bert-tiny | bert-base\n"
+            "                      (BERT, masked-LM loss: 15%% of the tokens masked per step, validation on a\n"
+            "                      fixed mask with the masked tokens' accuracy); or set --layers --heads --dim\n"
             "  --precision S       collage-light (default) or any strategy of the table:\n"
             "                      %s\n"
             "  --steps N           training steps, the length of the schedule (default 1000)\n"
@@ -36,7 +38,8 @@ static void train_usage(FILE *f) {
             "                      then cosine decay to a tenth\n"
             "  --beta1 X --beta2 X --eps X --wd X --clip X   AdamW (0.9, 0.95, 1e-8, 0.1, 1.0)\n"
             "  --seed N --threads N --eval-every N (default steps/10)\n"
-            "  --save DIR          write model.bin (llm.c format), optimizer.state and train.state there\n"
+            "  --save DIR          write model.bin (llm.c's format for gpt2, collbert for bert), optimizer.state\n"
+            "                      and train.state there\n"
             "  --resume DIR        continue a run saved with --save, bit for bit\n"
             "  --log FILE          one JSON object per step\n"
             "  --summary FILE      one JSON object for the whole run, written atomically at its end\n"
@@ -158,7 +161,8 @@ static int train_loop(collage_run *run, const train_opts *o, FILE *logf, run_tot
     int tty = isatty(2) && !o->quiet, has_val = collage_run_get_info(run).has_val;
     double tokens = (double)o->cfg.batch * o->cfg.seq;
     for (int step = t->start; step < o->stop_after; step++) {
-        double t0 = cli_now(), c0 = dist_comm_seconds(), val = (double)NAN;
+        double t0 = cli_now(), c0 = dist_comm_seconds();
+        collage_scores val = {.loss = (double)NAN, .accuracy = (double)NAN};
         collage_run_step_info s;
         collage_status st = collage_run_step(run, &s);
         if (st == COLLAGE_ERR_NONFINITE) {
@@ -170,10 +174,10 @@ static int train_loop(collage_run *run, const train_opts *o, FILE *logf, run_tot
         double ms = (cli_now() - t0) * 1e3, comm_ms = (dist_comm_seconds() - c0) * 1e3;
         tally(t, &s, tokens);
         int is_eval = s.step % o->eval_every == 0 || s.step == o->stop_after;
-        if (is_eval && has_val) collage_run_evaluate(run, COLLAGE_SPLIT_VAL, VAL_BATCHES, &val);
-        if (!isnan(val)) t->last_val = val;
-        if (logf) log_step(logf, &s, val, tokens / (ms * 1e-3), ms, comm_ms);
-        print_step(o, &s, val, tokens / (ms * 1e-3), ms, t, tty, is_eval);
+        if (is_eval && has_val) collage_run_evaluate_scores(run, COLLAGE_SPLIT_VAL, VAL_BATCHES, &val);
+        if (!isnan(val.loss)) { t->last_val = val.loss; t->last_acc = val.accuracy; }
+        if (logf) log_step(logf, &s, &val, tokens / (ms * 1e-3), ms, comm_ms);
+        print_step(o, &s, &val, tokens / (ms * 1e-3), ms, t, tty, is_eval);
     }
     return 0;
 }
@@ -200,8 +204,8 @@ static int finish(collage_run *run, const train_opts *o, const run_totals *t) {
         return 1;
     }
     if (!o->quiet)
-        printf("saved step %d to %s/ (model.bin in llm.c format, %s, train.state)\n", t->last_step, o->save,
-               in.ranks > 1 ? "one optimizer state per rank" : "optimizer.state");
+        printf("saved step %d to %s/ (model.bin in the %s family's format, %s, train.state)\n", t->last_step, o->save,
+               collage_family_name(in.model.family), in.ranks > 1 ? "one optimizer state per rank" : "optimizer.state");
     return 0;
 }
 
@@ -237,7 +241,8 @@ static int train_main(int argc, char **argv) {
     int rc = dist_any(o.log && dist_rank() == 0 && !logf) ? 1 : 0;
     collage_run_info in = collage_run_get_info(run);
     o.cfg = *collage_run_get_config(run);
-    run_totals t = {.t_start = cli_now(), .last_loss = (double)NAN, .last_val = (double)NAN, .comm0 = dist_comm_seconds(),
+    run_totals t = {.t_start = cli_now(), .last_loss = (double)NAN, .last_val = (double)NAN, .last_acc = (double)NAN,
+                    .comm0 = dist_comm_seconds(),
                     .start = in.step, .last_step = in.step};
     t.tail_from = o.stop_after - (o.stop_after / 20 > 0 ? o.stop_after / 20 : 1);
     if (!rc && !o.quiet) print_header(&o, &in);

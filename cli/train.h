@@ -14,7 +14,7 @@ typedef struct {
 
 /* What the loop adds up for the summary and the closing line. */
 typedef struct {
-    double t_start, tokens, last_loss, last_val, sum_edq_ratio, sum_lost, sum_tail, comm0;
+    double t_start, tokens, last_loss, last_val, last_acc, sum_edq_ratio, sum_lost, sum_tail, comm0;
     int start, last_step, n_edq, n_tail, tail_from;
 } run_totals;
 
@@ -23,9 +23,9 @@ long peak_rss_mb(void);
 int  write_summary(const train_opts *o, const collage_run_info *in, const run_totals *t, double secs, double comm_s);
 /* The run's shape, precision and data, and how it is split over ranks. */
 void print_header(const train_opts *o, const collage_run_info *in);
-/* --log: one JSON object per step. */
-void log_step(FILE *f, const collage_run_step_info *s, double val, double tps, double ms, double comm_ms);
+/* --log: one JSON object per step. val: the step's evaluation (loss NaN: none). */
+void log_step(FILE *f, const collage_run_step_info *s, const collage_scores *val, double tps, double ms, double comm_ms);
 /* A progress bar on a terminal, and plain lines: about 50 per run, plus every evaluation. */
-void print_step(const train_opts *o, const collage_run_step_info *s, double val, double tps, double ms,
+void print_step(const train_opts *o, const collage_run_step_info *s, const collage_scores *val, double tps, double ms,
                 const run_totals *t, int tty, int is_eval);
 #endif

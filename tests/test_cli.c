@@ -1,7 +1,10 @@
 /* test_cli.c — the `collage` command end to end: train writes its JSON log and an llm.c checkpoint,
  * N steps + a resumed N steps print exactly the losses of one 2N-step run, eval and sample read the
  * checkpoint, tokenize writes a shard that train reads, and bad input (missing file, bad flag, bad
- * shape, wrong magic) fails with a message naming the problem and leaves no partial checkpoint. */
+ * shape, wrong magic) fails with a message naming the problem and leaves no partial checkpoint; a BERT
+ * (--model bert-tiny) trains with masked-LM validation, resumes exactly, is evaluated on a fixed mask,
+ * fills masks and refuses to sample, and its bad input (a text longer than the context, a corpus too
+ * short for a batch, a checkpoint of the other family) is named in one line. */
 #include "harness.h"
 #include <stdint.h>
 #include <string.h>
@@ -9,6 +12,7 @@
 #include <unistd.h>
 
 #define TRAIN "--model tiny --layers 1 --dim 32 --heads 2 --batch 4 --seq 16 --threads 1 --quiet"
+#define TRAIN_BERT "--model bert-tiny --layers 1 --dim 32 --heads 2 --batch 4 --seq 16 --threads 1 --quiet"
 
 static char g_bin[1024], g_dir[256], g_text[512];
 
@@ -202,6 +206,64 @@ static void test_bad_input(void) {
     CHECK(atoi(out) == 0, "temporary files left in %s: %s", save, out);
 }
 
+/* A BERT run through the command: its log and summary carry the validation's masked-token accuracy; 4 + 4
+ * resumed steps print the losses of 8; eval reports the masked loss and accuracy; fill names its top
+ * predictions; sample refuses an encoder; the bad inputs of a masked-LM run are named. */
+static void test_bert(void) {
+    char out[8192], log[600], save[600], sum[600], log2[600];
+    snprintf(log, sizeof log, "%s/bert.jsonl", g_dir);
+    snprintf(log2, sizeof log2, "%s/bert2.jsonl", g_dir);
+    snprintf(save, sizeof save, "%s/bert-ck", g_dir);
+    snprintf(sum, sizeof sum, "%s/bert-summary.json", g_dir);
+    int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN_BERT " --steps 8 --eval-every 4 --log %s --summary %s",
+                  g_bin, g_text, log, sum);
+    CHECK(rc == 0, "train: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN_BERT " --steps 8 --stop-after 4 --log %s --save %s", g_bin,
+              g_text, log2, save);
+    rc |= h_sh(out, sizeof out, "%s train --data %s --resume %s --log %s --threads 1 --quiet", g_bin, g_text, save, log2);
+    CHECK(rc == 0, "train 4 + 4: %s", out);
+    double a[16], b[16];
+    int na = h_read_losses(log, a, 16), nb = h_read_losses(log2, b, 16);
+    CHECK(na == 8 && nb == 8 && !memcmp(a, b, sizeof(double) * 8), "8 steps vs 4 + 4 resumed: %d and %d lines", na, nb);
+    char line[4096] = "";
+    FILE *f = fopen(sum, "r");
+    if (f) { if (!fgets(line, sizeof line, f)) line[0] = 0; fclose(f); }
+    CHECK(strstr(line, "\"val_accuracy\":"), "summary: %s", line);
+    rc = h_sh(out, sizeof out, "grep -c val_accuracy %s", log);
+    CHECK(atoi(out) == 2, "log lines with val_accuracy: %s", out);
+    rc = h_sh(out, sizeof out, "%s eval --checkpoint %s --data %s --batch 2 --seq 16 --batches 3 --json", g_bin, save, g_text);
+    CHECK(rc == 0 && strstr(out, "\"accuracy\":") && strstr(out, "\"masked\":"), "eval: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s fill --checkpoint %s --text 'The quick b[MASK]own fox' --top 3", g_bin, save);
+    CHECK(rc == 0 && strstr(out, "[MASK] at token 11:") && strstr(out, "filled: The quick b"), "fill: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s fill --checkpoint %s --text 'a[MASK]b[MASK]' --json", g_bin, save);
+    CHECK(rc == 0 && strstr(out, "{\"masks\":[{\"position\":1,") && strstr(out, "{\"position\":3,"), "fill --json: %s", out);
+    rc = h_sh(out, sizeof out, "%s sample --checkpoint %s", g_bin, save);
+    CHECK(rc == 2 && strstr(out, "encoder") && strstr(out, "does not generate") && strstr(out, "collage fill"), "sample: %s", out);
+    /* bad input: a text longer than the context, no mask, a corpus too short for one batch, the
+     * other family's checkpoint to --resume, a GPT-2 checkpoint to fill */
+    char longer[200] = ""; /* 135 bytes and the mask: 136 tokens, over bert-tiny's context of 128 */
+    for (int i = 0; i < 27; i++) strcat(longer, "text ");
+    rc = h_sh(out, sizeof out, "%s fill --checkpoint %s --text '%s[MASK]'", g_bin, save, longer);
+    CHECK(rc == 2 && strstr(out, "136 tokens, longer than the model's context of 128"), "long text: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s fill --checkpoint %s --text 'no mask'", g_bin, save);
+    CHECK(rc == 2 && strstr(out, "no [MASK]"), "no mask: rc %d: %s", rc, out);
+    char tiny_text[600];
+    snprintf(tiny_text, sizeof tiny_text, "%s/short.txt", g_dir);
+    f = fopen(tiny_text, "w");
+    if (f) { fputs("too short for a batch of four sequences of sixteen bytes\n", f); fclose(f); }
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN_BERT " --steps 2", g_bin, tiny_text);
+    CHECK(rc != 0 && strstr(out, "short.txt") && strstr(out, "fewer than"), "short corpus: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --steps 9 --resume %s", g_bin, g_text, save);
+    CHECK(rc != 0 && strstr(out, "--model tiny") && strstr(out, "a bert model"), "gpt2 over bert: rc %d: %s", rc, out);
+    char gsave[600];
+    snprintf(gsave, sizeof gsave, "%s/gpt-ck", g_dir);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --steps 1 --save %s", g_bin, g_text, gsave);
+    rc |= h_sh(out, sizeof out, "%s train --data %s " TRAIN_BERT " --steps 3 --resume %s", g_bin, g_text, gsave);
+    CHECK(rc != 0 && strstr(out, "--model bert-tiny") && strstr(out, "a gpt2 model"), "bert over gpt2: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s fill --checkpoint %s --text 'a[MASK]'", g_bin, gsave);
+    CHECK(rc == 2 && strstr(out, "gpt2") && strstr(out, "collage sample"), "fill on gpt2: rc %d: %s", rc, out);
+}
+
 /* The benchmarks' JSON lines carry the documented keys (what is measured, not how fast: no timing is
  * asserted), and bad flags are refused. */
 static int count_lines_with(const char *out, const char *const *keys, int nk) {
@@ -253,6 +315,10 @@ static void test_bench_json(void) {
     rc = h_sh(out, sizeof out, "%s bench model --model tiny --steps 2 --warmup 0 --strategy collage-plus --json", g_bin);
     CHECK(rc == 0 && count_lines_with(out, mk, 10) == 2, "bench model --json: rc %d: %s", rc, out);
     CHECK(strstr(out, "\"strategy\":\"fp32\"") && strstr(out, "\"strategy\":\"collage-plus\""), "bench model rows: %s", out);
+    rc = h_sh(out, sizeof out, "%s bench model --model bert-tiny --batch 2 --steps 2 --warmup 0 --strategy bf16 --json",
+              g_bin);
+    CHECK(rc == 0 && count_lines_with(out, mk, 10) == 2 && strstr(out, "\"model\":\"bert-tiny\""),
+          "bench model bert-tiny --json: rc %d: %s", rc, out);
     rc = h_sh(out, sizeof out, "%s bench model --strategy nonsense", g_bin);
     CHECK(rc == 2 && strstr(out, "nonsense") && strstr(out, "hint"), "bench model bad strategy: rc %d: %s", rc, out);
     rc = h_sh(out, sizeof out, "%s bench model --warmup -1", g_bin);
@@ -279,6 +345,7 @@ int main(void) {
     RUN(test_flag_ranges);
     RUN(test_log_is_json_when_diverging);
     RUN(test_bench_json);
+    RUN(test_bert);
     h_rm_rf(g_dir);
     return h_end();
 }

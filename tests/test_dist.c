@@ -56,19 +56,20 @@ static int same_file(const char *a, const char *b) {
 }
 static void path(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", g_dir, name); }
 
-/* N ranks == 1 rank with --accum N, bit for bit: every logged loss and the saved weights. */
-static void check_ranks_vs_accum(int N, const char *prec) {
+/* N ranks == 1 rank with --accum N, bit for bit: every logged loss and the saved weights. model: the
+ * preset (TRAIN's tiny, or bert-tiny: masked LM, the masks drawn per global row). */
+static void check_ranks_vs_accum(int N, const char *prec, const char *model) {
     char out[8192], la[600], lb[600], sa[600], sb[600], ma[700], mb[700], tag[64];
-    snprintf(tag, sizeof tag, "%s-%d", prec, N);
+    snprintf(tag, sizeof tag, "%s-%s-%d", model, prec, N);
     snprintf(la, sizeof la, "%s/ranks-%s.jsonl", g_dir, tag);
     snprintf(lb, sizeof lb, "%s/accum-%s.jsonl", g_dir, tag);
     snprintf(sa, sizeof sa, "%s/ranks-%s", g_dir, tag);
     snprintf(sb, sizeof sb, "%s/accum-%s", g_dir, tag);
-    int rc = h_sh(out, sizeof out, MPIRUN " %d %s train --data %s " TRAIN " --precision %s --steps 8 --log %s --save %s", N,
-                 g_bin, g_text, prec, la, sa);
+    int rc = h_sh(out, sizeof out, MPIRUN " %d %s train --data %s " TRAIN " --model %s --precision %s --steps 8 --log %s "
+                  "--save %s", N, g_bin, g_text, model, prec, la, sa);
     CHECK(rc == 0, "%d ranks, %s: rc %d: %s", N, prec, rc, out);
-    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --precision %s --steps 8 --accum %d --log %s --save %s", g_bin,
-             g_text, prec, N, lb, sb);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --model %s --precision %s --steps 8 --accum %d --log %s --save %s",
+              g_bin, g_text, model, prec, N, lb, sb);
     CHECK(rc == 0, "1 rank --accum %d, %s: rc %d: %s", N, prec, rc, out);
     double a[16], b[16];
     int na = h_read_losses(la, a, 16), nb = h_read_losses(lb, b, 16);
@@ -79,20 +80,21 @@ static void check_ranks_vs_accum(int N, const char *prec) {
     snprintf(mb, sizeof mb, "%s/model.bin", sb);
     CHECK(same_file(ma, mb), "%s: the weights of %d ranks and of 1 rank --accum %d differ", prec, N, N);
     CHECK(file_has(la, "\"comm_ms\":"), "%s: the MPI run's log has no comm_ms", tag);
-    printf("    %s: %d ranks == 1 rank --accum %d over 8 steps (losses, model.bin)\n", prec, N, N);
+    printf("    %s %s: %d ranks == 1 rank --accum %d over 8 steps (losses, model.bin)\n", model, prec, N, N);
 }
 
 static void test_ranks_equal_one_rank_accum(void) {
-    check_ranks_vs_accum(2, "collage-light");
-    check_ranks_vs_accum(3, "bf16-sr"); /* stochastic rounding keyed by the global index */
-    check_ranks_vs_accum(2, "fp32");
+    check_ranks_vs_accum(2, "collage-light", "tiny");
+    check_ranks_vs_accum(3, "bf16-sr", "tiny"); /* stochastic rounding keyed by the global index */
+    check_ranks_vs_accum(2, "fp32", "tiny");
+    check_ranks_vs_accum(2, "collage-plus", "bert-tiny");
 }
 
 /* N ranks vs one rank with the whole batch in one backward: the same run up to rounding. */
 static void test_ranks_vs_one_batch(void) {
     char out[8192], la[600], lb[600];
     path(la, sizeof la, "onebatch.jsonl");
-    path(lb, sizeof lb, "ranks-collage-light-2.jsonl"); /* from the test above */
+    path(lb, sizeof lb, "ranks-tiny-collage-light-2.jsonl"); /* from the test above */
     int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --precision collage-light --steps 8 --log %s", g_bin, g_text, la);
     CHECK(rc == 0, "one batch: rc %d: %s", rc, out);
     double a[16], b[16], worst = 0;

@@ -2,8 +2,10 @@
  * configuration errors with their messages, save then resume giving the uninterrupted run's weights
  * bit for bit, the resume conflict check, evaluation, shard bounds, and data parallelism over a
  * transport of the test's own (two threads and shared memory instead of MPI): two ranks give the
- * weights of one process summing the same two micro-batches (--accum 2), bit for bit; and every bf16
- * strategy learns on the default corpus. */
+ * weights of one process summing the same two micro-batches (--accum 2), bit for bit; every bf16
+ * strategy learns on the default corpus; and the same for a BERT model trained by masked language
+ * modelling (its loss over the whole batch's masked positions however the batch is split, a checkpoint
+ * of the other family refused, masked-token accuracy far above the most common byte's frequency). */
 #include "collage_run.h"
 #include "harness.h"
 #include <math.h>
@@ -17,6 +19,13 @@ static collage_run_config tiny(void) {
     collage_run_config c = collage_run_defaults();
     c.layers = 1; c.dim = 32; c.heads = 2; c.batch = 4; c.seq = 16; c.steps = 8;
     c.data = g_text;
+    return c;
+}
+
+/* The same small run as a BERT trained by masked language modelling. */
+static collage_run_config tiny_bert(void) {
+    collage_run_config c = tiny();
+    c.model = "bert-tiny";
     return c;
 }
 
@@ -67,9 +76,10 @@ static int steps(collage_run *r, int k, double *loss) {
 static void test_save_resume_bit_for_bit(void) {
     char err[1024], dir[512];
     snprintf(dir, sizeof dir, "%s/ck", g_dir);
-    for (int s = 0; s < 3; s++) {
-        collage_strategy strat = s == 0 ? COLLAGE_FP32 : s == 1 ? COLLAGE_LIGHT : COLLAGE_BF16_SR;
-        collage_run_config c = tiny();
+    for (int s = 0; s < 5; s++) { /* GPT-2: fp32, collage-light, bf16-sr; BERT: fp32, collage-plus */
+        collage_strategy strat = s % 3 == 0 ? COLLAGE_FP32 : s == 1 ? COLLAGE_LIGHT : s == 2 ? COLLAGE_BF16_SR : COLLAGE_PLUS;
+        if (s >= 3) snprintf(dir, sizeof dir, "%s/ck-bert", g_dir);
+        collage_run_config c = s >= 3 ? tiny_bert() : tiny();
         c.strategy = strat;
         collage_run *a = NULL, *b = NULL, *d = NULL;
         double la[8], lb[8];
@@ -83,9 +93,10 @@ static void test_save_resume_bit_for_bit(void) {
             rc.data = g_text;
             ok = collage_run_create(&rc, NULL, dir, &d, err, sizeof err) == COLLAGE_OK && !steps(d, 5, lb + 3);
         }
-        CHECK(ok, "%s: %s", collage_strategy_name(strat), err);
+        CHECK(ok, "%s %s: %s", c.model ? c.model : "tiny", collage_strategy_name(strat), err);
         if (ok) {
             size_t n = collage_run_get_info(a).params, wb = strat == COLLAGE_FP32 ? 4 : 2;
+            CHECK(collage_run_get_info(d).model.family == collage_run_get_info(a).model.family, "resumed as another family");
             CHECK(!memcmp(collage_run_params(a), collage_run_params(d), n * wb), "%s: resumed weights differ",
                   collage_strategy_name(strat));
             CHECK(!memcmp(la, lb, sizeof la), "%s: resumed losses differ (step 8: %.17g vs %.17g)",
@@ -115,6 +126,49 @@ static void test_conflicts_and_errors(void) {
           "%s", err);
     CHECK(collage_run_read_saved("/nonexistent", &sv, err, sizeof err) == COLLAGE_ERR_IO && strstr(err, "/nonexistent"),
           "%s", err);
+}
+
+/* A BERT run: its loss is the mean over the masked positions of the whole batch, so splitting the batch
+ * into micro-batches changes it by rounding only; the validation scores a fixed mask (the same for any
+ * seed); a checkpoint of the other family is refused with a message. */
+static void test_bert_run(void) {
+    char err[1024], dir[512];
+    collage_run_config c = tiny_bert();
+    c.strategy = COLLAGE_FP32;
+    collage_run *a = NULL, *b = NULL, *r = NULL;
+    double la[1] = {0}, lb[1] = {0};
+    c.accum = 1;
+    int ok = collage_run_create(&c, NULL, NULL, &a, err, sizeof err) == COLLAGE_OK && !steps(a, 1, la);
+    c.accum = 4;
+    ok = ok && collage_run_create(&c, NULL, NULL, &b, err, sizeof err) == COLLAGE_OK && !steps(b, 1, lb);
+    CHECK(ok && collage_run_get_info(a).model.family == COLLAGE_FAMILY_BERT, "%s", err);
+    CHECK(ok && fabs(la[0] - lb[0]) <= 1e-6 * la[0], "the loss of one batch: %.9f whole, %.9f in 4 micro-batches", la[0], lb[0]);
+    collage_scores s1, s2;
+    CHECK(a && collage_run_evaluate_scores(a, COLLAGE_SPLIT_VAL, 2, &s1) == COLLAGE_OK && isfinite(s1.accuracy) &&
+              s1.scored > 0 && s1.scored < 2 * 4 * 16 / 3, "val: loss %g, accuracy %g on %lld", s1.loss, s1.accuracy, s1.scored);
+    collage_run_free(b);
+    c.accum = 1;
+    c.seed = 99; /* another seed: other weights, the same validation masks */
+    b = NULL;
+    CHECK(collage_run_create(&c, NULL, NULL, &b, err, sizeof err) == COLLAGE_OK &&
+              collage_run_evaluate_scores(b, COLLAGE_SPLIT_VAL, 2, &s2) == COLLAGE_OK && s2.scored == s1.scored,
+          "val positions scored: %lld and %lld", s2.scored, s1.scored);
+    /* GPT-2's checkpoint (test_save_resume_bit_for_bit's) given to a BERT run, and the other way round */
+    snprintf(dir, sizeof dir, "%s/ck", g_dir);
+    collage_run_saved sv;
+    CHECK(collage_run_read_saved(dir, &sv, err, sizeof err) == COLLAGE_OK && !strcmp(sv.model, "gpt2"), "%s", err);
+    collage_run_config rc = sv.cfg;
+    rc.model = "bert-tiny";
+    rc.data = g_text;
+    CHECK(collage_run_create(&rc, NULL, dir, &r, err, sizeof err) == COLLAGE_ERR_ARG && !r && strstr(err, "gpt2") &&
+              strstr(err, "bert"), "%s", err);
+    snprintf(dir, sizeof dir, "%s/ck-bert", g_dir);
+    CHECK(collage_run_read_saved(dir, &sv, err, sizeof err) == COLLAGE_OK && !strcmp(sv.model, "bert"), "%s", err);
+    rc = sv.cfg;
+    rc.model = NULL; /* the default: GPT-2's tiny */
+    rc.data = g_text;
+    CHECK(collage_run_create(&rc, NULL, dir, &r, err, sizeof err) == COLLAGE_ERR_ARG && !r && strstr(err, "bert"), "%s", err);
+    collage_run_free(a); collage_run_free(b);
 }
 
 static void test_evaluate(void) {
@@ -273,9 +327,9 @@ static void *rank_main(void *arg) {
 }
 
 static void test_two_ranks_equal_accum(void) {
-    for (int s = 0; s < 2; s++) {
-        collage_run_config c = tiny();
-        c.strategy = s ? COLLAGE_PLUS : COLLAGE_FP32;
+    for (int s = 0; s < 3; s++) { /* GPT-2 in fp32 and collage-plus, BERT in collage-light */
+        collage_run_config c = s == 2 ? tiny_bert() : tiny();
+        c.strategy = s == 2 ? COLLAGE_LIGHT : s ? COLLAGE_PLUS : COLLAGE_FP32;
         c.dim = 64; /* enough parameters for two shards of whole chunks */
         shm sh;
         pthread_barrier_init(&sh.bar, NULL, NR);
@@ -293,7 +347,8 @@ static void test_two_ranks_equal_accum(void) {
         collage_run *r = NULL;
         double loss[6];
         int ok = collage_run_create(&one, NULL, NULL, &r, err, sizeof err) == COLLAGE_OK && !steps(r, 6, loss);
-        CHECK(ok && jobs[0].st == COLLAGE_OK && jobs[1].st == COLLAGE_OK, "%s: %s", collage_strategy_name(c.strategy), err);
+        CHECK(ok && jobs[0].st == COLLAGE_OK && jobs[1].st == COLLAGE_OK, "%s %s: %s", c.model ? c.model : "tiny",
+              collage_strategy_name(c.strategy), err);
         if (ok && jobs[0].params && jobs[1].params) {
             CHECK(!memcmp(jobs[0].params, collage_run_params(r), jobs[0].bytes), "%s: rank 0's weights differ from --accum 2",
                   collage_strategy_name(c.strategy));
@@ -317,6 +372,7 @@ int main(void) {
     RUN(test_save_resume_bit_for_bit);
     RUN(test_conflicts_and_errors);
     RUN(test_evaluate);
+    RUN(test_bert_run);
     RUN(test_shard_bounds);
     RUN(test_two_ranks_equal_accum);
     RUN(test_every_bf16_strategy_learns);

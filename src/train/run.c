@@ -188,6 +188,11 @@ static collage_status setup(collage_run *r, const char *resume_dir) {
         st = collage_run_read_saved(resume_dir, &saved, r->err, sizeof r->err);
         if (!st && collage_run_conflict(&saved, &r->cfg, ~(unsigned)COLLAGE_RUN_MODEL & 0xffffu, why, was, sizeof why))
             st = run_fail(r, COLLAGE_ERR_ARG, "%s differs from the run saved in '%s' (%s there)", why, resume_dir, was);
+        collage_model_config want; /* a checkpoint of another family is refused before anything is read */
+        if (!st && collage_model_preset(r->cfg.model ? r->cfg.model : "tiny", &want) == COLLAGE_OK &&
+            strcmp(collage_family_name(want.family), saved.model) != 0)
+            st = run_fail(r, COLLAGE_ERR_ARG, "'%s' holds a %s run, not a %s one (model %s)", resume_dir, saved.model,
+                          collage_family_name(want.family), r->cfg.model ? r->cfg.model : "tiny");
         r->resumed_ranks = resume_dir && !st ? saved.ranks : 0;
         r->resumed_accum = resume_dir && !st ? saved.accum : 0;
     }

@@ -100,6 +100,17 @@ static void field_print(const run_field *f, const collage_run_config *c, const c
     else snprintf(out, cap, "%s %llu", prefix, (unsigned long long)*(const uint64_t *)p);
 }
 
+/* The first preset of the family named `family`: a saved run's shape is its layers, heads and dim over it. */
+static const char *family_preset(const char *family) {
+    collage_family f;
+    if (collage_family_parse(family, &f) != COLLAGE_OK) return NULL;
+    for (const char *const *p = collage_model_preset_names(); *p; p++) {
+        collage_model_config c;
+        if (collage_model_preset(*p, &c) == COLLAGE_OK && c.family == f) return *p;
+    }
+    return NULL;
+}
+
 static collage_status saved_from_kv(const kv *it, int n, const char *path, collage_run_saved *s, char *err, size_t cap) {
     static const char *const need[] = {"step", "precision", "tokenizer", "data_fingerprint"};
     for (size_t i = 0; i < sizeof need / sizeof *need + NFIELDS; i++) {
@@ -113,7 +124,9 @@ static collage_status saved_from_kv(const kv *it, int n, const char *path, colla
     snprintf(s->tokenizer, sizeof s->tokenizer, "%.63s", kv_get(it, n, "tokenizer"));
     snprintf(s->model, sizeof s->model, "%.63s", kv_get(it, n, "family") ? kv_get(it, n, "family") : "gpt2");
     c->tokenizer = s->tokenizer;
-    c->model = NULL; /* the shape in layers, heads and dim, over the tiny preset */
+    c->model = family_preset(s->model); /* the shape: layers, heads and dim over the family's first preset */
+    if (!c->model)
+        return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s': unknown model family '%s'", path, s->model);
     for (size_t i = 0; i < NFIELDS; i++) field_read(&FIELDS[i], c, kv_get(it, n, FIELDS[i].key));
     s->step = atoi(kv_get(it, n, "step"));
     s->data_fingerprint = strtoull(kv_get(it, n, "data_fingerprint"), NULL, 10);
@@ -142,6 +155,8 @@ collage_status collage_run_read_saved(const char *dir, collage_run_saved *out, c
 static int conflict_model(const collage_run_saved *s, const collage_run_config *a, unsigned given) {
     collage_model_config pc; /* the preset, with layers, heads, dim over it as a new run would have it */
     int known = collage_model_preset(a->model ? a->model : "tiny", &pc) == COLLAGE_OK;
+    const char *family = known ? collage_family_name(pc.family) : NULL;
+    if (!family || strcmp(family, s->model)) return 1;
     if (given & COLLAGE_RUN_LAYERS) pc.num_layers = a->layers;
     if (given & COLLAGE_RUN_HEADS) pc.num_heads = a->heads;
     if (given & COLLAGE_RUN_DIM) pc.channels = a->dim;
@@ -171,7 +186,7 @@ int collage_run_conflict(const collage_run_saved *saved, const collage_run_confi
     }
     if ((given & COLLAGE_RUN_MODEL) && conflict_model(saved, a, given)) {
         snprintf(why, cap, "--model %.200s", a->model ? a->model : "tiny");
-        snprintf(was, cap, "%d layers, %d heads, dim %d", s->layers, s->heads, s->dim);
+        snprintf(was, cap, "a %.60s model of %d layers, %d heads, dim %d", saved->model, s->layers, s->heads, s->dim);
         return 1;
     }
     return 0;
