@@ -231,6 +231,7 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
     ref[0] = sgemm_rate(&c, B * T, K, 3); /* OpenBLAS with its own threads: the reference of fp32 */
     openblas_set_num_threads(1); /* the model's tiles are single-threaded: no call switches it and back */
     ref[1] = bf16_rate(&c, B * T, K, 3);  /* the bf16 model's products alone: the reference of bf16 */
+    if (!json && mlm) printf("masked LM: %d of the %d positions scored, the head on those only\n", K, B * T);
     if (!json)
         printf("collage bench model: %s (%zu params), B = %d, T = %d, %d threads; median of %d steps after %d untimed,\n"
                "each strategy stepped in alternation with an fp32 model (vs fp32: against those fp32 steps)\n"
@@ -242,7 +243,6 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
                collage_get_threads(), steps, warmup, bench_cpu_name(), ref[0] * 1e-9, collage_bf16_products(),
                ref[1] * 1e-9, "strategy", "ms/step", "tokens/s", "GFLOP/s", "of peak", "speed-up", "forward", "backward",
                "optim.", "opt %", "weights", "state", "grads", "acts", "scr.", "total");
-    if (!json && mlm) printf("(masked LM: %d of the %d positions scored, the head on those only)\n\n", K, B * T);
     fflush(stdout);
     int rc = 0, rounds = nl ? nl : 1, done = 0;
     double med[NLIST][4], fmed[NLIST][4]; /* per chosen strategy: its medians, and fp32's alongside it */

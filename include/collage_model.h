@@ -46,7 +46,8 @@ typedef struct {
 
 /* Presets by name: "tiny" (GPT-2, L2 NH4 C128 T64, V 256), "small" (L6 NH6 C384 T256, V 256),
  * "gpt2" (L12 NH12 C768 T1024, V 50257 → 50304); "bert-tiny" (BERT, L2 NH2 C128 T128) and "bert-base"
- * (L12 NH12 C768 T512), both V 50258 → 50304 (GPT-2's BPE and the mask token). */
+ * (L12 NH12 C768 T512): V 257 → 320 (the bytes and the mask token) and 50258 → 50304 (GPT-2's BPE and
+ * the mask token). */
 collage_status collage_model_preset(const char *name, collage_model_config *out);
 /* The names of the presets, in order, NULL-terminated. */
 const char *const *collage_model_preset_names(void);

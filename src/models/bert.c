@@ -51,55 +51,22 @@ static const char *const BERT_PRESETS[] = {"bert-tiny", "bert-base", NULL};
 
 collage_status bert_preset(const char *name, collage_model_config *out) {
     if (!name || !out) return COLLAGE_ERR_NULL;
-    collage_model_config c = {.family = COLLAGE_FAMILY_BERT, .vocab_size = BERT_BPE_VOCAB,
-                              .padded_vocab_size = bert_pad_vocab(BERT_BPE_VOCAB)};
-    if (strcmp(name, "bert-tiny") == 0) { c.max_seq_len = 128; c.num_layers = 2; c.num_heads = 2; c.channels = 128; }
-    else if (strcmp(name, "bert-base") == 0) { c.max_seq_len = 512; c.num_layers = 12; c.num_heads = 12; c.channels = 768; }
-    else return COLLAGE_ERR_ARG;
+    collage_model_config c;
+    if (strcmp(name, "bert-tiny") == 0) {
+        c = (collage_model_config){.family = COLLAGE_FAMILY_BERT, .vocab_size = BERT_BYTE_VOCAB, .max_seq_len = 128,
+                                   .num_layers = 2, .num_heads = 2, .channels = 128};
+    } else if (strcmp(name, "bert-base") == 0) {
+        c = (collage_model_config){.family = COLLAGE_FAMILY_BERT, .vocab_size = BERT_BPE_VOCAB, .max_seq_len = 512,
+                                   .num_layers = 12, .num_heads = 12, .channels = 768};
+    } else return COLLAGE_ERR_ARG;
+    c.padded_vocab_size = bert_pad_vocab(c.vocab_size);
     *out = c;
     return COLLAGE_OK;
 }
 
-/* Limits keep every int product of the kernels (N·4C, Vp·C, …) far from overflow. */
-#define BERT_MAX_DIM (1 << 20)
-#define BERT_MAX_C (1 << 15)
-#define BERT_MAX_TOKENS (1 << 22) /* maxB · maxT */
-
+/* A token and the mask at least. */
 collage_status bert_check(const collage_model_config *cfg, int maxB, int maxT, char *msg, size_t cap) {
-    char local[8];
-    if (!msg) { msg = local; cap = sizeof local; }
-    if (cap) msg[0] = 0;
-    if (!cfg) { snprintf(msg, cap, "no configuration"); return COLLAGE_ERR_NULL; }
-    const collage_model_config c = *cfg;
-    if (c.vocab_size < 2 || c.padded_vocab_size <= 0 || c.max_seq_len <= 0 || c.num_layers <= 0 ||
-        c.num_heads <= 0 || c.channels <= 0) {
-        snprintf(msg, cap, "sizes must be positive, with a token and the mask (V %d, Vp %d, maxT %d, L %d, NH %d, C %d)",
-                 c.vocab_size, c.padded_vocab_size, c.max_seq_len, c.num_layers, c.num_heads, c.channels);
-        return COLLAGE_ERR_SIZE;
-    }
-    if (c.padded_vocab_size < c.vocab_size) {
-        snprintf(msg, cap, "padded_vocab_size %d < vocab_size %d", c.padded_vocab_size, c.vocab_size);
-        return COLLAGE_ERR_SIZE;
-    }
-    if (c.channels % c.num_heads) {
-        snprintf(msg, cap, "channels %d not divisible by num_heads %d", c.channels, c.num_heads);
-        return COLLAGE_ERR_SIZE;
-    }
-    if (c.padded_vocab_size > BERT_MAX_DIM || c.max_seq_len > BERT_MAX_DIM || c.num_layers > 4096 ||
-        c.channels > BERT_MAX_C) {
-        snprintf(msg, cap, "sizes too large (Vp %d, maxT %d, L %d, C %d)", c.padded_vocab_size, c.max_seq_len,
-                 c.num_layers, c.channels);
-        return COLLAGE_ERR_SIZE;
-    }
-    if (maxB < 0 || maxT < 0 || (maxT > 0 && maxT > c.max_seq_len)) {
-        snprintf(msg, cap, "batch %d x %d: need B >= 1 and 1 <= T <= max_seq_len %d", maxB, maxT, c.max_seq_len);
-        return COLLAGE_ERR_SIZE;
-    }
-    if ((size_t)maxB * (size_t)maxT > BERT_MAX_TOKENS) {
-        snprintf(msg, cap, "batch %d x %d exceeds %d tokens", maxB, maxT, BERT_MAX_TOKENS);
-        return COLLAGE_ERR_SIZE;
-    }
-    return COLLAGE_OK;
+    return collage__check_dims(cfg, 2, maxB, maxT, msg, cap);
 }
 
 static const char *const P_NAMES[BERT_NTENSORS] = {

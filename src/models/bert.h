@@ -31,8 +31,10 @@ enum {
 typedef enum { BERT_FP32 = 0, BERT_BF16, BERT_FP64, BERT_BF16_EMULATED, BERT_PRECISION_COUNT } bert_precision;
 const char *bert_precision_name(bert_precision p); /* "fp32", "bf16", "fp64", "bf16-emulated" */
 
-/* Presets "bert-tiny" (L2 NH2 C128, context 128) and "bert-base" (L12 NH12 C768, context 512), both for
- * GPT-2's BPE plus the mask token (V 50258 → 50304) until collage_model_config_set_vocab sets another. */
+/* Presets "bert-tiny" (L2 NH2 C128, context 128; the 256 bytes and the mask: V 257 → 320) and "bert-base"
+ * (L12 NH12 C768, context 512; GPT-2's BPE and the mask: V 50258 → 50304); collage_model_config_set_vocab
+ * sets another tokenizer's. */
+#define BERT_BYTE_VOCAB 257  /* the byte tokenizer's 256 and the mask token */
 #define BERT_BPE_VOCAB 50258 /* GPT-2's 50257 BPE tokens and the mask token */
 collage_status bert_preset(const char *name, collage_model_config *out);
 int            bert_pad_vocab(int vocab_size);  /* round up to a multiple of 64 */

@@ -4,6 +4,7 @@
  * order, each tensor exactly once with its shape, and the file's size must be exactly what they add to. */
 #include "bert.h"
 #include "internal.h"
+#include "model.h"
 #include <errno.h>
 #include <sys/stat.h>
 
@@ -158,15 +159,9 @@ collage_status bert_ckpt_load(const char *path, const collage_model_config *cfg,
     int file_bf16;
     collage_status st = open_ckpt(path, &f, &c, &file_bf16, err, cap);
     if (st) return st;
-    if (c.vocab_size != cfg->vocab_size || c.padded_vocab_size != cfg->padded_vocab_size ||
-        c.max_seq_len != cfg->max_seq_len || c.num_layers != cfg->num_layers || c.num_heads != cfg->num_heads ||
-        c.channels != cfg->channels) {
+    if ((st = collage__ckpt_same_shape(path, &c, cfg, err, cap))) {
         fclose(f);
-        return collage__fail(err, cap, COLLAGE_ERR_FORMAT,
-                             "'%s' holds a bert model of V %d (padded %d), maxT %d, L %d, NH %d, C %d; expected V %d "
-                             "(padded %d), maxT %d, L %d, NH %d, C %d", path, c.vocab_size, c.padded_vocab_size,
-                             c.max_seq_len, c.num_layers, c.num_heads, c.channels, cfg->vocab_size,
-                             cfg->padded_vocab_size, cfg->max_seq_len, cfg->num_layers, cfg->num_heads, cfg->channels);
+        return st;
     }
     collage_tensor_info t[BERT_NTENSORS];
     bert_tensors(&c, t, BERT_NTENSORS);

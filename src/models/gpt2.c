@@ -82,46 +82,12 @@ collage_status collage_gpt_preset(const char *name, collage_gpt_config *out) {
     return COLLAGE_OK;
 }
 
-/* Limits keep every int product of the kernels (N·4C, Vp·C, …) far from overflow. */
-#define GPT_MAX_DIM (1 << 20)
-#define GPT_MAX_C (1 << 15)
-#define GPT_MAX_TOKENS (1 << 22) /* maxB · maxT */
-
 collage_status collage_gpt_check(const collage_gpt_config *cfg, int maxB, int maxT, char *msg, size_t cap) {
-    char local[8];
-    if (!msg) { msg = local; cap = sizeof local; }
-    if (cap) msg[0] = 0;
-    if (!cfg) { snprintf(msg, cap, "no configuration"); return COLLAGE_ERR_NULL; }
-    const collage_gpt_config c = *cfg;
-    if (c.vocab_size <= 0 || c.padded_vocab_size <= 0 || c.max_seq_len <= 0 || c.num_layers <= 0 ||
-        c.num_heads <= 0 || c.channels <= 0) {
-        snprintf(msg, cap, "sizes must be positive (V %d, Vp %d, maxT %d, L %d, NH %d, C %d)", c.vocab_size,
-                 c.padded_vocab_size, c.max_seq_len, c.num_layers, c.num_heads, c.channels);
-        return COLLAGE_ERR_SIZE;
-    }
-    if (c.padded_vocab_size < c.vocab_size) {
-        snprintf(msg, cap, "padded_vocab_size %d < vocab_size %d", c.padded_vocab_size, c.vocab_size);
-        return COLLAGE_ERR_SIZE;
-    }
-    if (c.channels % c.num_heads) {
-        snprintf(msg, cap, "channels %d not divisible by num_heads %d", c.channels, c.num_heads);
-        return COLLAGE_ERR_SIZE;
-    }
-    if (c.padded_vocab_size > GPT_MAX_DIM || c.max_seq_len > GPT_MAX_DIM || c.num_layers > 4096 ||
-        c.channels > GPT_MAX_C) {
-        snprintf(msg, cap, "sizes too large (Vp %d, maxT %d, L %d, C %d)", c.padded_vocab_size, c.max_seq_len,
-                 c.num_layers, c.channels);
-        return COLLAGE_ERR_SIZE;
-    }
-    if (maxB < 0 || maxT < 0 || (maxT > 0 && maxT > c.max_seq_len)) {
-        snprintf(msg, cap, "batch %d x %d: need B >= 1 and 1 <= T <= max_seq_len %d", maxB, maxT, c.max_seq_len);
-        return COLLAGE_ERR_SIZE;
-    }
-    if ((size_t)maxB * (size_t)maxT > GPT_MAX_TOKENS) {
-        snprintf(msg, cap, "batch %d x %d exceeds %d tokens", maxB, maxT, GPT_MAX_TOKENS);
-        return COLLAGE_ERR_SIZE;
-    }
-    return COLLAGE_OK;
+    if (!cfg) return collage__check_dims(NULL, 1, maxB, maxT, msg, cap);
+    const collage_model_config c = {.family = COLLAGE_FAMILY_GPT2, .vocab_size = cfg->vocab_size,
+                                    .padded_vocab_size = cfg->padded_vocab_size, .max_seq_len = cfg->max_seq_len,
+                                    .num_layers = cfg->num_layers, .num_heads = cfg->num_heads, .channels = cfg->channels};
+    return collage__check_dims(&c, 1, maxB, maxT, msg, cap);
 }
 
 static const char *const P_NAMES[COLLAGE_GPT_NTENSORS] = {

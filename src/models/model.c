@@ -137,6 +137,61 @@ collage_status collage_model_init_weights(const collage_model_config *cfg, uint6
     return fam->init_weights(cfg, seed, w, n);
 }
 
+#define MAX_DIM (1 << 20)
+#define MAX_C (1 << 15)
+#define MAX_TOKENS (1 << 22) /* maxB · maxT */
+
+collage_status collage__check_dims(const collage_model_config *cfg, int min_vocab, int maxB, int maxT, char *msg,
+                                   size_t cap) {
+    char local[8];
+    if (!msg) { msg = local; cap = sizeof local; }
+    if (cap) msg[0] = 0;
+    if (!cfg) { snprintf(msg, cap, "no configuration"); return COLLAGE_ERR_NULL; }
+    const collage_model_config c = *cfg;
+    if (c.vocab_size <= 0 || c.padded_vocab_size <= 0 || c.max_seq_len <= 0 || c.num_layers <= 0 ||
+        c.num_heads <= 0 || c.channels <= 0 || c.vocab_size < min_vocab) {
+        snprintf(msg, cap, "sizes must be positive, vocab_size at least %d (V %d, Vp %d, maxT %d, L %d, NH %d, C %d)",
+                 min_vocab, c.vocab_size, c.padded_vocab_size, c.max_seq_len, c.num_layers, c.num_heads, c.channels);
+        return COLLAGE_ERR_SIZE;
+    }
+    if (c.padded_vocab_size < c.vocab_size) {
+        snprintf(msg, cap, "padded_vocab_size %d < vocab_size %d", c.padded_vocab_size, c.vocab_size);
+        return COLLAGE_ERR_SIZE;
+    }
+    if (c.channels % c.num_heads) {
+        snprintf(msg, cap, "channels %d not divisible by num_heads %d", c.channels, c.num_heads);
+        return COLLAGE_ERR_SIZE;
+    }
+    if (c.padded_vocab_size > MAX_DIM || c.max_seq_len > MAX_DIM || c.num_layers > 4096 || c.channels > MAX_C) {
+        snprintf(msg, cap, "sizes too large (Vp %d, maxT %d, L %d, C %d)", c.padded_vocab_size, c.max_seq_len,
+                 c.num_layers, c.channels);
+        return COLLAGE_ERR_SIZE;
+    }
+    if (maxB < 0 || maxT < 0 || (maxT > 0 && maxT > c.max_seq_len)) {
+        snprintf(msg, cap, "batch %d x %d: need B >= 1 and 1 <= T <= max_seq_len %d", maxB, maxT, c.max_seq_len);
+        return COLLAGE_ERR_SIZE;
+    }
+    if ((size_t)maxB * (size_t)maxT > MAX_TOKENS) {
+        snprintf(msg, cap, "batch %d x %d exceeds %d tokens", maxB, maxT, MAX_TOKENS);
+        return COLLAGE_ERR_SIZE;
+    }
+    return COLLAGE_OK;
+}
+
+collage_status collage__ckpt_same_shape(const char *path, const collage_model_config *h, const collage_model_config *w,
+                                        char *err, size_t cap) {
+    if (h->vocab_size == w->vocab_size && h->padded_vocab_size == w->padded_vocab_size &&
+        h->max_seq_len == w->max_seq_len && h->num_layers == w->num_layers && h->num_heads == w->num_heads &&
+        h->channels == w->channels)
+        return COLLAGE_OK;
+    const char *fam = collage_family_name(h->family);
+    return collage__fail(err, cap, COLLAGE_ERR_FORMAT,
+                         "'%s' holds a %s model of V %d (padded %d), maxT %d, L %d, NH %d, C %d; expected V %d "
+                         "(padded %d), maxT %d, L %d, NH %d, C %d", path, fam ? fam : "model", h->vocab_size,
+                         h->padded_vocab_size, h->max_seq_len, h->num_layers, h->num_heads, h->channels, w->vocab_size,
+                         w->padded_vocab_size, w->max_seq_len, w->num_layers, w->num_heads, w->channels);
+}
+
 /* Two standard normals from two counter-based words (Box–Muller). */
 static void gauss_pair(uint64_t key, uint64_t p, double *z0, double *z1) {
     const double u1 = ((double)collage_rand32(key, 2 * p) + 1.0) * (1.0 / 4294967296.0); /* (0, 1] */

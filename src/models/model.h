@@ -68,6 +68,17 @@ extern const collage_model_family collage__bert_family;
 void collage__fill_normal(float *x, size_t count, size_t live, double sd, uint64_t key);
 void collage__zero_par(void *p, size_t bytes);
 
+/* The shape checks every family shares, with a message for each refusal (msg may be NULL): sizes
+ * positive, vocab_size ≥ min_vocab, padded_vocab_size ≥ vocab_size, channels divisible by num_heads,
+ * sizes small enough that every int product of the kernels (N·4C, Vp·C, …) stays far from overflow; the
+ * batch maxB × maxT (0: skip) within the context and at most 2^22 tokens. */
+collage_status collage__check_dims(const collage_model_config *cfg, int min_vocab, int maxB, int maxT, char *msg,
+                                   size_t cap);
+/* COLLAGE_OK when the config a checkpoint holds (have) is the one asked for (want), else
+ * COLLAGE_ERR_FORMAT with a message naming path and both shapes. */
+collage_status collage__ckpt_same_shape(const char *path, const collage_model_config *have,
+                                        const collage_model_config *want, char *err, size_t cap);
+
 /* The row of family f; NULL if f is out of range. */
 const collage_model_family *collage__model_family(collage_family f);
 
