@@ -3,8 +3,9 @@
  * checkpoint, tokenize writes a shard that train reads, and bad input (missing file, bad flag, bad
  * shape, wrong magic) fails with a message naming the problem and leaves no partial checkpoint; a BERT
  * (--model bert-tiny) trains with masked-LM validation, resumes exactly, is evaluated on a fixed mask,
- * fills masks and refuses to sample, and its bad input (a text longer than the context, a corpus too
- * short for a batch, a checkpoint of the other family) is named in one line. */
+ * fills masks and refuses to sample, learns (masked-token accuracy far above the most common byte's
+ * frequency in 400 steps), and its bad input (a text longer than the context, a corpus too short for a
+ * batch, a checkpoint of the other family) is named in one line. */
 #include "harness.h"
 #include <stdint.h>
 #include <string.h>
@@ -264,6 +265,35 @@ static void test_bert(void) {
     CHECK(rc == 2 && strstr(out, "gpt2") && strstr(out, "collage sample"), "fill on gpt2: rc %d: %s", rc, out);
 }
 
+/* `collage train --model bert-tiny` learns: after LEARN_STEPS steps on the test corpus (four sentences in
+ * random order; windows of 8 bytes, so that attention finds the neighbours early) the validation's masked
+ * tokens are predicted right far more often than the most common byte of the validation text occurs. */
+#define LEARN_STEPS 400
+#define LEARN_FACTOR 2.0 /* accuracy over that byte's frequency, at least */
+static void test_bert_learns(void) {
+    char out[8192], sum[600];
+    snprintf(sum, sizeof sum, "%s/bert-learn.json", g_dir);
+    int rc = h_sh(out, sizeof out, "%s train --model bert-tiny --data %s --seq 8 --batch 32 --steps %d --eval-every %d "
+                  "--precision collage-light --threads 1 --quiet --summary %s", g_bin, g_text, LEARN_STEPS, LEARN_STEPS, sum);
+    CHECK(rc == 0, "train: rc %d: %s", rc, out);
+    FILE *f = fopen(g_text, "rb");
+    size_t n = 0, count[256] = {0}, top = 0;
+    unsigned char *text = malloc(1 << 20);
+    if (f && text) { n = fread(text, 1, 1 << 20, f); fclose(f); }
+    for (size_t i = n - n / 10; i < n; i++) count[text[i]]++; /* the held-out tenth, as the loader cuts it */
+    for (int b = 0; b < 256; b++) top = count[b] > top ? count[b] : top;
+    free(text);
+    const double freq = n ? (double)top / (double)(n / 10) : 1.0;
+    char line[4096] = "";
+    f = fopen(sum, "r");
+    if (f) { if (!fgets(line, sizeof line, f)) line[0] = 0; fclose(f); }
+    const char *p = strstr(line, "\"val_accuracy\":");
+    const double acc = p ? strtod(p + 15, NULL) : 0;
+    printf("    masked-token accuracy %.1f%% after %d steps; the most common validation byte is %.1f%% of them\n", 100 * acc,
+           LEARN_STEPS, 100 * freq);
+    CHECK(acc >= LEARN_FACTOR * freq, "accuracy %.3f, the most common byte's frequency %.3f: %s", acc, freq, line);
+}
+
 /* The benchmarks' JSON lines carry the documented keys (what is measured, not how fast: no timing is
  * asserted), and bad flags are refused. */
 static int count_lines_with(const char *out, const char *const *keys, int nk) {
@@ -346,6 +376,7 @@ int main(void) {
     RUN(test_log_is_json_when_diverging);
     RUN(test_bench_json);
     RUN(test_bert);
+    RUN(test_bert_learns);
     h_rm_rf(g_dir);
     return h_end();
 }
