@@ -2,8 +2,9 @@
  * differences in double on every parameter of a small model with padding in the batch, the float model
  * against the double one, padding (a padded row equals the row alone; what padding holds is never read),
  * bit-identical results for 1, 2 and 3 threads, the bf16 model equal to its emulation on the widening
- * path and near it on oneDNN's, bf16 near fp32, the logits of chosen positions, the masked-LM corruption's
- * statistics and its independence of threads and ranks, and bad input. */
+ * path and near it on oneDNN's, bf16 near fp32, fp32 and native bf16 against fp64 on bert-tiny's shape,
+ * the logits of chosen positions, the masked-LM corruption's statistics and its independence of threads
+ * and ranks, and bad input. */
 #include "bert.h"
 #include "collage.h"
 #include "collage_run.h"
@@ -21,6 +22,8 @@
 #define PAD_TOL 1e-12         /* fp64: a padded row vs the row alone (products of other shapes), relative */
 #define BF16_LOSS_REL 0.02    /* bf16 model's loss vs fp32's, relative */
 #define BF16_GRAD_COS 0.99    /* cosine of the bf16 and fp32 gradients */
+#define BF16_F64_LOSS_REL 0.02 /* native bf16 model's loss vs fp64's, relative */
+#define BF16_F64_GRAD_COS 0.99  /* cosine of the native bf16 and fp64 gradients */
 #define BF16_PATH_LOSS_REL 1e-3  /* the bf16 model on oneDNN's path vs the emulated one: loss, relative */
 #define BF16_PATH_GRAD_COS 0.999 /* and the cosine of their gradients */
 #define LOGITS_TOL 1e-5       /* logits_at's loss vs forward's, relative */
@@ -279,11 +282,11 @@ static void test_padding(void) {
 }
 
 /* ------------------------------------------------------------------ threads and bf16 */
-/* One forward + backward of a fresh tiny model of precision prec: the loss, hits, the gradients widened to
- * float, every stored activation's bytes, and the values of those every precision stores alike (not the
+/* One forward + backward of a fresh tiny model of precision prec: the loss, hits, the gradients as float and
+ * as double, every stored activation's bytes, and the values of those every precision stores alike (not the
  * logits, which hold the float models' dlogits after a backward and the bf16 model's probabilities, nor
  * d_logits and d_tmp, which only one kind of model has). */
-typedef struct { double loss; long long hits; float *g; unsigned char *acts; size_t nacts; double *av; size_t nav; } run_out;
+typedef struct { double loss; long long hits; float *g; double *gd; unsigned char *acts; size_t nacts; double *av; size_t nav; } run_out;
 
 static int compared(const char *name) { return strcmp(name, "logits") && strcmp(name, "d_logits") && strcmp(name, "d_tmp"); }
 
@@ -306,6 +309,7 @@ static void acts_of(const bert_model *m, run_out *o) {
             uint16_t h;
             float f;
             if (at[k].esize == 2) { memcpy(&h, p, 2); o->av[v++] = (double)collage_bf16_to_f32((collage_bf16){h}); }
+            else if (at[k].esize == 8) memcpy(&o->av[v++], p, 8);
             else { memcpy(&f, p, 4); o->av[v++] = (double)f; }
         }
     }
@@ -326,14 +330,18 @@ static run_out run_once(bert_precision prec, const void *w, const int *tok, cons
     o.loss = fi.loss;
     o.hits = fi.correct;
     o.g = malloc(n * sizeof(float));
+    o.gd = malloc(n * sizeof(double));
     if (prec == BERT_FP32) memcpy(o.g, bert_grads(m), n * sizeof(float));
+    else if (prec == BERT_FP64) memcpy(o.gd, bert_grads(m), n * sizeof(double));
     else collage_bf16_to_f32_row(o.g, bert_grads(m), n);
+    for (size_t i = 0; i < n && prec != BERT_FP64; i++) o.gd[i] = (double)o.g[i];
+    for (size_t i = 0; i < n && prec == BERT_FP64; i++) o.g[i] = (float)o.gd[i];
     acts_of(m, &o);
     bert_free(m);
     return o;
 }
 
-static void run_free(run_out *o) { free(o->g); free(o->acts); free(o->av); }
+static void run_free(run_out *o) { free(o->g); free(o->gd); free(o->acts); free(o->av); }
 
 /* The tiny model's batch: 8 rows of 64 (two of them padded), about 15% of the positions scored. */
 #define TB 8
@@ -437,6 +445,49 @@ static void test_bf16(void) {
           "cosine %.5f", h.loss, f.loss, cos_fp32);
     run_free(&e); run_free(&x); run_free(&h); run_free(&f);
     free(w); free(w16);
+}
+
+/* bert-tiny's shape with padding in the batch: the fp32 model and the native bf16 model (on this machine's
+ * path) against the fp64 model, all three on the same bf16-representable random weights. fp32: the loss and every
+ * tensor's gradient within rounding of float sums; bf16: the loss within BF16_F64_LOSS_REL and the whole
+ * gradient's direction within BF16_F64_GRAD_COS (bf16 activations carry 8 significant bits). */
+static void test_against_fp64(void) {
+    float *w;
+    collage_bf16 *w16;
+    const collage_model_config c = tiny_cfg();
+    const size_t n = tiny_weights(SEED + 5, &w, &w16);
+    double *wd = malloc(n * sizeof *wd);
+    random_params(&c, wd, SEED + 5); /* far from the initialisation: attention peaked, LayerNorms off 1 and 0 */
+    for (size_t i = 0; i < n; i++) w[i] = (float)wd[i];
+    collage_bf16_from_f32_row(w16, w, n);
+    collage_bf16_to_f32_row(w, w16, n);
+    for (size_t i = 0; i < n; i++) wd[i] = (double)w[i];
+    tiny_batch(SEED + 13);
+    run_out d = run_once(BERT_FP64, wd, g_tok, g_tgt, g_len, TB, TT);
+    run_out f = run_once(BERT_FP32, w, g_tok, g_tgt, g_len, TB, TT);
+    run_out h = run_once(BERT_BF16, w16, g_tok, g_tgt, g_len, TB, TT);
+    collage_tensor_info t[BERT_NTENSORS];
+    bert_tensors(&c, t, BERT_NTENSORS);
+    double worst = 0;
+    for (int k = 0; k < BERT_NTENSORS; k++) {
+        double gmax = 0, dmax = 0;
+        for (size_t j = t[k].offset; j < t[k].offset + t[k].count; j++) {
+            gmax = fmax(gmax, fabs(d.gd[j]));
+            dmax = fmax(dmax, fabs(f.gd[j] - d.gd[j]));
+        }
+        CHECK(dmax <= F32_GRAD_TOL * gmax, "fp32 %s: max |g32 - g64| %.3e, max |g64| %.3e", t[k].name, dmax, gmax);
+        if (gmax > 0) worst = fmax(worst, dmax / gmax);
+    }
+    double dot = 0, nh = 0, nd = 0;
+    for (size_t i = 0; i < n; i++) { dot += h.gd[i] * d.gd[i]; nh += h.gd[i] * h.gd[i]; nd += d.gd[i] * d.gd[i]; }
+    const double cosine = dot / sqrt(nh * nd);
+    printf("    fp64 loss %.9f; fp32 %.9f (worst tensor max|g32-g64|/max|g64| %.1e); %s %.7f (gradient cosine %.5f)\n",
+           d.loss, f.loss, worst, collage_bf16_products(), h.loss, cosine);
+    CHECK(fabs(f.loss - d.loss) <= F32_LOSS_TOL * d.loss, "fp32 loss %.9g, fp64 %.9g", f.loss, d.loss);
+    CHECK(fabs(h.loss - d.loss) <= BF16_F64_LOSS_REL * d.loss && cosine >= BF16_F64_GRAD_COS,
+          "bf16 vs fp64: loss %.7f vs %.7f, gradient cosine %.5f", h.loss, d.loss, cosine);
+    run_free(&d); run_free(&f); run_free(&h);
+    free(w); free(w16); free(wd);
 }
 
 /* ------------------------------------------------------------------ logits of chosen positions */
@@ -595,6 +646,7 @@ int main(void) {
     RUN(test_padding);
     RUN(test_thread_count_independence);
     RUN(test_bf16);
+    RUN(test_against_fp64);
     RUN(test_logits_at);
     RUN(test_masking);
     RUN(test_bad_input);

@@ -50,7 +50,8 @@ void           bert_free(bert_model *m);
 size_t         bert_size(const bert_model *m);
 const char    *bert_error(const bert_model *m);
 /* Forward of a batch (collage_model.h: collage_batch, collage_forward_info); params float, collage_bf16 or
- * double by precision. */
+ * double by precision. The head runs on the scored positions only: without targets, the trunk alone
+ * (bert_logits_at gives the logits of chosen positions). */
 collage_status bert_forward(bert_model *m, const void *params, const collage_batch *b, collage_forward_info *out);
 collage_status bert_backward(bert_model *m);
 void          *bert_grads(bert_model *m);
