@@ -20,7 +20,8 @@ static collage_model *load_model(const char *arg, int maxB, int maxT, float **pa
     }
     if (maxT == 0) maxT = c->max_seq_len; /* the model's whole context */
     if (maxT > c->max_seq_len) {
-        fprintf(stderr, "collage: --seq %d exceeds the model's context %d\n", maxT, c->max_seq_len);
+        fprintf(stderr, "collage: --seq %d exceeds the model's context %d\nhint: --seq %d or less\n", maxT, c->max_seq_len,
+                c->max_seq_len);
         return NULL;
     }
     size_t n = collage_model_num_params(c);

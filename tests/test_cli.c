@@ -240,12 +240,15 @@ static void test_bert(void) {
     CHECK(rc == 0 && strstr(out, "{\"masks\":[{\"position\":1,") && strstr(out, "{\"position\":3,"), "fill --json: %s", out);
     rc = h_sh(out, sizeof out, "%s sample --checkpoint %s", g_bin, save);
     CHECK(rc == 2 && strstr(out, "encoder") && strstr(out, "does not generate") && strstr(out, "collage fill"), "sample: %s", out);
-    /* bad input: a text longer than the context, no mask, a corpus too short for one batch, the
-     * other family's checkpoint to --resume, a GPT-2 checkpoint to fill */
+    /* bad input: a text longer than the context, evaluation on sequences longer than it, no mask, a corpus
+     * too short for one batch, the other family's checkpoint to --resume, a GPT-2 checkpoint to fill */
     char longer[200] = ""; /* 135 bytes and the mask: 136 tokens, over bert-tiny's context of 128 */
     for (int i = 0; i < 27; i++) strcat(longer, "text ");
     rc = h_sh(out, sizeof out, "%s fill --checkpoint %s --text '%s[MASK]'", g_bin, save, longer);
     CHECK(rc == 2 && strstr(out, "136 tokens, longer than the model's context of 128"), "long text: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s eval --checkpoint %s --data %s --seq 200", g_bin, save, g_text);
+    CHECK(rc != 0 && strstr(out, "--seq 200 exceeds the model's context 128") && strstr(out, "hint: --seq 128 or less"),
+          "eval --seq over the context: rc %d: %s", rc, out);
     rc = h_sh(out, sizeof out, "%s fill --checkpoint %s --text 'no mask'", g_bin, save);
     CHECK(rc == 2 && strstr(out, "no [MASK]"), "no mask: rc %d: %s", rc, out);
     char tiny_text[600];
