@@ -7,6 +7,7 @@
  * frequency in 400 steps), and its bad input (a text longer than the context, a corpus too short for a
  * batch, a checkpoint of the other family) is named in one line. */
 #include "harness.h"
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -368,6 +369,27 @@ static void test_bench_json(void) {
           "bench optimizer --beta2 0.999: rc %d: %s", rc, out);
 }
 
+/* The bf16 model says which path its products take, in `--version` and in train's header, and trains on
+ * the widening path when it is forced (what a build without oneDNN or a CPU without bf16 instructions
+ * takes): the same loss as its own path to fp32-sum accuracy. */
+static void test_bf16_path_named(void) {
+    char out[8192], want[256];
+    int rc = h_sh(out, sizeof out, "%s --version", g_bin);
+    CHECK(rc == 0 && strstr(out, "bf16 products: "), "--version names no product path: %s", out);
+    double loss[2] = {0, 0};
+    for (int widen = 0; widen < 2; widen++) {
+        rc = h_sh(out, sizeof out, "%s%s train --data %s --layers 1 --dim 32 --heads 2 --batch 4 --seq 16 --threads 1 "
+                  "--steps 20 --eval-every 20 --precision collage-light", widen ? "COLLAGE_BF16_GEMM=widen " : "", g_bin,
+                  g_text);
+        snprintf(want, sizeof want, "products: %s", widen ? "widening to fp32 sgemm" : "");
+        const char *fin = strstr(out, "final loss ");
+        CHECK(rc == 0 && strstr(out, want) && fin && sscanf(fin, "final loss %lf", &loss[widen]) == 1,
+              "train (%s path): rc %d, header or final loss missing: %s", widen ? "widening" : "its own", rc, out);
+    }
+    printf("    final loss after 20 steps: %.4f on this machine's path, %.4f on the widening path\n", loss[0], loss[1]);
+    CHECK(loss[1] > 0 && fabs(loss[0] - loss[1]) <= 1e-2 * loss[1], "the two paths' losses %g and %g", loss[0], loss[1]);
+}
+
 int main(void) {
     if (h_cli_setup("cli", g_bin, g_dir, g_text, 1)) return 1;
     printf("test_cli: %s, data in %s\n", g_bin, g_dir);
@@ -378,6 +400,7 @@ int main(void) {
     RUN(test_flag_ranges);
     RUN(test_log_is_json_when_diverging);
     RUN(test_bench_json);
+    RUN(test_bf16_path_named);
     RUN(test_bert);
     RUN(test_bert_learns);
     h_rm_rf(g_dir);

@@ -16,11 +16,6 @@
 
 #include "internal.h"
 #include <math.h>
-/* The ops pass generic vectors (ops.inc: SUF(vec)) between static inline functions only, so no ABI is
- * involved; GCC's note that an AVX-512-sized vector is returned differently without AVX-512 is moot. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
 #include <stddef.h>
 #include <stdint.h>
 
