@@ -281,7 +281,7 @@ static void put_token(const collage_tokenizer *tok, int id) {
 /* The k most probable of the text tokens [0, V) for one masked position (softmax of its logits in double),
  * best first (the lower id on ties); returns the argmax. */
 static int top_k(const float *logits, int V, int k, int *best, double *prob) {
-    double mx = -INFINITY, z = 0;
+    double mx = -(double)INFINITY, z = 0;
     for (int i = 0; i < V; i++) mx = fmax(mx, (double)logits[i]);
     for (int i = 0; i < V; i++) z += exp((double)logits[i] - mx);
     for (int j = 0; j < k; j++) {

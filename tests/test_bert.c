@@ -511,7 +511,7 @@ static void test_logits_at(void) {
     CHECK(bert_logits_at(m, w, tok, 7, pos + 1, 1, one) == COLLAGE_OK, "logits_at one");
     double loss = 0, dmax = 0;
     for (int k = 0; k < 2; k++) {
-        double mx = -INFINITY, z = 0;
+        double mx = -(double)INFINITY, z = 0;
         for (int i = 0; i < V; i++) mx = fmax(mx, (double)lg[k * V + i]);
         for (int i = 0; i < V; i++) z += exp((double)lg[k * V + i] - mx);
         loss += log(z) - ((double)lg[k * V + tgt_at[k]] - mx);
