@@ -201,6 +201,24 @@ static void test_backward_vs_finite_differences(void) {
     bert_free(m);
 }
 
+/* Each tensor's float gradients within F32_GRAD_TOL of max |g64| of the double ones; returns the worst
+ * tensor's max |g32 - g64| / max |g64|. */
+static double check_f32_grads(const collage_model_config *c, const float *gf, const double *gd) {
+    collage_tensor_info t[BERT_NTENSORS];
+    bert_tensors(c, t, BERT_NTENSORS);
+    double worst = 0;
+    for (int k = 0; k < BERT_NTENSORS; k++) {
+        double gmax = 0, dmax = 0;
+        for (size_t j = t[k].offset; j < t[k].offset + t[k].count; j++) {
+            gmax = fmax(gmax, fabs(gd[j]));
+            dmax = fmax(dmax, fabs((double)gf[j] - gd[j]));
+        }
+        CHECK(dmax <= F32_GRAD_TOL * gmax, "%s: max |g32 - g64| %.3e, max |g64| %.3e", t[k].name, dmax, gmax);
+        if (gmax > 0) worst = fmax(worst, dmax / gmax);
+    }
+    return worst;
+}
+
 /* The float model against the double one on the same (float) parameters, with padding. */
 static void test_float_matches_double(void) {
     const collage_model_config c = small_cfg();
@@ -220,20 +238,7 @@ static void test_float_matches_double(void) {
     CHECK(fabs(Lf - Ld) <= F32_LOSS_TOL * Ld, "loss fp32 %.9g fp64 %.9g", Lf, Ld);
     bert_backward(md);
     bert_backward(mf);
-    const double *gd = bert_grads(md);
-    const float *gf = bert_grads(mf);
-    collage_tensor_info t[BERT_NTENSORS];
-    bert_tensors(&c, t, BERT_NTENSORS);
-    double worst = 0;
-    for (int k = 0; k < BERT_NTENSORS; k++) {
-        double gmax = 0, dmax = 0;
-        for (size_t j = t[k].offset; j < t[k].offset + t[k].count; j++) {
-            gmax = fmax(gmax, fabs(gd[j]));
-            dmax = fmax(dmax, fabs((double)gf[j] - gd[j]));
-        }
-        CHECK(dmax <= F32_GRAD_TOL * gmax, "%s: max |g32 - g64| %.3e, max |g64| %.3e", t[k].name, dmax, gmax);
-        if (gmax > 0) worst = fmax(worst, dmax / gmax);
-    }
+    const double worst = check_f32_grads(&c, bert_grads(mf), bert_grads(md));
     printf("    loss fp64 %.12f fp32 %.12f; worst tensor max|g32-g64|/max|g64| %.1e\n", Ld, Lf, worst);
     free(w); free(wf);
     bert_free(md); bert_free(mf);
@@ -466,18 +471,7 @@ static void test_against_fp64(void) {
     run_out d = run_once(BERT_FP64, wd, g_tok, g_tgt, g_len, TB, TT);
     run_out f = run_once(BERT_FP32, w, g_tok, g_tgt, g_len, TB, TT);
     run_out h = run_once(BERT_BF16, w16, g_tok, g_tgt, g_len, TB, TT);
-    collage_tensor_info t[BERT_NTENSORS];
-    bert_tensors(&c, t, BERT_NTENSORS);
-    double worst = 0;
-    for (int k = 0; k < BERT_NTENSORS; k++) {
-        double gmax = 0, dmax = 0;
-        for (size_t j = t[k].offset; j < t[k].offset + t[k].count; j++) {
-            gmax = fmax(gmax, fabs(d.gd[j]));
-            dmax = fmax(dmax, fabs(f.gd[j] - d.gd[j]));
-        }
-        CHECK(dmax <= F32_GRAD_TOL * gmax, "fp32 %s: max |g32 - g64| %.3e, max |g64| %.3e", t[k].name, dmax, gmax);
-        if (gmax > 0) worst = fmax(worst, dmax / gmax);
-    }
+    const double worst = check_f32_grads(&c, f.g, d.gd);
     double dot = 0, nh = 0, nd = 0;
     for (size_t i = 0; i < n; i++) { dot += h.gd[i] * d.gd[i]; nh += h.gd[i] * h.gd[i]; nd += d.gd[i] * d.gd[i]; }
     const double cosine = dot / sqrt(nh * nd);
