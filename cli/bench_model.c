@@ -11,18 +11,24 @@
 #include <string.h>
 
 /* ------------------------------------------------------------------ model */
-/* Model FLOPs per token: 6·N for the weight matrices (forward + backward) plus 6·L·T·C for attention
- * scores and values (each position attends to T/2 positions on average, causal). The reference rates:
- * the products of a GPT-2-shaped model of the same size, (rows, inner, cols) of each forward product
- * and how often a step takes it; the backward runs the two transposed products. */
-typedef struct { int mkn[5][3], count[5]; size_t a, b, o; } model_shapes;
+/* The model's products, from its tensor table: each matrix a token goes through (collage_tensor_info's
+ * product) is a forward product (rows, inner, cols) = (B·T, in, out), taken once per layer it has; the
+ * backward runs the two transposed products. Model FLOPs per token: 6 per weight of those matrices plus
+ * 6·L·T·C for attention scores and values (each position attends to T/2 positions on average, causal). */
+typedef struct { int mkn[COLLAGE_MODEL_MAX_TENSORS][3], count[COLLAGE_MODEL_MAX_TENSORS], n; size_t a, b, o; double flops_tok; } model_shapes;
 
-static model_shapes shapes_of(const collage_model_config *c, int BT) {
-    const int C = c->channels, V = c->padded_vocab_size, L = c->num_layers;
-    model_shapes s = {{{BT, C, 3 * C}, {BT, C, C}, {BT, C, 4 * C}, {BT, 4 * C, C}, {BT, C, V}}, {L, L, L, L, 1}, 0, 0, 0};
-    for (int k = 0; k < 5; k++) {
-        const size_t a = (size_t)s.mkn[k][0] * s.mkn[k][1], b = (size_t)s.mkn[k][1] * s.mkn[k][2];
-        const size_t o = (size_t)s.mkn[k][0] * s.mkn[k][2];
+static model_shapes shapes_of(const collage_model_config *c, int BT, int T) {
+    collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS];
+    const int nt = collage_model_tensors(c, t, COLLAGE_MODEL_MAX_TENSORS);
+    model_shapes s = {.flops_tok = 6.0 * c->num_layers * (double)T * c->channels};
+    for (int k = 0; k < nt; k++) {
+        if (!t[k].product) continue;
+        const int layered = t[k].ndim == 3, i = s.n++;
+        const int out = (int)t[k].shape[layered], in = (int)t[k].shape[layered + 1];
+        s.mkn[i][0] = BT; s.mkn[i][1] = in; s.mkn[i][2] = out;
+        s.count[i] = layered ? (int)t[k].shape[0] : 1;
+        s.flops_tok += 6.0 * s.count[i] * (double)in * out;
+        const size_t a = (size_t)BT * in, b = (size_t)in * out, o = (size_t)BT * out;
         if (a > s.a) s.a = a;
         if (b > s.b) s.b = b;
         if (o > s.o) s.o = o;
@@ -32,7 +38,7 @@ static model_shapes shapes_of(const collage_model_config *c, int BT) {
 
 /* OpenBLAS sgemm (its own threads) on the shapes: the reference of the fp32 model. */
 static double sgemm_rate(const collage_model_config *c, int BT, int reps) {
-    const model_shapes sh = shapes_of(c, BT);
+    const model_shapes sh = shapes_of(c, BT, 1);
     float *A = calloc(sh.a, 4), *B = calloc(sh.b, 4), *O = calloc(sh.o, 4);
     if (!A || !B || !O) { free(A); free(B); free(O); return (double)NAN; }
     for (size_t i = 0; i < sh.a; i++) A[i] = (float)(i % 7) * 0.1f;
@@ -41,7 +47,7 @@ static double sgemm_rate(const collage_model_config *c, int BT, int reps) {
     for (int r = 0; r < reps; r++) {
         double t0 = cli_now();
         flops = 0;
-        for (int k = 0; k < 5; k++) {
+        for (int k = 0; k < sh.n; k++) {
             const int M = sh.mkn[k][0], K = sh.mkn[k][1], N = sh.mkn[k][2];
             for (int rep = 0; rep < sh.count[k]; rep++) {
                 /* forward out = inp·Wᵀ, backward dinp = dout·W and dW = doutᵀ·inp: three products */
@@ -62,7 +68,7 @@ static double sgemm_rate(const collage_model_config *c, int BT, int reps) {
  * the path, tiles and threads the model uses, each tile left in its scratch as the model's epilogues
  * find it): the ceiling of a bf16 step's products. */
 static double bf16_rate(const collage_model_config *c, int BT, int reps) {
-    const model_shapes sh = shapes_of(c, BT);
+    const model_shapes sh = shapes_of(c, BT, 1);
     collage_bf16 *A = calloc(sh.a, 2), *B = calloc(sh.b, 2), *O = calloc(sh.o, 2);
     if (!A || !B || !O) { free(A); free(B); free(O); return (double)NAN; }
     for (size_t i = 0; i < sh.a; i++) A[i] = collage_bf16_from_f32((float)(i % 7) * 0.1f);
@@ -72,7 +78,7 @@ static double bf16_rate(const collage_model_config *c, int BT, int reps) {
     for (int r = 0; r < reps; r++) {
         double t0 = cli_now();
         flops = 0;
-        for (int k = 0; k < 5; k++) {
+        for (int k = 0; k < sh.n; k++) {
             const int M = sh.mkn[k][0], K = sh.mkn[k][1], N = sh.mkn[k][2];
             for (int rep = 0; rep < sh.count[k]; rep++) {
                 collage_bf16_matmul(0, 1, M, N, K, A, K, B, K, NULL, N);
@@ -178,24 +184,13 @@ static void bench_model_row(const bench_run *r, const double med[4], double ms_f
                med[3], 100 * med[3] / ms, mb[0], mb[1], mb[2], mb[3], mb[4], total);
 }
 
-/* The presets' names as a hint: "tiny, small or gpt2". */
-static const char *preset_list(char *buf, size_t cap) {
-    const char *const *p = collage_model_preset_names();
-    size_t at = 0;
-    buf[0] = 0;
-    for (int i = 0; p[i] && at < cap; i++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s%s", i == 0 ? "" : p[i + 1] ? ", " : " or ", p[i]);
-    return buf;
-}
-
 /* Each low-precision strategy is timed in alternation with one fp32 model, step by step, and its
  * "vs fp32" is the ratio to the median of the fp32 steps taken alongside it: a shared machine drifts by
  * more than the differences measured. The first `warmup` steps of each pair are not timed. */
 static int bench_model(const char *preset, int B, int T, int steps, int warmup, const char *only, int json) {
     collage_model_config c;
     if (collage_model_preset(preset, &c) != COLLAGE_OK) {
-        char names[256];
-        fprintf(stderr, "collage bench: unknown --model '%s'\nhint: %s\n", preset, preset_list(names, sizeof names));
+        fprintf(stderr, "collage bench: unknown --model '%s'\nhint: one of %s\n", preset, cli_preset_names(", "));
         return 2;
     }
     char msg[256];
@@ -215,7 +210,7 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
         for (int i = 0; i < NLIST; i++) chosen[nl++] = list[i];
     size_t n = collage_model_num_params(&c);
     double tok = (double)B * T;
-    double flops_tok = 6.0 * (double)n + 6.0 * c.num_layers * (double)T * c.channels;
+    double flops_tok = shapes_of(&c, B * T, T).flops_tok;
     double ref[2];
     ref[0] = sgemm_rate(&c, B * T, 3); /* OpenBLAS with its own threads: the reference of fp32 */
     openblas_set_num_threads(1); /* the model's tiles are single-threaded: no call switches it and back */
@@ -293,13 +288,14 @@ int cmd_bench_model(int argc, char **argv) {
         else if (!strcmp(a, "--strategy")) only = v;
         else if (!strcmp(a, "--json")) { json = 1; continue; }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: collage bench model [--model tiny|small|gpt2] [--batch B] [--seq T] [--steps N] [--warmup W] "
+            printf("usage: collage bench model [--model PRESET] [--batch B] [--seq T] [--steps N] [--warmup W] "
                    "[--strategy S] [--json]\n"
                    "  each strategy is stepped in alternation with an fp32 model; N timed steps after W untimed\n"
-                   "  (defaults: gpt2, 4 x 64, 5 steps, 3 untimed; --strategy: fp32 and that one only)\n");
+                   "  (defaults: gpt2, 4 x 64, 5 steps, 3 untimed; --strategy: fp32 and that one only)\n"
+                   "  presets: %s\n", cli_preset_names(", "));
             return 0;
         } else {
-            fprintf(stderr, "usage: collage bench model [--model tiny|small|gpt2] [--batch B] [--seq T] [--steps N] "
+            fprintf(stderr, "usage: collage bench model [--model PRESET] [--batch B] [--seq T] [--steps N] "
                             "[--warmup W] [--strategy S] [--json]\n");
             return 2;
         }

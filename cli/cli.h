@@ -18,6 +18,8 @@ double cli_now(void);
 /* The names of every precision strategy, in table order, parted by sep (the help texts and hints);
  * indent > 0: lines of at most 100 columns, continued after indent spaces. */
 const char *cli_strategy_names(const char *sep, int indent);
+/* The model presets of every family, in table order, parted by sep. */
+const char *cli_preset_names(const char *sep);
 /* What the user can do about a failed library call, by its status (one line, no newline). */
 const char *cli_hint(collage_status st);
 /* mkdir -p: create path and every missing folder above it; 0 or -1 with errno. */

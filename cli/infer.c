@@ -13,7 +13,7 @@ static collage_model *load_model(const char *arg, int maxB, int maxT, float **pa
     collage_checkpoint_model_path(arg, path, sizeof path);
     int file_bf16;
     if (collage_model_read_header(path, c, &file_bf16, err, sizeof err) != COLLAGE_OK) {
-        fprintf(stderr, "collage: %s\nhint: --checkpoint takes a model.bin (llm.c format) or a folder written by train --save\n", err);
+        fprintf(stderr, "collage: %s\nhint: --checkpoint takes a model file (llm.c GPT-2, llama2.c) or a folder written by train --save\n", err);
         return NULL;
     }
     if (maxT == 0) maxT = c->max_seq_len; /* the model's whole context */

@@ -18,7 +18,8 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  train [--data PATH] [--model PRESET] [--precision STRATEGY] [--steps N] ...\n"
-            "                  train a GPT on text (default: the fortunes corpus); --help for all flags;\n"
+            "                  train a GPT-2 or LLaMA model on text (default: the fortunes corpus);\n"
+            "                  --help for all flags;\n"
             "                  data parallel: mpirun -np N collage train ...\n"
             "  compare [--precision LIST|all] [--beta2 LIST] [--seeds N] [--steps N] [--out DIR] ...\n"
             "                  train every strategy x beta2 x seed side by side on the same data\n"
@@ -35,7 +36,7 @@ static void usage(FILE *f) {
             "  bench optimizer [--params N] [--threads T] [--reps R] [--strategy S] [--json]\n"
             "                  the fused AdamW step per precision strategy against the\n"
             "                  memory-bandwidth bound measured in the same run\n"
-            "  bench model [--model gpt2|small|tiny] [--batch B] [--seq T] [--json]\n"
+            "  bench model [--model PRESET] [--batch B] [--seq T] [--json]\n"
             "                  training step per strategy: tokens/s, model FLOP/s vs sgemm\n"
             "\n"
             "options:\n"
@@ -106,6 +107,15 @@ const char *cli_strategy_names(const char *sep, int indent) {
         if (len < sizeof buf) len += (size_t)snprintf(buf + len, sizeof buf - len, "%s", name);
         line += strlen(name);
     }
+    return buf;
+}
+
+const char *cli_preset_names(const char *sep) {
+    static char buf[512];
+    const char *const *p = collage_model_preset_names();
+    size_t len = 0;
+    buf[0] = 0;
+    for (int k = 0; p[k] && len < sizeof buf; k++) len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", k ? sep : "", p[k]);
     return buf;
 }
 

@@ -26,7 +26,9 @@ static void train_usage(FILE *f) {
             "  --data PATH         text file, folder of text files, or llm.c .bin shard(s)\n"
             "                      (default: the English fortunes of Debian's fortunes package)\n"
             "  --tokenizer NAME    byte (default) | gpt2\n"
-            "  --model PRESET      tiny (default) | small | gpt2; or set --layers --heads --dim\n"
+            "  --model PRESET      %s (default: tiny);\n"
+            "                      or set --layers --heads --dim, and for llama --kv-heads --hidden\n"
+            "  --init FILE         start from the weights (and shape) of a model file: llm.c GPT-2, llama2.c\n"
             "  --precision S       collage-light (default) or any strategy of the table:\n"
             "                      %s\n"
             "  --steps N           training steps, the length of the schedule (default 1000)\n"
@@ -36,7 +38,8 @@ static void train_usage(FILE *f) {
             "                      then cosine decay to a tenth\n"
             "  --beta1 X --beta2 X --eps X --wd X --clip X   AdamW (0.9, 0.95, 1e-8, 0.1, 1.0)\n"
             "  --seed N --threads N --eval-every N (default steps/10)\n"
-            "  --save DIR          write model.bin (llm.c format), optimizer.state and train.state there\n"
+            "  --save DIR          write model.bin (the family's format: llm.c, llama2.c), optimizer.state and\n"
+            "                      train.state there\n"
             "  --resume DIR        continue a run saved with --save, bit for bit\n"
             "  --log FILE          one JSON object per step\n"
             "  --summary FILE      one JSON object for the whole run, written atomically at its end\n"
@@ -44,7 +47,7 @@ static void train_usage(FILE *f) {
             "                      summed over ranks x A micro-batches in a fixed order\n"
             "data parallel: mpirun -np N collage train ... (--batch stays the global batch; each rank reads\n"
             "its 1/N of it and holds 1/N of the optimizer state; see docs/training.md)\n",
-            cli_strategy_names(" | ", 22));
+            cli_preset_names(" | "), cli_strategy_names(" | ", 22));
 }
 
 /* ---------------------------------------------------------------- flags */
@@ -57,6 +60,8 @@ static const flag_spec FLAGS[] = {
     {"--resume", F_STR, O(resume), 0, 0, 0},               {"--log", F_STR, O(log), 0, 0, 0},
     {"--summary", F_STR, O(summary), 0, 0, 0},             {"--layers", F_INT, O(cfg.layers), COLLAGE_RUN_LAYERS, 1, 1024},
     {"--heads", F_INT, O(cfg.heads), COLLAGE_RUN_HEADS, 1, 1 << 16}, {"--dim", F_INT, O(cfg.dim), COLLAGE_RUN_DIM, 1, 1 << 20},
+    {"--kv-heads", F_INT, O(cfg.kv_heads), COLLAGE_RUN_KV_HEADS, 1, 1 << 16}, {"--hidden", F_INT, O(cfg.hidden), COLLAGE_RUN_HIDDEN, 1, 1 << 20},
+    {"--init", F_STR, O(cfg.init), 0, 0, 0},
     {"--steps", F_INT, O(cfg.steps), 0, 1, INT_MAX},             {"--stop-after", F_INT, O(stop_after), 0, 1, INT_MAX},
     {"--batch", F_INT, O(cfg.batch), COLLAGE_RUN_BATCH, 1, 1 << 20}, {"--seq", F_INT, O(cfg.seq), COLLAGE_RUN_SEQ, 1, 1 << 20},
     {"--warmup", F_INT, O(cfg.warmup), COLLAGE_RUN_WARMUP, 0, INT_MAX}, {"--eval-every", F_INT, O(eval_every), 0, 1, INT_MAX},
@@ -200,7 +205,8 @@ static int finish(collage_run *run, const train_opts *o, const run_totals *t) {
         return 1;
     }
     if (!o->quiet)
-        printf("saved step %d to %s/ (model.bin in llm.c format, %s, train.state)\n", t->last_step, o->save,
+        printf("saved step %d to %s/ (model.bin in the %s family's format, %s, train.state)\n", t->last_step, o->save,
+               collage_family_name(in.model.family),
                in.ranks > 1 ? "one optimizer state per rank" : "optimizer.state");
     return 0;
 }

@@ -44,6 +44,10 @@ void collage_shard_bounds(size_t n, int size, int r, size_t *lo, size_t *hi);
 typedef struct {
     const char *model;          /* preset (collage_model_preset); NULL = "tiny" */
     int layers, heads, dim;     /* 0: the preset's */
+    int kv_heads, hidden;       /* LLaMA's key/value heads and MLP size; 0: the preset's, following heads and dim
+                                   (collage_model_config_resize) */
+    const char *init;           /* a model file whose shape and weights start the run (its family's format, e.g.
+                                   a llama2.c model); then model and the sizes above stay unset. NULL: none */
     int context;                /* the model's longest context; 0: the preset's, or seq if longer */
     const char *data;           /* corpus (collage_data.h); NULL = the default corpus */
     const char *tokenizer;      /* "byte" or "gpt2"; NULL = "byte" */
@@ -69,7 +73,7 @@ enum {
     COLLAGE_RUN_SEQ = 1u << 6, COLLAGE_RUN_WARMUP = 1u << 7, COLLAGE_RUN_LR = 1u << 8,
     COLLAGE_RUN_BETA1 = 1u << 9, COLLAGE_RUN_BETA2 = 1u << 10, COLLAGE_RUN_EPS = 1u << 11,
     COLLAGE_RUN_WD = 1u << 12, COLLAGE_RUN_CLIP = 1u << 13, COLLAGE_RUN_SEED = 1u << 14,
-    COLLAGE_RUN_STRATEGY = 1u << 15
+    COLLAGE_RUN_STRATEGY = 1u << 15, COLLAGE_RUN_KV_HEADS = 1u << 16, COLLAGE_RUN_HIDDEN = 1u << 17
 };
 
 /* ---------------------------------------------------------------- checkpoints */
@@ -96,10 +100,11 @@ void collage_checkpoint_model_path(const char *arg, char *out, size_t cap);
 /* ---------------------------------------------------------------- the run */
 typedef struct collage_run collage_run;
 /* Everything is allocated here: tokenizer, data, model, this rank's optimizer shard, buffers. With
- * resume_dir, the optimizer state comes from that checkpoint (re-sharded when it was written by
- * another number of ranks), whose settings must be cfg's (collage_run_read_saved) except steps,
- * which may extend the schedule; without, the weights are the family's initialisation. comm NULL:
- * one process. A failure on any rank fails every rank (the others say which rank). */
+ * resume_dir, the model's shape comes from its model file and the optimizer state from that checkpoint
+ * (re-sharded when it was written by another number of ranks), whose settings must be cfg's
+ * (collage_run_read_saved) except steps, which may extend the schedule; without, the weights are
+ * cfg->init's, or the family's initialisation. comm NULL: one process. A failure on any rank fails
+ * every rank (the others say which rank). */
 collage_status collage_run_create(const collage_run_config *cfg, const collage_comm *comm, const char *resume_dir,
                                   collage_run **out, char *err, size_t cap);
 void           collage_run_free(collage_run *r);                        /* NULL is fine */

@@ -12,6 +12,7 @@
 /* The family table, in collage_family order: adding a family is a row here and a file in src/models/. */
 static const collage_model_family *const FAMILIES[COLLAGE_FAMILY_COUNT] = {
     [COLLAGE_FAMILY_GPT2] = &collage__gpt2_family,
+    [COLLAGE_FAMILY_LLAMA] = &collage__llama_family,
 };
 
 const collage_model_family *collage__model_family(collage_family f) {
@@ -71,6 +72,19 @@ void collage_model_config_set_vocab(collage_model_config *cfg, int vocab_size) {
     if (!cfg) return;
     cfg->vocab_size = vocab_size;
     cfg->padded_vocab_size = fam ? fam->pad_vocab(vocab_size) : vocab_size;
+}
+
+void collage_model_config_resize(collage_model_config *cfg, int layers, int heads, int kv_heads, int dim, int hidden) {
+    const collage_model_family *fam = family_of(cfg);
+    if (!cfg) return;
+    const int mha = cfg->num_kv_heads && cfg->num_kv_heads == cfg->num_heads;
+    if (layers) cfg->num_layers = layers;
+    if (heads) cfg->num_heads = heads;
+    if (dim) cfg->channels = dim;
+    if (kv_heads) cfg->num_kv_heads = kv_heads;
+    else if (mha) cfg->num_kv_heads = cfg->num_heads;
+    if (hidden) cfg->hidden_dim = hidden;
+    else if (dim && fam && fam->hidden_of) cfg->hidden_dim = fam->hidden_of(dim);
 }
 
 collage_status collage_model_check(const collage_model_config *cfg, int maxB, int maxT, char *msg, size_t cap) {

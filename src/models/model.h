@@ -16,6 +16,7 @@ typedef struct {
     /* Configuration. cfg->family is this family's in every call below. */
     collage_status (*preset)(const char *name, collage_model_config *out);  /* COLLAGE_ERR_ARG if not its own */
     int (*pad_vocab)(int vocab_size);       /* rows of the embedding for vocab_size tokens */
+    int (*hidden_of)(int dim);              /* the MLP's hidden size for a width (NULL: none in the config) */
     collage_status (*check)(const collage_model_config *cfg, int maxB, int maxT, char *msg, size_t cap);
     /* Tensors in slab order: writes at most cap, returns the total (0 for an invalid config). */
     int (*tensors)(const collage_model_config *cfg, collage_tensor_info *out, int cap);
@@ -50,6 +51,7 @@ typedef struct {
 
 /* The rows (model.c's table holds their addresses, in collage_family order). */
 extern const collage_model_family collage__gpt2_family;
+extern const collage_model_family collage__llama_family;
 
 /* The row of family f; NULL if f is out of range. */
 const collage_model_family *collage__model_family(collage_family f);

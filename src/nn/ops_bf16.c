@@ -35,3 +35,4 @@ static inline NN_BF16_NAME(f32v) NN_BF16_NAME(ldv_bf16)(const uint16_t *p) {
 #define R_LOG logf
 #define R_SQRT sqrtf
 #include "ops.inc"
+#include "ops_llama.inc"

@@ -15,3 +15,4 @@
 #define R_LOG logf
 #define R_SQRT sqrtf
 #include "ops.inc"
+#include "ops_llama.inc"

@@ -60,21 +60,54 @@ static collage_status check_config(collage_run *r) {
     return COLLAGE_OK;
 }
 
-/* The model's shape: the preset, the config's layers, heads and dim over it, the tokenizer's
- * vocabulary; seq and context filled in. Writes the resolved shape back into r->cfg. */
-static collage_status model_shape(collage_run *r) {
+/* "tiny, small, gpt2, llama-tiny, …": the presets, for messages. */
+static const char *preset_list(char *buf, size_t cap) {
+    const char *const *p = collage_model_preset_names();
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; p[i] && at < cap; i++) at += (size_t)snprintf(buf + at, cap - at, "%s%s", i ? ", " : "", p[i]);
+    return buf;
+}
+
+/* The shape of a model file (cfg->init, or the model of the checkpoint resumed), which must fit the
+ * tokenizer. */
+static collage_status file_shape(collage_run *r, const char *path, int resuming) {
+    const collage_run_config *c = &r->cfg;
+    char err[1024];
+    if (!resuming && (c->model || c->layers || c->heads || c->kv_heads || c->dim || c->hidden))
+        return run_fail(r, COLLAGE_ERR_ARG, "the model in '%s' gives the run its shape: leave the preset and the sizes "
+                                            "(layers, heads, kv_heads, dim, hidden) unset", path);
+    if (collage_model_read_header(path, &r->mc, NULL, err, sizeof err) != COLLAGE_OK)
+        return run_fail(r, COLLAGE_ERR_IO, "%s", err);
+    const int V = collage_tokenizer_vocab_size(r->tok);
+    if (r->mc.vocab_size != V)
+        return run_fail(r, COLLAGE_ERR_ARG, "the model in '%s' has a vocabulary of %d but the %s tokenizer has %d symbols",
+                        path, r->mc.vocab_size, c->tokenizer, V);
+    return COLLAGE_OK;
+}
+
+/* The model's shape: from a model file, or the preset with the config's sizes over it and the
+ * tokenizer's vocabulary; seq and context filled in. Writes the resolved shape back into r->cfg. */
+static collage_status model_shape(collage_run *r, const char *resume_dir) {
     collage_run_config *c = &r->cfg;
     collage_model_config *m = &r->mc;
-    if (collage_model_preset(c->model ? c->model : "tiny", m) != COLLAGE_OK)
-        return run_fail(r, COLLAGE_ERR_ARG, "unknown model '%s' (tiny, small or gpt2)", c->model);
-    if (c->layers) m->num_layers = c->layers;
-    if (c->heads) m->num_heads = c->heads;
-    if (c->dim) m->channels = c->dim;
+    char from[4096] = "", names[512];
+    if (resume_dir) collage_checkpoint_model_path(resume_dir, from, sizeof from);
+    else if (c->init) snprintf(from, sizeof from, "%s", c->init);
+    if (from[0]) {
+        collage_status st = file_shape(r, from, resume_dir != NULL);
+        if (st) return st;
+    } else {
+        if (collage_model_preset(c->model ? c->model : "tiny", m) != COLLAGE_OK)
+            return run_fail(r, COLLAGE_ERR_ARG, "unknown model '%s' (%s)", c->model, preset_list(names, sizeof names));
+        collage_model_config_resize(m, c->layers, c->heads, c->kv_heads, c->dim, c->hidden);
+        collage_model_config_set_vocab(m, collage_tokenizer_vocab_size(r->tok));
+    }
     c->layers = m->num_layers; c->heads = m->num_heads; c->dim = m->channels;
-    collage_model_config_set_vocab(m, collage_tokenizer_vocab_size(r->tok));
+    c->kv_heads = m->num_kv_heads; c->hidden = m->hidden_dim;
     if (c->seq <= 0) c->seq = m->max_seq_len < 64 ? m->max_seq_len : 64;
-    if (c->context > 0) m->max_seq_len = c->context;
-    else if (c->seq > m->max_seq_len) m->max_seq_len = c->seq;
+    if (!from[0] && c->context > 0) m->max_seq_len = c->context;
+    else if (!from[0] && c->seq > m->max_seq_len) m->max_seq_len = c->seq;
     c->context = m->max_seq_len;
     char msg[256];
     if (collage_model_check(m, c->batch, c->seq, msg, sizeof msg) != COLLAGE_OK)
@@ -82,13 +115,13 @@ static collage_status model_shape(collage_run *r) {
     return COLLAGE_OK;
 }
 
-static collage_status open_data(collage_run *r, const collage_run_saved *saved) {
+static collage_status open_data(collage_run *r, const char *resume_dir, const collage_run_saved *saved) {
     collage_tokenizer_kind tk = COLLAGE_TOKENIZER_BYTE;
     collage_tokenizer_kind_parse(r->cfg.tokenizer, &tk);
     char err[1024];
     if (collage_tokenizer_create(tk, NULL, &r->tok, err, sizeof err) != COLLAGE_OK)
         return run_fail(r, COLLAGE_ERR_IO, "%s", err);
-    collage_status st = model_shape(r);
+    collage_status st = model_shape(r, resume_dir);
     if (st) return st;
     collage_loader_config lc = {.path = r->cfg.data, .tokenizer = r->tok, .B = r->cfg.batch, .T = r->cfg.seq,
                                 .seed = r->cfg.seed};
@@ -146,7 +179,12 @@ static collage_status first_weights(collage_run *r, const char *resume_dir, cons
         return st;
     }
     float *w0 = malloc(r->n * sizeof(float));
-    if (!w0 || collage_model_init_weights(&r->mc, r->cfg.seed, w0, r->n) != COLLAGE_OK) {
+    char err[1024];
+    if (w0 && r->cfg.init && collage_model_load_file(r->cfg.init, &r->mc, w0, 0, err, sizeof err) != COLLAGE_OK) {
+        free(w0);
+        return run_fail(r, COLLAGE_ERR_IO, "%s", err);
+    }
+    if (!w0 || (!r->cfg.init && collage_model_init_weights(&r->mc, r->cfg.seed, w0, r->n) != COLLAGE_OK)) {
         free(w0);
         return run_fail(r, COLLAGE_ERR_NOMEM, "cannot initialise %zu weights (out of memory?)", r->n);
     }
@@ -164,6 +202,7 @@ static collage_status own_strings(collage_run *r, const collage_run_config *cfg)
         snprintf(r->model_name, sizeof r->model_name, "%s", cfg->model);
         r->cfg.model = r->model_name;
     }
+    if (cfg->init && !(r->cfg.init = r->init = strdup(cfg->init))) return COLLAGE_ERR_NOMEM;
     if (cfg->data && !(r->data = strdup(cfg->data))) return COLLAGE_ERR_NOMEM;
     r->cfg.data = r->data;
     if (r->cfg.accum < 1) r->cfg.accum = 1;
@@ -183,7 +222,7 @@ static collage_status setup(collage_run *r, const char *resume_dir) {
         r->resumed_accum = resume_dir && !st ? saved.accum : 0;
     }
     const collage_run_saved *sv = resume_dir ? &saved : NULL;
-    if (!st) st = open_data(r, sv);
+    if (!st) st = open_data(r, resume_dir, sv);
     if (!st) st = make_model(r);
     if (!st) st = first_weights(r, resume_dir, sv);
     return st;
@@ -228,6 +267,7 @@ void collage_run_free(collage_run *r) {
     collage_loader_free(r->ld);
     collage_tokenizer_free(r->tok);
     free(r->data);
+    free(r->init);
     free(r);
 }
 

@@ -28,11 +28,12 @@ static collage_status write_manifest(collage_run *r, const char *dir) {
     if (collage_atomic_open(&af, path, r->err, sizeof r->err)) return COLLAGE_ERR_IO;
     fprintf(af.f, "%s\nstep %d\nprecision %s\ntokenizer %s\nvocab %d\npadded_vocab %d\nmax_seq %d\nlayers %d\nheads %d\n"
                   "dim %d\nbatch %d\nseq %d\nsteps %d\nwarmup %d\nlr %.17g\nbeta1 %.17g\nbeta2 %.17g\neps %.17g\n"
-                  "wd %.17g\nclip %.17g\nseed %llu\ndata_fingerprint %llu\nranks %d\naccum %d\nfamily %s\n",
+                  "wd %.17g\nclip %.17g\nseed %llu\ndata_fingerprint %llu\nranks %d\naccum %d\nfamily %s\n"
+                  "kv_heads %d\nhidden %d\n",
             MANIFEST_MAGIC, r->step, collage_strategy_name(c->strategy), c->tokenizer, r->mc.vocab_size,
             r->mc.padded_vocab_size, r->mc.max_seq_len, c->layers, c->heads, c->dim, c->batch, c->seq, c->steps,
             c->warmup, c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->clip, (unsigned long long)c->seed,
-            (unsigned long long)r->fingerprint, r->P, r->A, collage_family_name(r->mc.family));
+            (unsigned long long)r->fingerprint, r->P, r->A, collage_family_name(r->mc.family), c->kv_heads, c->hidden);
     return collage_atomic_commit(&af, r->err, sizeof r->err);
 }
 
@@ -63,10 +64,12 @@ static int read_kv(const char *path, kv *items, int cap, char *err, size_t ecap,
 }
 
 /* The numeric settings of train.state: key, the flag that sets it, its COLLAGE_RUN_* bit (0: may
- * differ on resume), its kind and place in collage_run_config. Read and compared through this table. */
+ * differ on resume), its kind and place in collage_run_config, and whether a train.state may lack it
+ * (written since the LLaMA family: 0 there). Read and compared through this table. */
 enum { F_INT, F_DBL, F_U64 };
-typedef struct { const char *key, *flag; unsigned bit; int kind; size_t off; } run_field;
-#define F(key, flag, bit, kind, field) {key, flag, bit, kind, offsetof(collage_run_config, field)}
+typedef struct { const char *key, *flag; unsigned bit; int kind; size_t off; int optional; } run_field;
+#define F(key, flag, bit, kind, field) {key, flag, bit, kind, offsetof(collage_run_config, field), 0}
+#define FO(key, flag, bit, kind, field) {key, flag, bit, kind, offsetof(collage_run_config, field), 1}
 static const run_field FIELDS[] = {
     F("layers", "--layers", COLLAGE_RUN_LAYERS, F_INT, layers), F("heads", "--heads", COLLAGE_RUN_HEADS, F_INT, heads),
     F("dim", "--dim", COLLAGE_RUN_DIM, F_INT, dim),             F("max_seq", NULL, 0, F_INT, context),
@@ -76,8 +79,10 @@ static const run_field FIELDS[] = {
     F("beta2", "--beta2", COLLAGE_RUN_BETA2, F_DBL, beta2),     F("eps", "--eps", COLLAGE_RUN_EPS, F_DBL, eps),
     F("wd", "--wd", COLLAGE_RUN_WD, F_DBL, weight_decay),       F("clip", "--clip", COLLAGE_RUN_CLIP, F_DBL, clip),
     F("seed", "--seed", COLLAGE_RUN_SEED, F_U64, seed),
+    FO("kv_heads", "--kv-heads", COLLAGE_RUN_KV_HEADS, F_INT, kv_heads), FO("hidden", "--hidden", COLLAGE_RUN_HIDDEN, F_INT, hidden),
 };
 #undef F
+#undef FO
 #define NFIELDS (sizeof FIELDS / sizeof *FIELDS)
 
 static void field_read(const run_field *f, collage_run_config *c, const char *v) {
@@ -104,17 +109,20 @@ static collage_status saved_from_kv(const kv *it, int n, const char *path, colla
     static const char *const need[] = {"step", "precision", "tokenizer", "data_fingerprint"};
     for (size_t i = 0; i < sizeof need / sizeof *need + NFIELDS; i++) {
         const char *key = i < sizeof need / sizeof *need ? need[i] : FIELDS[i - sizeof need / sizeof *need].key;
+        if (i >= sizeof need / sizeof *need && FIELDS[i - sizeof need / sizeof *need].optional) continue;
         if (!kv_get(it, n, key)) return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' lacks '%s'", path, key);
     }
     collage_run_config *c = &s->cfg;
     *c = collage_run_defaults();
     if (collage_strategy_parse(kv_get(it, n, "precision"), &c->strategy) != COLLAGE_OK)
         return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s': unknown precision '%s'", path, kv_get(it, n, "precision"));
-    snprintf(s->tokenizer, sizeof s->tokenizer, "%.63s", kv_get(it, n, "tokenizer"));
+    const char *tk = kv_get(it, n, "tokenizer"); /* there: checked above */
+    snprintf(s->tokenizer, sizeof s->tokenizer, "%.63s", tk ? tk : "");
     snprintf(s->model, sizeof s->model, "%.63s", kv_get(it, n, "family") ? kv_get(it, n, "family") : "gpt2");
     c->tokenizer = s->tokenizer;
     c->model = NULL; /* the shape in layers, heads and dim, over the tiny preset */
-    for (size_t i = 0; i < NFIELDS; i++) field_read(&FIELDS[i], c, kv_get(it, n, FIELDS[i].key));
+    for (size_t i = 0; i < NFIELDS; i++)
+        if (kv_get(it, n, FIELDS[i].key)) field_read(&FIELDS[i], c, kv_get(it, n, FIELDS[i].key));
     s->step = atoi(kv_get(it, n, "step"));
     s->data_fingerprint = strtoull(kv_get(it, n, "data_fingerprint"), NULL, 10);
     /* a run saved by one process has no ranks or accum lines */
@@ -140,12 +148,16 @@ collage_status collage_run_read_saved(const char *dir, collage_run_saved *out, c
 
 /* ---------------------------------------------------------------- conflicts on resume */
 static int conflict_model(const collage_run_saved *s, const collage_run_config *a, unsigned given) {
-    collage_model_config pc; /* the preset, with layers, heads, dim over it as a new run would have it */
+    collage_model_config pc; /* the preset, with the sizes given over it as a new run would have it */
     int known = collage_model_preset(a->model ? a->model : "tiny", &pc) == COLLAGE_OK;
-    if (given & COLLAGE_RUN_LAYERS) pc.num_layers = a->layers;
-    if (given & COLLAGE_RUN_HEADS) pc.num_heads = a->heads;
-    if (given & COLLAGE_RUN_DIM) pc.channels = a->dim;
-    return !known || pc.num_layers != s->cfg.layers || pc.num_heads != s->cfg.heads || pc.channels != s->cfg.dim;
+#define GIVEN(bit, v) (given & (bit) ? (v) : 0)
+    collage_model_config_resize(&pc, GIVEN(COLLAGE_RUN_LAYERS, a->layers), GIVEN(COLLAGE_RUN_HEADS, a->heads),
+                                GIVEN(COLLAGE_RUN_KV_HEADS, a->kv_heads), GIVEN(COLLAGE_RUN_DIM, a->dim),
+                                GIVEN(COLLAGE_RUN_HIDDEN, a->hidden));
+#undef GIVEN
+    return !known || strcmp(collage_family_name(pc.family), s->model) || pc.num_layers != s->cfg.layers ||
+           pc.num_heads != s->cfg.heads || pc.channels != s->cfg.dim || pc.num_kv_heads != s->cfg.kv_heads ||
+           pc.hidden_dim != s->cfg.hidden;
 }
 
 int collage_run_conflict(const collage_run_saved *saved, const collage_run_config *asked, unsigned given, char *why,
@@ -171,7 +183,7 @@ int collage_run_conflict(const collage_run_saved *saved, const collage_run_confi
     }
     if ((given & COLLAGE_RUN_MODEL) && conflict_model(saved, a, given)) {
         snprintf(why, cap, "--model %.200s", a->model ? a->model : "tiny");
-        snprintf(was, cap, "%d layers, %d heads, dim %d", s->layers, s->heads, s->dim);
+        snprintf(was, cap, "%.60s, %d layers, %d heads, dim %d", saved->model, s->layers, s->heads, s->dim);
         return 1;
     }
     return 0;

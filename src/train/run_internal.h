@@ -11,7 +11,7 @@
 
 struct collage_run {
     collage_run_config cfg;       /* resolved: the preset's shape, seq, warmup filled in */
-    char model_name[64], tokenizer_name[64], *data;
+    char model_name[64], tokenizer_name[64], *data, *init;
     collage_comm comm;            /* a copy; has_comm 0: one process */
     int has_comm;
     collage_tokenizer *tok;
