@@ -1,7 +1,9 @@
 /* test_cli.c — the `collage` command end to end: train writes its JSON log and an llm.c checkpoint,
  * N steps + a resumed N steps print exactly the losses of one 2N-step run, eval and sample read the
  * checkpoint, tokenize writes a shard that train reads, and bad input (missing file, bad flag, bad
- * shape, wrong magic) fails with a message naming the problem and leaves no partial checkpoint. */
+ * shape, wrong magic) fails with a message naming the problem and leaves no partial checkpoint. The
+ * LLaMA family through every command: train, resume, eval, sample, train --init from its llama2.c
+ * file, bench model. */
 #include "harness.h"
 #include <stdint.h>
 #include <string.h>
@@ -122,6 +124,51 @@ static void test_exact_resume(void) {
         for (int i = 0; i < na && i < nb; i++)
             CHECK(a[i] == b[i], "%s step %d: %.6f vs resumed %.6f", strategies[s], i + 1, a[i], b[i]);
     }
+}
+
+#define TRAIN_LLAMA "--model llama-tiny --layers 1 --dim 32 --heads 4 --kv-heads 2 --batch 4 --seq 16 --threads 1 --quiet"
+
+/* --model llama-tiny through the commands: 6 steps equal 3 + 3 resumed (the flags given again are
+ * accepted); eval and sample read its llama2.c file; --init starts a run from it and refuses a preset
+ * beside it. */
+static void test_llama_commands(void) {
+    char out[8192], la[600], lb[600], save[600], model[700];
+    snprintf(la, sizeof la, "%s/llama-full.jsonl", g_dir);
+    snprintf(lb, sizeof lb, "%s/llama-half.jsonl", g_dir);
+    snprintf(save, sizeof save, "%s/llama", g_dir);
+    snprintf(model, sizeof model, "%s/model.bin", save);
+    int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN_LLAMA " --precision collage-light --steps 6 --log %s", g_bin,
+                  g_text, la);
+    CHECK(rc == 0, "llama run: %s", out);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN_LLAMA " --precision collage-light --steps 6 --stop-after 3 "
+              "--save %s --log %s", g_bin, g_text, save, lb);
+    CHECK(rc == 0, "llama first half: %s", out);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN_LLAMA " --precision collage-light --resume %s --log %s", g_bin,
+              g_text, save, lb);
+    CHECK(rc == 0, "llama resumed: %s", out);
+    double a[8], b[8];
+    int na = h_read_losses(la, a, 8), nb = h_read_losses(lb, b, 8);
+    CHECK(na == 6 && nb == 6, "%d and %d log lines", na, nb);
+    for (int i = 0; i < na && i < nb; i++) CHECK(a[i] == b[i], "llama step %d: %.6f vs resumed %.6f", i + 1, a[i], b[i]);
+    rc = h_sh(out, sizeof out, "%s train --data %s --threads 1 --quiet --kv-heads 4 --resume %s", g_bin, g_text, save);
+    CHECK(rc != 0 && strstr(out, "--kv-heads 4"), "resume with another --kv-heads: rc %d: %s", rc, out);
+    FILE *f = fopen(model, "rb");
+    int32_t h[7] = {0};
+    CHECK(f && fread(h, sizeof h, 1, f) == 1, "no %s", model);
+    if (f) fclose(f);
+    CHECK(h[0] == 32 && h[2] == 1 && h[3] == 4 && h[4] == 2 && h[5] == 256 && h[6] == 64,
+          "llama2.c header: dim %d hidden %d layers %d heads %d kv %d vocab %d seq %d", h[0], h[1], h[2], h[3], h[4], h[5], h[6]);
+    rc = h_sh(out, sizeof out, "%s eval --checkpoint %s --data %s --batch 2 --seq 16 --batches 3 --json", g_bin, model, g_text);
+    CHECK(rc == 0 && strstr(out, "\"loss\":") && strstr(out, "\"tokens\":96"), "eval: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s sample --checkpoint %s --prompt 'The ' --tokens 20 --seed 3", g_bin, save);
+    CHECK(rc == 0 && strncmp(out, "The ", 4) == 0 && strlen(out) >= 24, "sample: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s train --data %s --init %s --batch 4 --seq 16 --steps 2 --threads 1", g_bin, g_text, model);
+    CHECK(rc == 0 && strstr(out, "llama") && strstr(out, "done:"), "train --init: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s train --data %s --init %s --model llama-small --steps 2 --quiet", g_bin, g_text, model);
+    CHECK(rc == 2 && strstr(out, "model.bin") && strstr(out, "hint"), "--init with --model: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s bench model --model llama-tiny --steps 1 --warmup 0 --strategy collage-light --json", g_bin);
+    CHECK(rc == 0 && strstr(out, "\"model\":\"llama-tiny\"") && strstr(out, "\"strategy\":\"collage-light\""),
+          "bench model --model llama-tiny: rc %d: %s", rc, out);
 }
 
 static void test_tokenize_then_train_on_shard(void) {
@@ -274,6 +321,7 @@ int main(void) {
     printf("test_cli: %s, data in %s\n", g_bin, g_dir);
     RUN(test_train_log_and_checkpoint);
     RUN(test_exact_resume);
+    RUN(test_llama_commands);
     RUN(test_tokenize_then_train_on_shard);
     RUN(test_bad_input);
     RUN(test_flag_ranges);

@@ -3,7 +3,9 @@
  * bit for bit, the resume conflict check, evaluation, shard bounds, and data parallelism over a
  * transport of the test's own (two threads and shared memory instead of MPI): two ranks give the
  * weights of one process summing the same two micro-batches (--accum 2), bit for bit; and every bf16
- * strategy learns on the default corpus. */
+ * strategy learns on the default corpus. The LLaMA family: every strategy learns, save / resume bit for
+ * bit, two ranks equal --accum 2, a run started from a llama2.c model file (init), and a saved model's
+ * loss recomputed from its file equal to the run's. */
 #include "collage_run.h"
 #include "harness.h"
 #include <math.h>
@@ -186,6 +188,143 @@ static void test_every_bf16_strategy_learns(void) {
     }
 }
 
+/* A small LLaMA (grouped-query: 4 heads on 2) over the tiny preset's family. */
+static collage_run_config llama_small_run(void) {
+    collage_run_config c = collage_run_defaults();
+    c.model = "llama-tiny"; c.layers = 1; c.dim = 64; c.heads = 4; c.kv_heads = 2; c.batch = 8; c.seq = 64;
+    return c;
+}
+
+/* Every strategy, fp32 included, trains the small LLaMA on the default corpus: the validation loss falls
+ * from about ln 256 by more than 2 nats and below the bytes' unigram entropy by LLAMA_LEARN_MARGIN. */
+#define LLAMA_LEARN_MARGIN 0.1
+static void test_llama_every_strategy_learns(void) {
+    const double h1 = val_unigram_entropy(NULL);
+    const int quick = getenv("COLLAGE_TEST_QUICK") != NULL;
+    for (int s = 0; s < COLLAGE_STRATEGY_COUNT; s++) {
+        if (quick && s != COLLAGE_FP32 && s != COLLAGE_BF16 && s != COLLAGE_LIGHT && s != COLLAGE_PLUS) continue;
+        char err[1024];
+        collage_run_config c = llama_small_run();
+        c.steps = LEARN_STEPS; c.lr = 3e-3; c.data = NULL;
+        c.strategy = (collage_strategy)s;
+        collage_run *r = NULL;
+        double v0 = (double)NAN, v1 = (double)NAN, loss[LEARN_STEPS];
+        CHECK(collage_run_create(&c, NULL, NULL, &r, err, sizeof err) == COLLAGE_OK, "%s: %s",
+              collage_strategy_name((collage_strategy)s), err);
+        if (!r) continue;
+        collage_run_evaluate(r, COLLAGE_SPLIT_VAL, 8, &v0);
+        const int ok = !steps(r, LEARN_STEPS, loss);
+        collage_run_evaluate(r, COLLAGE_SPLIT_VAL, 8, &v1);
+        printf("    %-16s val %.4f -> %.4f after %d steps (%zu parameters, %s)\n",
+               collage_strategy_name((collage_strategy)s), v0, v1, LEARN_STEPS, collage_run_get_info(r).params,
+               collage_run_get_info(r).products);
+        CHECK(ok && v1 < v0 - 2.0 && v1 < h1 - LLAMA_LEARN_MARGIN, "%s: val %g -> %g (unigram entropy %g)",
+              collage_strategy_name((collage_strategy)s), v0, v1, h1);
+        collage_run_free(r);
+    }
+}
+
+/* Save after 3 steps, resume for 5: the weights and losses of 8 uninterrupted steps, bit for bit; the
+ * resumed run takes its shape from the checkpoint's llama2.c file. */
+static void test_llama_save_resume(void) {
+    char err[1024], dir[512];
+    snprintf(dir, sizeof dir, "%s/llama-ck", g_dir);
+    for (int s = 0; s < 2; s++) {
+        collage_run_config c = llama_small_run();
+        c.dim = 32; c.batch = 4; c.seq = 16; c.steps = 8; c.data = g_text;
+        c.strategy = s ? COLLAGE_LIGHT : COLLAGE_FP32;
+        collage_run *a = NULL, *b = NULL, *d = NULL;
+        double la[8], lb[8];
+        int ok = collage_run_create(&c, NULL, NULL, &a, err, sizeof err) == COLLAGE_OK && !steps(a, 8, la);
+        ok = ok && collage_run_create(&c, NULL, NULL, &b, err, sizeof err) == COLLAGE_OK && !steps(b, 3, lb) &&
+             collage_run_save(b, dir) == COLLAGE_OK;
+        collage_run_saved sv;
+        ok = ok && collage_run_read_saved(dir, &sv, err, sizeof err) == COLLAGE_OK && !strcmp(sv.model, "llama") &&
+             sv.cfg.kv_heads == 2;
+        if (ok) {
+            collage_run_config rc = sv.cfg;
+            rc.data = g_text;
+            ok = collage_run_create(&rc, NULL, dir, &d, err, sizeof err) == COLLAGE_OK && !steps(d, 5, lb + 3);
+        }
+        CHECK(ok, "%s: %s", collage_strategy_name(c.strategy), err);
+        if (ok) {
+            const size_t n = collage_run_get_info(a).params, wb = s ? 2 : 4;
+            CHECK(collage_run_get_info(d).model.family == COLLAGE_FAMILY_LLAMA, "resumed as another family");
+            CHECK(!memcmp(collage_run_params(a), collage_run_params(d), n * wb), "%s: resumed weights differ",
+                  collage_strategy_name(c.strategy));
+            CHECK(!memcmp(la, lb, sizeof la), "%s: resumed losses differ", collage_strategy_name(c.strategy));
+        }
+        collage_run_free(a); collage_run_free(b); collage_run_free(d);
+    }
+    /* asking for another family or another key/value head count on resume is a conflict */
+    collage_run_saved sv;
+    char why[256], was[256];
+    CHECK(collage_run_read_saved(dir, &sv, err, sizeof err) == COLLAGE_OK, "%s", err);
+    collage_run_config a = sv.cfg;
+    a.model = "tiny";
+    CHECK(collage_run_conflict(&sv, &a, COLLAGE_RUN_MODEL, why, was, sizeof why) && strstr(was, "llama"), "was '%s'", was);
+    a = sv.cfg; a.kv_heads = 1;
+    CHECK(collage_run_conflict(&sv, &a, COLLAGE_RUN_KV_HEADS, why, was, sizeof why) && strstr(why, "--kv-heads 1"),
+          "why '%s'", why);
+}
+
+/* A run started from a model file (init) begins at its weights exactly, takes its shape from it and
+ * refuses a preset beside it; the loss of a saved model, recomputed from its file on a loader of the same
+ * data, equals the run's own evaluation (fp32: the file holds the run's weights exactly). */
+static void test_llama_init_and_eval(void) {
+    char err[1024], dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/llama-init", g_dir);
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    collage_run_config c = llama_small_run();
+    c.dim = 32; c.batch = 4; c.seq = 16; c.steps = 4; c.data = g_text; c.strategy = COLLAGE_FP32;
+    collage_run *a = NULL, *b = NULL;
+    double loss[4], va = (double)NAN, ve = (double)NAN;
+    int ok = collage_run_create(&c, NULL, NULL, &a, err, sizeof err) == COLLAGE_OK && !steps(a, 4, loss) &&
+             collage_run_save(a, dir) == COLLAGE_OK;
+    CHECK(ok, "%s", err);
+    if (!ok) { collage_run_free(a); return; }
+    collage_run_evaluate(a, COLLAGE_SPLIT_VAL, 4, &va);
+    /* the saved file, loaded as `collage eval` loads it */
+    collage_model_config mc;
+    collage_model *m = NULL;
+    collage_tokenizer *tok = NULL;
+    collage_loader *ld = NULL;
+    const size_t n = collage_run_get_info(a).params;
+    float *w = malloc(n * sizeof *w);
+    ok = collage_model_read_header(path, &mc, NULL, err, sizeof err) == COLLAGE_OK &&
+         collage_model_load_file(path, &mc, w, 0, err, sizeof err) == COLLAGE_OK &&
+         collage_model_create(&mc, COLLAGE_REAL_FP32, c.batch, c.seq, &m) == COLLAGE_OK &&
+         collage_tokenizer_create(COLLAGE_TOKENIZER_BYTE, NULL, &tok, err, sizeof err) == COLLAGE_OK;
+    collage_loader_config lc = {.path = g_text, .tokenizer = tok, .B = c.batch, .T = c.seq, .seed = c.seed};
+    ok = ok && collage_loader_create(&lc, &ld, err, sizeof err) == COLLAGE_OK &&
+         collage_eval_loss(m, w, ld, COLLAGE_SPLIT_VAL, c.batch, c.seq, 4, &ve) == COLLAGE_OK;
+    CHECK(ok && !memcmp(w, collage_run_params(a), n * sizeof *w), "the file's weights differ from the run's: %s", err);
+    CHECK(ok && va == ve, "loss of the saved model %.17g, the run's %.17g", ve, va);
+    printf("    validation loss of the run %.6f, of its saved file %.6f\n", va, ve);
+    /* a new run from the file */
+    collage_run_config ic = collage_run_defaults();
+    ic.init = path; ic.batch = 4; ic.seq = 16; ic.steps = 2; ic.data = g_text; ic.strategy = COLLAGE_LIGHT;
+    ok = collage_run_create(&ic, NULL, NULL, &b, err, sizeof err) == COLLAGE_OK;
+    CHECK(ok, "init: %s", err);
+    if (ok) {
+        collage_bf16 *rn = malloc(n * sizeof *rn);
+        collage_bf16_from_f32_row(rn, w, n);
+        CHECK(collage_run_get_info(b).params == n && collage_run_get_info(b).model.num_kv_heads == 2 &&
+                  !memcmp(collage_run_params(b), rn, n * sizeof *rn), "init: the run does not start at the file's weights");
+        CHECK(!steps(b, 2, loss), "init: %s", collage_run_error(b));
+        free(rn);
+    }
+    ic.model = "llama-tiny";
+    expect_error(ic, COLLAGE_ERR_ARG, "gives the run its shape");
+    ic.model = NULL; ic.tokenizer = "gpt2";
+    collage_run *g = NULL;
+    if (collage_run_create(&ic, NULL, NULL, &g, err, sizeof err) != COLLAGE_ERR_IO) /* no GPT-2 vocabulary here: skip */
+        CHECK(g == NULL && strstr(err, "vocabulary"), "init with another tokenizer: %s", err);
+    collage_run_free(g);
+    collage_loader_free(ld); collage_tokenizer_free(tok); collage_model_free(m); free(w);
+    collage_run_free(a); collage_run_free(b);
+}
+
 static void test_shard_bounds(void) {
     const size_t ns[] = {1, 4095, 4096, 4097, 107 * 4096 + 5, 1000000};
     for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
@@ -273,10 +412,11 @@ static void *rank_main(void *arg) {
 }
 
 static void test_two_ranks_equal_accum(void) {
-    for (int s = 0; s < 2; s++) {
-        collage_run_config c = tiny();
-        c.strategy = s ? COLLAGE_PLUS : COLLAGE_FP32;
+    for (int s = 0; s < 4; s++) {
+        collage_run_config c = s < 2 ? tiny() : llama_small_run(); /* GPT-2, then LLaMA */
+        c.strategy = s % 2 ? COLLAGE_PLUS : COLLAGE_FP32;
         c.dim = 64; /* enough parameters for two shards of whole chunks */
+        c.batch = 4; c.seq = 16; c.steps = 8; c.data = g_text;
         shm sh;
         pthread_barrier_init(&sh.bar, NULL, NR);
         rank_job jobs[NR];
@@ -293,7 +433,7 @@ static void test_two_ranks_equal_accum(void) {
         collage_run *r = NULL;
         double loss[6];
         int ok = collage_run_create(&one, NULL, NULL, &r, err, sizeof err) == COLLAGE_OK && !steps(r, 6, loss);
-        CHECK(ok && jobs[0].st == COLLAGE_OK && jobs[1].st == COLLAGE_OK, "%s: %s", collage_strategy_name(c.strategy), err);
+        CHECK(ok && jobs[0].st == COLLAGE_OK && jobs[1].st == COLLAGE_OK, "%s %s: %s", s < 2 ? "gpt2" : "llama", collage_strategy_name(c.strategy), err);
         if (ok && jobs[0].params && jobs[1].params) {
             CHECK(!memcmp(jobs[0].params, collage_run_params(r), jobs[0].bytes), "%s: rank 0's weights differ from --accum 2",
                   collage_strategy_name(c.strategy));
@@ -320,6 +460,9 @@ int main(void) {
     RUN(test_shard_bounds);
     RUN(test_two_ranks_equal_accum);
     RUN(test_every_bf16_strategy_learns);
+    RUN(test_llama_every_strategy_learns);
+    RUN(test_llama_save_resume);
+    RUN(test_llama_init_and_eval);
     h_rm_rf(g_dir);
     return h_end();
 }

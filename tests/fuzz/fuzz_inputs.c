@@ -32,10 +32,14 @@
 static char g_dir[256];                       /* the scratch folder */
 static unsigned char *g_state[COLLAGE_STRATEGY_COUNT];
 static size_t g_state_len[COLLAGE_STRATEGY_COUNT];
-static unsigned char *g_ckpt[2];              /* fp32, bf16 */
-static size_t g_ckpt_len[2];
+static unsigned char *g_ckpt[3];              /* GPT-2 fp32, GPT-2 bf16, LLaMA (llama2.c's fp32) */
+static size_t g_ckpt_len[3];
 static const collage_model_config g_cfg = {.family = COLLAGE_FAMILY_GPT2, .vocab_size = 16, .padded_vocab_size = 16,
                                            .max_seq_len = 8, .num_layers = 1, .num_heads = 2, .channels = 8};
+static const collage_model_config g_llama = {.family = COLLAGE_FAMILY_LLAMA, .vocab_size = 16, .padded_vocab_size = 16,
+                                             .max_seq_len = 8, .num_layers = 1, .num_heads = 2, .num_kv_heads = 1,
+                                             .channels = 8, .hidden_dim = 12, .untied = 1, .norm_eps = 1e-5,
+                                             .rope_theta = 10000.0};
 static collage_tokenizer *g_tok[2];           /* byte, gpt2 (NULL when its files are not installed) */
 
 enum { N_ELEM = 40 };
@@ -155,9 +159,9 @@ static void fuzz_state(const uint8_t *d, size_t n) {
 
 static void fuzz_ckpt(const uint8_t *d, size_t n) {
     if (n < 1) return;
-    int bf = d[0] & 1;
+    const int k = d[0] % 3;
     size_t len;
-    unsigned char *b = edit(g_ckpt[bf], g_ckpt_len[bf], d + 1, n - 1, &len, 0);
+    unsigned char *b = edit(g_ckpt[k], g_ckpt_len[k], d + 1, n - 1, &len, 0);
     char path[300], err[COLLAGE_ERR_LEN];
     snprintf(path, sizeof path, "%s/model.bin", g_dir);
     spit(path, b, len);
@@ -378,6 +382,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     }
     free(w);
     free(wb);
+    const size_t nl = collage_model_num_params(&g_llama);
+    float *wl = calloc(nl ? nl : 1, sizeof *wl);
+    if (!nl || !wl) FAIL("the micro llama's shape is invalid");
+    snprintf(path, sizeof path, "%s/base_model.bin", g_dir);
+    if (collage_model_save_file(path, &g_llama, wl, 0, err, sizeof err) != COLLAGE_OK) FAIL("cannot save a llama: %s", err);
+    g_ckpt[2] = slurp(path, &g_ckpt_len[2]);
+    free(wl);
     if (collage_tokenizer_create(COLLAGE_TOKENIZER_BYTE, NULL, &g_tok[0], err, sizeof err) != COLLAGE_OK)
         FAIL("no byte tokenizer: %s", err);
     if (collage_tokenizer_create(COLLAGE_TOKENIZER_GPT2, NULL, &g_tok[1], err, sizeof err) != COLLAGE_OK) {
