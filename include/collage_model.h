@@ -42,7 +42,8 @@ typedef struct {
 /* Presets by name: "tiny" (GPT-2, L2 NH4 C128 T64, V 256), "small" (L6 NH6 C384 T256, V 256),
  * "gpt2" (L12 NH12 C768 T1024, V 50257 → 50304); "llama-tiny" (L2 NH4 KV2 C128 hidden 352 T64,
  * V 256), "llama-small" (llama2.c's 15M shape: L6 NH6 C288 hidden 768 T256, V 256), "llama-110m"
- * (llama2.c's 110M shape: L12 NH12 C768 hidden 2048 T1024, V 50257 of GPT-2's BPE: 124M parameters),
+ * (llama2.c's 110M shape: L12 NH12 C768 hidden 2048 T1024, V 50257 of GPT-2's BPE in 50304 rows: 124M
+ * parameters),
  * the LLaMA presets tied, ε 1e-5, θ 10000. */
 collage_status collage_model_preset(const char *name, collage_model_config *out);
 /* The names of the presets, in order, NULL-terminated. */

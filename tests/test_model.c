@@ -130,7 +130,8 @@ static void test_tensors_and_groups(void) {
 
 /* LLaMA's tensors: llama2.c's in one slab (wq, wk, wv side by side per layer as wqkv; w1, w3 as w13), the
  * output matrix only when untied; weight decay and the products' flag on matrices, off on the norms (and
- * an untied embedding is no product). The 110M shape with GPT-2's vocabulary: 123,551,232 parameters. */
+ * an untied embedding is no product). The 110M shape with GPT-2's vocabulary padded to 50304 rows:
+ * 123,587,328 parameters (123,551,232 in llama2.c's file). */
 static void test_llama_tensors_and_groups(void) {
     static const char *names[] = {"tok_embeddings", "attention_norm", "wqkv", "wo", "ffn_norm", "w13", "w2", "norm",
                                   "output"};
@@ -156,7 +157,8 @@ static void test_llama_tensors_and_groups(void) {
     }
     collage_model_config c;
     collage_model_preset("llama-110m", &c);
-    CHECK(collage_model_num_params(&c) == 123551232u, "llama-110m has %zu params", collage_model_num_params(&c));
+    CHECK(collage_model_num_params(&c) == 123587328u && c.padded_vocab_size == 50304,
+          "llama-110m has %zu params, %d embedding rows", collage_model_num_params(&c), c.padded_vocab_size);
 }
 
 static void test_init_matches_family(void) {

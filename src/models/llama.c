@@ -43,7 +43,9 @@ static int llama_hidden_of(int dim) {
     return (h + 31) / 32 * 32;
 }
 
-static int llama_pad_vocab(int vocab_size) { return vocab_size > 0 ? vocab_size : 0; } /* no padding */
+/* Embedding rows to a multiple of 128, as llm.c pads GPT-2's: the logits' product runs on whole tiles
+ * (the rows ≥ V are zero, their logits masked; llama2.c's file holds the V rows). */
+static int llama_pad_vocab(int vocab_size) { return vocab_size <= 0 ? 0 : (vocab_size + 127) / 128 * 128; }
 
 static const char *const LLAMA_PRESETS[] = {"llama-tiny", "llama-small", "llama-110m", NULL};
 
@@ -56,7 +58,7 @@ static collage_status llama_preset(const char *name, collage_model_config *out) 
     for (size_t i = 0; i < sizeof PRE / sizeof PRE[0]; i++)
         if (!strcmp(name, PRE[i].name)) {
             *out = (collage_model_config){.family = COLLAGE_FAMILY_LLAMA, .vocab_size = PRE[i].V,
-                                          .padded_vocab_size = PRE[i].V, .max_seq_len = PRE[i].T,
+                                          .padded_vocab_size = llama_pad_vocab(PRE[i].V), .max_seq_len = PRE[i].T,
                                           .num_layers = PRE[i].L, .num_heads = PRE[i].NH, .num_kv_heads = PRE[i].NKV,
                                           .channels = PRE[i].C, .hidden_dim = llama_hidden_of(PRE[i].C),
                                           .norm_eps = 1e-5, .rope_theta = 10000.0};
@@ -80,9 +82,8 @@ static collage_status check_shape(const collage_model_config *cfg, char *msg, si
                  c.max_seq_len, c.num_layers, c.num_heads, c.num_kv_heads, c.channels, c.hidden_dim);
         return COLLAGE_ERR_SIZE;
     }
-    if (c.padded_vocab_size != c.vocab_size) {
-        snprintf(msg, cap, "padded_vocab_size %d: llama keeps the vocabulary unpadded (%d)", c.padded_vocab_size,
-                 c.vocab_size);
+    if (c.padded_vocab_size < c.vocab_size) {
+        snprintf(msg, cap, "padded_vocab_size %d < vocab_size %d", c.padded_vocab_size, c.vocab_size);
         return COLLAGE_ERR_SIZE;
     }
     if (c.channels % c.num_heads) {
@@ -103,9 +104,9 @@ static collage_status check_shape(const collage_model_config *cfg, char *msg, si
                  c.rope_theta);
         return COLLAGE_ERR_ARG;
     }
-    if (c.vocab_size > LLAMA_MAX_DIM || c.max_seq_len > LLAMA_MAX_DIM || c.num_layers > 4096 ||
+    if (c.padded_vocab_size > LLAMA_MAX_DIM || c.max_seq_len > LLAMA_MAX_DIM || c.num_layers > 4096 ||
         c.channels > LLAMA_MAX_C || c.hidden_dim > LLAMA_MAX_HIDDEN) {
-        snprintf(msg, cap, "sizes too large (V %d, maxT %d, L %d, C %d, hidden %d)", c.vocab_size, c.max_seq_len,
+        snprintf(msg, cap, "sizes too large (Vp %d, maxT %d, L %d, C %d, hidden %d)", c.padded_vocab_size, c.max_seq_len,
                  c.num_layers, c.channels, c.hidden_dim);
         return COLLAGE_ERR_SIZE;
     }
@@ -135,7 +136,7 @@ static const char *const LT_NAMES[LT_COUNT] = {"tok_embeddings", "attention_norm
 static const unsigned char LT_LAYERED[LT_COUNT] = {0, 1, 1, 1, 1, 1, 1, 0, 0};
 
 int llama_tensors(const collage_model_config *c, collage_tensor_info *out, int cap) {
-    const size_t V = (size_t)c->vocab_size, L = (size_t)c->num_layers, C = (size_t)c->channels;
+    const size_t V = (size_t)c->padded_vocab_size, L = (size_t)c->num_layers, C = (size_t)c->channels;
     const size_t H = (size_t)c->hidden_dim, hs = C / (size_t)c->num_heads;
     const size_t QKV = ((size_t)c->num_heads + 2 * (size_t)c->num_kv_heads) * hs;
     /* 0 in a shape marks the end of its dimensions */
@@ -162,8 +163,9 @@ static int fam_tensors(const collage_model_config *cfg, collage_tensor_info *out
     return llama_check(cfg, 0, 0, NULL, 0) == COLLAGE_OK ? llama_tensors(cfg, out, cap) : 0;
 }
 
-/* Matrices N(0, 0.02), the projections into the residual (wo, w2) N(0, 0.02/sqrt(2L)), RMSNorm weights 1;
- * each tensor from its own counter-based stream, so the slab is the same for any thread count. */
+/* Matrices N(0, 0.02), the projections into the residual (wo, w2) N(0, 0.02/sqrt(2L)), RMSNorm weights 1,
+ * the padding rows of the embedding and output 0; each tensor from its own counter-based stream, so the
+ * slab is the same for any thread count. */
 static collage_status llama_init(const collage_model_config *cfg, uint64_t seed, float *w, size_t n) {
     collage_tensor_info t[LT_COUNT];
     if (llama_check(cfg, 0, 0, NULL, 0) != COLLAGE_OK) return COLLAGE_ERR_SIZE;
@@ -176,6 +178,9 @@ static collage_status llama_init(const collage_model_config *cfg, uint64_t seed,
             for (size_t i = 0; i < t[k].count; i++) x[i] = 1.0f;
         else
             gm_init_normal(x, t[k].count, k == LT_WO || k == LT_W2 ? resid : 0.02, collage_rand_key(seed, (uint64_t)k));
+        if (k == LT_EMB || k == LT_OUT)
+            memset(x + (size_t)cfg->vocab_size * cfg->channels, 0,
+                   (size_t)(cfg->padded_vocab_size - cfg->vocab_size) * cfg->channels * sizeof *x);
     }
     return COLLAGE_OK;
 }
@@ -187,7 +192,7 @@ static const unsigned char LA_BF16[LA_COUNT] = {1, 1, 0, 1, 1, 1, 1, 1, 0, 1, 1,
 
 static void plan_acts(llama_plan *P, int maxB, int maxT, int split, gm_sizes *sz) {
     const size_t N = (size_t)maxB * (size_t)maxT, C = (size_t)P->C, H = (size_t)P->H, QKV = (size_t)P->QKV;
-    const size_t TT = (size_t)maxB * (size_t)P->NH * (size_t)maxT * (size_t)maxT, NV = N * (size_t)P->V;
+    const size_t TT = (size_t)maxB * (size_t)P->NH * (size_t)maxT * (size_t)maxT, NV = N * (size_t)P->Vp;
     /* per layer (the count is L of them) or, where 0, the whole count */
     const size_t per[LA_COUNT] = {0, N * C, N, N * QKV, TT, N * C, N * C, N * C, N, 2 * N * H, N * H, N * C};
     const size_t whole[LA_COUNT] = {N * C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, N * C, N, NV, N,
@@ -218,7 +223,7 @@ static void *llama_plan_new(const collage_model_config *c, int maxB, int maxT, i
     if (!P) return NULL;
     collage_tensor_info t[LT_COUNT];
     const int nt = llama_tensors(c, t, LT_COUNT), hs = c->channels / c->num_heads;
-    *P = (llama_plan){.V = c->vocab_size, .L = c->num_layers, .NH = c->num_heads, .NKV = c->num_kv_heads, .hs = hs,
+    *P = (llama_plan){.V = c->vocab_size, .Vp = c->padded_vocab_size, .L = c->num_layers, .NH = c->num_heads, .NKV = c->num_kv_heads, .hs = hs,
                       .C = c->channels, .H = c->hidden_dim, .QKV = (c->num_heads + 2 * c->num_kv_heads) * hs,
                       .tied = !c->untied, .eps32 = (float)c->norm_eps, .eps64 = c->norm_eps};
     size_t ngs = 0;

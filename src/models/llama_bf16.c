@@ -16,7 +16,7 @@
 /* Every product of a step on N tokens: (M, N, K) of nn_gemm_bf16. */
 int NN_BF16_NAME(llama_bf16_reserve)(const void *plan, int N, const gm_env *e) {
     const llama_plan *P = plan;
-    const int C = P->C, V = P->V, H2 = 2 * P->H, H = P->H, Q = P->QKV;
+    const int C = P->C, V = P->Vp, H2 = 2 * P->H, H = P->H, Q = P->QKV;
     const int shapes[][3] = {
         {N, Q, C}, {N, C, C}, {N, H2, C}, {N, C, H}, {N, V, C},        /* forward */
         {N, C, V}, {N, H, C}, {N, C, H2}, {N, C, Q},                   /* activation gradients */
@@ -54,9 +54,9 @@ double NN_BF16_NAME(llama_forward_bf16)(const void *plan, const uint16_t *w, uin
     const llama_plan *P = plan;
     const int N = B * T;
     trunk(P, w, a16, a32, tok, B, T, e);
-    OPB(matmul_logits)(A32(LA_LOGITS, 0), A16(LA_LNF, 0), W(LT_OUT, 0), N, P->C, P->V, e->ws, e->path, e->nt);
+    OPB(matmul_logits)(A32(LA_LOGITS, 0), A16(LA_LNF, 0), W(LT_OUT, 0), N, P->C, P->Vp, e->ws, e->path, e->nt);
     if (!tgt) return (double)NAN;
-    return OPB(crossentropy_forward)(A32(LA_LOGITS, 0), A32(LA_LOSSES, 0), tgt, N, P->V, P->V, e->nt);
+    return OPB(crossentropy_forward)(A32(LA_LOGITS, 0), A32(LA_LOSSES, 0), tgt, N, P->V, P->Vp, e->nt);
 }
 
 /* One bias-free linear layer's backward: dinp = rnd(dout·w) and the weight's gradient. */
@@ -102,16 +102,16 @@ void NN_BF16_NAME(llama_backward_bf16)(const void *plan, const uint16_t *w, uint
     const int C = P->C, N = B * T, nt = e->nt;
     uint16_t *dres = A16(LA_DRES, 0), *dln = A16(LA_DLN, 0), *dlogits = A16(LA_DLOGITS, 0);
     memset(gs, 0, P->ngs * sizeof *gs);
-    OPB(crossentropy_backward)(dlogits, A32(LA_LOGITS, 0), tgt, N, P->V, P->V, 1.0f / (float)N, 1, nt);
-    OPB(matmul_backward_input)(dln, dlogits, W(LT_OUT, 0), N, C, P->V, e->ws, e->path, nt);
+    OPB(crossentropy_backward)(dlogits, A32(LA_LOGITS, 0), tgt, N, P->V, P->Vp, 1.0f / (float)N, 1, nt);
+    OPB(matmul_backward_input)(dln, dlogits, W(LT_OUT, 0), N, C, P->Vp, e->ws, e->path, nt);
     OPB(rmsnorm_backward)(dres, GS(LT_NORM, 0), dln, A16(LA_RES2, P->L - 1), W(LT_NORM, 0), A32(LA_RSTDF, 0), N, C, 0,
                           1, nt);
     for (int l = P->L - 1; l >= 0; l--) block_backward(P, l, w, g16, gs, add, a16, a32, B, T, e);
     if (P->tied) /* the logits' product and the embedding's rows, summed in float and rounded once */
-        OPB(matmul_backward_weight)(G(LT_EMB, 0), add, dlogits, A16(LA_LNF, 0), N, C, P->V, tok, dres, N, e->ws,
+        OPB(matmul_backward_weight)(G(LT_EMB, 0), add, dlogits, A16(LA_LNF, 0), N, C, P->Vp, tok, dres, N, e->ws,
                                     e->path, nt);
     else {
-        OPB(matmul_backward_weight)(G(LT_OUT, 0), add, dlogits, A16(LA_LNF, 0), N, C, P->V, NULL, NULL, 0, e->ws,
+        OPB(matmul_backward_weight)(G(LT_OUT, 0), add, dlogits, A16(LA_LNF, 0), N, C, P->Vp, NULL, NULL, 0, e->ws,
                                     e->path, nt);
         OPB(embed_backward)(GS(LT_EMB, 0), dres, tok, N, C, nt);
     }
@@ -122,6 +122,6 @@ void NN_BF16_NAME(llama_last_logits_bf16)(const void *plan, const uint16_t *w, u
                                           const int *tok, int T, const gm_env *e) {
     const llama_plan *P = plan;
     trunk(P, w, a16, a32, tok, 1, T, e);
-    OPB(matmul_logits)(A32(LA_LOGITS, 0), A16(LA_LNF, 0) + (size_t)(T - 1) * P->C, W(LT_OUT, 0), 1, P->C, P->V, e->ws,
+    OPB(matmul_logits)(A32(LA_LOGITS, 0), A16(LA_LNF, 0) + (size_t)(T - 1) * P->C, W(LT_OUT, 0), 1, P->C, P->Vp, e->ws,
                        e->path, e->nt);
 }

@@ -5,7 +5,8 @@
  * then float32 tensors: the token embedding, the attention norms, wq, wk, wv, wo, the MLP norms, w1,
  * w2, w3, the final norm, the rotary tables (cos, then sin, seq_len × head_size/2 each: written, skipped
  * on read, as run.c skips them), and the output matrix when untied. The slab keeps wq, wk, wv (and w1,
- * w3) of a layer side by side, so the file's tensors are runs of it. */
+ * w3) of a layer side by side and pads the embedding and output to padded_vocab_size rows (zero in a
+ * loaded model), so the file's tensors are runs of it. */
 #include "internal.h"
 #include "llama_plan.h"
 #include <errno.h>
@@ -20,16 +21,16 @@
 
 typedef struct { size_t off, count; } file_run;
 
-/* The file's tensors after the header, in order, as runs of the slab (out NULL: count them). */
+/* The file's tensors after the header, in order, as runs of the slab of c (out NULL: count them). */
 static size_t file_runs(const collage_model_config *c, file_run *out) {
     collage_tensor_info t[LT_COUNT];
     llama_tensors(c, t, LT_COUNT);
-    const size_t L = (size_t)c->num_layers, C = (size_t)c->channels, H = (size_t)c->hidden_dim;
+    const size_t L = (size_t)c->num_layers, C = (size_t)c->channels, H = (size_t)c->hidden_dim, VC = (size_t)c->vocab_size * C;
     const size_t hs = C / (size_t)c->num_heads, kv = (size_t)c->num_kv_heads * hs;
     const size_t ql = t[LT_WQKV].count / L, hl = t[LT_W13].count / L, half = (size_t)c->max_seq_len * hs / 2;
     size_t n = 0;
 #define PUT(o, k) do { if (out) out[n] = (file_run){(o), (k)}; n++; } while (0)
-    PUT(t[LT_EMB].offset, t[LT_EMB].count);
+    PUT(t[LT_EMB].offset, VC); /* the V real rows */
     PUT(t[LT_ATTN_NORM].offset, t[LT_ATTN_NORM].count);
     for (size_t l = 0; l < L; l++) PUT(t[LT_WQKV].offset + l * ql, C * C);                 /* wq */
     for (size_t l = 0; l < L; l++) PUT(t[LT_WQKV].offset + l * ql + C * C, kv * C);        /* wk */
@@ -42,15 +43,18 @@ static size_t file_runs(const collage_model_config *c, file_run *out) {
     PUT(t[LT_NORM].offset, t[LT_NORM].count);
     PUT(RUN_COS, half);
     PUT(RUN_SIN, half);
-    if (c->untied) PUT(t[LT_OUT].offset, t[LT_OUT].count);
+    if (c->untied) PUT(t[LT_OUT].offset, VC);
 #undef PUT
     return n;
 }
 
+/* Floats after the header: the slab less its padding rows, plus the rotary tables. */
 static size_t file_floats(const collage_model_config *c) {
     collage_tensor_info t[LT_COUNT];
     const int nt = llama_tensors(c, t, LT_COUNT);
-    return t[nt - 1].offset + t[nt - 1].count + (size_t)c->max_seq_len * (size_t)(c->channels / c->num_heads);
+    const size_t pad = (size_t)(c->padded_vocab_size - c->vocab_size) * (size_t)c->channels;
+    return t[nt - 1].offset + t[nt - 1].count - pad * (c->untied ? 2 : 1) +
+           (size_t)c->max_seq_len * (size_t)(c->channels / c->num_heads);
 }
 
 static void header_of(const collage_model_config *c, int32_t h[7]) {
@@ -59,11 +63,11 @@ static void header_of(const collage_model_config *c, int32_t h[7]) {
 }
 
 static collage_model_config config_of(const int32_t h[7]) {
-    const int V = h[5] == INT_MIN ? 0 : h[5] < 0 ? -h[5] : h[5];
-    return (collage_model_config){.family = COLLAGE_FAMILY_LLAMA, .vocab_size = V, .padded_vocab_size = V,
-                                  .max_seq_len = h[6], .num_layers = h[2], .num_heads = h[3], .num_kv_heads = h[4],
-                                  .channels = h[0], .hidden_dim = h[1], .untied = h[5] < 0, .norm_eps = 1e-5,
-                                  .rope_theta = 10000.0};
+    collage_model_config c = {.family = COLLAGE_FAMILY_LLAMA, .max_seq_len = h[6], .num_layers = h[2],
+                              .num_heads = h[3], .num_kv_heads = h[4], .channels = h[0], .hidden_dim = h[1],
+                              .untied = h[5] < 0, .norm_eps = 1e-5, .rope_theta = 10000.0};
+    collage_model_config_set_vocab(&c, h[5] == INT_MIN ? 0 : h[5] < 0 ? -h[5] : h[5]);
+    return c;
 }
 
 int llama_ckpt_probe(const unsigned char *head, size_t len) {
@@ -201,6 +205,16 @@ static collage_status read_runs(FILE *f, const char *path, const file_run *runs,
     return COLLAGE_OK;
 }
 
+/* The embedding's (and the output's) rows from vocab_size to padded_vocab_size: 0. */
+static void zero_padding(const collage_model_config *c, void *params, int bf16) {
+    collage_tensor_info t[LT_COUNT];
+    const int nt = llama_tensors(c, t, LT_COUNT), es = bf16 ? 2 : 4;
+    const size_t pad = (size_t)(c->padded_vocab_size - c->vocab_size) * (size_t)c->channels;
+    for (int k = 0; k < nt; k++)
+        if (k == LT_EMB || k == LT_OUT)
+            memset((char *)params + (t[k].offset + t[k].count - pad) * (size_t)es, 0, pad * (size_t)es);
+}
+
 collage_status llama_ckpt_load(const char *path, const collage_model_config *cfg, void *params, int want_bf16,
                                char *err, size_t cap) {
     FILE *f;
@@ -217,13 +231,14 @@ collage_status llama_ckpt_load(const char *path, const collage_model_config *cfg
                              cfg->channels, cfg->hidden_dim, cfg->num_layers, cfg->num_heads, cfg->num_kv_heads,
                              cfg->vocab_size, cfg->untied ? " untied" : "", cfg->max_seq_len);
     }
-    const size_t nr = file_runs(&c, NULL);
+    const size_t nr = file_runs(cfg, NULL);
     file_run *runs = malloc(nr * sizeof *runs);
     float *buf = malloc(CHUNK * sizeof(float));
     if (!runs || !buf) st = collage__fail(err, cap, COLLAGE_ERR_NOMEM, "out of memory reading '%s'", path);
     else {
-        file_runs(&c, runs);
+        file_runs(cfg, runs);
         st = read_runs(f, path, runs, nr, params, want_bf16, buf, err, cap);
+        zero_padding(cfg, params, want_bf16);
     }
     free(runs); free(buf);
     fclose(f);

@@ -21,7 +21,7 @@ enum {
 };
 
 typedef struct {
-    int V, L, NH, NKV, hs, C, H, QKV, tied; /* C = NH·hs, QKV = (NH + 2·NKV)·hs */
+    int V, Vp, L, NH, NKV, hs, C, H, QKV, tied; /* C = NH·hs, QKV = (NH + 2·NKV)·hs; Vp: embedding rows */
     float eps32;
     double eps64;
     size_t p[LT_COUNT], pl[LT_COUNT];       /* parameter offset, per-layer stride (tied: out = emb) */
