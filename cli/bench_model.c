@@ -184,19 +184,125 @@ static void bench_model_row(const bench_run *r, const double med[4], double ms_f
                med[3], 100 * med[3] / ms, mb[0], mb[1], mb[2], mb[3], mb[4], total);
 }
 
-/* Each low-precision strategy is timed in alternation with one fp32 model, step by step, and its
- * "vs fp32" is the ratio to the median of the fp32 steps taken alongside it: a shared machine drifts by
- * more than the differences measured. The first `warmup` steps of each pair are not timed. */
-static int bench_model(const char *preset, int B, int T, int steps, int warmup, const char *only, int json) {
+/* One model of the benchmark: its shape, reference rates, weights and tokens, the fp32 run stepped beside
+ * every strategy, and each strategy's medians with fp32's alongside them. */
+#define MAX_MODELS 4
+enum { NLIST = 5 };
+typedef struct {
+    const char *preset;
     collage_model_config c;
-    if (collage_model_preset(preset, &c) != COLLAGE_OK) {
+    size_t n;
+    double flops_tok, ref[2];
+    float *w0;
+    int32_t *in, *tg;
+    bench_run f;
+    double med[NLIST][4], fmed[NLIST][4], mib[NLIST][5];
+    const char *prod[NLIST];
+} bench_model_set;
+
+static void model_close(bench_model_set *m) {
+    bench_run_free(&m->f);
+    free(m->w0); free(m->in); free(m->tg);
+    m->w0 = NULL; m->in = m->tg = NULL;
+}
+
+/* The model of a preset, its reference rates (sgemm on blas_threads OpenBLAS threads, the bf16 products on
+ * the model's own), its header, and its fp32 run with room for `samples` steps. 0, 1 (failed) or 2 (bad
+ * preset or shape, message printed). */
+static int model_open(bench_model_set *m, const char *preset, int B, int T, int steps, int warmup, int samples,
+                      int blas_threads, int json) {
+    memset(m, 0, sizeof *m);
+    m->preset = preset;
+    char msg[256];
+    if (collage_model_preset(preset, &m->c) != COLLAGE_OK) {
         fprintf(stderr, "collage bench: unknown --model '%s'\nhint: one of %s\n", preset, cli_preset_names(", "));
         return 2;
     }
-    char msg[256];
-    if (collage_model_check(&c, B, T, msg, sizeof msg) != COLLAGE_OK) { fprintf(stderr, "collage bench: %s\n", msg); return 2; }
-    collage_strategy list[] = {COLLAGE_BF16_MASTER, COLLAGE_LIGHT, COLLAGE_PLUS, COLLAGE_BF16, COLLAGE_BF16_SR};
-    enum { NLIST = sizeof list / sizeof list[0] };
+    if (collage_model_check(&m->c, B, T, msg, sizeof msg) != COLLAGE_OK) { fprintf(stderr, "collage bench: %s\n", msg); return 2; }
+    m->n = collage_model_num_params(&m->c);
+    m->flops_tok = shapes_of(&m->c, B * T, T).flops_tok;
+    openblas_set_num_threads(blas_threads);
+    m->ref[0] = sgemm_rate(&m->c, B * T, 3); /* OpenBLAS with its own threads: the reference of fp32 */
+    openblas_set_num_threads(1); /* the model's tiles are single-threaded: no call switches it and back */
+    m->ref[1] = bf16_rate(&m->c, B * T, 3); /* the bf16 model's products alone: the reference of bf16 */
+    if (!json)
+        printf("collage bench model: %s (%zu params), B = %d, T = %d, %d threads; median of %d steps after %d untimed,\n"
+               "each strategy stepped in alternation with an fp32 model (vs fp32: against those fp32 steps)\n"
+               "cpu: %s\nproducts of the model's shapes alone: OpenBLAS sgemm %.1f GFLOP/s, bf16 (%s) %.1f GFLOP/s\n"
+               "of peak: the model's FLOP/s over its products' rate (sgemm for fp32, bf16 for the others); speed-up: over\n"
+               "the fp32 steps; phases (median ms): forward includes zeroing the gradients, optimizer the clipping norm\n"
+               "and EDQ; memory held (MiB): weights, optimizer state, gradients, activations, products' scratch, total\n\n",
+               preset, m->n, B, T, collage_get_threads(), steps, warmup, bench_cpu_name(), m->ref[0] * 1e-9,
+               collage_bf16_products(), m->ref[1] * 1e-9);
+    fflush(stdout);
+    m->w0 = malloc(m->n * sizeof(float));
+    m->in = malloc(sizeof(int32_t) * (size_t)B * T);
+    m->tg = malloc(sizeof(int32_t) * (size_t)B * T);
+    if (!m->w0 || !m->in || !m->tg || collage_model_init_weights(&m->c, 1, m->w0, m->n) != COLLAGE_OK) {
+        model_close(m);
+        return 1;
+    }
+    for (int i = 0; i < B * T; i++) { m->in[i] = (i * 7919) % m->c.vocab_size; m->tg[i] = (i * 104729 + 1) % m->c.vocab_size; }
+    if (bench_run_make(&m->f, COLLAGE_FP32, &m->c, m->w0, B, T, samples)) { model_close(m); return 1; }
+    for (int k = 0; k < warmup; k++) bench_run_step(&m->f, m->in, m->tg, B, T, -1);
+    return 0;
+}
+
+/* Strategy si on every model: each model's strategy run and fp32 run stepped in turn, model after model,
+ * so that the models are timed side by side as well. 0 or 1. */
+static int strategy_round(bench_model_set *ms, int nm, collage_strategy s, int si, int B, int T, int steps, int warmup) {
+    bench_run r[MAX_MODELS];
+    int made = 0, rc = 0;
+    for (; made < nm; made++)
+        if (bench_run_make(&r[made], s, &ms[made].c, ms[made].w0, B, T, steps)) { rc = 1; break; }
+    for (int k = 0; k < warmup + steps && !rc; k++)
+        for (int m = 0; m < nm; m++) { /* the fp32 steps timed beside strategy si: samples [si·steps, (si + 1)·steps) */
+            bench_run_step(&ms[m].f, ms[m].in, ms[m].tg, B, T, k < warmup ? -1 : si * steps + k - warmup);
+            bench_run_step(&r[m], ms[m].in, ms[m].tg, B, T, k < warmup ? -1 : k - warmup);
+        }
+    for (int m = 0; m < made; m++) {
+        if (!rc) {
+            bench_run alongside = ms[m].f;
+            for (int q = 0; q < 4; q++) alongside.t[q] = ms[m].f.t[q] + (size_t)si * steps;
+            bench_run_medians(&r[m], steps, ms[m].med[si]);
+            bench_run_medians(&alongside, steps, ms[m].fmed[si]);
+            memcpy(ms[m].mib[si], r[m].mib, sizeof r[m].mib);
+            ms[m].prod[si] = r[m].products;
+        }
+        bench_run_free(&r[m]);
+    }
+    return rc;
+}
+
+/* A model's rows: fp32 (its steps over every round), then each strategy measured. The model GFLOP/s of
+ * each into gf (fp32 first). */
+static void model_rows(bench_model_set *m, const collage_strategy *chosen, int done, int B, int T, int steps, int json,
+                       double *gf) {
+    const double tok = (double)B * T;
+    double fall[4];
+    if (!json)
+        printf("%s:\n%-14s %8s %8s %8s %7s %8s %8s %8s %8s %6s   %7s %6s %6s %6s %6s %7s\n", m->preset, "strategy",
+               "ms/step", "tokens/s", "GFLOP/s", "of peak", "speed-up", "forward", "backward", "optim.", "opt %",
+               "weights", "state", "grads", "acts", "scr.", "total");
+    bench_run_medians(&m->f, done ? done * steps : steps, fall);
+    bench_model_row(&m->f, fall, fall[0], tok, m->flops_tok, m->ref, m->preset, B, T, json);
+    gf[0] = m->flops_tok * tok / (fall[0] * 1e-3);
+    for (int si = 0; si < done; si++) {
+        bench_run shown = {.s = chosen[si], .products = m->prod[si]}; /* the strategy's figures */
+        memcpy(shown.mib, m->mib[si], sizeof shown.mib);
+        bench_model_row(&shown, m->med[si], m->fmed[si][0], tok, m->flops_tok, m->ref, m->preset, B, T, json);
+        gf[si + 1] = m->flops_tok * tok / (m->med[si][0] * 1e-3);
+    }
+}
+
+/* Each low-precision strategy is timed in alternation with one fp32 model, step by step, and its
+ * "vs fp32" is the ratio to the median of the fp32 steps taken alongside it: a shared machine drifts by
+ * more than the differences measured. Several models (--model a,b) are stepped in alternation too, and
+ * their model FLOP/s compared strategy by strategy at the end. The first `warmup` steps are not timed. */
+static int bench_model(const char *const *presets, int nm, int B, int T, int steps, int warmup, const char *only,
+                       int json) {
+    static const collage_strategy list[NLIST] = {COLLAGE_BF16_MASTER, COLLAGE_LIGHT, COLLAGE_PLUS, COLLAGE_BF16,
+                                                 COLLAGE_BF16_SR};
     collage_strategy chosen[NLIST];
     int nl = 0;
     if (only) {
@@ -208,70 +314,40 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
         if (s != COLLAGE_FP32) chosen[nl++] = s;
     } else
         for (int i = 0; i < NLIST; i++) chosen[nl++] = list[i];
-    size_t n = collage_model_num_params(&c);
-    double tok = (double)B * T;
-    double flops_tok = shapes_of(&c, B * T, T).flops_tok;
-    double ref[2];
-    ref[0] = sgemm_rate(&c, B * T, 3); /* OpenBLAS with its own threads: the reference of fp32 */
-    openblas_set_num_threads(1); /* the model's tiles are single-threaded: no call switches it and back */
-    ref[1] = bf16_rate(&c, B * T, 3);  /* the bf16 model's products alone: the reference of bf16 */
-    if (!json)
-        printf("collage bench model: %s (%zu params), B = %d, T = %d, %d threads; median of %d steps after %d untimed,\n"
-               "each strategy stepped in alternation with an fp32 model (vs fp32: against those fp32 steps)\n"
-               "cpu: %s\nproducts of the model's shapes alone: OpenBLAS sgemm %.1f GFLOP/s, bf16 (%s) %.1f GFLOP/s\n"
-               "of peak: the model's FLOP/s over its products' rate (sgemm for fp32, bf16 for the others); speed-up: over\n"
-               "the fp32 steps; phases (median ms): forward includes zeroing the gradients, optimizer the clipping norm\n"
-               "and EDQ; memory held (MiB): weights, optimizer state, gradients, activations, products' scratch, total\n\n"
-               "%-14s %8s %8s %8s %7s %8s %8s %8s %8s %6s   %7s %6s %6s %6s %6s %7s\n", preset, n, B, T,
-               collage_get_threads(), steps, warmup, bench_cpu_name(), ref[0] * 1e-9, collage_bf16_products(),
-               ref[1] * 1e-9, "strategy", "ms/step", "tokens/s", "GFLOP/s", "of peak", "speed-up", "forward", "backward",
-               "optim.", "opt %", "weights", "state", "grads", "acts", "scr.", "total");
-    fflush(stdout);
-    float *w0 = malloc(n * sizeof(float));
-    int32_t *in = malloc(sizeof(int32_t) * (size_t)B * T), *tg = malloc(sizeof(int32_t) * (size_t)B * T);
-    if (!w0 || !in || !tg || collage_model_init_weights(&c, 1, w0, n) != COLLAGE_OK) { free(w0); free(in); free(tg); return 1; }
-    for (int i = 0; i < B * T; i++) { in[i] = (i * 7919) % c.vocab_size; tg[i] = (i * 104729 + 1) % c.vocab_size; }
-    int rc = 0, rounds = nl ? nl : 1, done = 0;
-    double med[NLIST][4], fmed[NLIST][4]; /* per chosen strategy: its medians, and fp32's alongside it */
-    double mib[NLIST][5];
-    const char *prod[NLIST];
-    bench_run f;
-    if (bench_run_make(&f, COLLAGE_FP32, &c, w0, B, T, steps * rounds)) { free(w0); free(in); free(tg); return 1; }
-    for (int k = 0; k < warmup; k++) bench_run_step(&f, in, tg, B, T, -1);
-    if (!nl)
-        for (int k = 0; k < steps; k++) bench_run_step(&f, in, tg, B, T, k);
-    for (int si = 0; si < nl; si++) {
-        bench_run r;
-        if (bench_run_make(&r, chosen[si], &c, w0, B, T, steps)) { rc = 1; break; }
-        for (int k = 0; k < warmup; k++) { bench_run_step(&f, in, tg, B, T, -1); bench_run_step(&r, in, tg, B, T, -1); }
-        /* the fp32 steps timed beside strategy si are samples [si·steps, (si + 1)·steps) */
-        for (int k = 0; k < steps; k++) {
-            bench_run_step(&f, in, tg, B, T, si * steps + k);
-            bench_run_step(&r, in, tg, B, T, k);
-        }
-        bench_run alongside = f;
-        for (int q = 0; q < 4; q++) alongside.t[q] = f.t[q] + (size_t)si * steps;
-        bench_run_medians(&r, steps, med[si]);
-        bench_run_medians(&alongside, steps, fmed[si]);
-        memcpy(mib[si], r.mib, sizeof r.mib);
-        prod[si] = r.products;
-        bench_run_free(&r);
-        done++;
-        if (!json) fprintf(stderr, "[%s measured]\n", collage_strategy_name(chosen[si]));
+    const int blas_threads = openblas_get_num_threads();
+    bench_model_set ms[MAX_MODELS];
+    int rc = 0, opened = 0, done = 0;
+    for (; opened < nm && !rc; opened++) rc = model_open(&ms[opened], presets[opened], B, T, steps, warmup, steps * (nl ? nl : 1), blas_threads, json);
+    if (rc) opened--;
+    if (!rc && !nl)
+        for (int k = 0; k < steps; k++)
+            for (int m = 0; m < nm; m++) bench_run_step(&ms[m].f, ms[m].in, ms[m].tg, B, T, k);
+    for (int si = 0; si < nl && !rc; si++) {
+        rc = strategy_round(ms, nm, chosen[si], si, B, T, steps, warmup);
+        done += !rc;
+        if (!json && !rc) fprintf(stderr, "[%s measured]\n", collage_strategy_name(chosen[si]));
     }
-    double fall[4];
-    if (!rc) {
-        bench_run_medians(&f, nl ? done * steps : steps, fall);
-        bench_model_row(&f, fall, fall[0], tok, flops_tok, ref, preset, B, T, json);
-        for (int si = 0; si < done; si++) {
-            bench_run shown = {.s = chosen[si], .products = prod[si]}; /* the strategy's figures */
-            memcpy(shown.mib, mib[si], sizeof shown.mib);
-            bench_model_row(&shown, med[si], fmed[si][0], tok, flops_tok, ref, preset, B, T, json);
+    double gf[MAX_MODELS][NLIST + 1];
+    for (int m = 0; m < opened && !rc; m++) model_rows(&ms[m], chosen, done, B, T, steps, json, gf[m]);
+    if (!rc && !json && nm > 1) {
+        printf("\nmodel GFLOP/s against %s's, the models stepped in alternation:\n%-14s", presets[0], "strategy");
+        for (int m = 1; m < nm; m++) printf(" %12s", presets[m]);
+        for (int si = 0; si <= done; si++) {
+            printf("\n%-14s", collage_strategy_name(si ? chosen[si - 1] : COLLAGE_FP32));
+            for (int m = 1; m < nm; m++) printf(" %11.2fx", gf[m][si] / gf[0][si]);
         }
+        printf("\n");
     }
-    bench_run_free(&f);
-    free(w0); free(in); free(tg);
+    for (int m = 0; m < opened; m++) model_close(&ms[m]);
     return rc;
+}
+
+/* "gpt2,llama-110m" into at most MAX_MODELS names (buf holds them); the count, or 0 for an empty name. */
+static int split_models(const char *arg, char *buf, size_t cap, const char **out) {
+    snprintf(buf, cap, "%s", arg);
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < MAX_MODELS; t = strtok_r(NULL, ",", &save)) out[n++] = t;
+    return n;
 }
 
 int cmd_bench_model(int argc, char **argv) {
@@ -288,14 +364,15 @@ int cmd_bench_model(int argc, char **argv) {
         else if (!strcmp(a, "--strategy")) only = v;
         else if (!strcmp(a, "--json")) { json = 1; continue; }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: collage bench model [--model PRESET] [--batch B] [--seq T] [--steps N] [--warmup W] "
+            printf("usage: collage bench model [--model PRESET[,PRESET...]] [--batch B] [--seq T] [--steps N] [--warmup W] "
                    "[--strategy S] [--json]\n"
                    "  each strategy is stepped in alternation with an fp32 model; N timed steps after W untimed\n"
                    "  (defaults: gpt2, 4 x 64, 5 steps, 3 untimed; --strategy: fp32 and that one only)\n"
-                   "  presets: %s\n", cli_preset_names(", "));
+                   "  several presets (up to %d): stepped in alternation, their FLOP/s compared with the first's\n"
+                   "  presets: %s\n", MAX_MODELS, cli_preset_names(", "));
             return 0;
         } else {
-            fprintf(stderr, "usage: collage bench model [--model PRESET] [--batch B] [--seq T] [--steps N] "
+            fprintf(stderr, "usage: collage bench model [--model PRESET[,PRESET...]] [--batch B] [--seq T] [--steps N] "
                             "[--warmup W] [--strategy S] [--json]\n");
             return 2;
         }
@@ -307,6 +384,10 @@ int cmd_bench_model(int argc, char **argv) {
         fprintf(stderr, "collage bench: --batch, --seq, --steps must be positive and --warmup not negative\n");
         return 2;
     }
-    return bench_model(preset, B, T, steps, warmup, only, json);
+    char names[256];
+    const char *presets[MAX_MODELS];
+    const int nm = split_models(preset, names, sizeof names, presets);
+    if (nm < 1) { fprintf(stderr, "collage bench: --model names no preset\nhint: one of %s\n", cli_preset_names(", ")); return 2; }
+    return bench_model(presets, nm, B, T, steps, warmup, only, json);
 }
 
