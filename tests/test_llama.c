@@ -702,7 +702,10 @@ static int ref_read(const char *path, ref_model *m) {
         if (dst[k]) *dst[k] = p;
         else free(p); /* the rotary tables: skipped, as llama2.c does */
     }
-    if (m->shared) m->cls = m->emb;
+    if (m->shared) {
+        free(m->cls);
+        m->cls = m->emb;
+    }
     fclose(f);
     m->kc = calloc(L * (size_t)m->T * kv, sizeof(double));
     m->vc = calloc(L * (size_t)m->T * kv, sizeof(double));
