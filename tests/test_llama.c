@@ -100,7 +100,7 @@ static void test_rope_against_complex(void) {
                 for (int h = 0; h < NHD; h++)
                     for (int i = 0; i < hs / 2; i++) {
                         const int at = n * ld + h * hs + 2 * i;
-                        const double complex one_i = CMPLX(0.0, 1.0);
+                        const double complex one_i = (double complex)I; /* I is float complex */
                         const double complex z = (x[at] + one_i * x[at + 1]) * cexp(one_i * ((double)t * pow(theta, -2.0 * i / hs)));
                         worst64 = fmax(worst64, fmax(fabs(y[at] - creal(z)), fabs(y[at + 1] - cimag(z))));
                         worst32 = fmax(worst32, fmax(fabs((double)xf[at] - creal(z)), fabs((double)xf[at + 1] - cimag(z))));
@@ -754,7 +754,7 @@ static void ref_forward(ref_model *m, int token, int pos, double *logits) {
         memcpy(vc + (size_t)pos * kv, v, sizeof(double) * kv);
         for (int h = 0; h < m->NH; h++) {
             const int g = h / rep;
-            double mx = -INFINITY, sum = 0;
+            double mx = -(double)INFINITY, sum = 0;
             for (int t = 0; t <= pos; t++) {
                 double s = 0;
                 for (int i = 0; i < hs; i++) s += q[h * hs + i] * kc[(size_t)t * kv + g * hs + i];
