@@ -66,7 +66,8 @@ static void compare_usage(FILE *f) {
             "  --eval-every N      validation interval (default steps/20)\n"
             "Other flags go to `collage train` unchanged; the defaults, docs/training.md:\n"
             "  --model tiny (2 layers, width 128, 4 heads), --seq 64, --batch 16, --lr 3e-4, warm-up steps/20,\n"
-            "  --wd 0.1, --clip 1.0, --eps 1e-8, on the fortunes corpus with 10%% held out.\n");
+            "  --wd 0.1, --clip 1.0, --eps 1e-8, on the fortunes corpus with 10%% held out;\n"
+            "  --model llama-tiny compares on the LLaMA family (docs/llama.md).\n");
 }
 
 /* Comma-separated list of strategies ("all": every one). */
