@@ -129,6 +129,11 @@ static int parse_train(int argc, char **argv, train_opts *o) {
 static int resume_config(train_opts *o) {
     collage_run_saved *s = &o->saved;
     char err[1024], why[256], was[256];
+    if (o->cfg.init) {
+        fprintf(stderr, "collage train: --init '%s' with --resume: a resumed run continues from its checkpoint's weights\n"
+                        "hint: drop --init, or start a new run with --save\n", o->cfg.init);
+        return -1;
+    }
     if (collage_run_read_saved(o->resume, s, err, sizeof err) != COLLAGE_OK) {
         fprintf(stderr, "collage train: %s\nhint: --resume takes a folder written by --save\n", err);
         return -1;

@@ -166,6 +166,8 @@ static void test_llama_commands(void) {
     CHECK(rc == 0 && strstr(out, "llama") && strstr(out, "done:"), "train --init: rc %d: %s", rc, out);
     rc = h_sh(out, sizeof out, "%s train --data %s --init %s --model llama-small --steps 2 --quiet", g_bin, g_text, model);
     CHECK(rc == 2 && strstr(out, "model.bin") && strstr(out, "hint"), "--init with --model: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s train --data %s --init %s --resume %s --quiet", g_bin, g_text, model, save);
+    CHECK(rc != 0 && strstr(out, "--init") && strstr(out, "hint"), "--init with --resume: rc %d: %s", rc, out);
     rc = h_sh(out, sizeof out, "%s bench model --model llama-tiny --steps 1 --warmup 0 --strategy collage-light --json", g_bin);
     CHECK(rc == 0 && strstr(out, "\"model\":\"llama-tiny\"") && strstr(out, "\"strategy\":\"collage-light\""),
           "bench model --model llama-tiny: rc %d: %s", rc, out);
