@@ -154,10 +154,29 @@ static double val_unigram_entropy(const char *data) {
     return n ? h : (double)NAN;
 }
 
+/* One run of config c for LEARN_STEPS steps on the default corpus: the validation loss falls from about
+ * ln 256 by more than 2 nats and ends below the bytes' unigram entropy h1 by margin. */
+#define LEARN_STEPS 200
+static void learns(collage_run_config c, double h1, double margin) {
+    char err[1024];
+    const char *name = collage_strategy_name(c.strategy);
+    collage_run *r = NULL;
+    double v0 = (double)NAN, v1 = (double)NAN, loss[LEARN_STEPS];
+    c.steps = LEARN_STEPS; c.lr = 3e-3; c.data = NULL;
+    CHECK(collage_run_create(&c, NULL, NULL, &r, err, sizeof err) == COLLAGE_OK, "%s: %s", name, err);
+    if (!r) return;
+    collage_run_evaluate(r, COLLAGE_SPLIT_VAL, 8, &v0);
+    const int ok = !steps(r, LEARN_STEPS, loss);
+    collage_run_evaluate(r, COLLAGE_SPLIT_VAL, 8, &v1);
+    printf("    %-16s val %.4f -> %.4f after %d steps (%zu parameters, %s)\n", name, v0, v1, LEARN_STEPS,
+           collage_run_get_info(r).params, collage_run_get_info(r).products);
+    CHECK(ok && v1 < v0 - 2.0 && v1 < h1 - margin, "%s: val %g -> %g (unigram entropy %g)", name, v0, v1, h1);
+    collage_run_free(r);
+}
+
 /* Every strategy whose model is bf16 learns on the default corpus (the fortunes) with the bf16 model
  * on this machine's product path: after LEARN_STEPS steps of a small model the validation loss is far
  * below where it started and below the bytes' unigram entropy. */
-#define LEARN_STEPS 200
 static void test_every_bf16_strategy_learns(void) {
     const double h1 = val_unigram_entropy(NULL);
     CHECK(isfinite(h1) && h1 > 2.5 && h1 < 4.5, "unigram entropy of the fortunes' validation bytes: %g", h1);
@@ -167,24 +186,10 @@ static void test_every_bf16_strategy_learns(void) {
     for (int s = 0; s < COLLAGE_STRATEGY_COUNT; s++) {
         if (collage_strategy_is_fp32((collage_strategy)s)) continue;
         if (quick && s != COLLAGE_BF16 && s != COLLAGE_LIGHT && s != COLLAGE_PLUS) continue;
-        char err[1024];
         collage_run_config c = collage_run_defaults();
-        c.layers = 1; c.dim = 64; c.heads = 2; c.batch = 8; c.seq = 64; c.steps = LEARN_STEPS; c.lr = 3e-3;
-        c.data = NULL;
+        c.layers = 1; c.dim = 64; c.heads = 2; c.batch = 8; c.seq = 64;
         c.strategy = (collage_strategy)s;
-        collage_run *r = NULL;
-        double v0 = (double)NAN, v1 = (double)NAN, loss[LEARN_STEPS];
-        CHECK(collage_run_create(&c, NULL, NULL, &r, err, sizeof err) == COLLAGE_OK, "%s: %s",
-              collage_strategy_name((collage_strategy)s), err);
-        if (!r) continue;
-        collage_run_evaluate(r, COLLAGE_SPLIT_VAL, 8, &v0);
-        const int ok = !steps(r, LEARN_STEPS, loss);
-        collage_run_evaluate(r, COLLAGE_SPLIT_VAL, 8, &v1);
-        printf("    %-16s val %.4f -> %.4f after %d steps (%s)\n", collage_strategy_name((collage_strategy)s), v0, v1,
-               LEARN_STEPS, collage_run_get_info(r).products);
-        CHECK(ok && v1 < v0 - 2.0 && v1 < h1, "%s: val %g -> %g (unigram entropy %g)",
-              collage_strategy_name((collage_strategy)s), v0, v1, h1);
-        collage_run_free(r);
+        learns(c, h1, 0.0);
     }
 }
 
@@ -195,32 +200,17 @@ static collage_run_config llama_small_run(void) {
     return c;
 }
 
-/* Every strategy, fp32 included, trains the small LLaMA on the default corpus: the validation loss falls
- * from about ln 256 by more than 2 nats and below the bytes' unigram entropy by LLAMA_LEARN_MARGIN. */
+/* Every strategy, fp32 included, trains the small LLaMA on the default corpus, ending below the bytes'
+ * unigram entropy by LLAMA_LEARN_MARGIN (measured: 0.22 to 0.32 nats below). */
 #define LLAMA_LEARN_MARGIN 0.1
 static void test_llama_every_strategy_learns(void) {
     const double h1 = val_unigram_entropy(NULL);
     const int quick = getenv("COLLAGE_TEST_QUICK") != NULL;
     for (int s = 0; s < COLLAGE_STRATEGY_COUNT; s++) {
         if (quick && s != COLLAGE_FP32 && s != COLLAGE_BF16 && s != COLLAGE_LIGHT && s != COLLAGE_PLUS) continue;
-        char err[1024];
         collage_run_config c = llama_small_run();
-        c.steps = LEARN_STEPS; c.lr = 3e-3; c.data = NULL;
         c.strategy = (collage_strategy)s;
-        collage_run *r = NULL;
-        double v0 = (double)NAN, v1 = (double)NAN, loss[LEARN_STEPS];
-        CHECK(collage_run_create(&c, NULL, NULL, &r, err, sizeof err) == COLLAGE_OK, "%s: %s",
-              collage_strategy_name((collage_strategy)s), err);
-        if (!r) continue;
-        collage_run_evaluate(r, COLLAGE_SPLIT_VAL, 8, &v0);
-        const int ok = !steps(r, LEARN_STEPS, loss);
-        collage_run_evaluate(r, COLLAGE_SPLIT_VAL, 8, &v1);
-        printf("    %-16s val %.4f -> %.4f after %d steps (%zu parameters, %s)\n",
-               collage_strategy_name((collage_strategy)s), v0, v1, LEARN_STEPS, collage_run_get_info(r).params,
-               collage_run_get_info(r).products);
-        CHECK(ok && v1 < v0 - 2.0 && v1 < h1 - LLAMA_LEARN_MARGIN, "%s: val %g -> %g (unigram entropy %g)",
-              collage_strategy_name((collage_strategy)s), v0, v1, h1);
-        collage_run_free(r);
+        learns(c, h1, LLAMA_LEARN_MARGIN);
     }
 }
 
