@@ -66,35 +66,43 @@ static int steps(collage_run *r, int k, double *loss) {
     return 0;
 }
 
+/* Runs of c: 8 steps uninterrupted, and 3 steps saved to dir then resumed (from its train.state) for 5:
+ * the same weights and losses, bit for bit. The resumed run's family into *family. */
+static void save_resume(collage_run_config c, const char *dir, collage_family *family) {
+    char err[1024];
+    const char *name = collage_strategy_name(c.strategy);
+    collage_run *a = NULL, *b = NULL, *d = NULL;
+    double la[8], lb[8];
+    int ok = collage_run_create(&c, NULL, NULL, &a, err, sizeof err) == COLLAGE_OK && !steps(a, 8, la);
+    ok = ok && collage_run_create(&c, NULL, NULL, &b, err, sizeof err) == COLLAGE_OK && !steps(b, 3, lb) &&
+         collage_run_save(b, dir) == COLLAGE_OK;
+    collage_run_saved sv;
+    ok = ok && collage_run_read_saved(dir, &sv, err, sizeof err) == COLLAGE_OK && sv.step == 3;
+    if (ok) {
+        collage_run_config rc = sv.cfg;
+        rc.data = g_text;
+        ok = collage_run_create(&rc, NULL, dir, &d, err, sizeof err) == COLLAGE_OK && !steps(d, 5, lb + 3);
+    }
+    CHECK(ok, "%s: %s", name, err);
+    if (ok) {
+        size_t n = collage_run_get_info(a).params, wb = c.strategy == COLLAGE_FP32 ? 4 : 2;
+        CHECK(!memcmp(collage_run_params(a), collage_run_params(d), n * wb), "%s: resumed weights differ", name);
+        CHECK(!memcmp(la, lb, sizeof la), "%s: resumed losses differ (step 8: %.17g vs %.17g)", name, la[7], lb[7]);
+        CHECK(collage_run_get_info(d).step == 8, "step %d", collage_run_get_info(d).step);
+        *family = collage_run_get_info(d).model.family;
+    }
+    collage_run_free(a); collage_run_free(b); collage_run_free(d);
+}
+
 static void test_save_resume_bit_for_bit(void) {
-    char err[1024], dir[512];
+    char dir[512];
     snprintf(dir, sizeof dir, "%s/ck", g_dir);
     for (int s = 0; s < 3; s++) {
-        collage_strategy strat = s == 0 ? COLLAGE_FP32 : s == 1 ? COLLAGE_LIGHT : COLLAGE_BF16_SR;
         collage_run_config c = tiny();
-        c.strategy = strat;
-        collage_run *a = NULL, *b = NULL, *d = NULL;
-        double la[8], lb[8];
-        int ok = collage_run_create(&c, NULL, NULL, &a, err, sizeof err) == COLLAGE_OK && !steps(a, 8, la);
-        ok = ok && collage_run_create(&c, NULL, NULL, &b, err, sizeof err) == COLLAGE_OK && !steps(b, 3, lb) &&
-             collage_run_save(b, dir) == COLLAGE_OK;
-        collage_run_saved sv;
-        ok = ok && collage_run_read_saved(dir, &sv, err, sizeof err) == COLLAGE_OK && sv.step == 3;
-        if (ok) {
-            collage_run_config rc = sv.cfg;
-            rc.data = g_text;
-            ok = collage_run_create(&rc, NULL, dir, &d, err, sizeof err) == COLLAGE_OK && !steps(d, 5, lb + 3);
-        }
-        CHECK(ok, "%s: %s", collage_strategy_name(strat), err);
-        if (ok) {
-            size_t n = collage_run_get_info(a).params, wb = strat == COLLAGE_FP32 ? 4 : 2;
-            CHECK(!memcmp(collage_run_params(a), collage_run_params(d), n * wb), "%s: resumed weights differ",
-                  collage_strategy_name(strat));
-            CHECK(!memcmp(la, lb, sizeof la), "%s: resumed losses differ (step 8: %.17g vs %.17g)",
-                  collage_strategy_name(strat), la[7], lb[7]);
-            CHECK(collage_run_get_info(d).step == 8, "step %d", collage_run_get_info(d).step);
-        }
-        collage_run_free(a); collage_run_free(b); collage_run_free(d);
+        c.strategy = s == 0 ? COLLAGE_FP32 : s == 1 ? COLLAGE_LIGHT : COLLAGE_BF16_SR;
+        collage_family f = COLLAGE_FAMILY_COUNT;
+        save_resume(c, dir, &f);
+        CHECK(f == COLLAGE_FAMILY_GPT2, "resumed as family %d", (int)f);
     }
 }
 
@@ -223,33 +231,16 @@ static void test_llama_save_resume(void) {
         collage_run_config c = llama_small_run();
         c.dim = 32; c.batch = 4; c.seq = 16; c.steps = 8; c.data = g_text;
         c.strategy = s ? COLLAGE_LIGHT : COLLAGE_FP32;
-        collage_run *a = NULL, *b = NULL, *d = NULL;
-        double la[8], lb[8];
-        int ok = collage_run_create(&c, NULL, NULL, &a, err, sizeof err) == COLLAGE_OK && !steps(a, 8, la);
-        ok = ok && collage_run_create(&c, NULL, NULL, &b, err, sizeof err) == COLLAGE_OK && !steps(b, 3, lb) &&
-             collage_run_save(b, dir) == COLLAGE_OK;
-        collage_run_saved sv;
-        ok = ok && collage_run_read_saved(dir, &sv, err, sizeof err) == COLLAGE_OK && !strcmp(sv.model, "llama") &&
-             sv.cfg.kv_heads == 2;
-        if (ok) {
-            collage_run_config rc = sv.cfg;
-            rc.data = g_text;
-            ok = collage_run_create(&rc, NULL, dir, &d, err, sizeof err) == COLLAGE_OK && !steps(d, 5, lb + 3);
-        }
-        CHECK(ok, "%s: %s", collage_strategy_name(c.strategy), err);
-        if (ok) {
-            const size_t n = collage_run_get_info(a).params, wb = s ? 2 : 4;
-            CHECK(collage_run_get_info(d).model.family == COLLAGE_FAMILY_LLAMA, "resumed as another family");
-            CHECK(!memcmp(collage_run_params(a), collage_run_params(d), n * wb), "%s: resumed weights differ",
-                  collage_strategy_name(c.strategy));
-            CHECK(!memcmp(la, lb, sizeof la), "%s: resumed losses differ", collage_strategy_name(c.strategy));
-        }
-        collage_run_free(a); collage_run_free(b); collage_run_free(d);
+        collage_family f = COLLAGE_FAMILY_COUNT;
+        save_resume(c, dir, &f);
+        CHECK(f == COLLAGE_FAMILY_LLAMA, "resumed as family %d", (int)f);
     }
-    /* asking for another family or another key/value head count on resume is a conflict */
+    /* the saved settings name the family and key/value heads; asking for another family or another
+     * key/value head count on resume is a conflict */
     collage_run_saved sv;
     char why[256], was[256];
-    CHECK(collage_run_read_saved(dir, &sv, err, sizeof err) == COLLAGE_OK, "%s", err);
+    CHECK(collage_run_read_saved(dir, &sv, err, sizeof err) == COLLAGE_OK && !strcmp(sv.model, "llama") &&
+              sv.cfg.kv_heads == 2, "%s", err);
     collage_run_config a = sv.cfg;
     a.model = "tiny";
     CHECK(collage_run_conflict(&sv, &a, COLLAGE_RUN_MODEL, why, was, sizeof why) && strstr(was, "llama"), "was '%s'", was);
