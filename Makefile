@@ -158,10 +158,11 @@ fuzz:
 	  -o $(FUZZ_BUILD)/fuzz_inputs
 
 # The main job: set-up, build, train the default model on the default corpus (the fortunes), sample.
+# Each `make run` is a new run: --overwrite lets it replace the one a previous `make run` saved.
 run: setup
 	@$(MAKE) --no-print-directory all
 	@mkdir -p runs
-	$(BUILD)/collage train --save runs/default --log runs/default.jsonl
+	$(BUILD)/collage train --save runs/default --overwrite --log runs/default.jsonl
 	$(BUILD)/collage sample --checkpoint runs/default --prompt "The " --tokens 300
 
 ci-san:

@@ -6,6 +6,7 @@
 #include "collage_model.h"
 #include <cblas.h>
 #include <math.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -308,7 +309,7 @@ static int bench_model(const char *const *presets, int nm, int B, int T, int ste
     if (only) {
         collage_strategy s;
         if (collage_strategy_parse(only, &s) != COLLAGE_OK) {
-            fprintf(stderr, "collage bench: unknown --strategy '%s'\nhint: one of %s\n", only, cli_strategy_names(", ", 0));
+            fprintf(stderr, "collage bench: unknown --precision '%s'\nhint: one of %s\n", only, cli_strategy_names(", ", 0));
             return 2;
         }
         if (s != COLLAGE_FP32) chosen[nl++] = s;
@@ -352,42 +353,45 @@ static int split_models(const char *arg, char *buf, size_t cap, const char **out
 
 int cmd_bench_model(int argc, char **argv) {
     const char *preset = "gpt2", *only = NULL;
-    int B = 4, T = 64, steps = 5, warmup = 3, json = 0;
+    int B = 4, T = 64, steps = 5, warmup = 3, json = 0, threads = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
         if (!strcmp(a, "--model")) preset = v;
-        else if (!strcmp(a, "--batch")) bad = cli_parse_int(a, v, &B);
-        else if (!strcmp(a, "--seq")) bad = cli_parse_int(a, v, &T);
-        else if (!strcmp(a, "--steps")) bad = cli_parse_int(a, v, &steps);
-        else if (!strcmp(a, "--warmup")) bad = cli_parse_int(a, v, &warmup);
-        else if (!strcmp(a, "--strategy")) only = v;
+        else if (!strcmp(a, "--batch")) bad = cli_parse_range("bench model", a, v, 1, INT_MAX, &B);
+        else if (!strcmp(a, "--seq")) bad = cli_parse_range("bench model", a, v, 1, INT_MAX, &T);
+        else if (!strcmp(a, "--steps")) bad = cli_parse_range("bench model", a, v, 1, INT_MAX, &steps);
+        else if (!strcmp(a, "--warmup")) bad = cli_parse_range("bench model", a, v, 0, INT_MAX, &warmup);
+        else if (!strcmp(a, "--precision") || !strcmp(a, "--strategy")) {
+            only = v; /* checked with the others below */
+            if (!strcmp(a, "--strategy")) fprintf(stderr, "collage bench model: note: --strategy is spelled --precision now\n");
+        } else if (!strcmp(a, "--threads")) bad = cli_parse_threads("bench model", v, &threads);
         else if (!strcmp(a, "--json")) { json = 1; continue; }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: collage bench model [--model PRESET[,PRESET...]] [--batch B] [--seq T] [--steps N] [--warmup W] "
-                   "[--strategy S] [--json]\n"
+                   "[--precision S] [--threads N] [--json]\n"
                    "  each strategy is stepped in alternation with an fp32 model; N timed steps after W untimed\n"
-                   "  (defaults: gpt2, 4 x 64, 5 steps, 3 untimed; --strategy: fp32 and that one only)\n"
+                   "  (defaults: gpt2, 4 x 64, 5 steps, 3 untimed, all cores; --precision: fp32 and that one only)\n"
                    "  several presets (up to %d): stepped in alternation, their FLOP/s compared with the first's\n"
                    "  presets: %s\n", MAX_MODELS, cli_preset_names(", "));
             return 0;
         } else {
-            fprintf(stderr, "usage: collage bench model [--model PRESET[,PRESET...]] [--batch B] [--seq T] [--steps N] "
-                            "[--warmup W] [--strategy S] [--json]\n");
+            fprintf(stderr, "collage bench model: unknown option '%s'\nhint: collage bench model --help\n", a);
             return 2;
         }
         if (bad) return 2;
         if (!v) { fprintf(stderr, "collage bench: %s needs a value\n", a); return 2; }
         i++;
     }
-    if (B < 1 || T < 1 || steps < 1 || warmup < 0 || !preset) {
-        fprintf(stderr, "collage bench: --batch, --seq, --steps must be positive and --warmup not negative\n");
-        return 2;
-    }
+    if (!preset) { fprintf(stderr, "collage bench model: --model needs a value\n"); return 2; }
     char names[256];
     const char *presets[MAX_MODELS];
     const int nm = split_models(preset, names, sizeof names, presets);
-    if (nm < 1) { fprintf(stderr, "collage bench: --model names no preset\nhint: one of %s\n", cli_preset_names(", ")); return 2; }
+    if (nm < 1) {
+        fprintf(stderr, "collage bench model: --model '%s' names no preset\nhint: one of %s\n", preset, cli_preset_names(", "));
+        return 2;
+    }
+    cli_set_threads(threads);
     return bench_model(presets, nm, B, T, steps, warmup, only, json);
 }
 

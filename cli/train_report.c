@@ -90,6 +90,28 @@ void log_step(FILE *f, const collage_run_step_info *s, double val, double tps, d
     fflush(f);
 }
 
+int log_trim(const char *path, int step) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0; /* nothing logged yet */
+    char err[1024], line[8192];
+    collage_atomic_file af;
+    if (collage_atomic_open(&af, path, err, sizeof err) != COLLAGE_OK) {
+        fclose(f);
+        fprintf(stderr, "collage train: --log: %s\n", err);
+        return -1;
+    }
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "{\"step\":");
+        if (!p || atoi(p + 8) <= step) fputs(line, af.f);
+    }
+    fclose(f);
+    if (collage_atomic_commit(&af, err, sizeof err) != COLLAGE_OK) {
+        fprintf(stderr, "collage train: --log: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
 void print_step(const train_opts *o, const collage_run_step_info *s, double val, double tps, double ms,
                        const run_totals *t, int tty, int is_eval) {
     if (o->quiet) return;

@@ -61,7 +61,7 @@ static void path(char *out, size_t cap, const char *name) { snprintf(out, cap, "
 /* N ranks == 1 rank with --accum N, bit for bit: every logged loss and the saved weights; train: the
  * model's flags (TRAIN, TRAIN_LLAMA). */
 static void check_ranks_vs_accum_of(int N, const char *prec, const char *train) {
-    char out[8192], la[600], lb[600], sa[600], sb[600], ma[700], mb[700], tag[64];
+    char out[8192], la[600], lb[600], sa[600], sb[600], ca[1024], cb[1024], ma[1100], mb[1100], tag[64];
     snprintf(tag, sizeof tag, "%s%s-%d", strstr(train, "llama") ? "llama-" : "", prec, N);
     snprintf(la, sizeof la, "%s/ranks-%s.jsonl", g_dir, tag);
     snprintf(lb, sizeof lb, "%s/accum-%s.jsonl", g_dir, tag);
@@ -78,8 +78,10 @@ static void check_ranks_vs_accum_of(int N, const char *prec, const char *train) 
     CHECK(na == 8 && nb == 8, "%s: %d and %d log lines", tag, na, nb);
     for (int i = 0; i < na && i < nb; i++)
         CHECK(a[i] == b[i], "%s step %d: %d ranks %.6f, 1 rank --accum %d %.6f", tag, i + 1, N, a[i], N, b[i]);
-    snprintf(ma, sizeof ma, "%s/model.bin", sa);
-    snprintf(mb, sizeof mb, "%s/model.bin", sb);
+    h_checkpoint(sa, ca, sizeof ca);
+    h_checkpoint(sb, cb, sizeof cb);
+    snprintf(ma, sizeof ma, "%s/model.bin", ca);
+    snprintf(mb, sizeof mb, "%s/model.bin", cb);
     CHECK(same_file(ma, mb), "%s: the weights of %d ranks and of 1 rank --accum %d differ", prec, N, N);
     CHECK(file_has(la, "\"comm_ms\":"), "%s: the MPI run's log has no comm_ms", tag);
     printf("    %s: %d ranks == 1 rank --accum %d over 8 steps (losses, model.bin)\n", tag, N, N);
@@ -145,8 +147,9 @@ static void test_resume_two_then_two_three_one(void) {
     rc = h_sh(out, sizeof out, MPIRUN " 2 %s train --data %s " TRAIN " %s --steps 10 --stop-after 5 --save %s --log %s", g_bin,
              g_text, P, save, half);
     CHECK(rc == 0, "first half: rc %d: %s", rc, out);
-    char shard[700];
-    snprintf(shard, sizeof shard, "%s/optimizer.rank1-of-2.state", save);
+    char shard[1100], ck[1024];
+    h_checkpoint(save, ck, sizeof ck);
+    snprintf(shard, sizeof shard, "%s/optimizer.rank1-of-2.state", ck);
     CHECK(access(shard, R_OK) == 0, "no %s", shard);
     for (int v = 0; v < 4; v++) {
         path(lg[v], sizeof lg[v], name[v]);
@@ -179,11 +182,12 @@ static void test_resume_two_then_two_three_one(void) {
 
 /* One rank's shard file is truncated: that rank fails to load, every rank stops, nobody hangs. */
 static void test_failure_on_one_rank_stops_all(void) {
-    char out[16384], save[600], bad[600], shard[700];
+    char out[16384], save[600], bad[600], shard[1100], ck[1024];
     path(save, sizeof save, "half2");
     path(bad, sizeof bad, "bad");
     h_sh(out, sizeof out, "rm -rf %s && cp -r %s %s", bad, save, bad);
-    snprintf(shard, sizeof shard, "%s/optimizer.rank1-of-2.state", bad);
+    h_checkpoint(bad, ck, sizeof ck);
+    snprintf(shard, sizeof shard, "%s/optimizer.rank1-of-2.state", ck);
     CHECK(truncate(shard, 1000) == 0, "cannot truncate %s", shard);
     double t0 = h_now();
     int rc = h_sh(out, sizeof out, MPIRUN " 2 %s train --data %s --threads 1 --quiet --precision collage-plus --resume %s", g_bin,
@@ -212,24 +216,7 @@ int main(void) {
         h_rm_rf(g_dir);
         return h_end();
     }
-    /* OpenMPI refuses root unless told; past 2 ranks this 2-core machine needs --oversubscribe.
-     * ASan builds: Open MPI, PMIx and their plugins keep allocations alive at exit by design, which
-     * LeakSanitizer reports as leaks. tests/lsan-mpi.supp suppresses those libraries only, so a leak
-     * in collage's own code is still reported; for the suppressions to match, the plugins must stay
-     * loaded until exit (disable_dlclose) and malloc stacks must be unwound fully, through libraries
-     * built without frame pointers (fast_unwind_on_malloc=0). No effect on a build without ASan. */
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
-    setenv("PMIX_MCA_mca_base_component_disable_dlclose", "1", 1);
-    char supp[PATH_MAX + 64], real[PATH_MAX], asan[1024];
-    if (realpath("tests/lsan-mpi.supp", real)) {
-        snprintf(supp, sizeof supp, "suppressions=%s:print_suppressions=0", real);
-        setenv("LSAN_OPTIONS", supp, 1);
-    } else setenv("LSAN_OPTIONS", "", 1);
-    snprintf(asan, sizeof asan, "%s%sfast_unwind_on_malloc=0", getenv("ASAN_OPTIONS") ? getenv("ASAN_OPTIONS") : "",
-             getenv("ASAN_OPTIONS") && *getenv("ASAN_OPTIONS") ? ":" : "");
-    setenv("ASAN_OPTIONS", asan, 1);
+    h_mpi_env();
     if (h_sh(out, sizeof out, "mpirun --version") != 0) {
         printf("test_dist: %s was built with MPI but mpirun does not run: %s\n0 passed, 1 failed\n", g_bin, out);
         h_rm_rf(g_dir);

@@ -2,16 +2,21 @@
  * configuration errors with their messages, save then resume giving the uninterrupted run's weights
  * bit for bit, the resume conflict check, evaluation, shard bounds, and data parallelism over a
  * transport of the test's own (two threads and shared memory instead of MPI): two ranks give the
- * weights of one process summing the same two micro-batches (--accum 2), bit for bit; and every bf16
- * strategy learns on the default corpus. The LLaMA family: every strategy learns, save / resume bit for
- * bit, two ranks equal --accum 2, a run started from a llama2.c model file (init), and a saved model's
- * loss recomputed from its file equal to the run's. */
+ * weights of one process summing the same two micro-batches (--accum 2), bit for bit; every bf16
+ * strategy learns on the default corpus. The run folder: the newest `keep` checkpoints, leftovers of
+ * killed saves removed, every damaged or edited file refused by name, skipped steps carried over a
+ * resume, the older layout read and resumed bit for bit, a folder checked before a run saves there;
+ * the divergence watch and its refusal to save. The LLaMA family: every strategy learns, save /
+ * resume bit for bit, two ranks equal --accum 2, a run started from a llama2.c model file (init), and
+ * a saved model's loss recomputed from its file equal to the run's. */
 #include "collage_run.h"
 #include "harness.h"
+#include "run_internal.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 static char g_dir[256], g_text[512];
 
@@ -45,7 +50,11 @@ static void expect_error(collage_run_config c, collage_status want, const char *
 static void test_bad_configs(void) {
     collage_run_config c = tiny();
     c.beta2 = 1.5;
-    expect_error(c, COLLAGE_ERR_ARG, "betas");
+    expect_error(c, COLLAGE_ERR_ARG, "beta2 1.5: it takes a value in (0, 1)");
+    c = tiny(); c.lr = -1;
+    expect_error(c, COLLAGE_ERR_ARG, "lr -1");
+    c = tiny(); c.eps = 0;
+    expect_error(c, COLLAGE_ERR_ARG, "eps 0");
     c = tiny(); c.tokenizer = "klingon";
     expect_error(c, COLLAGE_ERR_ARG, "klingon");
     c = tiny(); c.model = "huge";
@@ -112,9 +121,18 @@ static void test_conflicts_and_errors(void) {
     collage_run_saved sv;
     CHECK(collage_run_read_saved(dir, &sv, err, sizeof err) == COLLAGE_OK, "%s", err);
     collage_run_config a = sv.cfg;
-    a.lr = 0.5;
-    CHECK(collage_run_conflict(&sv, &a, COLLAGE_RUN_LR, why, was, sizeof why) && strstr(why, "--lr 0.5"), "why '%s'", why);
-    CHECK(!collage_run_conflict(&sv, &a, COLLAGE_RUN_BATCH, why, was, sizeof why), "lr not given: no conflict");
+    char changes[512];
+    a.batch = 8;
+    CHECK(collage_run_conflict(&sv, &a, COLLAGE_RUN_BATCH, why, was, sizeof why) && strstr(why, "--batch 8") &&
+          strstr(was, "batch 4"), "why '%s', was '%s'", why, was);
+    CHECK(!collage_run_conflict(&sv, &a, COLLAGE_RUN_LR, why, was, sizeof why), "batch not given: no conflict");
+    /* the schedule and the optimizer's scalars may change: no conflict, but listed */
+    a = sv.cfg; a.lr = 0.5; a.clip = 2;
+    CHECK(!collage_run_conflict(&sv, &a, COLLAGE_RUN_LR | COLLAGE_RUN_CLIP, why, was, sizeof why), "lr is no conflict");
+    CHECK(collage_run_changes(&sv, &a, COLLAGE_RUN_LR | COLLAGE_RUN_CLIP, changes, sizeof changes) == 2 &&
+          strstr(changes, "--lr 0.5 (the saved run's 0.001)") && strstr(changes, "--clip 2 (the saved run's 1)"),
+          "changes '%s'", changes);
+    CHECK(collage_run_changes(&sv, &a, COLLAGE_RUN_WD, changes, sizeof changes) == 0, "wd not given, not changed");
     a = sv.cfg; a.model = "gpt2";
     CHECK(collage_run_conflict(&sv, &a, COLLAGE_RUN_MODEL, why, was, sizeof why) && strstr(why, "gpt2"), "why '%s'", why);
     /* resume with the wrong data: refused with a message, nothing allocated */
@@ -426,6 +444,218 @@ static void test_two_ranks_equal_accum(void) {
     }
 }
 
+/* ---------------------------------------------------------------- the run folder */
+static int sh(const char *fmt, const char *a, const char *b) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, fmt, a, b);
+    return system(cmd);
+}
+static void copy_dir(const char *src, const char *dst) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", dst, src, dst);
+    if (system(cmd) != 0) printf("    could not copy %s\n", src);
+}
+static void flip_byte(const char *path, long at) {
+    FILE *f = fopen(path, "r+b");
+    if (!f) return;
+    fseek(f, at, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, at, SEEK_SET);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+static int weights_equal(const collage_run *a, const collage_run *b) {
+    size_t n = collage_run_get_info(a).params, wb = collage_run_get_config(a)->strategy == COLLAGE_FP32 ? 4 : 2;
+    return n == collage_run_get_info(b).params && !memcmp(collage_run_params(a), collage_run_params(b), n * wb);
+}
+/* A run of tiny() resumed from dir, or NULL (err says why). */
+static collage_run *resume(const char *dir, char *err) {
+    collage_run_saved sv;
+    collage_run *r = NULL;
+    if (collage_run_read_saved(dir, &sv, err, 1024) != COLLAGE_OK) return NULL;
+    collage_run_config c = sv.cfg;
+    c.data = g_text;
+    collage_run_create(&c, NULL, dir, &r, err, 1024);
+    return r;
+}
+
+static void test_run_folder_keeps_the_newest(void) {
+    char err[1024], dir[512], ck[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s/folder", g_dir);
+    collage_run_config c = tiny();
+    collage_run *r = NULL;
+    double loss[1];
+    CHECK(collage_run_create(&c, NULL, NULL, &r, err, sizeof err) == COLLAGE_OK, "%s", err);
+    if (!r) return;
+    for (int k = 0; k < 5; k++) CHECK(!steps(r, 1, loss) && collage_run_save(r, dir) == COLLAGE_OK, "save %d: %s", k + 1, collage_run_error(r));
+    CHECK(h_checkpoint(dir, ck, sizeof ck) == 2 && strstr(ck, "step-00000005"), "keep 2: %s", ck);
+    collage_checkpoint found;
+    CHECK(collage_checkpoint_find(dir, &found, err, sizeof err) == COLLAGE_OK && found.step == 5 && found.older == 1 &&
+          strstr(found.previous, "step-00000004"), "find: step %d, %d older, previous '%s'", found.step, found.older,
+          found.previous);
+    CHECK(collage_checkpoint_verify(dir, NULL, err, sizeof err) == COLLAGE_OK, "verify: %s", err);
+    /* what killed saves leave: a half-written checkpoint folder, a half-removed one, a temporary file */
+    snprintf(path, sizeof path, "%s/step-00000009.tmp", dir);
+    sh("mkdir -p %s && echo x > %s/model.bin", path, path);
+    sh("mkdir -p %s/.trash-step-00000001 && touch %s/model.bin.tmp.4242", dir, dir);
+    CHECK(!steps(r, 1, loss) && collage_run_save(r, dir) == COLLAGE_OK, "save 6: %s", collage_run_error(r));
+    char out[256] = "";
+    snprintf(path, sizeof path, "ls -a %s | grep -c -e tmp -e trash", dir);
+    FILE *p = popen(path, "r");
+    if (p) { if (!fgets(out, sizeof out, p)) out[0] = 0; pclose(p); }
+    CHECK(atoi(out) == 0, "leftovers of killed saves remain in %s", dir);
+    CHECK(h_checkpoint(dir, ck, sizeof ck) == 2 && strstr(ck, "step-00000006"), "after the 6th save: %s", ck);
+    /* a diverged run saves nothing: the folder keeps what it had */
+    r->cfg.max_skips = 3;
+    collage_status st = COLLAGE_OK;
+    for (int k = 0; k < 3; k++) st = run_watch(r, COLLAGE_OK, 7 + k, 1.0, 1);
+    CHECK(st == COLLAGE_ERR_NONFINITE && r->diverged == 9 && strstr(collage_run_error(r), "steps 7 to 9"), "3 skips: %s",
+          collage_run_error(r));
+    collage_run_step_info info;
+    CHECK(collage_run_step(r, &info) == COLLAGE_ERR_NONFINITE, "a diverged run stepped on");
+    CHECK(collage_run_save(r, dir) == COLLAGE_ERR_NONFINITE && h_checkpoint(dir, ck, sizeof ck) == 2 &&
+          strstr(ck, "step-00000006"), "a diverged run saved: %s", ck);
+    collage_run_free(r);
+}
+
+static void test_divergence_watch(void) {
+    char err[1024];
+    collage_run_config c = tiny();
+    c.max_skips = 3;
+    collage_run *r = NULL;
+    CHECK(collage_run_create(&c, NULL, NULL, &r, err, sizeof err) == COLLAGE_OK, "%s", err);
+    if (!r) return;
+    /* skipped, clean, skipped, skipped: the streak restarts, no divergence */
+    int skipped[] = {1, 0, 1, 1};
+    for (int k = 0; k < 4; k++) run_watch(r, COLLAGE_OK, k + 1, 2.0, skipped[k]);
+    CHECK(!r->diverged && r->streak == 2 && r->first_bad == 3 && r->skipped == 3, "diverged %d, streak %d from %d, %d skipped",
+          r->diverged, r->streak, r->first_bad, r->skipped);
+    CHECK(strstr(collage_run_error(r), "step 4: the gradient holds NaN or Inf; the step was skipped") &&
+          strstr(collage_run_error(r), "2 in a row"), "skip message: %s", collage_run_error(r));
+    /* a non-finite loss: divergence at once, naming the first bad step of the streak */
+    CHECK(run_watch(r, COLLAGE_OK, 5, (double)NAN, 1) == COLLAGE_ERR_NONFINITE && r->diverged == 5 &&
+          strstr(collage_run_error(r), "diverged at step 5: the loss is NaN") && strstr(collage_run_error(r), "from step 3"),
+          "%s", collage_run_error(r));
+    collage_run_free(r);
+}
+
+/* A skipped step advances the run (data, schedule) but not the optimizer: train.state carries the
+ * count, so that such a run resumes, and bit for bit. */
+static void test_skipped_steps_resume(void) {
+    char err[1024], dir[512];
+    snprintf(dir, sizeof dir, "%s/skipped", g_dir);
+    collage_run_config c = tiny();
+    collage_run *a = NULL, *b = NULL, *d = NULL;
+    double loss[4];
+    int ok = collage_run_create(&c, NULL, NULL, &a, err, sizeof err) == COLLAGE_OK &&
+             collage_run_create(&c, NULL, NULL, &b, err, sizeof err) == COLLAGE_OK && !steps(a, 2, loss) && !steps(b, 2, loss);
+    CHECK(ok, "%s", err);
+    if (!ok) { collage_run_free(a); collage_run_free(b); return; }
+    a->step++; a->skipped++; /* what collage_run_step does when the update is skipped */
+    b->step++; b->skipped++;
+    CHECK(collage_run_save(b, dir) == COLLAGE_OK, "%s", collage_run_error(b));
+    d = resume(dir, err);
+    CHECK(d && collage_run_get_info(d).step == 3, "resume after a skipped step: %s", d ? "wrong step" : err);
+    if (d) {
+        CHECK(!steps(a, 3, loss) && !steps(d, 3, loss), "steps after the skip");
+        CHECK(weights_equal(a, d), "resumed after a skipped step: weights differ from the uninterrupted run");
+    }
+    collage_run_free(a); collage_run_free(b); collage_run_free(d);
+}
+
+/* Damaged or edited files are refused, each by its name. */
+static void test_damaged_files_refused(void) {
+    char err[1024] = "", src[512], dir[512], ck[1024], path[1200];
+    snprintf(src, sizeof src, "%s/folder", g_dir); /* test_run_folder_keeps_the_newest's */
+    snprintf(dir, sizeof dir, "%s/damaged", g_dir);
+    struct { const char *file, *how, *want; } cases[] = {
+        {"model.bin", "flip", "model.bin' is damaged"},
+        {"optimizer.state", "flip", "optimizer.state' is damaged"},
+        {"optimizer.state", "truncate", "(truncated or replaced)"},
+        {"train.state", "edit", "damaged or was edited"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        copy_dir(src, dir);
+        h_checkpoint(dir, ck, sizeof ck);
+        snprintf(path, sizeof path, "%s/%s", ck, cases[i].file);
+        if (!strcmp(cases[i].how, "flip")) flip_byte(path, 3000);
+        else if (!strcmp(cases[i].how, "truncate")) CHECK(truncate(path, 1000) == 0, "truncate %s", path);
+        else sh("sed -i 's/^lr 0.001$/lr 0.002/' %s%s", path, "");
+        collage_status st = !strcmp(cases[i].file, "model.bin") ? collage_checkpoint_verify(dir, "model.bin", err, sizeof err)
+                                                                 : COLLAGE_OK;
+        collage_run *r = NULL;
+        if (strcmp(cases[i].file, "model.bin")) {
+            r = resume(dir, err);
+            st = r ? COLLAGE_OK : COLLAGE_ERR_FORMAT;
+        }
+        CHECK(st != COLLAGE_OK && strstr(err, cases[i].want), "%s %s: '%s' (want '%s')", cases[i].how, cases[i].file, err,
+              cases[i].want);
+        collage_run_free(r);
+    }
+}
+
+/* The older layout (the files directly in the folder, train.state version 1 without checksums) is
+ * read and resumed bit for bit; a run resumed there saves step-N folders beside it and removes it
+ * once it falls out of the newest `keep`. */
+static void test_older_layout(void) {
+    char err[1024], src[512], dir[512], ck[1024], cmd[8192], model[1200];
+    snprintf(src, sizeof src, "%s/folder", g_dir);
+    snprintf(dir, sizeof dir, "%s/legacy", g_dir);
+    h_checkpoint(src, ck, sizeof ck);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir %s && cp %s/model.bin %s/optimizer.state %s/ && sed -e '1s/.*/collage-train 1/' "
+             "-e '/^skipped /d' -e '/^run_id /d' -e '/^file /d' -e '/^checksum /d' %s/train.state > %s/train.state", dir, dir,
+             ck, ck, dir, ck, dir);
+    CHECK(system(cmd) == 0, "cannot write the older layout into %s", dir);
+    collage_run *a = resume(src, err), *b = resume(dir, err);
+    double loss[2];
+    CHECK(a && b, "resume: %s", err);
+    if (a && b) {
+        CHECK(collage_run_get_info(b).step == collage_run_get_info(a).step, "older layout at step %d, not %d",
+              collage_run_get_info(b).step, collage_run_get_info(a).step);
+        CHECK(!steps(a, 1, loss) && !steps(b, 1, loss) && weights_equal(a, b), "older layout: weights differ after a step");
+        CHECK(collage_checkpoint_model(dir, model, sizeof model, err, sizeof err) == COLLAGE_OK && strstr(model, "legacy/model.bin"),
+              "model of the older layout: '%s' %s", model, err);
+        CHECK(collage_checkpoint_check_folder(dir, dir, 0, err, sizeof err) == COLLAGE_OK, "saving where it resumed: %s", err);
+        CHECK(collage_run_save(b, dir) == COLLAGE_OK, "%s", collage_run_error(b));
+        snprintf(model, sizeof model, "%s/train.state", dir);
+        CHECK(access(model, F_OK) == 0 && h_checkpoint(dir, ck, sizeof ck) == 1, "the older checkpoint is one of the 2 kept");
+        CHECK(!steps(b, 1, loss) && collage_run_save(b, dir) == COLLAGE_OK, "%s", collage_run_error(b));
+        CHECK(access(model, F_OK) != 0 && h_checkpoint(dir, ck, sizeof ck) == 2, "the older checkpoint beyond keep 2 stays");
+    }
+    collage_run_free(a); collage_run_free(b);
+}
+
+/* A folder is checked before a run saves into it: created, written to, and refused when a save there
+ * would remove checkpoints of another run or newer ones of the resumed run. */
+static void test_check_folder(void) {
+    char err[1024], path[600], older[600];
+    struct { const char *dir, *resume; int overwrite; collage_status want; const char *needle; } cases[] = {
+        {"new/run", NULL, 0, COLLAGE_OK, ""},
+        {"afile", NULL, 0, COLLAGE_ERR_IO, "is a file"},
+        {"/proc/collage-test", NULL, 0, COLLAGE_ERR_IO, "cannot create the folder '/proc/collage-test'"},
+        {"folder", NULL, 0, COLLAGE_ERR_ARG, "holds a checkpoint of another run (step 6)"},
+        {"folder", NULL, 1, COLLAGE_OK, ""},
+        {"folder", "folder", 0, COLLAGE_OK, ""},
+        {"folder", "folder/step-00000005", 0, COLLAGE_ERR_ARG, "holds step 6 of this run, newer than step 5"},
+        {"folder", "skipped", 0, COLLAGE_ERR_ARG, "another run than"},
+    };
+    snprintf(path, sizeof path, "%s/afile", g_dir);
+    FILE *f = fopen(path, "w");
+    if (f) fclose(f);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (cases[i].dir[0] == '/') snprintf(path, sizeof path, "%s", cases[i].dir);
+        else snprintf(path, sizeof path, "%s/%s", g_dir, cases[i].dir);
+        if (cases[i].resume) snprintf(older, sizeof older, "%s/%s", g_dir, cases[i].resume);
+        err[0] = 0;
+        collage_status st = collage_checkpoint_check_folder(path, cases[i].resume ? older : NULL, cases[i].overwrite, err,
+                                                            sizeof err);
+        CHECK(st == cases[i].want && strstr(err, cases[i].needle), "case %zu (%s): status %d, want %d: '%s'", i, path, st,
+              cases[i].want, err);
+    }
+    snprintf(path, sizeof path, "%s/folder/step-00000006", g_dir);
+    CHECK(access(path, F_OK) == 0, "a check removed %s", path);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/collage-run-XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
@@ -441,6 +671,12 @@ int main(void) {
     RUN(test_shard_bounds);
     RUN(test_two_ranks_equal_accum);
     RUN(test_every_bf16_strategy_learns);
+    RUN(test_run_folder_keeps_the_newest);
+    RUN(test_divergence_watch);
+    RUN(test_skipped_steps_resume);
+    RUN(test_damaged_files_refused);
+    RUN(test_older_layout);
+    RUN(test_check_folder);
     RUN(test_llama_every_strategy_learns);
     RUN(test_llama_save_resume);
     RUN(test_llama_init_and_eval);

@@ -11,23 +11,22 @@ static inline float NN_BF16_NAME(nn_rnd_bf16)(int bf, float v) { (void)bf; retur
 #define real float
 #define act uint16_t
 #define LD(x) bf16_f32(x)
-/* OPS_LANES bf16 values widened to a vector of float (exact: the bits shifted into the high half) */
+/* LDV(v, p): v = OPS_LANES bf16 values at p widened to float (exact: the bits moved to the high half) */
 typedef uint16_t NN_BF16_NAME(u16v) __attribute__((vector_size(32)));
 typedef uint32_t NN_BF16_NAME(u32v) __attribute__((vector_size(64)));
 typedef float NN_BF16_NAME(f32v) __attribute__((vector_size(64)));
 #ifdef __AVX512F__
 #include <immintrin.h> /* one vpmovzxwd from memory (GCC 12 splits the generic conversion in halves) */
-static inline NN_BF16_NAME(f32v) NN_BF16_NAME(ldv_bf16)(const uint16_t *p) {
-    return (NN_BF16_NAME(f32v))_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p)), 16);
-}
+#define LDV(v, p) \
+    ((v) = (NN_BF16_NAME(f32v))_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
 #else
-static inline NN_BF16_NAME(f32v) NN_BF16_NAME(ldv_bf16)(const uint16_t *p) {
-    NN_BF16_NAME(u16v) h;
-    memcpy(&h, p, sizeof h);
-    return (NN_BF16_NAME(f32v))(__builtin_convertvector(h, NN_BF16_NAME(u32v)) << 16);
-}
+#define LDV(v, p)                                                                    \
+    do {                                                                             \
+        NN_BF16_NAME(u16v) h_;                                                       \
+        memcpy(&h_, (p), sizeof h_);                                                 \
+        (v) = (NN_BF16_NAME(f32v))(__builtin_convertvector(h_, NN_BF16_NAME(u32v)) << 16); \
+    } while (0)
 #endif
-#define LDV(p) NN_BF16_NAME(ldv_bf16)(p)
 #define ST(bf, v) ((void)(bf), (uint16_t)(f32_bits(nn_rnd_f32(1, v)) >> 16)) /* bf16_rn_bits, branch-free */
 #define SUF(name) NN_BF16_NAME(nn_##name##_bf16)
 #define R_EXP nn_exp_f32

@@ -6,7 +6,7 @@
 #define real float
 #define act float
 #define LD(x) (x)
-#define LDV(p) nn_ldr_f32(p)
+#define LDV(v, p) memcpy(&(v), (p), sizeof(v))
 #define ST(bf, v) nn_rnd_f32(bf, v)
 #define OPS_REAL_GEMM
 #define SUF(name) nn_##name##_f32

@@ -6,7 +6,7 @@
 #define real double
 #define act double
 #define LD(x) (x)
-#define LDV(p) nn_ldr_f64(p)
+#define LDV(v, p) memcpy(&(v), (p), sizeof(v))
 #define ST(bf, v) ((void)(bf), (v))
 #define OPS_REAL_GEMM
 #define SUF(name) nn_##name##_f64
