@@ -136,11 +136,10 @@ static void test_exact_resume(void) {
  * accepted); eval and sample read its llama2.c file; --init starts a run from it and refuses a preset
  * beside it. */
 static void test_llama_commands(void) {
-    char out[8192], la[600], lb[600], save[600], model[700];
+    char out[8192], la[600], lb[600], save[600], ck[1024], model[1100];
     snprintf(la, sizeof la, "%s/llama-full.jsonl", g_dir);
     snprintf(lb, sizeof lb, "%s/llama-half.jsonl", g_dir);
     snprintf(save, sizeof save, "%s/llama", g_dir);
-    snprintf(model, sizeof model, "%s/model.bin", save);
     int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN_LLAMA " --precision collage-light --steps 6 --log %s", g_bin,
                   g_text, la);
     CHECK(rc == 0, "llama run: %s", out);
@@ -156,6 +155,8 @@ static void test_llama_commands(void) {
     for (int i = 0; i < na && i < nb; i++) CHECK(a[i] == b[i], "llama step %d: %.6f vs resumed %.6f", i + 1, a[i], b[i]);
     rc = h_sh(out, sizeof out, "%s train --data %s --threads 1 --quiet --kv-heads 4 --resume %s", g_bin, g_text, save);
     CHECK(rc != 0 && strstr(out, "--kv-heads 4"), "resume with another --kv-heads: rc %d: %s", rc, out);
+    h_checkpoint(save, ck, sizeof ck);
+    snprintf(model, sizeof model, "%s/model.bin", ck);
     FILE *f = fopen(model, "rb");
     int32_t h[7] = {0};
     CHECK(f && fread(h, sizeof h, 1, f) == 1, "no %s", model);

@@ -271,9 +271,8 @@ static void test_llama_save_resume(void) {
  * refuses a preset beside it; the loss of a saved model, recomputed from its file on a loader of the same
  * data, equals the run's own evaluation (fp32: the file holds the run's weights exactly). */
 static void test_llama_init_and_eval(void) {
-    char err[1024], dir[512], path[600];
+    char err[1024], dir[512], ck[1024], path[1100];
     snprintf(dir, sizeof dir, "%s/llama-init", g_dir);
-    snprintf(path, sizeof path, "%s/model.bin", dir);
     collage_run_config c = llama_small_run();
     c.dim = 32; c.batch = 4; c.seq = 16; c.steps = 4; c.data = g_text; c.strategy = COLLAGE_FP32;
     collage_run *a = NULL, *b = NULL;
@@ -282,6 +281,8 @@ static void test_llama_init_and_eval(void) {
              collage_run_save(a, dir) == COLLAGE_OK;
     CHECK(ok, "%s", err);
     if (!ok) { collage_run_free(a); return; }
+    h_checkpoint(dir, ck, sizeof ck);
+    snprintf(path, sizeof path, "%s/model.bin", ck);
     collage_run_evaluate(a, COLLAGE_SPLIT_VAL, 4, &va);
     /* the saved file, loaded as `collage eval` loads it */
     collage_model_config mc;
