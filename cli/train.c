@@ -73,7 +73,7 @@ typedef struct {
 #define O(field) offsetof(train_opts, field)
 #define FS(flag, field, bit) {flag, F_STR, O(field), bit, 0, 0, 0, 0, 0, 0}
 #define FI(flag, field, bit, min, max) {flag, F_INT, O(field), bit, min, max, 0, 0, 0, 0}
-#define FD(flag, field, bit, lo, hi, lo_open, hi_open) {flag, F_DBL, O(field), bit, 0, 0, lo, hi, lo_open, hi_open}
+#define FD(flag, field, bit, lo, hi, lo_open, hi_open) {flag, F_DBL, O(field), bit, 0, 0, lo, (double)(hi), lo_open, hi_open}
 static const flag_spec FLAGS[] = {
     FS("--data", cfg.data, 0), FS("--tokenizer", cfg.tokenizer, COLLAGE_RUN_TOKENIZER), FS("--model", cfg.model, COLLAGE_RUN_MODEL),
     FS("--save", save, 0), FS("--resume", resume, 0), FS("--log", log, 0), FS("--summary", summary, 0),
