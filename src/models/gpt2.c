@@ -471,31 +471,17 @@ collage_status collage_gpt_backward(collage_gpt *m) {
     return COLLAGE_OK;
 }
 
-/* memset over OpenMP threads in fixed 1 MiB pieces: one core's stores reach about half the bandwidth
- * that two reach, and the gradient slab (500 MB for gpt2 in fp32) is cleared every step. */
-static void zero_par(void *p, size_t bytes) {
-    const size_t piece = (size_t)1 << 20;
-    const long np = (long)((bytes + piece - 1) / piece);
-    const int nt = collage__threads();
-    (void)nt; /* unused without OpenMP */
-#pragma omp parallel for schedule(static) num_threads(nt) if (np > 4)
-    for (long k = 0; k < np; k++) {
-        const size_t a = (size_t)k * piece, len = bytes - a < piece ? bytes - a : piece;
-        memset((char *)p + a, 0, len);
-    }
-}
-
 void *collage_gpt_grads(collage_gpt *m) {
     if (!m) return NULL;
     if (!m->grads16) return m->grads;
     if (m->grads16_zero) /* cleared only when read before a backward: a backward after zero_grad writes it */
-        zero_par(m->grads16, m->P.nparams * sizeof(collage_bf16));
+        collage__zero_par(m->grads16, m->P.nparams * sizeof(collage_bf16));
     return m->grads16;
 }
 
 void collage_gpt_zero_grad(collage_gpt *m) {
     if (!m) return;
-    if (m->grads) zero_par(m->grads, m->P.nparams * m->esize);
+    if (m->grads) collage__zero_par(m->grads, m->P.nparams * m->esize);
     if (m->grads16) m->grads16_zero = 1;
 }
 

@@ -199,29 +199,16 @@ collage_status gm_backward(gm_model *m) {
     return COLLAGE_OK;
 }
 
-/* memset over the threads in fixed 1 MiB pieces: the gradient slab is cleared every step. */
-static void zero_par(void *p, size_t bytes) {
-    const size_t piece = (size_t)1 << 20;
-    const long np = (long)((bytes + piece - 1) / piece);
-    const int nt = collage__threads();
-    (void)nt; /* unused without OpenMP */
-#pragma omp parallel for schedule(static) num_threads(nt) if (np > 4)
-    for (long k = 0; k < np; k++) {
-        const size_t a = (size_t)k * piece, len = bytes - a < piece ? bytes - a : piece;
-        memset((char *)p + a, 0, len);
-    }
-}
-
 void *gm_grads(gm_model *m) {
     if (!m) return NULL;
     if (!m->grads16) return m->grads;
-    if (m->grads16_zero) zero_par(m->grads16, m->sz.nparams * sizeof(collage_bf16)); /* a backward would write it */
+    if (m->grads16_zero) collage__zero_par(m->grads16, m->sz.nparams * sizeof(collage_bf16)); /* a backward would write it */
     return m->grads16;
 }
 
 void gm_zero_grad(gm_model *m) {
     if (!m) return;
-    if (m->grads) zero_par(m->grads, m->sz.nparams * m->esize);
+    if (m->grads) collage__zero_par(m->grads, m->sz.nparams * m->esize);
     if (m->grads16) m->grads16_zero = 1;
 }
 
