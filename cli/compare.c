@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "collage_data.h" /* collage_atomic_*: every output file is written to a temporary name, then renamed */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -65,9 +66,10 @@ static void compare_usage(FILE *f) {
             "  --threads T         threads per run (default: cores / jobs)\n"
             "  --eval-every N      validation interval (default steps/20)\n"
             "Other flags go to `collage train` unchanged; the defaults, docs/training.md:\n"
-            "  --model tiny (2 layers, width 128, 4 heads; --model bert-tiny for masked LM), --seq 64, --batch 16,\n"
-            "  --lr 3e-4, warm-up steps/20,\n"
-            "  --wd 0.1, --clip 1.0, --eps 1e-8, on the fortunes corpus with 10%% held out.\n");
+            "  --model tiny (2 layers, width 128, 4 heads), --seq 64, --batch 16, --lr 3e-4, warm-up steps/20,\n"
+            "  --wd 0.1, --clip 1.0, --eps 1e-8, on the fortunes corpus with 10%% held out;\n"
+            "  --model llama-tiny compares on the LLaMA family (docs/llama.md), --model bert-tiny on a BERT\n"
+            "  encoder trained by masked LM.\n");
 }
 
 /* Comma-separated list of strategies ("all": every one). */
@@ -139,11 +141,11 @@ static int parse_compare(int argc, char **argv, compare_opts *o) {
         if (!v) { fprintf(stderr, "collage compare: %s needs a value\n", a); return -1; }
         if (!strcmp(a, "--precision")) bad = parse_strategies(v, o);
         else if (!strcmp(a, "--beta2")) bad = parse_beta2(v, o);
-        else if (!strcmp(a, "--seeds")) bad = cli_parse_int(a, v, &o->seeds);
-        else if (!strcmp(a, "--steps")) bad = cli_parse_int(a, v, &o->steps);
-        else if (!strcmp(a, "--jobs")) bad = cli_parse_int(a, v, &o->jobs);
-        else if (!strcmp(a, "--threads")) bad = cli_parse_int(a, v, &o->threads);
-        else if (!strcmp(a, "--eval-every")) bad = cli_parse_int(a, v, &o->eval_every);
+        else if (!strcmp(a, "--seeds")) bad = cli_parse_range("compare", a, v, 1, MAX_SEEDS, &o->seeds);
+        else if (!strcmp(a, "--steps")) bad = cli_parse_range("compare", a, v, 1, INT_MAX, &o->steps);
+        else if (!strcmp(a, "--jobs")) bad = cli_parse_range("compare", a, v, 1, 1024, &o->jobs);
+        else if (!strcmp(a, "--threads")) bad = cli_parse_threads("compare", v, &o->threads);
+        else if (!strcmp(a, "--eval-every")) bad = cli_parse_range("compare", a, v, 1, INT_MAX, &o->eval_every);
         else if (!strcmp(a, "--seed")) { bad = cli_parse_size(a, v, &z); o->seed = z; }
         else if (!strcmp(a, "--out")) o->out = v;
         else {
@@ -153,10 +155,6 @@ static int parse_compare(int argc, char **argv, compare_opts *o) {
         }
         if (bad) return -1;
         i++;
-    }
-    if (o->seeds < 1 || o->seeds > MAX_SEEDS || o->steps < 1) {
-        fprintf(stderr, "collage compare: --seeds must be in 1..%d and --steps positive\n", MAX_SEEDS);
-        return -1;
     }
     if (o->jobs <= 0) o->jobs = (int)cpus;
     if (o->threads <= 0) o->threads = (int)cpus / o->jobs > 0 ? (int)cpus / o->jobs : 1;
@@ -816,6 +814,22 @@ static int write_outputs(const compare_opts *o, const run_t *runs, int nruns, co
     return rc;
 }
 
+/* --out/runs created and written to before the first run starts. 0, or -1 after a message. */
+static int prepare_out(const char *out) {
+    char path[4200], err[1024] = "";
+    collage_atomic_file probe;
+    snprintf(path, sizeof path, "%s/runs", out);
+    int bad = cli_mkdir_p(path) != 0;
+    if (bad) snprintf(err, sizeof err, "cannot create '%.900s': %s", path, strerror(errno));
+    snprintf(path, sizeof path, "%s/runs/.write-test", out);
+    if (!bad) {
+        bad = collage_atomic_open(&probe, path, err, sizeof err) != COLLAGE_OK;
+        if (!bad) collage_atomic_abort(&probe);
+    }
+    if (bad) fprintf(stderr, "collage compare: --out '%s': %s\nhint: --out takes a folder you can write to\n", out, err);
+    return bad ? -1 : 0;
+}
+
 int cmd_compare(int argc, char **argv) {
     compare_opts o;
     if (parse_compare(argc, argv, &o)) return 2;
@@ -827,13 +841,7 @@ int cmd_compare(int argc, char **argv) {
         size_t len = strlen(cmdline);
         snprintf(cmdline + len, sizeof cmdline - len, " %s", argv[i]);
     }
-    char path[4200];
-    snprintf(path, sizeof path, "%s/runs", o.out);
-    if (cli_mkdir_p(path)) {
-        fprintf(stderr, "collage compare: cannot create '%s': %s\nhint: --out takes a writable folder\n", path, strerror(errno));
-        free(runs);
-        return 1;
-    }
+    if (prepare_out(o.out)) { free(runs); return 1; }
     sched_t S = {.tty = isatty(1)};
     if (plan_runs(&o, runs, &S.finished)) { fprintf(stderr, "collage compare: too many flags\n"); free(runs); return 2; }
     printf("collage compare: %d runs (%d strategies x %d beta2 x %d seeds), %d steps each, %d side by side with %d thread%s each; "

@@ -56,7 +56,7 @@ void print_header(const train_opts *o, const collage_run_info *in) {
     const collage_model_config *c = &in->model;
     printf("collage train: %s, %zu parameters (L%d H%d C%d, context %d, vocab %d), %s tokenizer, %zu train tokens\n"
            "  precision %s (%.0f bytes/param of training state), batch %d x %d, %d steps, lr %g, beta2 %g, %d threads\n",
-           o->cfg.model ? o->cfg.model : "custom", in->params, c->num_layers, c->num_heads, c->channels, c->max_seq_len,
+           o->cfg.model ? o->cfg.model : collage_family_name(c->family), in->params, c->num_layers, c->num_heads, c->channels, c->max_seq_len,
            c->vocab_size, o->cfg.tokenizer, in->train_tokens, collage_strategy_name(o->cfg.strategy), in->memory.total,
            o->cfg.batch, o->cfg.seq, o->cfg.steps, o->cfg.lr, o->cfg.beta2, collage_get_threads());
     printf("  products: %s; memory (MiB): weights %.1f, optimizer state %.1f, gradients %.1f, activations %.1f, "
@@ -90,6 +90,28 @@ void log_step(FILE *f, const collage_run_step_info *s, const collage_scores *val
     if (!isnan(val->accuracy)) json_num(f, "val_accuracy", val->accuracy, "%.6f");
     fprintf(f, "}\n");
     fflush(f);
+}
+
+int log_trim(const char *path, int step) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0; /* nothing logged yet */
+    char err[1024], line[8192];
+    collage_atomic_file af;
+    if (collage_atomic_open(&af, path, err, sizeof err) != COLLAGE_OK) {
+        fclose(f);
+        fprintf(stderr, "collage train: --log: %s\n", err);
+        return -1;
+    }
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "{\"step\":");
+        if (!p || atoi(p + 8) <= step) fputs(line, af.f);
+    }
+    fclose(f);
+    if (collage_atomic_commit(&af, err, sizeof err) != COLLAGE_OK) {
+        fprintf(stderr, "collage train: --log: %s\n", err);
+        return -1;
+    }
+    return 0;
 }
 
 void print_step(const train_opts *o, const collage_run_step_info *s, const collage_scores *val, double tps, double ms,

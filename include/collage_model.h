@@ -1,10 +1,10 @@
 /* collage_model.h — the model interface of libcollage: one opaque model object for every family
- * (GPT-2, a decoder; BERT, an encoder trained by masked language modelling; another family adds a file
- * in src/models/ and a row in its table). A model has a family, a config, a compute precision, a flat
- * parameter slab of named tensors (shapes and weight-decay flags), forward (mean loss; batches with
- * padding and unscored positions), backward (gradients accumulated into a slab of the same layout),
- * next-token logits (decoders) or the logits of chosen positions (encoders), and a checkpoint format of
- * its family. */
+ * (GPT-2 and LLaMA, decoders; BERT, an encoder trained by masked language modelling; another family
+ * adds a file in src/models/ and a row in its table). A model has a family, a config, a compute
+ * precision, a flat parameter slab of named tensors (shapes and weight-decay flags), forward (mean
+ * loss; batches with padding and unscored positions), backward (gradients accumulated into a slab of
+ * the same layout), next-token logits (decoders) or the logits of chosen positions (encoders), and a
+ * checkpoint format of its family. */
 #ifndef COLLAGE_MODEL_H
 #define COLLAGE_MODEL_H
 
@@ -17,6 +17,8 @@ extern "C" {
 /* ---------------------------------------------------------------- families and configs */
 typedef enum {
     COLLAGE_FAMILY_GPT2 = 0,  /* "gpt2": llm.c's GPT-2 (LayerNorm, learned positions, GELU MLP) */
+    COLLAGE_FAMILY_LLAMA,     /* "llama": llama2.c's LLaMA (RMSNorm, rotary positions, grouped-query
+                                 attention, SwiGLU MLP, no biases) */
     COLLAGE_FAMILY_BERT,      /* "bert": a BERT/RoBERTa encoder (post-norm blocks, bidirectional attention
                                  with a padding mask, the masked-LM head tied to the token embedding) */
     COLLAGE_FAMILY_COUNT
@@ -42,12 +44,21 @@ typedef struct {
     int num_layers;        /* L */
     int num_heads;         /* NH, divides channels */
     int channels;          /* C */
+    /* LLaMA (0 in GPT-2) */
+    int num_kv_heads;      /* key/value heads, divides num_heads (equal: multi-head attention) */
+    int hidden_dim;        /* the SwiGLU MLP's hidden size */
+    int untied;            /* 1: a separate output matrix; 0: the logits use the token embedding */
+    double norm_eps;       /* RMSNorm's ε (llama2.c: 1e-5) */
+    double rope_theta;     /* the rotary embedding's base θ (10000) */
 } collage_model_config;
 
 /* Presets by name: "tiny" (GPT-2, L2 NH4 C128 T64, V 256), "small" (L6 NH6 C384 T256, V 256),
- * "gpt2" (L12 NH12 C768 T1024, V 50257 → 50304); "bert-tiny" (BERT, L2 NH2 C128 T128) and "bert-base"
- * (L12 NH12 C768 T512): V 257 → 320 (the bytes and the mask token) and 50258 → 50304 (GPT-2's BPE and
- * the mask token). */
+ * "gpt2" (L12 NH12 C768 T1024, V 50257 → 50304); "llama-tiny" (L2 NH4 KV2 C128 hidden 352 T64,
+ * V 256), "llama-small" (llama2.c's 15M shape: L6 NH6 C288 hidden 768 T256, V 256), "llama-110m"
+ * (llama2.c's 110M shape: L12 NH12 C768 hidden 2048 T1024, V 50257 of GPT-2's BPE in 50304 rows: 124M
+ * parameters), the LLaMA presets tied, ε 1e-5, θ 10000; "bert-tiny" (BERT, L2 NH2 C128 T128) and
+ * "bert-base" (L12 NH12 C768 T512): V 257 → 320 (the bytes and the mask token) and 50258 → 50304
+ * (GPT-2's BPE and the mask token). */
 collage_status collage_model_preset(const char *name, collage_model_config *out);
 /* The names of the presets, in order, NULL-terminated. */
 const char *const *collage_model_preset_names(void);
@@ -59,6 +70,13 @@ int            collage_model_text_vocab(const collage_model_config *cfg);
 /* The mask token of a masked-LM config (the id after the tokenizer's: 256 with the byte tokenizer,
  * 50257 with GPT-2's BPE); -1 for a family without one. */
 int            collage_model_mask_token(const collage_model_config *cfg);
+/* Reshape a config (a preset, say) by the sizes given (0: keep): layers, heads, key/value heads, width,
+ * MLP hidden size. Sizes that follow from others follow them unless given: key/value heads stay equal to
+ * the heads where they were (multi-head attention), the hidden size follows the width by the family's
+ * rule (LLaMA: 2/3 of 4·dim rounded up to a multiple of 32, as llama2.c). A size the family does not
+ * have is set all the same, and collage_model_check refuses it. */
+void           collage_model_config_resize(collage_model_config *cfg, int layers, int heads, int kv_heads, int dim,
+                                           int hidden);
 /* Shape check with a message ("channels 130 not divisible by num_heads 4"); msg may be NULL.
  * maxB, maxT: the batch the model is to be created for (0 = skip those checks). */
 collage_status collage_model_check(const collage_model_config *cfg, int maxB, int maxT, char *msg, size_t cap);
@@ -71,6 +89,10 @@ typedef struct {
     int ndim;
     size_t shape[4];
     int decay;             /* 1: a matrix that takes weight decay; 0: bias or norm */
+    int product;           /* 1: the matrix of a product every token goes through (2 FLOPs per weight and
+                              token forward, 4 backward); 2: one only the scored positions go through (a
+                              masked-LM head); 0: a table (positions, an untied embedding), a bias or a
+                              norm */
 } collage_tensor_info;
 /* The most tensors of any family, for arrays on the stack: the two calls below never return more. */
 #define COLLAGE_MODEL_MAX_TENSORS 64
@@ -186,9 +208,10 @@ int            collage_sample_logits(const float *logits, int V, float temperatu
  * at once, the value comes back when the last of them returns). */
 
 /* ---------------------------------------------------------------- checkpoints */
-/* The family's checkpoint file (GPT-2: llm.c's format, fp32 version 3 or bf16 version 5; BERT: collage's
- * "collbert" format, a header with the config then the tensors by name, docs/numerics.md §8).
- * Save: params are float (bf16 = 0) or collage_bf16 (bf16 = 1); written atomically. */
+/* The family's checkpoint file (GPT-2: llm.c's format, fp32 version 3 or bf16 version 5; LLaMA:
+ * llama2.c's legacy fp32 format, docs/llama.md; BERT: collage's "collbert" format, a header with the
+ * config then the tensors by name, docs/numerics.md §8). Save: params are float (bf16 = 0) or
+ * collage_bf16 (bf16 = 1; a format without bf16 widens them); written atomically. */
 collage_status collage_model_save_file(const char *path, const collage_model_config *cfg, const void *params, int bf16,
                                        char *err, size_t cap);
 /* The config a checkpoint holds (its family found from the file's header), and whether its weights

@@ -4,7 +4,9 @@
  * bf16 and fp64, and what a family does not do is refused with a message; checkpoints of both formats
  * save, read their header and load back exactly (BERT's tensors by name, in any order), and failures name
  * the file; model calls, one at a time or on two threads at once, leave the caller's OpenBLAS thread
- * count as they found it. */
+ * count as they found it. The LLaMA family through the same interface: its presets, tensors (weight
+ * decay on matrices only), what a model of it runs on and holds, its checkpoint found by probing among
+ * the families (tests/test_llama.c tests the family itself). */
 #include "collage.h"
 #include "collage_data.h"
 #include "collage_model.h"
@@ -40,7 +42,8 @@ static void test_names_and_presets(void) {
           "family name");
     CHECK(collage_family_name(COLLAGE_FAMILY_COUNT) == NULL, "unknown family has a name");
     CHECK(collage_family_parse("gpt2", &f) == COLLAGE_OK && f == COLLAGE_FAMILY_GPT2, "parse gpt2");
-    CHECK(collage_family_parse("llama", &f) == COLLAGE_ERR_ARG, "parse llama");
+    CHECK(collage_family_parse("llama", &f) == COLLAGE_OK && f == COLLAGE_FAMILY_LLAMA, "parse llama");
+    CHECK(collage_family_parse("bert", &f) == COLLAGE_ERR_ARG, "parse bert");
     collage_real r;
     for (int k = 0; k < COLLAGE_REAL_COUNT; k++) {
         CHECK(collage_real_parse(collage_real_name((collage_real)k), &r) == COLLAGE_OK && r == (collage_real)k,
@@ -52,11 +55,17 @@ static void test_names_and_presets(void) {
               collage_real_size(COLLAGE_REAL_FP64) == 8, "real sizes");
     CHECK(collage_real_parse("fp8", &r) == COLLAGE_ERR_ARG, "parse fp8");
     const char *const *names = collage_model_preset_names();
-    static const char *want[] = {"tiny", "small", "gpt2", "bert-tiny", "bert-base"};
+    static const char *want[] = {"tiny", "small", "gpt2", "llama-tiny", "llama-small", "llama-110m", "bert-tiny", "bert-base"};
     int n = 0;
     while (names[n]) n++;
-    CHECK(n == 5, "%d presets", n);
-    for (int k = 3; k < 5 && k < n; k++) {
+    CHECK(n == 8, "%d presets", n);
+    for (int k = 3; k < 6 && k < n; k++) {
+        collage_model_config c;
+        CHECK(!strcmp(names[k], want[k]) && collage_model_preset(names[k], &c) == COLLAGE_OK &&
+                  c.family == COLLAGE_FAMILY_LLAMA && collage_model_check(&c, 1, c.max_seq_len, NULL, 0) == COLLAGE_OK,
+              "preset %d: %s", k, names[k]);
+    }
+    for (int k = 6; k < 8 && k < n; k++) {
         collage_model_config c, b;
         CHECK(strcmp(names[k], want[k]) == 0 && collage_model_preset(names[k], &c) == COLLAGE_OK &&
                   bert_preset(names[k], &b) == COLLAGE_OK && c.family == COLLAGE_FAMILY_BERT && !memcmp(&b, &c, sizeof c),
@@ -126,6 +135,39 @@ static void test_tensors_and_groups(void) {
                       pg[k].weight_decay == gg[k].weight_decay, "config %d group %d differs", i, k);
     }
     CHECK(collage_model_num_params(&cs[1]) == 124475904u, "gpt2 has %zu params", collage_model_num_params(&cs[1]));
+}
+
+/* LLaMA's tensors: llama2.c's in one slab (wq, wk, wv side by side per layer as wqkv; w1, w3 as w13), the
+ * output matrix only when untied; weight decay and the products' flag on matrices, off on the norms (and
+ * an untied embedding is no product). The 110M shape with GPT-2's vocabulary padded to 50304 rows:
+ * 123,587,328 parameters (123,551,232 in llama2.c's file). */
+static void test_llama_tensors_and_groups(void) {
+    static const char *names[] = {"tok_embeddings", "attention_norm", "wqkv", "wo", "ffn_norm", "w13", "w2", "norm",
+                                  "output"};
+    for (int untied = 0; untied < 2; untied++) {
+        collage_model_config c;
+        collage_model_preset("llama-tiny", &c);
+        c.untied = untied;
+        collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS];
+        collage_param_group g[COLLAGE_MODEL_MAX_TENSORS];
+        const int n = collage_model_tensors(&c, t, COLLAGE_MODEL_MAX_TENSORS);
+        CHECK(n == 8 + untied && collage_model_param_groups(&c, 0.1, g, COLLAGE_MODEL_MAX_TENSORS) == n, "%d tensors", n);
+        size_t off = 0;
+        for (int k = 0; k < n; k++) {
+            const int norm = strstr(t[k].name, "norm") != NULL;
+            CHECK(!strcmp(t[k].name, names[k]) && t[k].offset == off, "tensor %d: %s at %zu", k, t[k].name, t[k].offset);
+            CHECK(t[k].decay == !norm && g[k].weight_decay == (norm ? 0.0 : 0.1) && g[k].offset == t[k].offset,
+                  "%s: decay %d, group %g", t[k].name, t[k].decay, g[k].weight_decay);
+            CHECK(t[k].product == (!norm && !(k == 0 && untied)), "%s: product %d", t[k].name, t[k].product);
+            off += t[k].count;
+        }
+        CHECK(t[2].shape[0] == 2 && t[2].shape[1] == (4 + 2 * 2) * 32 && t[2].shape[2] == 128, "wqkv shape");
+        CHECK(t[5].shape[1] == 2 * 352 && t[6].shape[1] == 128 && t[6].shape[2] == 352, "w13, w2 shapes");
+    }
+    collage_model_config c;
+    collage_model_preset("llama-110m", &c);
+    CHECK(collage_model_num_params(&c) == 123587328u && c.padded_vocab_size == 50304,
+          "llama-110m has %zu params, %d embedding rows", collage_model_num_params(&c), c.padded_vocab_size);
 }
 
 static void test_init_matches_family(void) {
@@ -647,6 +689,42 @@ static void test_bert_checkpoint_errors(void) {
     free(w);
 }
 
+/* A LLaMA model through the interface: its file is found among the families' formats and round-trips;
+ * its products and memory are reported like GPT-2's; a GPT-2 file refuses to load as a llama. */
+static void test_llama_checkpoint_and_products(void) {
+    collage_model_config c, r;
+    collage_model_preset("llama-tiny", &c);
+    const size_t n = collage_model_num_params(&c);
+    float *w = malloc(n * sizeof *w), *back = malloc(n * sizeof *back);
+    char path[128], gpath[128], err[COLLAGE_ERR_LEN];
+    int bf = -1;
+    collage_model_init_weights(&c, SEED, w, n);
+    snprintf(path, sizeof path, "%s/llama.bin", g_dir);
+    CHECK(collage_model_save_file(path, &c, w, 0, err, sizeof err) == COLLAGE_OK, "save: %s", err);
+    CHECK(collage_model_read_header(path, &r, &bf, err, sizeof err) == COLLAGE_OK && !memcmp(&r, &c, sizeof c) && bf == 0,
+          "read_header: %s", err);
+    CHECK(collage_model_load_file(path, &c, back, 0, err, sizeof err) == COLLAGE_OK && !memcmp(back, w, n * sizeof *w),
+          "load: %s", err);
+    const collage_model_config g = micro_cfg();
+    snprintf(gpath, sizeof gpath, "%s/gpt.bin", g_dir);
+    float *wg = calloc(collage_model_num_params(&g), sizeof *wg);
+    CHECK(collage_model_save_file(gpath, &g, wg, 0, err, sizeof err) == COLLAGE_OK, "save gpt2: %s", err);
+    expect_fail(collage_model_load_file(gpath, &c, back, 0, err, sizeof err), COLLAGE_ERR_FORMAT, err, "gpt.bin", "family");
+    CHECK(strstr(err, "gpt2") && strstr(err, "llama"), "%s", err);
+    collage_model *m32 = NULL, *m16 = NULL;
+    CHECK(collage_model_create(&c, COLLAGE_REAL_FP32, 2, 16, &m32) == COLLAGE_OK &&
+              collage_model_create(&c, COLLAGE_REAL_BF16, 2, 16, &m16) == COLLAGE_OK, "create");
+    collage_model_memory a, b;
+    if (m32 && m16 && collage_model_memory_get(m32, &a) == COLLAGE_OK && collage_model_memory_get(m16, &b) == COLLAGE_OK) {
+        CHECK(!strcmp(collage_model_products(m32), "fp32 sgemm") && !strcmp(collage_model_products(m16), collage_bf16_products()),
+              "products: %s, %s", collage_model_products(m32), collage_model_products(m16));
+        CHECK(a.gradients == n * 4 && b.gradients >= n * 2 && b.gradients < n * 3 && b.activations < a.activations,
+              "memory: gradients %zu / %zu, activations %zu / %zu", a.gradients, b.gradients, a.activations, b.activations);
+    }
+    collage_model_free(m32); collage_model_free(m16);
+    free(w); free(back); free(wg);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/collage_test_model_XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
@@ -654,6 +732,7 @@ int main(void) {
     RUN(test_names_and_presets);
     RUN(test_check_messages);
     RUN(test_tensors_and_groups);
+    RUN(test_llama_tensors_and_groups);
     RUN(test_init_matches_family);
     RUN(test_model_matches_family);
     RUN(test_bf16_matmul);
@@ -667,6 +746,7 @@ int main(void) {
     RUN(test_gpt2_batch_calls);
     RUN(test_bert_checkpoint_round_trip);
     RUN(test_bert_checkpoint_errors);
+    RUN(test_llama_checkpoint_and_products);
     h_rm_rf(g_dir);
     return h_end();
 }

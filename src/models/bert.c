@@ -89,6 +89,7 @@ int bert_tensors(const collage_model_config *cfg, collage_tensor_info *out, int 
         for (int d = 0; d < 3 && sh[k][d]; d++) { t.shape[t.ndim++] = sh[k][d]; t.count *= sh[k][d]; }
         t.decay = k == BERT_WTE || k == BERT_WPE || k == BERT_WTT || k == BERT_QKVW || k == BERT_ATTPROJW ||
                   k == BERT_FCW || k == BERT_FCPROJW || k == BERT_HEADW;
+        t.product = k == BERT_WTE || k == BERT_HEADW ? 2 : bert_product_weight(k);
         if (out && k < cap) out[k] = t;
         off += t.count;
     }

@@ -498,6 +498,12 @@ static collage_status fam_preset(const char *name, collage_model_config *out) {
 
 static collage_status fam_check(const collage_model_config *cfg, int maxB, int maxT, char *msg, size_t cap) {
     const collage_gpt_config g = to_gpt(cfg);
+    if (cfg && (cfg->num_kv_heads || cfg->hidden_dim || cfg->untied || cfg->norm_eps != 0 || cfg->rope_theta != 0)) {
+        if (msg && cap)
+            snprintf(msg, cap, "gpt2 has no kv_heads, hidden_dim, untied output, norm_eps or rope_theta (its attention "
+                               "is multi-head, its MLP 4 x channels, its output the embedding)");
+        return COLLAGE_ERR_ARG;
+    }
     return collage_gpt_check(&g, maxB, maxT, msg, cap);
 }
 
@@ -508,7 +514,7 @@ static int fam_tensors(const collage_model_config *cfg, collage_tensor_info *out
     for (int k = 0; k < COLLAGE_GPT_NTENSORS && k < cap && out; k++)
         out[k] = (collage_tensor_info){.name = t[k].name, .offset = t[k].offset, .count = t[k].count,
                                        .ndim = t[k].ndim, .shape = {t[k].shape[0], t[k].shape[1], t[k].shape[2], 0},
-                                       .decay = t[k].decay};
+                                       .decay = t[k].decay, .product = t[k].decay && k != COLLAGE_GPT_WPE};
     return COLLAGE_GPT_NTENSORS;
 }
 

@@ -13,6 +13,7 @@
 /* The family table, in collage_family order: adding a family is a row here and a file in src/models/. */
 static const collage_model_family *const FAMILIES[COLLAGE_FAMILY_COUNT] = {
     [COLLAGE_FAMILY_GPT2] = &collage__gpt2_family,
+    [COLLAGE_FAMILY_LLAMA] = &collage__llama_family,
     [COLLAGE_FAMILY_BERT] = &collage__bert_family,
 };
 
@@ -93,6 +94,19 @@ int collage_model_text_vocab(const collage_model_config *cfg) {
 int collage_model_mask_token(const collage_model_config *cfg) {
     const collage_model_family *fam = family_of(cfg);
     return fam && fam->objective == COLLAGE_OBJECTIVE_MASKED_LM ? collage_model_text_vocab(cfg) : -1;
+}
+
+void collage_model_config_resize(collage_model_config *cfg, int layers, int heads, int kv_heads, int dim, int hidden) {
+    const collage_model_family *fam = family_of(cfg);
+    if (!cfg) return;
+    const int mha = cfg->num_kv_heads && cfg->num_kv_heads == cfg->num_heads;
+    if (layers) cfg->num_layers = layers;
+    if (heads) cfg->num_heads = heads;
+    if (dim) cfg->channels = dim;
+    if (kv_heads) cfg->num_kv_heads = kv_heads;
+    else if (mha) cfg->num_kv_heads = cfg->num_heads;
+    if (hidden) cfg->hidden_dim = hidden;
+    else if (dim && fam && fam->hidden_of) cfg->hidden_dim = fam->hidden_of(dim);
 }
 
 collage_status collage_model_check(const collage_model_config *cfg, int maxB, int maxT, char *msg, size_t cap) {
@@ -210,19 +224,6 @@ void collage__fill_normal(float *x, size_t count, size_t live, double sd, uint64
         double z[2];
         gauss_pair(key, (uint64_t)p, &z[0], &z[1]);
         for (long i = 2 * p; i < 2 * p + 2 && i < cnt; i++) x[i] = (size_t)i < live ? (float)(sd * z[i - 2 * p]) : 0.0f;
-    }
-}
-
-/* One core's stores reach about half the bandwidth that two reach. */
-void collage__zero_par(void *p, size_t bytes) {
-    const size_t piece = (size_t)1 << 20;
-    const long np = (long)((bytes + piece - 1) / piece);
-    const int nt = collage__threads();
-    (void)nt; /* unused without OpenMP */
-#pragma omp parallel for schedule(static) num_threads(nt) if (np > 4)
-    for (long k = 0; k < np; k++) {
-        const size_t a = (size_t)k * piece, len = bytes - a < piece ? bytes - a : piece;
-        memset((char *)p + a, 0, len);
     }
 }
 

@@ -19,6 +19,7 @@ typedef struct {
     /* Configuration. cfg->family is this family's in every call below. */
     collage_status (*preset)(const char *name, collage_model_config *out);  /* COLLAGE_ERR_ARG if not its own */
     int (*pad_vocab)(int vocab_size);       /* rows of the embedding for vocab_size tokens */
+    int (*hidden_of)(int dim);              /* the MLP's hidden size for a width (NULL: none in the config) */
     collage_status (*check)(const collage_model_config *cfg, int maxB, int maxT, char *msg, size_t cap);
     /* Tensors in slab order: writes at most cap, returns the total (0 for an invalid config). */
     int (*tensors)(const collage_model_config *cfg, collage_tensor_info *out, int cap);
@@ -63,10 +64,8 @@ extern const collage_model_family collage__bert_family;
 
 /* Helpers the families share (model.c). fill_normal: x[i] = sd·z_i for i < live, 0 for live ≤ i < count,
  * z a standard normal by Box–Muller from the counter-based words collage_rand32(key, ·): elements 2p and
- * 2p+1 depend only on (key, p), so the tensor is the same for any thread count. zero_par: memset to 0 over
- * the library's threads in fixed 1 MiB pieces (a gradient slab is cleared every step). */
+ * 2p+1 depend only on (key, p), so the tensor is the same for any thread count. */
 void collage__fill_normal(float *x, size_t count, size_t live, double sd, uint64_t key);
-void collage__zero_par(void *p, size_t bytes);
 
 /* The shape checks every family shares, with a message for each refusal (msg may be NULL): sizes
  * positive, vocab_size ≥ min_vocab, padded_vocab_size ≥ vocab_size, channels divisible by num_heads,
@@ -78,6 +77,7 @@ collage_status collage__check_dims(const collage_model_config *cfg, int min_voca
  * COLLAGE_ERR_FORMAT with a message naming path and both shapes. */
 collage_status collage__ckpt_same_shape(const char *path, const collage_model_config *have,
                                         const collage_model_config *want, char *err, size_t cap);
+extern const collage_model_family collage__llama_family;
 
 /* The row of family f; NULL if f is out of range. */
 const collage_model_family *collage__model_family(collage_family f);

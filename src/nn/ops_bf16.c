@@ -35,3 +35,4 @@ typedef float NN_BF16_NAME(f32v) __attribute__((vector_size(64)));
 #define R_SQRT sqrtf
 #include "ops.inc"
 #include "ops_bert.inc"
+#include "ops_llama.inc"

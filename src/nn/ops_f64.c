@@ -16,3 +16,4 @@
 #define R_SQRT sqrt
 #include "ops.inc"
 #include "ops_bert.inc"
+#include "ops_llama.inc"
