@@ -102,7 +102,7 @@ static void test_ranks_equal_one_rank_accum(void) {
 static void test_ranks_vs_one_batch(void) {
     char out[8192], la[600], lb[600];
     path(la, sizeof la, "onebatch.jsonl");
-    path(lb, sizeof lb, "ranks-tiny-collage-light-2.jsonl"); /* from the test above */
+    path(lb, sizeof lb, "ranks-collage-light-2.jsonl"); /* from the test above */
     int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --precision collage-light --steps 8 --log %s", g_bin, g_text, la);
     CHECK(rc == 0, "one batch: rc %d: %s", rc, out);
     double a[16], b[16], worst = 0;

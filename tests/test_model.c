@@ -43,7 +43,8 @@ static void test_names_and_presets(void) {
     CHECK(collage_family_name(COLLAGE_FAMILY_COUNT) == NULL, "unknown family has a name");
     CHECK(collage_family_parse("gpt2", &f) == COLLAGE_OK && f == COLLAGE_FAMILY_GPT2, "parse gpt2");
     CHECK(collage_family_parse("llama", &f) == COLLAGE_OK && f == COLLAGE_FAMILY_LLAMA, "parse llama");
-    CHECK(collage_family_parse("bert", &f) == COLLAGE_ERR_ARG, "parse bert");
+    CHECK(collage_family_parse("bert", &f) == COLLAGE_OK && f == COLLAGE_FAMILY_BERT, "parse bert");
+    CHECK(collage_family_parse("roberta", &f) == COLLAGE_ERR_ARG, "parse an unknown family");
     collage_real r;
     for (int k = 0; k < COLLAGE_REAL_COUNT; k++) {
         CHECK(collage_real_parse(collage_real_name((collage_real)k), &r) == COLLAGE_OK && r == (collage_real)k,
