@@ -91,11 +91,15 @@ $(BUILD)/obj/optim/adamw_avx512.o: ISA_FLAGS = -mavx512f -mavx512bw -mavx512vl -
 $(BUILD)/obj/optim/adamw_avx2.o: ISA_FLAGS = -mavx2 -mfma -mf16c $(KERNEL_FLAGS)
 # The bf16 model's ops and graph, 16 lanes wide (the same values: -ffp-contract=off, no sums vectorised).
 AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
-$(BUILD)/obj/nn/ops_bf16_avx512.o $(BUILD)/obj/nn/matmul_bf16_avx512.o $(BUILD)/obj/models/gpt2_bf16_avx512.o: \
-  ISA_FLAGS = $(AVX512_FLAGS)
+$(BUILD)/obj/nn/ops_bf16_avx512.o $(BUILD)/obj/nn/matmul_bf16_avx512.o $(BUILD)/obj/models/gpt2_bf16_avx512.o \
+  $(BUILD)/obj/models/llama_bf16_avx512.o: ISA_FLAGS = $(AVX512_FLAGS)
 $(BUILD)/obj/nn/ops_bf16_avx512.o: src/nn/ops_bf16.c
 $(BUILD)/obj/nn/matmul_bf16_avx512.o: src/nn/matmul_bf16.c
 $(BUILD)/obj/models/gpt2_bf16_avx512.o: src/models/gpt2_bf16.c
+$(BUILD)/obj/nn/matmul_bert_bf16_avx512.o $(BUILD)/obj/models/bert_bf16_avx512.o: ISA_FLAGS = $(AVX512_FLAGS)
+$(BUILD)/obj/nn/matmul_bert_bf16_avx512.o: src/nn/matmul_bert_bf16.c
+$(BUILD)/obj/models/bert_bf16_avx512.o: src/models/bert_bf16.c
+$(BUILD)/obj/models/llama_bf16_avx512.o: src/models/llama_bf16.c
 # The CLI sees include/ only (make check-headers).
 $(BUILD)/obj/cli_%.o: cli/%.c $(HDRS) $(BUILD)/mpi.flag | $(BUILD)/obj
 	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -c $< -o $@
@@ -173,10 +177,11 @@ fuzz:
 	  -o $(FUZZ_BUILD)/fuzz_inputs
 
 # The main job: set-up, build, train the default model on the default corpus (the fortunes), sample.
+# Each `make run` is a new run: --overwrite lets it replace the one a previous `make run` saved.
 run: setup
 	@$(MAKE) --no-print-directory all
 	@mkdir -p runs
-	$(BUILD)/collage train --save runs/default --log runs/default.jsonl
+	$(BUILD)/collage train --save runs/default --overwrite --log runs/default.jsonl
 	$(BUILD)/collage sample --checkpoint runs/default --prompt "The " --tokens 300
 
 ci-san:

@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "bench.h"
 #include <math.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +143,14 @@ static int bench_convert(const bench_opts *o) {
     collage_set_threads(0);
     free(ts); free(f32); free(f32b); free(h);
     return 0;
+}
+
+/* `collage bench` and `collage bench --help`: the three benchmarks. */
+static void bench_list(FILE *f) {
+    fprintf(f, "usage: collage bench convert|optimizer|model [options]   (collage bench NAME --help for its options)\n"
+               "  convert     row conversion throughput (fp32 <-> bf16/fp16, RN and SR) against a plain memory copy\n"
+               "  optimizer   the fused AdamW step per precision strategy against the memory-bandwidth bound\n"
+               "  model       a training step per precision strategy: tokens/s, model FLOP/s against sgemm\n");
 }
 
 static void bench_usage(FILE *f) {
@@ -461,14 +470,14 @@ static int bench_optimizer(opt_bench *B) {
 }
 
 static void bench_opt_usage(FILE *f) {
-    fprintf(f, "usage: collage bench optimizer [--params N] [--threads T] [--beta2 B] [--reps R] [--strategy NAME] [--json]\n"
+    fprintf(f, "usage: collage bench optimizer [--params N] [--threads T] [--beta2 B] [--reps R] [--precision S] [--json]\n"
                "  --params N   parameters (default 64M = 64,000,000; suffixes K, M, G are powers of 1000)\n"
                "  --threads T  threads (default: all cores)\n"
                "  --beta2 B    AdamW's beta2 (default 0.95; from 0.998046875 on, bf16(beta2) = 1 and collage-plus\n"
                "               takes a loop with four fewer roundings)\n"
                "  --reps R     rounds per strategy (bound, bf16-master step, EDQ-off and EDQ-on steps);\n"
                "               the median of each is reported (default 5)\n"
-               "  --strategy S only this strategy (and bf16-master, the reference)\n"
+               "  --precision S only this strategy (and bf16-master, the reference)\n"
                "  --json       one JSON object per line per strategy\n");
 }
 
@@ -480,29 +489,23 @@ static int cmd_bench_optimizer(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--params")) { if (cli_parse_size(a, v, &n)) return 2; i++; }
-        else if (!strcmp(a, "--threads")) { if (cli_parse_int(a, v, &threads)) return 2; i++; }
-        else if (!strcmp(a, "--reps")) { if (cli_parse_int(a, v, &reps)) return 2; i++; }
+        else if (!strcmp(a, "--threads")) { if (cli_parse_threads("bench optimizer", v, &threads)) return 2; i++; }
+        else if (!strcmp(a, "--reps")) { if (cli_parse_range("bench optimizer", a, v, 1, INT_MAX, &reps)) return 2; i++; }
         else if (!strcmp(a, "--beta2")) {
             if (cli_parse_double(a, v, &beta2)) return 2;
             if (!(beta2 > 0 && beta2 < 1)) { fprintf(stderr, "collage bench: --beta2 must lie in (0, 1), got %s\n", v); return 2; }
             i++;
         }
-        else if (!strcmp(a, "--strategy")) {
+        else if (!strcmp(a, "--precision") || !strcmp(a, "--strategy")) {
             collage_strategy s;
-            if (!v || collage_strategy_parse(v, &s) != COLLAGE_OK) {
-                fprintf(stderr, "collage bench: unknown strategy '%s'\nhint: one of", v ? v : "");
-                for (int k = 0; k < COLLAGE_STRATEGY_COUNT; k++)
-                    fprintf(stderr, "%s %s", k ? "," : "", collage_strategy_name((collage_strategy)k));
-                fprintf(stderr, "\n");
-                return 2;
-            }
+            if (cli_parse_strategy("bench optimizer", a, v, &s)) return 2;
             only = collage_strategy_name(s);
             i++;
         } else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { bench_opt_usage(stdout); return 0; }
         else { fprintf(stderr, "collage bench optimizer: unknown option '%s'\n", a); bench_opt_usage(stderr); return 2; }
     }
-    if (n == 0 || threads < 1 || reps < 1) { fprintf(stderr, "collage bench: --params, --threads and --reps must be positive\n"); return 2; }
+    if (n == 0) { fprintf(stderr, "collage bench optimizer: --params 0: it takes 1 or more\n"); return 2; }
     opt_bench B = {.n = n, .threads = threads, .reps = reps, .json = json, .beta2 = beta2, .only = only};
     return bench_optimizer(&B);
 }
@@ -511,18 +514,20 @@ static int cmd_bench_optimizer(int argc, char **argv) {
 int cmd_bench(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "optimizer")) return cmd_bench_optimizer(argc - 1, argv + 1);
     if (argc >= 1 && !strcmp(argv[0], "model")) return cmd_bench_model(argc - 1, argv + 1);
-    if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) { bench_usage(argc < 1 ? stderr : stdout); return argc < 1 ? 2 : 0; }
+    if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) { bench_list(argc < 1 ? stderr : stdout); return argc < 1 ? 2 : 0; }
     bench_opts o = {.n = (size_t)32 << 20, .reps = 7, .json = 0, .max_threads = collage_get_threads()};
     if (strcmp(argv[0], "convert") != 0) {
-        fprintf(stderr, "collage bench: unknown benchmark '%s'\nhint: collage bench convert | optimizer | model\n", argv[0]);
+        fprintf(stderr, "collage bench: unknown benchmark '%s'\n", argv[0]);
+        bench_list(stderr);
         return 2;
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--n")) { if (cli_parse_size(a, v, &o.n)) return 2; i++; }
-        else if (!strcmp(a, "--threads")) { if (cli_parse_int(a, v, &o.max_threads)) return 2; i++; }
-        else if (!strcmp(a, "--reps")) { if (cli_parse_int(a, v, &o.reps)) return 2; i++; }
+        else if (!strcmp(a, "--threads")) { if (cli_parse_threads("bench convert", v, &o.max_threads)) return 2; i++; }
+        else if (!strcmp(a, "--reps")) { if (cli_parse_range("bench convert", a, v, 1, INT_MAX, &o.reps)) return 2; i++; }
         else if (!strcmp(a, "--json")) o.json = 1;
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { bench_usage(stdout); return 0; }
         else if (!strcmp(a, "--isa")) {
             collage_isa isa = COLLAGE_ISA_AUTO;
             if (!v) { fprintf(stderr, "collage bench: --isa needs a value\n"); return 2; }
@@ -535,6 +540,6 @@ int cmd_bench(int argc, char **argv) {
             i++;
         } else { fprintf(stderr, "collage bench: unknown option '%s'\n", a); bench_usage(stderr); return 2; }
     }
-    if (o.n == 0 || o.reps < 1 || o.max_threads < 1) { fprintf(stderr, "collage bench: --n, --reps and --threads must be positive\n"); return 2; }
+    if (o.n == 0) { fprintf(stderr, "collage bench convert: --n 0: it takes 1 or more\n"); return 2; }
     return bench_convert(&o);
 }

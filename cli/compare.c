@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "collage_data.h" /* collage_atomic_*: every output file is written to a temporary name, then renamed */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -31,7 +32,7 @@ typedef struct {
     char dir[1024];
     /* results (NAN when the run has none) */
     int done, steps_run;
-    double train_loss, val_loss, edq_ratio, lost, bpp, tps, ms, rss;
+    double train_loss, val_loss, edq_ratio, lost, bpp, tps, ms, rss, val_acc; /* val_acc: masked LM only */
     /* scheduling */
     pid_t pid;
     int steps_seen;
@@ -66,7 +67,9 @@ static void compare_usage(FILE *f) {
             "  --eval-every N      validation interval (default steps/20)\n"
             "Other flags go to `collage train` unchanged; the defaults, docs/training.md:\n"
             "  --model tiny (2 layers, width 128, 4 heads), --seq 64, --batch 16, --lr 3e-4, warm-up steps/20,\n"
-            "  --wd 0.1, --clip 1.0, --eps 1e-8, on the fortunes corpus with 10%% held out.\n");
+            "  --wd 0.1, --clip 1.0, --eps 1e-8, on the fortunes corpus with 10%% held out;\n"
+            "  --model llama-tiny compares on the LLaMA family (docs/llama.md), --model bert-tiny on a BERT\n"
+            "  encoder trained by masked LM.\n");
 }
 
 /* Comma-separated list of strategies ("all": every one). */
@@ -138,11 +141,11 @@ static int parse_compare(int argc, char **argv, compare_opts *o) {
         if (!v) { fprintf(stderr, "collage compare: %s needs a value\n", a); return -1; }
         if (!strcmp(a, "--precision")) bad = parse_strategies(v, o);
         else if (!strcmp(a, "--beta2")) bad = parse_beta2(v, o);
-        else if (!strcmp(a, "--seeds")) bad = cli_parse_int(a, v, &o->seeds);
-        else if (!strcmp(a, "--steps")) bad = cli_parse_int(a, v, &o->steps);
-        else if (!strcmp(a, "--jobs")) bad = cli_parse_int(a, v, &o->jobs);
-        else if (!strcmp(a, "--threads")) bad = cli_parse_int(a, v, &o->threads);
-        else if (!strcmp(a, "--eval-every")) bad = cli_parse_int(a, v, &o->eval_every);
+        else if (!strcmp(a, "--seeds")) bad = cli_parse_range("compare", a, v, 1, MAX_SEEDS, &o->seeds);
+        else if (!strcmp(a, "--steps")) bad = cli_parse_range("compare", a, v, 1, INT_MAX, &o->steps);
+        else if (!strcmp(a, "--jobs")) bad = cli_parse_range("compare", a, v, 1, 1024, &o->jobs);
+        else if (!strcmp(a, "--threads")) bad = cli_parse_threads("compare", v, &o->threads);
+        else if (!strcmp(a, "--eval-every")) bad = cli_parse_range("compare", a, v, 1, INT_MAX, &o->eval_every);
         else if (!strcmp(a, "--seed")) { bad = cli_parse_size(a, v, &z); o->seed = z; }
         else if (!strcmp(a, "--out")) o->out = v;
         else {
@@ -152,10 +155,6 @@ static int parse_compare(int argc, char **argv, compare_opts *o) {
         }
         if (bad) return -1;
         i++;
-    }
-    if (o->seeds < 1 || o->seeds > MAX_SEEDS || o->steps < 1) {
-        fprintf(stderr, "collage compare: --seeds must be in 1..%d and --steps positive\n", MAX_SEEDS);
-        return -1;
     }
     if (o->jobs <= 0) o->jobs = (int)cpus;
     if (o->threads <= 0) o->threads = (int)cpus / o->jobs > 0 ? (int)cpus / o->jobs : 1;
@@ -246,6 +245,7 @@ static int load_result(run_t *r, int steps) {
     if (r->steps_run != steps) return 0;
     r->train_loss = json_get(buf, "tail_loss");
     r->val_loss = json_get(buf, "val_loss");
+    r->val_acc = json_get(buf, "val_accuracy");
     r->edq_ratio = json_get(buf, "edq_ratio");
     r->lost = json_get(buf, "lost");
     r->bpp = json_get(buf, "bytes_per_param");
@@ -495,14 +495,22 @@ static int write_report(const compare_opts *o, const run_t *runs, int nruns, con
                   "reference's in the run of the same seed; bytes of training "
                   "state per parameter; tokens/s of one run (runs go side by side, %d thread%s each). Values are mean ± standard "
                   "deviation over seeds when there is more than one.\n\n", o->threads, o->threads > 1 ? "s" : "");
+    int mlm = 0; /* masked-LM runs: their validation's masked-token accuracy gets a column */
+    for (int i = 0; i < nruns; i++) mlm |= runs[i].done && isfinite(runs[i].val_acc);
+    if (mlm) sb_printf(&b, "The model is trained by masked language modelling: its losses are over the masked tokens, and "
+                           "val acc is the fraction of the validation's masked tokens (a fixed mask, the same for every run) "
+                           "whose most probable prediction is the original token.\n\n");
     for (int j = 0; j < o->n_beta2; j++) {
         double b2 = o->beta2[j];
-        sb_printf(&b, "## β2 = %g\n\n| strategy | val loss | Δ val vs %s | train loss | EDQ ratio | lost | bytes/param | tokens/s | peak MB |\n"
-                      "|---|---|---|---|---|---|---|---|---|\n", b2, collage_strategy_name(reference(o)));
+        sb_printf(&b, "## β2 = %g\n\n| strategy | val loss | %sΔ val vs %s | train loss | EDQ ratio | lost | bytes/param | tokens/s | "
+                      "peak MB |\n|---|---|%s---|---|---|---|---|---|---|\n", b2, mlm ? "val acc | " : "",
+                  collage_strategy_name(reference(o)), mlm ? "---|" : "");
         for (int i = 0; i < o->n_strategies; i++) {
             collage_strategy s = o->strategies[i];
-            char c[8][96];
+            char c[9][96];
             fmt_stat(c[0], 96, STAT(val_loss), "%.4f", 1);
+            fmt_stat(c[8], 96, STAT(val_acc), "%.2f%%", 100);
+            if (mlm) snprintf(c[0] + strlen(c[0]), 96 - strlen(c[0]), " | %s", c[8]);
             if (s == reference(o)) snprintf(c[7], 96, "(reference)");
             else fmt_stat(c[7], 96, paired_diff(runs, nruns, s, reference(o), b2), "%+.4f", 1);
             fmt_stat(c[1], 96, STAT(train_loss), "%.4f", 1);
@@ -532,13 +540,16 @@ static int write_report(const compare_opts *o, const run_t *runs, int nruns, con
 static int write_csv(const compare_opts *o, const run_t *runs, int nruns) {
     sbuf b = {malloc(4096), 0, 4096};
     if (!b.p) return -1;
-    sb_printf(&b, "strategy,beta2,seed,steps,train_loss,val_loss,edq_ratio,lost,bytes_per_param,tokens_per_s,ms_per_step,peak_rss_mb\n");
+    sb_printf(&b, "strategy,beta2,seed,steps,train_loss,val_loss,edq_ratio,lost,bytes_per_param,tokens_per_s,ms_per_step,peak_rss_mb,"
+                  "val_accuracy\n");
     for (int i = 0; i < nruns; i++) {
         const run_t *r = &runs[i];
         if (!r->done) continue;
-        sb_printf(&b, "%s,%g,%llu,%d,%.6f,%.6f,%.6f,%.6f,%.2f,%.1f,%.3f,%.0f\n", collage_strategy_name(r->strategy), r->beta2,
+        sb_printf(&b, "%s,%g,%llu,%d,%.6f,%.6f,%.6f,%.6f,%.2f,%.1f,%.3f,%.0f,", collage_strategy_name(r->strategy), r->beta2,
                   (unsigned long long)(o->seed + (uint64_t)r->seed_index), r->steps_run, r->train_loss, r->val_loss, r->edq_ratio,
                   r->lost, r->bpp, r->tps, r->ms, r->rss);
+        if (isfinite(r->val_acc)) sb_printf(&b, "%.6f", r->val_acc); /* empty for a next-token model */
+        sb_printf(&b, "\n");
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/results.csv", o->out);
@@ -803,6 +814,22 @@ static int write_outputs(const compare_opts *o, const run_t *runs, int nruns, co
     return rc;
 }
 
+/* --out/runs created and written to before the first run starts. 0, or -1 after a message. */
+static int prepare_out(const char *out) {
+    char path[4200], err[1024] = "";
+    collage_atomic_file probe;
+    snprintf(path, sizeof path, "%s/runs", out);
+    int bad = cli_mkdir_p(path) != 0;
+    if (bad) snprintf(err, sizeof err, "cannot create '%.900s': %s", path, strerror(errno));
+    snprintf(path, sizeof path, "%s/runs/.write-test", out);
+    if (!bad) {
+        bad = collage_atomic_open(&probe, path, err, sizeof err) != COLLAGE_OK;
+        if (!bad) collage_atomic_abort(&probe);
+    }
+    if (bad) fprintf(stderr, "collage compare: --out '%s': %s\nhint: --out takes a folder you can write to\n", out, err);
+    return bad ? -1 : 0;
+}
+
 int cmd_compare(int argc, char **argv) {
     compare_opts o;
     if (parse_compare(argc, argv, &o)) return 2;
@@ -814,13 +841,7 @@ int cmd_compare(int argc, char **argv) {
         size_t len = strlen(cmdline);
         snprintf(cmdline + len, sizeof cmdline - len, " %s", argv[i]);
     }
-    char path[4200];
-    snprintf(path, sizeof path, "%s/runs", o.out);
-    if (cli_mkdir_p(path)) {
-        fprintf(stderr, "collage compare: cannot create '%s': %s\nhint: --out takes a writable folder\n", path, strerror(errno));
-        free(runs);
-        return 1;
-    }
+    if (prepare_out(o.out)) { free(runs); return 1; }
     sched_t S = {.tty = isatty(1)};
     if (plan_runs(&o, runs, &S.finished)) { fprintf(stderr, "collage compare: too many flags\n"); free(runs); return 2; }
     printf("collage compare: %d runs (%d strategies x %d beta2 x %d seeds), %d steps each, %d side by side with %d thread%s each; "

@@ -3,12 +3,17 @@
 #include "collage_model.h"
 #include "dist.h"
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -16,17 +21,21 @@ static void usage(FILE *f) {
             "\n"
             "usage: collage <command> [options]\n"
             "\n"
-            "commands:\n"
-            "  train [--data PATH] [--model PRESET] [--precision STRATEGY] [--steps N] ...\n"
-            "                  train a GPT on text (default: the fortunes corpus); --help for all flags;\n"
-            "                  data parallel: mpirun -np N collage train ...\n"
+            "commands (each takes --help):\n"
+            "  train [--data PATH] [--model PRESET] [--precision STRATEGY] [--steps N] [--save DIR] ...\n"
+            "                  train a GPT-2 or LLaMA model (next token) or a BERT (--model bert-tiny:\n"
+            "                  masked LM) on text (default: the fortunes corpus), a checkpoint every\n"
+            "                  --save-every steps; --resume DIR continues; data parallel: mpirun -np N\n"
             "  compare [--precision LIST|all] [--beta2 LIST] [--seeds N] [--steps N] [--out DIR] ...\n"
             "                  train every strategy x beta2 x seed side by side on the same data\n"
             "                  and weights; results.csv, report.md and plots; resumable\n"
-            "  eval --checkpoint PATH [--data PATH] [--batch B] [--seq T] [--batches N] [--json]\n"
-            "                  mean loss of a checkpoint on data\n"
+            "  eval --checkpoint PATH [--data PATH] [--split val|train|all] [--batches N] [--json]\n"
+            "                  mean loss of a checkpoint on the held-out data (or another split; BERT:\n"
+            "                  the masked tokens' loss and accuracy)\n"
             "  sample --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature X] [--seed N]\n"
-            "                  generate text from a checkpoint\n"
+            "                  generate text from a GPT-2 checkpoint\n"
+            "  fill --checkpoint PATH --text \"The [MASK] sat\" [--top K] [--json]\n"
+            "                  a BERT checkpoint's top predictions for each [MASK]\n"
             "  export --checkpoint PATH --out DIR [--format safetensors] [--dtype bf16|fp32]\n"
             "                  the model as model.safetensors + config.json in Hugging Face's layout\n"
             "                  (GPT-2: GPT2LMHeadModel), for PyTorch code\n"
@@ -35,10 +44,10 @@ static void usage(FILE *f) {
             "  bench convert [--n N] [--threads T] [--reps R] [--json]\n"
             "                  row conversion throughput (fp32<->bf16/fp16, RN and SR)\n"
             "                  against a plain memory copy measured in the same run\n"
-            "  bench optimizer [--params N] [--threads T] [--reps R] [--strategy S] [--json]\n"
+            "  bench optimizer [--params N] [--threads T] [--reps R] [--precision S] [--json]\n"
             "                  the fused AdamW step per precision strategy against the\n"
             "                  memory-bandwidth bound measured in the same run\n"
-            "  bench model [--model gpt2|small|tiny] [--batch B] [--seq T] [--json]\n"
+            "  bench model [--model PRESET[,PRESET]] [--batch B] [--seq T] [--threads T] [--json]\n"
             "                  training step per strategy: tokens/s, model FLOP/s vs sgemm\n"
             "\n"
             "options:\n"
@@ -63,7 +72,8 @@ int cli_parse_size(const char *flag, const char *s, size_t *out) {
     else if (*end == 'M' || *end == 'm') { mult = 1e6; end++; }
     else if (*end == 'G' || *end == 'g') { mult = 1e9; end++; }
     if (errno || *end || s[0] == '-' || end == s) {
-        fprintf(stderr, "collage: %s expects a non-negative integer (e.g. 64M), got '%s'\n", flag, s);
+        fprintf(stderr, "collage: %s expects a non-negative integer (e.g. 64M), got '%s'\nhint: the command's --help "
+                        "lists its flags\n", flag, s);
         return -1;
     }
     *out = (size_t)((double)v * mult);
@@ -73,7 +83,10 @@ int cli_parse_size(const char *flag, const char *s, size_t *out) {
 int cli_parse_int(const char *flag, const char *s, int *out) {
     size_t v;
     if (cli_parse_size(flag, s, &v)) return -1;
-    if (v > 1000000) { fprintf(stderr, "collage: %s value %s is too large\n", flag, s); return -1; }
+    if (v > 1000000) {
+        fprintf(stderr, "collage: %s %s: it takes at most 1000000\nhint: the command's --help lists its flags\n", flag, s);
+        return -1;
+    }
     *out = (int)v;
     return 0;
 }
@@ -84,10 +97,50 @@ int cli_parse_double(const char *flag, const char *s, double *out) {
     errno = 0;
     double x = strtod(s, &end);
     if (errno || *end || end == s || !isfinite(x)) {
-        fprintf(stderr, "collage: %s expects a number, got '%s'\n", flag, s);
+        fprintf(stderr, "collage: %s expects a finite number, got '%s'\nhint: the command's --help lists its flags\n", flag, s);
         return -1;
     }
     *out = x;
+    return 0;
+}
+
+int cli_max_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return 4 * (int)(n > 0 ? n : 1);
+}
+
+void cli_set_threads(int n) {
+    if (n <= 0) return;
+    collage_set_threads(n);
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#endif
+}
+
+int cli_parse_range(const char *cmd, const char *flag, const char *s, int min, int max, int *out) {
+    if (cli_parse_int(flag, s, out)) return -1;
+    if (*out >= min && *out <= max) return 0;
+    if (max == INT_MAX) fprintf(stderr, "collage %s: %s %s: it takes %d or more\n", cmd, flag, s, min);
+    else fprintf(stderr, "collage %s: %s %s: it takes %d to %d\n", cmd, flag, s, min, max);
+    fprintf(stderr, "hint: collage %s --help\n", cmd);
+    return -1;
+}
+
+int cli_parse_threads(const char *cmd, const char *s, int *out) {
+    if (cli_parse_int("--threads", s, out)) return -1;
+    int max = cli_max_threads();
+    if (*out >= 1 && *out <= max) return 0;
+    fprintf(stderr, "collage %s: --threads %s: it takes 1 to %d (4 x the %d cores)\nhint: collage %s --help\n", cmd, s, max,
+            max / 4, cmd);
+    return -1;
+}
+
+int cli_parse_strategy(const char *cmd, const char *flag, const char *s, collage_strategy *out) {
+    if (!s || collage_strategy_parse(s, out) != COLLAGE_OK) {
+        fprintf(stderr, "collage %s: unknown %s '%s'\nhint: one of %s\n", cmd, flag, s ? s : "", cli_strategy_names(", ", 0));
+        return -1;
+    }
+    if (!strcmp(flag, "--strategy")) fprintf(stderr, "collage %s: note: --strategy is spelled --precision now\n", cmd);
     return 0;
 }
 
@@ -109,6 +162,15 @@ const char *cli_strategy_names(const char *sep, int indent) {
         if (len < sizeof buf) len += (size_t)snprintf(buf + len, sizeof buf - len, "%s", name);
         line += strlen(name);
     }
+    return buf;
+}
+
+const char *cli_preset_names(const char *sep) {
+    static char buf[512];
+    const char *const *p = collage_model_preset_names();
+    size_t len = 0;
+    buf[0] = 0;
+    for (int k = 0; p[k] && len < sizeof buf; k++) len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", k ? sep : "", p[k]);
     return buf;
 }
 
@@ -150,6 +212,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
+    if (!strcmp(cmd, "fill")) return cmd_fill(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return collage_cli_tokenize(argc - 2, argv + 2);
     fprintf(stderr, "collage: unknown command '%s'\nhint: run 'collage --help' for the list of commands\n", cmd);
     return 2;

@@ -44,6 +44,10 @@ void collage_shard_bounds(size_t n, int size, int r, size_t *lo, size_t *hi);
 typedef struct {
     const char *model;          /* preset (collage_model_preset); NULL = "tiny" */
     int layers, heads, dim;     /* 0: the preset's */
+    int kv_heads, hidden;       /* LLaMA's key/value heads and MLP size; 0: the preset's, following heads and dim
+                                   (collage_model_config_resize) */
+    const char *init;           /* a model file whose shape and weights start the run (its family's format, e.g.
+                                   a llama2.c model); then model and the sizes above stay unset. NULL: none */
     int context;                /* the model's longest context; 0: the preset's, or seq if longer */
     const char *data;           /* corpus (collage_data.h); NULL = the default corpus */
     const char *tokenizer;      /* "byte" or "gpt2"; NULL = "byte" */
@@ -54,10 +58,13 @@ typedef struct {
     int warmup;                 /* linear warm-up steps; -1 = steps / 20 */
     double lr, beta1, beta2, eps, weight_decay, clip;
     uint64_t seed;
+    /* what the run does, not what it computes (not saved; may differ on resume) */
+    int keep;                   /* checkpoints of this run kept in a run folder by collage_run_save (0: 2) */
+    int max_skips;              /* skipped steps in a row that mean divergence (0: 10) */
 } collage_run_config;
 
 /* The defaults of `collage train`: tiny model, byte tokenizer, collage-light, 1000 steps, 16 x 64,
- * lr 1e-3, β 0.9 / 0.95, eps 1e-8, weight decay 0.1, clipping 1.0, seed 1337. */
+ * lr 1e-3, β 0.9 / 0.95, eps 1e-8, weight decay 0.1, clipping 1.0, seed 1337; keep 2, max_skips 10. */
 collage_run_config collage_run_defaults(void);
 /* Linear warm-up to lr, then cosine decay to lr/10 at the last step of the schedule. */
 double collage_run_lr(const collage_run_config *cfg, int step);
@@ -69,37 +76,80 @@ enum {
     COLLAGE_RUN_SEQ = 1u << 6, COLLAGE_RUN_WARMUP = 1u << 7, COLLAGE_RUN_LR = 1u << 8,
     COLLAGE_RUN_BETA1 = 1u << 9, COLLAGE_RUN_BETA2 = 1u << 10, COLLAGE_RUN_EPS = 1u << 11,
     COLLAGE_RUN_WD = 1u << 12, COLLAGE_RUN_CLIP = 1u << 13, COLLAGE_RUN_SEED = 1u << 14,
-    COLLAGE_RUN_STRATEGY = 1u << 15
+    COLLAGE_RUN_STRATEGY = 1u << 15, COLLAGE_RUN_STEPS = 1u << 16, COLLAGE_RUN_KV_HEADS = 1u << 17,
+    COLLAGE_RUN_HIDDEN = 1u << 18
 };
 
 /* ---------------------------------------------------------------- checkpoints */
-/* A checkpoint folder holds model.bin (the family's format), one optimizer state per rank
- * (optimizer.state for one rank, optimizer.rankR-of-N.state for N) and, written last so that it
- * commits the checkpoint, train.state: every setting that shapes the run. */
+/* A run folder (collage train --save RUN) holds one folder per checkpoint, RUN/step-00000100, each
+ * complete: model.bin (the family's format), one optimizer state per rank (optimizer.state for one
+ * rank, optimizer.rankR-of-N.state for N) and train.state, the manifest: every setting that shapes
+ * the run, the size and 64-bit checksum of every other file, and its own checksum. A save writes a
+ * folder RUN/step-00000100.tmp and renames it into place once every file is written and synced, so a
+ * reader sees the earlier checkpoints and, once complete, the new one, never a part of it; what a
+ * killed save leaves (*.tmp folders and files, .trash-* folders) is removed by the next save or
+ * resume: one run (one process, or one job of ranks) saves into a run folder at a time. The older
+ * layout, the three files directly in RUN with no checksums, is still read. */
 typedef struct {
     collage_run_config cfg;     /* its strings point into this struct */
     int step;                   /* steps taken */
     int ranks, accum;           /* how it was split */
     uint64_t data_fingerprint;  /* collage_loader_fingerprint of the data it trained on */
     char tokenizer[64], model[64];
+    int skipped;                /* steps skipped for a non-finite gradient (the optimizer did not count them) */
+    uint64_t run_id;            /* the run's lineage: the same over its checkpoints and its resumed runs */
+    int version;                /* of train.state: 2, or 1 for the older layout (no checksums) */
 } collage_run_saved;
-/* Read dir/train.state. Errors name the file and what is wrong. */
-collage_status collage_run_read_saved(const char *dir, collage_run_saved *out, char *err, size_t cap);
-/* Whether `asked` contradicts the saved run in a field set in `given` (COLLAGE_RUN_* bits): the
- * first such field, as "--flag value" in why and "key value there" in was (caps 256). 1 = conflict.
- * A model preset conflicts when the preset (with layers, heads, dim over it) has another shape. */
+/* The checkpoint a path names: a checkpoint folder itself, or a run folder's newest checkpoint (by
+ * step). Errors name the path and say what it holds. */
+typedef struct {
+    char dir[4096];             /* the checkpoint's folder (RUN/step-N, or RUN itself in the older layout) */
+    int step;
+    int older;                  /* how many older checkpoints the run folder holds */
+    char previous[4096];        /* the newest of those ("" when none) */
+} collage_checkpoint;
+collage_status collage_checkpoint_find(const char *path, collage_checkpoint *out, char *err, size_t cap);
+/* Check file `name` of the checkpoint at path (NULL: every file) against the size and checksum that
+ * its train.state records; train.state's own checksum is checked too. The older layout records none:
+ * only its train.state is read. COLLAGE_ERR_FORMAT names the damaged file. */
+collage_status collage_checkpoint_verify(const char *path, const char *name, char *err, size_t cap);
+/* The model file of a checkpoint argument, verified: the path itself for a file, else its checkpoint's
+ * model.bin after collage_checkpoint_verify. */
+collage_status collage_checkpoint_model(const char *arg, char *out, size_t cap, char *err, size_t ecap);
+/* The model file of a checkpoint argument without verification (its checkpoint's model.bin for a folder). */
+void collage_checkpoint_model_path(const char *arg, char *out, size_t cap);
+/* Before a run saves into the run folder dir: create it when missing and write a file there (removed
+ * again): COLLAGE_ERR_IO with the reason when that fails. COLLAGE_ERR_ARG when dir holds checkpoints
+ * that a save would remove (collage_run_save keeps only the saving run's): another run's, or newer
+ * ones of the run resumed from `resume` (NULL: a new run), unless overwrite. A checkpoint whose
+ * train.state cannot be read is nobody's: it stays until it falls out of the newest `keep`. */
+collage_status collage_checkpoint_check_folder(const char *dir, const char *resume, int overwrite, char *err, size_t cap);
+
+/* Read the train.state of the checkpoint at path (collage_checkpoint_find), its checksum checked.
+ * Errors name the file and what is wrong. */
+collage_status collage_run_read_saved(const char *path, collage_run_saved *out, char *err, size_t cap);
+/* Whether `asked` contradicts the saved run in a field that shapes it, set in `given` (COLLAGE_RUN_*
+ * bits): the first such field, as "--flag value" in why and "key value there" in was (caps 256).
+ * 1 = conflict. A model preset conflicts when the preset (with layers, heads, dim over it) has
+ * another shape. lr, warmup, eps, weight decay, clipping and steps may change: collage_run_changes. */
 int collage_run_conflict(const collage_run_saved *saved, const collage_run_config *asked, unsigned given,
                          char *why, char *was, size_t cap);
-/* The model file of a checkpoint argument: dir/model.bin for a folder, the path itself otherwise. */
-void collage_checkpoint_model_path(const char *arg, char *out, size_t cap);
+/* The settings that may change on resume (lr, warmup, eps, wd, clip, steps), set in `given` to
+ * another value than the saved run's: "--lr 0.5 (the saved run's 0.001)" for each, joined by ", "
+ * into out. Returns how many. */
+int collage_run_changes(const collage_run_saved *saved, const collage_run_config *asked, unsigned given, char *out,
+                        size_t cap);
 
 /* ---------------------------------------------------------------- the run */
 typedef struct collage_run collage_run;
 /* Everything is allocated here: tokenizer, data, model, this rank's optimizer shard, buffers. With
- * resume_dir, the optimizer state comes from that checkpoint (re-sharded when it was written by
- * another number of ranks), whose settings must be cfg's (collage_run_read_saved) except steps,
- * which may extend the schedule; without, the weights are the family's initialisation. comm NULL:
- * one process. A failure on any rank fails every rank (the others say which rank). */
+ * resume_dir (a checkpoint or a run folder: its newest), the model's shape comes from its model file
+ * and the optimizer state from that checkpoint (re-sharded when it was written by another number of
+ * ranks), each file read checked against its checksum; its settings must be cfg's
+ * (collage_run_read_saved) except those collage_run_changes lists; the temporaries a killed save left
+ * in its run folder are removed. Without, the weights are cfg->init's, or the family's
+ * initialisation. comm NULL: one process. A failure on any rank fails every rank (the others say
+ * which rank). */
 collage_status collage_run_create(const collage_run_config *cfg, const collage_comm *comm, const char *resume_dir,
                                   collage_run **out, char *err, size_t cap);
 void           collage_run_free(collage_run *r);                        /* NULL is fine */
@@ -129,19 +179,37 @@ const collage_run_config *collage_run_get_config(const collage_run *r);
 /* One training step: each rank's micro-batches forward and backward, the batch gradient summed in a
  * fixed order (micro-batch k = rank·accum + a), clipped by the whole slab's norm, one AdamW step at
  * collage_run_lr, the updated weights to every rank. Collective. A non-finite gradient skips the
- * update (stats.skipped) and returns COLLAGE_ERR_NONFINITE with a message; the run can go on. */
+ * update (stats.skipped) and returns COLLAGE_ERR_NONFINITE with a message; the run can go on, unless
+ * the step made it diverge: a non-finite loss, or cfg.max_skips skipped steps in a row. Then
+ * diverged is set, the message names the first bad step, and every later step and every save is
+ * refused (COLLAGE_ERR_NONFINITE): the last checkpoint is never replaced by a diverged state. */
 typedef struct {
     int step;                   /* the step just taken, from 1 */
     double loss;                /* mean training loss of the batch */
     double lr;
     collage_step_stats stats;   /* this rank's optimizer figures: grad_norm and clip_coef are global */
     collage_edq edq;            /* EDQ of the whole slab, the ranks' parts combined in rank order */
+    int diverged;               /* this step made the run diverge (see above) */
 } collage_run_step_info;
 collage_status collage_run_step(collage_run *r, collage_run_step_info *info);
 /* Mean loss over the first `batches` batches of a split (at most one epoch), computed as the training
  * step does. NaN when the split is absent or holds no batch. Collective. */
 collage_status collage_run_evaluate(collage_run *r, collage_split split, int batches, double *loss);
-/* Write the checkpoint folder (made when missing): every file atomic, train.state last. Collective. */
+/* What an evaluation measures. A masked-LM model is scored on the positions collage_mlm_mask picks with
+ * the fixed evaluation key (collage_mlm_key with train = 0), the same for every run and seed. */
+typedef struct {
+    double loss;        /* the mean over the batches of each batch's mean loss (NaN: no batch) */
+    double accuracy;    /* masked LM: the fraction of scored positions whose most probable token is the
+                           original one; NaN for a next-token model */
+    long long scored;   /* positions scored */
+} collage_scores;
+/* collage_run_evaluate with the accuracy. Collective. */
+collage_status collage_run_evaluate_scores(collage_run *r, collage_split split, int batches, collage_scores *out);
+/* Save a checkpoint of the current step into the run folder dir (made when missing), as described
+ * under "checkpoints", then remove the checkpoints beyond the newest cfg.keep of this run, and any
+ * other run's (collage_checkpoint_check_folder first refuses a folder that holds some). Refused
+ * (COLLAGE_ERR_NONFINITE) once the run has diverged or when a weight is not finite. On failure (a full
+ * disk, say) the folder keeps the checkpoints it had and no temporary. Collective. */
 collage_status collage_run_save(collage_run *r, const char *dir);
 
 /* The model's weights (this run's precision: float for fp32, collage_bf16 otherwise), whole on every rank. */
@@ -152,6 +220,24 @@ const void    *collage_run_params(const collage_run *r);
  * most one epoch). NaN when there is no batch. */
 collage_status collage_eval_loss(collage_model *m, const void *params, const collage_loader *ld, collage_split split,
                                  int B, int T, int batches, double *loss);
+/* collage_eval_loss with the accuracy of a masked-LM model (its masks: the evaluation key). */
+collage_status collage_eval_scores(collage_model *m, const void *params, const collage_loader *ld, collage_split split,
+                                   int B, int T, int batches, collage_scores *out);
+
+/* ---------------------------------------------------------------- masked language modelling */
+/* RoBERTa's dynamic masking of `rows` sequences of T tokens, the global rows row0 … row0 + rows − 1 of a
+ * batch. Position t of global row g, t < its length (lengths NULL: T), with the uniform words
+ * u_j = collage_rand32(key, 4·(g·T + t) + j), is chosen when u_0 < 0.15·2³²; a chosen position's target is
+ * its token, and its input the mask token when u_1 < 0.8·2³², else a random token ⌊u_2·text_vocab/2³²⌋ of
+ * the tokenizer's when u_1 < 0.9·2³², else its own token. Every other position (padding included) keeps
+ * its token as input and gets target COLLAGE_TARGET_NONE. A pure function of (key, g, t, token): the same
+ * masks for any split of a batch into ranks and micro-batches and any thread count. inputs may be tokens.
+ * Returns the number of chosen positions. */
+long           collage_mlm_mask(uint64_t key, const int32_t *tokens, const int *lengths, int rows, int T,
+                                uint64_t row0, int mask_token, int text_vocab, int32_t *inputs, int32_t *targets);
+/* The key of the masks: training step `step` of a run seeded `seed` (train = 1: new masks every step), or
+ * evaluation batch `step` (train = 0: a fixed key, seed ignored, the same masks for every run). */
+uint64_t       collage_mlm_key(uint64_t seed, int train, uint64_t step);
 
 #ifdef __cplusplus
 }

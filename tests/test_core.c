@@ -1,9 +1,11 @@
 /* test_core.c — round trips of every encoding, the fast-math guard, stochastic rounding (unbiased,
  * reproducible), and the MCF updates (Grow, GrowAddcmul, MultMC and the published MultMC) bit for bit
  * against an independent transcription of numerics.md §4-5, their normalisation, and MultMC as an
- * exponential moving average against float64. */
+ * exponential moving average against float64; the checkpoint checksum (collage__sum64) against a
+ * byte-at-a-time transcription, in any pieces, and every single-bit flip detected. */
 #include "collage.h"
 #include "harness.h"
+#include "internal.h"
 #include <math.h>
 #include <string.h>
 
@@ -242,6 +244,67 @@ static void test_sr_unbiased_and_reproducible(void) {
     CHECK(collage_lp_from_f32_sr(COLLAGE_FMT_FP16, INFINITY, 0xffffffffu) == 0x7c00, "fp16 SR(Inf)");
 }
 
+/* ---------------------------------------------------------------- the checkpoint checksum */
+/* The checksum as train.state defines it, a byte at a time: byte i goes into word i/8 of lane
+ * (i/8) mod 4 at bit 8·(i mod 8); a lane takes each word w as h = rotl(h ^ w, 29) · 0x9e3779b97f4a7c15;
+ * the last partial block is zero-padded; then x = mix(len · K + 1) and x = mix(x ^ lane) per lane. */
+static uint64_t mix_ref(uint64_t x) {
+    x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27; x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+static uint64_t sum64_ref(const unsigned char *p, size_t n) {
+    uint64_t lane[4], w = 0;
+    for (int k = 0; k < 4; k++) lane[k] = mix_ref(0x636f6c6c61676500ull + (uint64_t)k);
+    size_t padded = (n + 31) / 32 * 32;
+    for (size_t i = 0; i < padded; i++) {
+        w |= (uint64_t)(i < n ? p[i] : 0) << (8 * (i % 8));
+        if (i % 8 == 7) {
+            uint64_t h = lane[(i / 8) % 4] ^ w;
+            lane[(i / 8) % 4] = ((h << 29) | (h >> 35)) * 0x9e3779b97f4a7c15ull;
+            w = 0;
+        }
+    }
+    uint64_t x = mix_ref((uint64_t)n * 0x9e3779b97f4a7c15ull + 1);
+    for (int k = 0; k < 4; k++) x = mix_ref(x ^ lane[k]);
+    return x;
+}
+
+static void test_checkpoint_checksum(void) {
+    enum { N = 4099 };
+    static unsigned char buf[N];
+    h_seed(23);
+    for (size_t i = 0; i < N; i++) buf[i] = (unsigned char)h_rand32();
+    for (size_t n = 0; n <= 300; n++)
+        CHECK(collage__sum64(buf, n) == sum64_ref(buf, n), "length %zu: %016llx vs the transcription %016llx", n,
+              (unsigned long long)collage__sum64(buf, n), (unsigned long long)sum64_ref(buf, n));
+    CHECK(collage__sum64(buf, N) == sum64_ref(buf, N), "length %d", N);
+    for (int trial = 0; trial < 50; trial++) { /* in pieces of random sizes: the same value */
+        collage__sum64_state st;
+        collage__sum64_init(&st);
+        for (size_t at = 0; at < N;) {
+            size_t k = h_rand32() % 97;
+            if (k > N - at) k = N - at;
+            collage__sum64_add(&st, buf + at, k);
+            at += k;
+        }
+        CHECK(collage__sum64_end(&st) == collage__sum64(buf, N), "trial %d: in pieces, another value", trial);
+    }
+    /* every single-bit flip of a 257-byte stream, and a zero byte appended, change the value */
+    uint64_t base = collage__sum64(buf, 257);
+    int missed = 0;
+    for (size_t i = 0; i < 257 * 8; i++) {
+        buf[i / 8] ^= (unsigned char)(1u << (i % 8));
+        missed += collage__sum64(buf, 257) == base;
+        buf[i / 8] ^= (unsigned char)(1u << (i % 8));
+    }
+    CHECK(missed == 0, "%d of %d single-bit flips not detected", missed, 257 * 8);
+    unsigned char z[258];
+    memcpy(z, buf, 257);
+    z[257] = 0;
+    CHECK(collage__sum64(z, 258) != base, "a zero byte appended not detected");
+}
+
 int main(void) {
     printf("test_core\n");
     RUN(test_fast_math_guard);
@@ -249,5 +312,6 @@ int main(void) {
     RUN(test_mcf_ops_match_spec);
     RUN(test_mcf_ema_tracks_float64);
     RUN(test_sr_unbiased_and_reproducible);
+    RUN(test_checkpoint_checksum);
     return h_end();
 }

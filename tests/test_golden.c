@@ -1,11 +1,12 @@
 /* test_golden.c — `collage train` against recorded results: 50 steps with each of fp32, bf16,
  * collage-light, collage-plus and bf16-sr, and a save / resume / re-shard cycle under MPI (2 ranks
  * → 1, 1 rank → 2), must log the same losses and gradient norms, character for character, and
- * save the same model.bin and optimizer state, byte for byte (64-bit FNV-1a of each file), as the
- * recording in tests/golden/train50.txt. The bf16 model runs its widening path (COLLAGE_BF16_GEMM=widen:
- * sgemm on the exactly widened bf16 operands, the values of the emulated bf16 model, tests/test_gpt.c),
- * whose bits depend on OpenBLAS's sgemm as the fp32 rows do; oneDNN's bf16 path sums in its own order,
- * which differs between CPUs with and without AMX, and is held to tolerances in test_gpt and test_model.
+ * save the same model.bin and optimizer state in the run's last checkpoint folder, byte for byte
+ * (64-bit FNV-1a of each file), as the recording in tests/golden/train50.txt. The bf16 model runs
+ * its widening path (COLLAGE_BF16_GEMM=widen: sgemm on the exactly widened bf16 operands, the values
+ * of the emulated bf16 model, tests/test_gpt.c), whose bits depend on OpenBLAS's sgemm as the fp32
+ * rows do; oneDNN's bf16 path sums in its own order, which differs between CPUs with and without
+ * AMX, and is held to tolerances in test_gpt and test_model.
  * COLLAGE_GOLDEN_RECORD=FILE writes the recording instead of checking it (the runs are the same). */
 #include "harness.h"
 #include <limits.h>
@@ -15,7 +16,7 @@
 #include <unistd.h>
 
 #define GOLDEN "tests/golden/train50.txt"
-#define TRAIN "--batch 4 --seq 32 --steps 50 --threads 1 --quiet"
+#define TRAIN "--batch 4 --seq 32 --steps 50 --threads 1 --quiet --save-every 0" /* a checkpoint at the end only */
 #define MPIRUN "timeout 120 mpirun --oversubscribe -x LSAN_OPTIONS -x ASAN_OPTIONS -x COLLAGE_BF16_GEMM -np"
 #define MAX_LINES 4096
 
@@ -51,9 +52,11 @@ static int run_lines(const char *name, const char *log, const char *save, const 
         out[n++] = strdup(buf);
     }
     if (f) fclose(f);
+    char ck[1024];
+    h_checkpoint(save, ck, sizeof ck); /* the newest checkpoint of the run folder */
     for (int i = 0; files && files[i] && n < cap; i++) {
-        char p[1024], buf[512];
-        snprintf(p, sizeof p, "%s/%s", save, files[i]);
+        char p[1100], buf[512];
+        snprintf(p, sizeof p, "%s/%s", ck, files[i]);
         snprintf(buf, sizeof buf, "%s %s %016llx", name, files[i], (unsigned long long)fnv_file(p));
         out[n++] = strdup(buf);
     }
@@ -107,7 +110,7 @@ static void reshard(const char *prec, int from, int to) {
                   from, g_bin, g_text, prec, a);
     CHECK(rc == 0, "%s: first half exit %d: %s", name, rc, out);
     rc = h_sh(out, sizeof out, MPIRUN " %d %s train --data %s --threads 1 --quiet --precision %s --resume %s --save %s "
-                               "--log %s", to, g_bin, g_text, prec, a, b, log);
+                               "--save-every 0 --log %s", to, g_bin, g_text, prec, a, b, log);
     CHECK(rc == 0, "%s: resume exit %d: %s", name, rc, out);
     static const char *const one[] = {"model.bin", "optimizer.state", NULL};
     static const char *const two[] = {"model.bin", "optimizer.rank0-of-2.state", "optimizer.rank1-of-2.state", NULL};
@@ -148,19 +151,7 @@ int main(void) {
     char out[4096];
     int mpi = h_sh(out, sizeof out, "%s --version", g_bin) == 0 && !strstr(out, "without MPI") &&
               h_sh(NULL, 0, "mpirun --version") == 0;
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
-    setenv("PMIX_MCA_mca_base_component_disable_dlclose", "1", 1);
-    char supp[PATH_MAX + 64], real[PATH_MAX];
-    if (realpath("tests/lsan-mpi.supp", real)) {
-        snprintf(supp, sizeof supp, "suppressions=%s:print_suppressions=0", real);
-        setenv("LSAN_OPTIONS", supp, 1);
-    }
-    char asan[1024]; /* for the suppressions to match (tests/test_dist.c says why) */
-    const char *ao = getenv("ASAN_OPTIONS");
-    snprintf(asan, sizeof asan, "%s%sfast_unwind_on_malloc=0", ao ? ao : "", ao && *ao ? ":" : "");
-    setenv("ASAN_OPTIONS", asan, 1);
+    h_mpi_env();
     RUN(test_fifty_steps_per_strategy);
     if (mpi) RUN(test_mpi_save_resume_reshard);
     else printf("SKIP test_mpi_save_resume_reshard: %s was built without MPI or mpirun does not run\n", g_bin);

@@ -78,7 +78,10 @@ static inline uint32_t rand_bits(uint32_t k1, uint32_t k2, uint32_t index_lo) {
     return lowbias32((index_lo ^ k1) + k2);
 }
 
-/* Atomic files (collage_atomic_*) are public: collage_data.h. */
+/* Atomic files (collage_atomic_*) are public: collage_data.h. On this thread, with on = 1, a commit
+ * syncs the file but not its folder: for files written into a folder that the caller syncs itself
+ * before renaming it into place (a checkpoint). */
+void collage__atomic_defer_dir_sync(int on);
 
 /* A status with a one-line message in err (cap bytes; err may be NULL). */
 collage_status collage__fail(char *err, size_t cap, collage_status st, const char *fmt, ...)
@@ -89,8 +92,27 @@ collage_status collage__read_file(const char *path, char **buf, size_t *len, cha
 /* mkdir -p: path and every missing folder above it; 0, or -1 with errno (ENOTDIR: a file is there). */
 int collage__mkdir_p(const char *path);
 
+/* The 64-bit checksum of checkpoint files (checksum.c): a stream of bytes in any pieces gives the
+ * same value as the whole at once. Any change confined to one aligned 8-byte word of the stream is
+ * always detected; other changes with probability 1 - 2^-64 or so. Part of the file format of
+ * train.state: never change the function. */
+typedef struct {
+    uint64_t lane[4], len;
+    unsigned char buf[32];
+    size_t nbuf;
+} collage__sum64_state;
+void     collage__sum64_init(collage__sum64_state *s);
+void     collage__sum64_add(collage__sum64_state *s, const void *data, size_t n);
+uint64_t collage__sum64_end(const collage__sum64_state *s);
+uint64_t collage__sum64(const void *data, size_t n);
+/* The checksum and size of a whole file; COLLAGE_ERR_IO with a message naming it. */
+collage_status collage__sum64_file(const char *path, uint64_t *sum, uint64_t *size, char *err, size_t cap);
+
 /* Threads for library kernels. */
 int collage__threads(void);
+/* memset(p, 0, bytes) over collage__threads() threads in fixed 1 MiB pieces: one core's stores reach
+ * about half the bandwidth that two reach, and a gradient slab is cleared every step. */
+void collage__zero_par(void *p, size_t bytes);
 
 /* Row kernels per ISA (lowp_x86.c). Each converts n elements; no threading inside. */
 void collage__bf16_from_f32_avx2(uint16_t *dst, const float *src, size_t n);

@@ -11,7 +11,7 @@
 
 struct collage_run {
     collage_run_config cfg;       /* resolved: the preset's shape, seq, warmup filled in */
-    char model_name[64], tokenizer_name[64], *data;
+    char model_name[64], tokenizer_name[64], *data, *init;
     collage_comm comm;            /* a copy; has_comm 0: one process */
     int has_comm;
     collage_tokenizer *tok;
@@ -28,6 +28,12 @@ struct collage_run {
     int bf16, step, P, R, A, M, Bm;
     uint64_t fingerprint;
     int resumed_ranks, resumed_accum;
+    int mlm;                      /* the model's objective is masked LM (mlm.c) */
+    int32_t *gin, *gtg;           /* masked LM: the whole global batch, masked */
+    uint64_t run_id;              /* the lineage of its checkpoints: new for a new run, kept on resume */
+    int skipped;                  /* steps skipped so far (non-finite gradient): the optimizer's count lags by it */
+    int streak, first_bad;        /* skipped steps in a row, and the first bad step of the streak */
+    int diverged;                 /* the step that made the run diverge (0: it has not) */
     char err[1024];
 };
 
@@ -38,7 +44,37 @@ collage_status run_fail(collage_run *r, collage_status st, const char *fmt, ...)
  * rank, COLLAGE_ERR_PEER (with a message naming the rank) on the others, COLLAGE_OK when none failed. */
 collage_status run_agree(collage_run *r, collage_status st, const char *what);
 
-/* run_ckpt.c */
+/* mlm.c: micro-batch k of batch `step` of a split (a training step's, or an evaluation's) into r->in and
+ * r->tg: next-token windows, or masked-LM inputs and targets with *divisor the loss divisor of
+ * collage_batch (0: the micro-batch's mean). 0, or -1 when the split has no such batch. */
+int run_micro_batch(collage_run *r, collage_split split, uint64_t step, int k, double *divisor);
+
+/* The divergence watch after step `step` (run.c): st, or COLLAGE_ERR_NONFINITE with a message when
+ * the step was skipped or made the run diverge (r->diverged). */
+collage_status run_watch(collage_run *r, collage_status st, int step, double loss, int skipped);
+
+/* run_ckpt.c: the files of one checkpoint */
 collage_status run_load_shards(collage_run *r, const char *dir, const collage_run_saved *saved);
 void           run_opt_path(char *out, size_t cap, const char *dir, int rank, int ranks);
+/* ckdir/train.state, exactly that folder's (its own checksum verified for the current layout). */
+collage_status run_manifest_read(const char *ckdir, collage_run_saved *s, char *err, size_t cap);
+
+/* ckpt.c: the run folder. An entry is a complete checkpoint: a step-N folder, or the folder itself
+ * ("here": the older layout, or a checkpoint folder given directly). ok: its train.state was read. */
+typedef struct { int step, here, ok; uint64_t run_id; char name[32]; } ckpt_entry;
+/* dir/step-0000000N + suffix */
+void ckpt_path(char *out, size_t cap, const char *dir, int step, const char *suffix);
+/* The checkpoints of dir by step, oldest first (malloc'd; run ids read when want_ids); -1: unreadable. */
+int  ckpt_list(const char *dir, ckpt_entry **out, int want_ids);
+/* Remove what killed or failed saves left in dir. */
+void ckpt_clean(const char *dir);
+/* Remove a checkpoint so that no moment leaves part of one under a checkpoint's name. 0 or -1. */
+int  ckpt_remove(const char *dir, const ckpt_entry *e);
+/* The complete folder tmp becomes fin (replacing a checkpoint of the same step), durably. 0 or -1. */
+int  ckpt_commit(const char *dir, const char *tmp, const char *fin);
+/* After saving `step`: keep it and the keep - 1 newest older checkpoints of run_id; remove the rest
+ * (other runs', and this run's newer ones, which a resume from an older step left behind). 0 or -1. */
+int  ckpt_prune(const char *dir, int step, uint64_t run_id, int keep);
+int  ckpt_rm_tree(const char *path);
+void ckpt_sync_dir(const char *dir);
 #endif

@@ -114,6 +114,11 @@ int shard_allgather_slab(const collage_comm *c, void *slab, size_t elsize, size_
     return rc ? -1 : 0;
 }
 
+int shard_allgather_bytes(const collage_comm *c, const void *mine, size_t k, void *out) {
+    if (!many(c)) { memcpy(out, mine, k); return 0; }
+    return c->allgather(c->ctx, mine, k, 1, out) ? -1 : 0;
+}
+
 int shard_allgather_doubles(const collage_comm *c, const double *mine, int k, double *out) {
     if (!many(c)) { memcpy(out, mine, (size_t)k * sizeof *out); return 0; }
     return c->allgather(c->ctx, mine, (size_t)k, sizeof(double), out) ? -1 : 0;

@@ -20,6 +20,8 @@ int    shard_reduce_scatter(const collage_comm *c, const void *x, int x_bf16, si
                             int out_bf16);
 /* In place: rank r's shard of slab (n elements of elsize bytes) to every rank. 0 or -1. */
 int    shard_allgather_slab(const collage_comm *c, void *slab, size_t elsize, size_t n);
+/* k bytes per rank to out (size·k, rank order). 0 or -1. */
+int    shard_allgather_bytes(const collage_comm *c, const void *mine, size_t k, void *out);
 /* k doubles per rank to out (size·k, rank order). 0 or -1. */
 int    shard_allgather_doubles(const collage_comm *c, const double *mine, int k, double *out);
 /* The whole gradient's Σg² from this rank's reduced shard g (bf16 bits or float) of its [lo, hi):

@@ -2,7 +2,8 @@
  * tokenizers: the optimizer state (collage_adamw_load, collage_adamw_load_part), the model checkpoint
  * (collage_model_read_header, collage_model_load_file), the llm.c token shard (collage_shard_read), the
  * GPT-2 vocabulary files (collage_tokenizer_create), a corpus folder of text files or shards
- * (collage_corpus_tokens, collage_corpus_text), and encode/decode on arbitrary bytes and ids.
+ * (collage_corpus_tokens, collage_corpus_text), a checkpoint's train.state (collage_run_read_saved,
+ * collage_checkpoint_verify), and encode/decode on arbitrary bytes and ids.
  * Built with clang under ASan + UBSan (`make fuzz`); run e.g. `build-fuzz/fuzz_inputs -max_total_time=60`.
  *
  * Besides "no crash, no out-of-bounds access, no leak", each target checks the contracts of
@@ -15,11 +16,15 @@
  *    vocabulary is COLLAGE_ERR_ARG.
  * The optimizer-state and checkpoint targets are structure-aware: they start from valid files saved at
  * start-up and apply the input as edits (truncation or extension, byte overwrites, and optionally the
- * checksum recomputed), so that mutations get past the magic and the checksum to the later checks.
- * Input: byte 0 picks the target (mod 6), the rest is its payload. */
+ * checksum recomputed), so that mutations get past the magic and the checksum to the later checks;
+ * so is the train.state target (a valid manifest, edited, its checksum line optionally recomputed).
+ * The checkpoint target edits a GPT-2 (llm.c format, fp32 or bf16), a BERT (collbert, fp32 or bf16) or
+ * a LLaMA (llama2.c's fp32) file. Input: byte 0 picks the target (mod 7), the rest is its payload. */
 #include "collage.h"
 #include "collage_data.h"
 #include "collage_model.h"
+#include "collage_run.h"
+#include "internal.h" /* collage__sum64, the manifest's checksum */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,10 +37,17 @@
 static char g_dir[256];                       /* the scratch folder */
 static unsigned char *g_state[COLLAGE_STRATEGY_COUNT];
 static size_t g_state_len[COLLAGE_STRATEGY_COUNT];
-static unsigned char *g_ckpt[2];              /* fp32, bf16 */
-static size_t g_ckpt_len[2];
-static const collage_model_config g_cfg = {.family = COLLAGE_FAMILY_GPT2, .vocab_size = 16, .padded_vocab_size = 16,
-                                           .max_seq_len = 8, .num_layers = 1, .num_heads = 2, .channels = 8};
+static unsigned char *g_ckpt[5];              /* gpt2 fp32, gpt2 bf16, bert fp32, bert bf16, llama */
+static size_t g_ckpt_len[5];
+static const collage_model_config g_cfg[2] = {
+    {.family = COLLAGE_FAMILY_GPT2, .vocab_size = 16, .padded_vocab_size = 16, .max_seq_len = 8, .num_layers = 1,
+     .num_heads = 2, .channels = 8},
+    {.family = COLLAGE_FAMILY_BERT, .vocab_size = 17, .padded_vocab_size = 64, .max_seq_len = 8, .num_layers = 1,
+     .num_heads = 2, .channels = 8}};
+static const collage_model_config g_llama = {.family = COLLAGE_FAMILY_LLAMA, .vocab_size = 16, .padded_vocab_size = 16,
+                                             .max_seq_len = 8, .num_layers = 1, .num_heads = 2, .num_kv_heads = 1,
+                                             .channels = 8, .hidden_dim = 12, .untied = 1, .norm_eps = 1e-5,
+                                             .rope_theta = 10000.0};
 static collage_tokenizer *g_tok[2];           /* byte, gpt2 (NULL when its files are not installed) */
 
 enum { N_ELEM = 40 };
@@ -155,9 +167,9 @@ static void fuzz_state(const uint8_t *d, size_t n) {
 
 static void fuzz_ckpt(const uint8_t *d, size_t n) {
     if (n < 1) return;
-    int bf = d[0] & 1;
+    const int k = d[0] % 5; /* which of the five saved files */
     size_t len;
-    unsigned char *b = edit(g_ckpt[bf], g_ckpt_len[bf], d + 1, n - 1, &len, 0);
+    unsigned char *b = edit(g_ckpt[k], g_ckpt_len[k], d + 1, n - 1, &len, 0);
     char path[300], err[COLLAGE_ERR_LEN];
     snprintf(path, sizeof path, "%s/model.bin", g_dir);
     spit(path, b, len);
@@ -265,11 +277,53 @@ static void fuzz_vocab(const uint8_t *d, size_t n) {
     collage_tokenizer_free(t);
 }
 
+/* A checkpoint folder ck/ with a train.state edited from a valid one (p[1] & 1: its checksum line
+ * recomputed) beside the model.bin it lists: read and verified, a failure names the file. */
+static const char MANIFEST[] =
+    "collage-train 2\nstep 3\nskipped 0\nrun_id 00000000000000ab\nprecision collage-light\ntokenizer byte\nvocab 16\n"
+    "padded_vocab 16\nmax_seq 8\nlayers 1\nheads 2\ndim 8\nbatch 2\nseq 4\nsteps 10\nwarmup 0\nlr 0.001\nbeta1 0.9\n"
+    "beta2 0.95\neps 1e-08\nwd 0.1\nclip 1\nseed 1\ndata_fingerprint 7\nranks 1\naccum 1\nfamily gpt2\n";
+static void fuzz_manifest(const uint8_t *d, size_t n) {
+    char dir[300], path[340], err[COLLAGE_ERR_LEN], *text = malloc(sizeof MANIFEST + 512);
+    if (!text) FAIL("out of memory");
+    snprintf(dir, sizeof dir, "%s/ck", g_dir);
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    spit(path, g_ckpt[0], g_ckpt_len[0]);
+    int k = snprintf(text, sizeof MANIFEST + 512, "%sfile model.bin %zu %016llx\n", MANIFEST, g_ckpt_len[0],
+                     (unsigned long long)collage__sum64(g_ckpt[0], g_ckpt_len[0]));
+    snprintf(text + k, sizeof MANIFEST + 512 - (size_t)k, "checksum %016llx\n", (unsigned long long)collage__sum64(text, (size_t)k));
+    size_t len;
+    unsigned char *b = edit((const unsigned char *)text, strlen(text), d, n, &len, 0);
+    const char *last = NULL; /* the checksum line recomputed over the edited bytes before it */
+    for (size_t i = 0; i + 10 <= len; i++)
+        if (!memcmp(b + i, "\nchecksum ", 10)) last = (const char *)b + i;
+    if (n >= 2 && (d[1] & 1) && last && (size_t)(last - (const char *)b) + 27 <= len) {
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)collage__sum64(b, (size_t)(last + 1 - (const char *)b)));
+        memcpy((char *)last + 10, hex, 16);
+    }
+    snprintf(path, sizeof path, "%s/train.state", dir);
+    spit(path, b, len);
+    free(b);
+    free(text);
+    collage_run_saved sv;
+    err[0] = 0;
+    if (collage_run_read_saved(dir, &sv, err, sizeof err) != COLLAGE_OK) {
+        if (!strstr(err, dir)) FAIL("a failed train.state read does not name the file: '%s'", err);
+        return;
+    }
+    if (sv.step < 0 || sv.ranks < 1 || sv.accum < 1 || sv.skipped < 0 || sv.skipped > sv.step)
+        FAIL("train.state accepted: step %d, ranks %d, accum %d, skipped %d", sv.step, sv.ranks, sv.accum, sv.skipped);
+    err[0] = 0;
+    if (collage_checkpoint_verify(dir, NULL, err, sizeof err) != COLLAGE_OK && !strstr(err, dir))
+        FAIL("a failed verification does not name the file: '%s'", err);
+}
+
 /* The scratch folder and what the targets write in it, removed at exit (libFuzzer exits through
  * exit() when its runs are done; a crash leaves them for inspection). */
 static void cleanup(void) {
     static const char *const files[] = {"state.bin", "base_state.bin", "model.bin", "base_model.bin", "tokens.bin",
-                                         "vocab/encoder.json", "vocab/vocab.bpe"};
+                                         "vocab/encoder.json", "vocab/vocab.bpe", "ck/train.state", "ck/model.bin"};
     char path[340];
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", g_dir, files[i]);
@@ -278,6 +332,8 @@ static void cleanup(void) {
     snprintf(path, sizeof path, "%s/vocab", g_dir);
     rmdir(path);
     snprintf(path, sizeof path, "%s/corpus", g_dir);
+    rmdir(path);
+    snprintf(path, sizeof path, "%s/ck", g_dir);
     rmdir(path);
     rmdir(g_dir);
 }
@@ -356,6 +412,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     if (mkdir(path, 0700)) FAIL("cannot make %s", path);
     snprintf(path, sizeof path, "%s/corpus", g_dir);
     if (mkdir(path, 0700)) FAIL("cannot make %s", path);
+    snprintf(path, sizeof path, "%s/ck", g_dir);
+    if (mkdir(path, 0700)) FAIL("cannot make %s", path);
     for (int s = 0; s < COLLAGE_STRATEGY_COUNT; s++) {
         collage_adamw *o = make_opt((collage_strategy)s, 0, N_ELEM);
         snprintf(path, sizeof path, "%s/base_state.bin", g_dir);
@@ -363,21 +421,31 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         g_state[s] = slurp(path, &g_state_len[s]);
         collage_adamw_free(o);
     }
-    size_t np = collage_model_num_params(&g_cfg);
-    if (!np) FAIL("the micro model's shape is invalid");
-    float *w = malloc(np * sizeof *w);
-    collage_bf16 *wb = malloc(np * sizeof *wb);
-    if (!w || !wb) FAIL("out of memory");
-    for (size_t i = 0; i < np; i++) { w[i] = 0.01f * (float)(i % 13); wb[i].bits = (uint16_t)(0x3c00 + i % 256); }
     char err[COLLAGE_ERR_LEN];
-    for (int bf = 0; bf < 2; bf++) {
-        snprintf(path, sizeof path, "%s/base_model.bin", g_dir);
-        if (collage_model_save_file(path, &g_cfg, bf ? (const void *)wb : (const void *)w, bf, err, sizeof err) != COLLAGE_OK)
-            FAIL("cannot save a checkpoint: %s", err);
-        g_ckpt[bf] = slurp(path, &g_ckpt_len[bf]);
+    for (int fam = 0; fam < 2; fam++) {
+        size_t np = collage_model_num_params(&g_cfg[fam]);
+        if (!np) FAIL("the micro model's shape is invalid");
+        float *w = malloc(np * sizeof *w);
+        collage_bf16 *wb = malloc(np * sizeof *wb);
+        if (!w || !wb) FAIL("out of memory");
+        for (size_t i = 0; i < np; i++) { w[i] = 0.01f * (float)(i % 13); wb[i].bits = (uint16_t)(0x3c00 + i % 256); }
+        for (int bf = 0; bf < 2; bf++) {
+            snprintf(path, sizeof path, "%s/base_model.bin", g_dir);
+            if (collage_model_save_file(path, &g_cfg[fam], bf ? (const void *)wb : (const void *)w, bf, err, sizeof err) !=
+                COLLAGE_OK)
+                FAIL("cannot save a checkpoint: %s", err);
+            g_ckpt[2 * fam + bf] = slurp(path, &g_ckpt_len[2 * fam + bf]);
+        }
+        free(w);
+        free(wb);
     }
-    free(w);
-    free(wb);
+    const size_t nl = collage_model_num_params(&g_llama);
+    float *wl = calloc(nl ? nl : 1, sizeof *wl);
+    if (!nl || !wl) FAIL("the micro llama's shape is invalid");
+    snprintf(path, sizeof path, "%s/base_model.bin", g_dir);
+    if (collage_model_save_file(path, &g_llama, wl, 0, err, sizeof err) != COLLAGE_OK) FAIL("cannot save a llama: %s", err);
+    g_ckpt[4] = slurp(path, &g_ckpt_len[4]);
+    free(wl);
     if (collage_tokenizer_create(COLLAGE_TOKENIZER_BYTE, NULL, &g_tok[0], err, sizeof err) != COLLAGE_OK)
         FAIL("no byte tokenizer: %s", err);
     if (collage_tokenizer_create(COLLAGE_TOKENIZER_GPT2, NULL, &g_tok[1], err, sizeof err) != COLLAGE_OK) {
@@ -389,13 +457,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
     if (n < 1) return 0;
-    switch (d[0] % 6) {
+    switch (d[0] % 7) {
     case 0: fuzz_state(d + 1, n - 1); break;
     case 1: fuzz_ckpt(d + 1, n - 1); break;
     case 2: fuzz_shard(d + 1, n - 1); break;
     case 3: fuzz_tokens(d + 1, n - 1); break;
     case 4: fuzz_vocab(d + 1, n - 1); break;
-    default: fuzz_corpus(d + 1, n - 1); break;
+    case 5: fuzz_corpus(d + 1, n - 1); break;
+    default: fuzz_manifest(d + 1, n - 1); break;
     }
     return 0;
 }
