@@ -140,9 +140,10 @@ class StepStats(ctypes.Structure):
                 ("edq", EDQ), ("tie_free", c_int)]
 
 
-class ModelConfig(ctypes.Structure):
+class ModelConfig(ctypes.Structure):  # collage_model_config, field for field
     _fields_ = [("family", c_int), ("vocab_size", c_int), ("padded_vocab_size", c_int), ("max_seq_len", c_int),
-                ("num_layers", c_int), ("num_heads", c_int), ("channels", c_int)]
+                ("num_layers", c_int), ("num_heads", c_int), ("channels", c_int), ("num_kv_heads", c_int),
+                ("hidden_dim", c_int), ("untied", c_int), ("norm_eps", c_double), ("rope_theta", c_double)]
 
 
 class LpPair(ctypes.Structure):

@@ -204,3 +204,18 @@ def test_command_line(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2 and "unknown --format 'onnx'" in r.stderr
     assert not (tmp_path / "x").exists(), "nothing written for a refused command"
+
+
+def test_model_config_mirrors_the_header():
+    """_lib.ModelConfig is collage_model_config field for field: a preset of every family read through it
+    has its fields in place, and the bytes after the struct stay untouched (a shorter mirror would let the
+    library write past it)."""
+    buf = ctypes.create_string_buffer(ctypes.sizeof(_lib.ModelConfig) + 64)
+    ctypes.memset(buf, 0x5A, len(buf))
+    cfg = _lib.ModelConfig.from_buffer(buf)
+    assert L.collage_model_preset(b"llama-tiny", ctypes.byref(cfg)) == 0
+    assert (cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.channels, cfg.hidden_dim) == (2, 4, 2, 128, 352)
+    assert cfg.norm_eps == pytest.approx(1e-5) and cfg.rope_theta == 10000.0
+    assert buf.raw[ctypes.sizeof(_lib.ModelConfig):] == b"\x5a" * 64
+    assert L.collage_model_preset(b"gpt2", ctypes.byref(cfg)) == 0
+    assert (cfg.num_layers, cfg.channels, cfg.padded_vocab_size, cfg.num_kv_heads) == (12, 768, 50304, 0)
