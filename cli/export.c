@@ -73,7 +73,9 @@ int cmd_export(int argc, char **argv) {
     if (st == COLLAGE_OK) st = collage_model_export_safetensors(o.out, &c, params, bf16, err, sizeof err);
     free(params);
     if (st != COLLAGE_OK) {
-        fprintf(stderr, "collage export: %s\nhint: %s\n", err, cli_hint(st));
+        fprintf(stderr, "collage export: %s\nhint: %s\n", err,
+                st == COLLAGE_ERR_UNSUPPORTED ? "safetensors export knows GPT-2 checkpoints (GPT2LMHeadModel's layout)"
+                                              : cli_hint(st));
         return 1;
     }
     printf("wrote %s/model.safetensors (%zu parameters, %s) and %s/config.json\n", o.out, n, bf16 ? "BF16" : "F32", o.out);
