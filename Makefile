@@ -56,10 +56,13 @@ CLI_SRC  = $(wildcard cli/*.c)
 CLI_OBJ  = $(patsubst cli/%.c,$(BUILD)/obj/cli_%.o,$(CLI_SRC))
 TEST_SRC = $(wildcard tests/test_*.c)
 TEST_BIN = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC)) $(BUILD)/tests/test_install
+# The Python package's suite: in a SAN=1 build it says why it skips (an ASan-instrumented libcollage.so
+# loads into the interpreter only with libasan preloaded; docs/testing.md).
+TEST_BIN += $(BUILD)/tests/test_python
 HDRS     = $(wildcard include/*.h) $(wildcard $(addsuffix /*.h,$(SRC_DIRS))) $(wildcard src/*/*.inc) $(wildcard cli/*.h) \
            tests/harness.h
 
-.PHONY: all lib cli tests test run setup clean ci-san ci-noomp fuzz install check-headers FORCE
+.PHONY: all lib cli tests test run setup clean ci-san ci-noomp fuzz install check-headers python FORCE
 all: lib cli
 lib: $(BUILD)/libcollage.a $(BUILD)/libcollage.so
 cli: $(BUILD)/collage
@@ -88,11 +91,15 @@ $(BUILD)/obj/optim/adamw_avx512.o: ISA_FLAGS = -mavx512f -mavx512bw -mavx512vl -
 $(BUILD)/obj/optim/adamw_avx2.o: ISA_FLAGS = -mavx2 -mfma -mf16c $(KERNEL_FLAGS)
 # The bf16 model's ops and graph, 16 lanes wide (the same values: -ffp-contract=off, no sums vectorised).
 AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
-$(BUILD)/obj/nn/ops_bf16_avx512.o $(BUILD)/obj/nn/matmul_bf16_avx512.o $(BUILD)/obj/models/gpt2_bf16_avx512.o: \
-  ISA_FLAGS = $(AVX512_FLAGS)
+$(BUILD)/obj/nn/ops_bf16_avx512.o $(BUILD)/obj/nn/matmul_bf16_avx512.o $(BUILD)/obj/models/gpt2_bf16_avx512.o \
+  $(BUILD)/obj/models/llama_bf16_avx512.o: ISA_FLAGS = $(AVX512_FLAGS)
 $(BUILD)/obj/nn/ops_bf16_avx512.o: src/nn/ops_bf16.c
 $(BUILD)/obj/nn/matmul_bf16_avx512.o: src/nn/matmul_bf16.c
 $(BUILD)/obj/models/gpt2_bf16_avx512.o: src/models/gpt2_bf16.c
+$(BUILD)/obj/nn/matmul_bert_bf16_avx512.o $(BUILD)/obj/models/bert_bf16_avx512.o: ISA_FLAGS = $(AVX512_FLAGS)
+$(BUILD)/obj/nn/matmul_bert_bf16_avx512.o: src/nn/matmul_bert_bf16.c
+$(BUILD)/obj/models/bert_bf16_avx512.o: src/models/bert_bf16.c
+$(BUILD)/obj/models/llama_bf16_avx512.o: src/models/llama_bf16.c
 # The CLI sees include/ only (make check-headers).
 $(BUILD)/obj/cli_%.o: cli/%.c $(HDRS) $(BUILD)/mpi.flag | $(BUILD)/obj
 	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -c $< -o $@
@@ -118,6 +125,19 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libcollage.a $(HDRS) | $(BUILD)/tests
 $(BUILD)/tests/test_install: tests/test_install.sh Makefile | $(BUILD)/tests
 	sed -e 's|@BUILD@|$(BUILD)|' -e 's|@CC@|$(CC)|' -e 's|@XFLAGS@|$(LDSAN)|' \
 	    -e 's|@MAKEVARS@|CC=$(CC) SAN=$(SAN) OMP=$(OMP)|' $< > $@ && chmod +x $@
+
+# The Python suite, with this build's library and sanitizer setting written in.
+$(BUILD)/tests/test_python: tests/test_python.sh Makefile | $(BUILD)/tests
+	sed -e 's|@BUILD@|$(BUILD)|' -e 's|@SAN@|$(SAN)|' $< > $@ && chmod +x $@
+
+# make python: the collage Python package installed without network into a virtual environment,
+# $(BUILD)/venv, that sees Debian's torch and numpy; it loads this build's libcollage.so
+# (then: . $(BUILD)/venv/bin/activate). In an environment of your own: pip install ./python.
+python: lib
+	@test -x $(BUILD)/venv/bin/pip || /usr/bin/python3 -m venv --system-site-packages $(BUILD)/venv
+	COLLAGE_LIB=$(abspath $(BUILD))/libcollage.so $(BUILD)/venv/bin/pip install --no-index -q ./python
+	@rm -rf python/build python/collage.egg-info
+	@echo "collage for Python installed in $(BUILD)/venv: . $(BUILD)/venv/bin/activate"
 
 setup:
 	@bash scripts/setup.sh

@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "bench.h"
 #include "collage_model.h"
+#include "collage_run.h" /* collage_mlm_mask: a masked-LM model's targets */
 #include <cblas.h>
 #include <math.h>
 #include <limits.h>
@@ -12,18 +13,28 @@
 #include <string.h>
 
 /* ------------------------------------------------------------------ model */
-/* Model FLOPs per token: 6·N for the weight matrices (forward + backward) plus 6·L·T·C for attention
- * scores and values (each position attends to T/2 positions on average, causal). The reference rates:
- * the products of a GPT-2-shaped model of the same size, (rows, inner, cols) of each forward product
- * and how often a step takes it; the backward runs the two transposed products. */
-typedef struct { int mkn[5][3], count[5]; size_t a, b, o; } model_shapes;
+/* The model's products, from its tensor table: each matrix a token goes through (collage_tensor_info's
+ * product) is a forward product (rows, inner, cols) = (B·T, in, out), taken once per layer it has; a
+ * masked-LM head's matrices (product 2) run on the `scored` rows only; the backward runs the two
+ * transposed products. Model FLOPs per token: 6 per weight of those matrices (the head's weighted by
+ * scored / B·T) plus 6·L·T·C for attention scores and values (each position attends to T/2 positions on
+ * average, causal; 12·L·T·C for an encoder, where every position attends to all T). */
+typedef struct { int mkn[COLLAGE_MODEL_MAX_TENSORS][3], count[COLLAGE_MODEL_MAX_TENSORS], n; size_t a, b, o; double flops_tok; } model_shapes;
 
-static model_shapes shapes_of(const collage_model_config *c, int BT) {
-    const int C = c->channels, V = c->padded_vocab_size, L = c->num_layers;
-    model_shapes s = {{{BT, C, 3 * C}, {BT, C, C}, {BT, C, 4 * C}, {BT, 4 * C, C}, {BT, C, V}}, {L, L, L, L, 1}, 0, 0, 0};
-    for (int k = 0; k < 5; k++) {
-        const size_t a = (size_t)s.mkn[k][0] * s.mkn[k][1], b = (size_t)s.mkn[k][1] * s.mkn[k][2];
-        const size_t o = (size_t)s.mkn[k][0] * s.mkn[k][2];
+static model_shapes shapes_of(const collage_model_config *c, int BT, int T, int scored) {
+    collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS];
+    const int nt = collage_model_tensors(c, t, COLLAGE_MODEL_MAX_TENSORS);
+    const double att = collage_family_objective(c->family) == COLLAGE_OBJECTIVE_MASKED_LM ? 12.0 : 6.0;
+    model_shapes s = {.flops_tok = att * c->num_layers * (double)T * c->channels};
+    for (int k = 0; k < nt; k++) {
+        if (!t[k].product) continue;
+        const int layered = t[k].ndim == 3, i = s.n++;
+        const int out = (int)t[k].shape[layered], in = (int)t[k].shape[layered + 1];
+        const int rows = t[k].product == 2 ? scored : BT;
+        s.mkn[i][0] = rows; s.mkn[i][1] = in; s.mkn[i][2] = out;
+        s.count[i] = layered ? (int)t[k].shape[0] : 1;
+        s.flops_tok += 6.0 * s.count[i] * (double)in * out * rows / BT;
+        const size_t a = (size_t)rows * in, b = (size_t)in * out, o = (size_t)rows * out;
         if (a > s.a) s.a = a;
         if (b > s.b) s.b = b;
         if (o > s.o) s.o = o;
@@ -32,8 +43,8 @@ static model_shapes shapes_of(const collage_model_config *c, int BT) {
 }
 
 /* OpenBLAS sgemm (its own threads) on the shapes: the reference of the fp32 model. */
-static double sgemm_rate(const collage_model_config *c, int BT, int reps) {
-    const model_shapes sh = shapes_of(c, BT);
+static double sgemm_rate(const collage_model_config *c, int BT, int scored, int reps) {
+    const model_shapes sh = shapes_of(c, BT, 1, scored);
     float *A = calloc(sh.a, 4), *B = calloc(sh.b, 4), *O = calloc(sh.o, 4);
     if (!A || !B || !O) { free(A); free(B); free(O); return (double)NAN; }
     for (size_t i = 0; i < sh.a; i++) A[i] = (float)(i % 7) * 0.1f;
@@ -42,7 +53,7 @@ static double sgemm_rate(const collage_model_config *c, int BT, int reps) {
     for (int r = 0; r < reps; r++) {
         double t0 = cli_now();
         flops = 0;
-        for (int k = 0; k < 5; k++) {
+        for (int k = 0; k < sh.n; k++) {
             const int M = sh.mkn[k][0], K = sh.mkn[k][1], N = sh.mkn[k][2];
             for (int rep = 0; rep < sh.count[k]; rep++) {
                 /* forward out = inp·Wᵀ, backward dinp = dout·W and dW = doutᵀ·inp: three products */
@@ -62,8 +73,8 @@ static double sgemm_rate(const collage_model_config *c, int BT, int reps) {
 /* The bf16 model's products alone on the same shapes and counts (collage_bf16_matmul with no output:
  * the path, tiles and threads the model uses, each tile left in its scratch as the model's epilogues
  * find it): the ceiling of a bf16 step's products. */
-static double bf16_rate(const collage_model_config *c, int BT, int reps) {
-    const model_shapes sh = shapes_of(c, BT);
+static double bf16_rate(const collage_model_config *c, int BT, int scored, int reps) {
+    const model_shapes sh = shapes_of(c, BT, 1, scored);
     collage_bf16 *A = calloc(sh.a, 2), *B = calloc(sh.b, 2), *O = calloc(sh.o, 2);
     if (!A || !B || !O) { free(A); free(B); free(O); return (double)NAN; }
     for (size_t i = 0; i < sh.a; i++) A[i] = collage_bf16_from_f32((float)(i % 7) * 0.1f);
@@ -73,7 +84,7 @@ static double bf16_rate(const collage_model_config *c, int BT, int reps) {
     for (int r = 0; r < reps; r++) {
         double t0 = cli_now();
         flops = 0;
-        for (int k = 0; k < 5; k++) {
+        for (int k = 0; k < sh.n; k++) {
             const int M = sh.mkn[k][0], K = sh.mkn[k][1], N = sh.mkn[k][2];
             for (int rep = 0; rep < sh.count[k]; rep++) {
                 collage_bf16_matmul(0, 1, M, N, K, A, K, B, K, NULL, N);
@@ -179,30 +190,130 @@ static void bench_model_row(const bench_run *r, const double med[4], double ms_f
                med[3], 100 * med[3] / ms, mb[0], mb[1], mb[2], mb[3], mb[4], total);
 }
 
-/* The presets' names as a hint: "tiny, small or gpt2". */
-static const char *preset_list(char *buf, size_t cap) {
-    const char *const *p = collage_model_preset_names();
-    size_t at = 0;
-    buf[0] = 0;
-    for (int i = 0; p[i] && at < cap; i++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s%s", i == 0 ? "" : p[i + 1] ? ", " : " or ", p[i]);
-    return buf;
+/* One model of the benchmark: its shape, reference rates, weights and tokens, the fp32 run stepped beside
+ * every strategy, and each strategy's medians with fp32's alongside them. */
+#define MAX_MODELS 4
+enum { NLIST = 5 };
+typedef struct {
+    const char *preset;
+    collage_model_config c;
+    size_t n;
+    double flops_tok, ref[2];
+    float *w0;
+    int32_t *in, *tg;
+    bench_run f;
+    double med[NLIST][4], fmed[NLIST][4], mib[NLIST][5];
+    const char *prod[NLIST];
+} bench_model_set;
+
+static void model_close(bench_model_set *m) {
+    bench_run_free(&m->f);
+    free(m->w0); free(m->in); free(m->tg);
+    m->w0 = NULL; m->in = m->tg = NULL;
+}
+
+/* The model of a preset, its reference rates (sgemm on blas_threads OpenBLAS threads, the bf16 products on
+ * the model's own), its header, and its fp32 run with room for `samples` steps. 0, 1 (failed) or 2 (bad
+ * preset or shape, message printed). */
+static int model_open(bench_model_set *m, const char *preset, int B, int T, int steps, int warmup, int samples,
+                      int blas_threads, int json) {
+    memset(m, 0, sizeof *m);
+    m->preset = preset;
+    char msg[256];
+    if (collage_model_preset(preset, &m->c) != COLLAGE_OK) {
+        fprintf(stderr, "collage bench: unknown --model '%s'\nhint: one of %s\n", preset, cli_preset_names(", "));
+        return 2;
+    }
+    if (collage_model_check(&m->c, B, T, msg, sizeof msg) != COLLAGE_OK) { fprintf(stderr, "collage bench: %s\n", msg); return 2; }
+    m->n = collage_model_num_params(&m->c);
+    m->w0 = malloc(m->n * sizeof(float));
+    m->in = malloc(sizeof(int32_t) * (size_t)B * T);
+    m->tg = malloc(sizeof(int32_t) * (size_t)B * T);
+    if (!m->w0 || !m->in || !m->tg || collage_model_init_weights(&m->c, 1, m->w0, m->n) != COLLAGE_OK) {
+        model_close(m);
+        return 1;
+    }
+    for (int i = 0; i < B * T; i++) { m->in[i] = (i * 7919) % m->c.vocab_size; m->tg[i] = (i * 104729 + 1) % m->c.vocab_size; }
+    const int mlm = collage_family_objective(m->c.family) == COLLAGE_OBJECTIVE_MASKED_LM;
+    const int K = mlm ? (int)collage_mlm_mask(collage_mlm_key(1, 1, 0), m->in, NULL, B, T, 0, collage_model_mask_token(&m->c),
+                                              collage_model_text_vocab(&m->c), m->in, m->tg)
+                      : B * T; /* the rows a masked-LM head runs on: the masked ones */
+    m->flops_tok = shapes_of(&m->c, B * T, T, K).flops_tok;
+    openblas_set_num_threads(blas_threads);
+    m->ref[0] = sgemm_rate(&m->c, B * T, K, 3); /* OpenBLAS with its own threads: the reference of fp32 */
+    openblas_set_num_threads(1); /* the model's tiles are single-threaded: no call switches it and back */
+    m->ref[1] = bf16_rate(&m->c, B * T, K, 3); /* the bf16 model's products alone: the reference of bf16 */
+    if (!json && mlm) printf("%s: masked LM, %d of the %d positions scored, the head on those only\n", preset, K, B * T);
+    if (!json)
+        printf("collage bench model: %s (%zu params), B = %d, T = %d, %d threads; median of %d steps after %d untimed,\n"
+               "each strategy stepped in alternation with an fp32 model (vs fp32: against those fp32 steps)\n"
+               "cpu: %s\nproducts of the model's shapes alone: OpenBLAS sgemm %.1f GFLOP/s, bf16 (%s) %.1f GFLOP/s\n"
+               "of peak: the model's FLOP/s over its products' rate (sgemm for fp32, bf16 for the others); speed-up: over\n"
+               "the fp32 steps; phases (median ms): forward includes zeroing the gradients, optimizer the clipping norm\n"
+               "and EDQ; memory held (MiB): weights, optimizer state, gradients, activations, products' scratch, total\n\n",
+               preset, m->n, B, T, collage_get_threads(), steps, warmup, bench_cpu_name(), m->ref[0] * 1e-9,
+               collage_bf16_products(), m->ref[1] * 1e-9);
+    fflush(stdout);
+    if (bench_run_make(&m->f, COLLAGE_FP32, &m->c, m->w0, B, T, samples)) { model_close(m); return 1; }
+    for (int k = 0; k < warmup; k++) bench_run_step(&m->f, m->in, m->tg, B, T, -1);
+    return 0;
+}
+
+/* Strategy si on every model: each model's strategy run and fp32 run stepped in turn, model after model,
+ * so that the models are timed side by side as well. 0 or 1. */
+static int strategy_round(bench_model_set *ms, int nm, collage_strategy s, int si, int B, int T, int steps, int warmup) {
+    bench_run r[MAX_MODELS];
+    int made = 0, rc = 0;
+    for (; made < nm; made++)
+        if (bench_run_make(&r[made], s, &ms[made].c, ms[made].w0, B, T, steps)) { rc = 1; break; }
+    for (int k = 0; k < warmup + steps && !rc; k++)
+        for (int m = 0; m < nm; m++) { /* the fp32 steps timed beside strategy si: samples [si·steps, (si + 1)·steps) */
+            bench_run_step(&ms[m].f, ms[m].in, ms[m].tg, B, T, k < warmup ? -1 : si * steps + k - warmup);
+            bench_run_step(&r[m], ms[m].in, ms[m].tg, B, T, k < warmup ? -1 : k - warmup);
+        }
+    for (int m = 0; m < made; m++) {
+        if (!rc) {
+            bench_run alongside = ms[m].f;
+            for (int q = 0; q < 4; q++) alongside.t[q] = ms[m].f.t[q] + (size_t)si * steps;
+            bench_run_medians(&r[m], steps, ms[m].med[si]);
+            bench_run_medians(&alongside, steps, ms[m].fmed[si]);
+            memcpy(ms[m].mib[si], r[m].mib, sizeof r[m].mib);
+            ms[m].prod[si] = r[m].products;
+        }
+        bench_run_free(&r[m]);
+    }
+    return rc;
+}
+
+/* A model's rows: fp32 (its steps over every round), then each strategy measured. The model GFLOP/s of
+ * each into gf (fp32 first). */
+static void model_rows(bench_model_set *m, const collage_strategy *chosen, int done, int B, int T, int steps, int json,
+                       double *gf) {
+    const double tok = (double)B * T;
+    double fall[4];
+    if (!json)
+        printf("%s:\n%-14s %8s %8s %8s %7s %8s %8s %8s %8s %6s   %7s %6s %6s %6s %6s %7s\n", m->preset, "strategy",
+               "ms/step", "tokens/s", "GFLOP/s", "of peak", "speed-up", "forward", "backward", "optim.", "opt %",
+               "weights", "state", "grads", "acts", "scr.", "total");
+    bench_run_medians(&m->f, done ? done * steps : steps, fall);
+    bench_model_row(&m->f, fall, fall[0], tok, m->flops_tok, m->ref, m->preset, B, T, json);
+    gf[0] = m->flops_tok * tok / (fall[0] * 1e-3);
+    for (int si = 0; si < done; si++) {
+        bench_run shown = {.s = chosen[si], .products = m->prod[si]}; /* the strategy's figures */
+        memcpy(shown.mib, m->mib[si], sizeof shown.mib);
+        bench_model_row(&shown, m->med[si], m->fmed[si][0], tok, m->flops_tok, m->ref, m->preset, B, T, json);
+        gf[si + 1] = m->flops_tok * tok / (m->med[si][0] * 1e-3);
+    }
 }
 
 /* Each low-precision strategy is timed in alternation with one fp32 model, step by step, and its
  * "vs fp32" is the ratio to the median of the fp32 steps taken alongside it: a shared machine drifts by
- * more than the differences measured. The first `warmup` steps of each pair are not timed. */
-static int bench_model(const char *preset, int B, int T, int steps, int warmup, const char *only, int json) {
-    collage_model_config c;
-    if (collage_model_preset(preset, &c) != COLLAGE_OK) {
-        char names[256];
-        fprintf(stderr, "collage bench: unknown --model '%s'\nhint: %s\n", preset, preset_list(names, sizeof names));
-        return 2;
-    }
-    char msg[256];
-    if (collage_model_check(&c, B, T, msg, sizeof msg) != COLLAGE_OK) { fprintf(stderr, "collage bench: %s\n", msg); return 2; }
-    collage_strategy list[] = {COLLAGE_BF16_MASTER, COLLAGE_LIGHT, COLLAGE_PLUS, COLLAGE_BF16, COLLAGE_BF16_SR};
-    enum { NLIST = sizeof list / sizeof list[0] };
+ * more than the differences measured. Several models (--model a,b) are stepped in alternation too, and
+ * their model FLOP/s compared strategy by strategy at the end. The first `warmup` steps are not timed. */
+static int bench_model(const char *const *presets, int nm, int B, int T, int steps, int warmup, const char *only,
+                       int json) {
+    static const collage_strategy list[NLIST] = {COLLAGE_BF16_MASTER, COLLAGE_LIGHT, COLLAGE_PLUS, COLLAGE_BF16,
+                                                 COLLAGE_BF16_SR};
     collage_strategy chosen[NLIST];
     int nl = 0;
     if (only) {
@@ -214,70 +325,40 @@ static int bench_model(const char *preset, int B, int T, int steps, int warmup, 
         if (s != COLLAGE_FP32) chosen[nl++] = s;
     } else
         for (int i = 0; i < NLIST; i++) chosen[nl++] = list[i];
-    size_t n = collage_model_num_params(&c);
-    double tok = (double)B * T;
-    double flops_tok = 6.0 * (double)n + 6.0 * c.num_layers * (double)T * c.channels;
-    double ref[2];
-    ref[0] = sgemm_rate(&c, B * T, 3); /* OpenBLAS with its own threads: the reference of fp32 */
-    openblas_set_num_threads(1); /* the model's tiles are single-threaded: no call switches it and back */
-    ref[1] = bf16_rate(&c, B * T, 3);  /* the bf16 model's products alone: the reference of bf16 */
-    if (!json)
-        printf("collage bench model: %s (%zu params), B = %d, T = %d, %d threads; median of %d steps after %d untimed,\n"
-               "each strategy stepped in alternation with an fp32 model (vs fp32: against those fp32 steps)\n"
-               "cpu: %s\nproducts of the model's shapes alone: OpenBLAS sgemm %.1f GFLOP/s, bf16 (%s) %.1f GFLOP/s\n"
-               "of peak: the model's FLOP/s over its products' rate (sgemm for fp32, bf16 for the others); speed-up: over\n"
-               "the fp32 steps; phases (median ms): forward includes zeroing the gradients, optimizer the clipping norm\n"
-               "and EDQ; memory held (MiB): weights, optimizer state, gradients, activations, products' scratch, total\n\n"
-               "%-14s %8s %8s %8s %7s %8s %8s %8s %8s %6s   %7s %6s %6s %6s %6s %7s\n", preset, n, B, T,
-               collage_get_threads(), steps, warmup, bench_cpu_name(), ref[0] * 1e-9, collage_bf16_products(),
-               ref[1] * 1e-9, "strategy", "ms/step", "tokens/s", "GFLOP/s", "of peak", "speed-up", "forward", "backward",
-               "optim.", "opt %", "weights", "state", "grads", "acts", "scr.", "total");
-    fflush(stdout);
-    float *w0 = malloc(n * sizeof(float));
-    int32_t *in = malloc(sizeof(int32_t) * (size_t)B * T), *tg = malloc(sizeof(int32_t) * (size_t)B * T);
-    if (!w0 || !in || !tg || collage_model_init_weights(&c, 1, w0, n) != COLLAGE_OK) { free(w0); free(in); free(tg); return 1; }
-    for (int i = 0; i < B * T; i++) { in[i] = (i * 7919) % c.vocab_size; tg[i] = (i * 104729 + 1) % c.vocab_size; }
-    int rc = 0, rounds = nl ? nl : 1, done = 0;
-    double med[NLIST][4], fmed[NLIST][4]; /* per chosen strategy: its medians, and fp32's alongside it */
-    double mib[NLIST][5];
-    const char *prod[NLIST];
-    bench_run f;
-    if (bench_run_make(&f, COLLAGE_FP32, &c, w0, B, T, steps * rounds)) { free(w0); free(in); free(tg); return 1; }
-    for (int k = 0; k < warmup; k++) bench_run_step(&f, in, tg, B, T, -1);
-    if (!nl)
-        for (int k = 0; k < steps; k++) bench_run_step(&f, in, tg, B, T, k);
-    for (int si = 0; si < nl; si++) {
-        bench_run r;
-        if (bench_run_make(&r, chosen[si], &c, w0, B, T, steps)) { rc = 1; break; }
-        for (int k = 0; k < warmup; k++) { bench_run_step(&f, in, tg, B, T, -1); bench_run_step(&r, in, tg, B, T, -1); }
-        /* the fp32 steps timed beside strategy si are samples [si·steps, (si + 1)·steps) */
-        for (int k = 0; k < steps; k++) {
-            bench_run_step(&f, in, tg, B, T, si * steps + k);
-            bench_run_step(&r, in, tg, B, T, k);
-        }
-        bench_run alongside = f;
-        for (int q = 0; q < 4; q++) alongside.t[q] = f.t[q] + (size_t)si * steps;
-        bench_run_medians(&r, steps, med[si]);
-        bench_run_medians(&alongside, steps, fmed[si]);
-        memcpy(mib[si], r.mib, sizeof r.mib);
-        prod[si] = r.products;
-        bench_run_free(&r);
-        done++;
-        if (!json) fprintf(stderr, "[%s measured]\n", collage_strategy_name(chosen[si]));
+    const int blas_threads = openblas_get_num_threads();
+    bench_model_set ms[MAX_MODELS];
+    int rc = 0, opened = 0, done = 0;
+    for (; opened < nm && !rc; opened++) rc = model_open(&ms[opened], presets[opened], B, T, steps, warmup, steps * (nl ? nl : 1), blas_threads, json);
+    if (rc) opened--;
+    if (!rc && !nl)
+        for (int k = 0; k < steps; k++)
+            for (int m = 0; m < nm; m++) bench_run_step(&ms[m].f, ms[m].in, ms[m].tg, B, T, k);
+    for (int si = 0; si < nl && !rc; si++) {
+        rc = strategy_round(ms, nm, chosen[si], si, B, T, steps, warmup);
+        done += !rc;
+        if (!json && !rc) fprintf(stderr, "[%s measured]\n", collage_strategy_name(chosen[si]));
     }
-    double fall[4];
-    if (!rc) {
-        bench_run_medians(&f, nl ? done * steps : steps, fall);
-        bench_model_row(&f, fall, fall[0], tok, flops_tok, ref, preset, B, T, json);
-        for (int si = 0; si < done; si++) {
-            bench_run shown = {.s = chosen[si], .products = prod[si]}; /* the strategy's figures */
-            memcpy(shown.mib, mib[si], sizeof shown.mib);
-            bench_model_row(&shown, med[si], fmed[si][0], tok, flops_tok, ref, preset, B, T, json);
+    double gf[MAX_MODELS][NLIST + 1];
+    for (int m = 0; m < opened && !rc; m++) model_rows(&ms[m], chosen, done, B, T, steps, json, gf[m]);
+    if (!rc && !json && nm > 1) {
+        printf("\nmodel GFLOP/s against %s's, the models stepped in alternation:\n%-14s", presets[0], "strategy");
+        for (int m = 1; m < nm; m++) printf(" %12s", presets[m]);
+        for (int si = 0; si <= done; si++) {
+            printf("\n%-14s", collage_strategy_name(si ? chosen[si - 1] : COLLAGE_FP32));
+            for (int m = 1; m < nm; m++) printf(" %11.2fx", gf[m][si] / gf[0][si]);
         }
+        printf("\n");
     }
-    bench_run_free(&f);
-    free(w0); free(in); free(tg);
+    for (int m = 0; m < opened; m++) model_close(&ms[m]);
     return rc;
+}
+
+/* "gpt2,llama-110m" into at most MAX_MODELS names (buf holds them); the count, or 0 for an empty name. */
+static int split_models(const char *arg, char *buf, size_t cap, const char **out) {
+    snprintf(buf, cap, "%s", arg);
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < MAX_MODELS; t = strtok_r(NULL, ",", &save)) out[n++] = t;
+    return n;
 }
 
 int cmd_bench_model(int argc, char **argv) {
@@ -297,10 +378,12 @@ int cmd_bench_model(int argc, char **argv) {
         } else if (!strcmp(a, "--threads")) bad = cli_parse_threads("bench model", v, &threads);
         else if (!strcmp(a, "--json")) { json = 1; continue; }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: collage bench model [--model tiny|small|gpt2] [--batch B] [--seq T] [--steps N] [--warmup W] "
+            printf("usage: collage bench model [--model PRESET[,PRESET...]] [--batch B] [--seq T] [--steps N] [--warmup W] "
                    "[--precision S] [--threads N] [--json]\n"
                    "  each strategy is stepped in alternation with an fp32 model; N timed steps after W untimed\n"
-                   "  (defaults: gpt2, 4 x 64, 5 steps, 3 untimed, all cores; --precision: fp32 and that one only)\n");
+                   "  (defaults: gpt2, 4 x 64, 5 steps, 3 untimed, all cores; --precision: fp32 and that one only)\n"
+                   "  several presets (up to %d): stepped in alternation, their FLOP/s compared with the first's\n"
+                   "  presets: %s\n", MAX_MODELS, cli_preset_names(", "));
             return 0;
         } else {
             fprintf(stderr, "collage bench model: unknown option '%s'\nhint: collage bench model --help\n", a);
@@ -311,7 +394,14 @@ int cmd_bench_model(int argc, char **argv) {
         i++;
     }
     if (!preset) { fprintf(stderr, "collage bench model: --model needs a value\n"); return 2; }
+    char names[256];
+    const char *presets[MAX_MODELS];
+    const int nm = split_models(preset, names, sizeof names, presets);
+    if (nm < 1) {
+        fprintf(stderr, "collage bench model: --model '%s' names no preset\nhint: one of %s\n", preset, cli_preset_names(", "));
+        return 2;
+    }
     cli_set_threads(threads);
-    return bench_model(preset, B, T, steps, warmup, only, json);
+    return bench_model(presets, nm, B, T, steps, warmup, only, json);
 }
 

@@ -8,6 +8,8 @@ int cmd_train(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_fill(int argc, char **argv);
 int collage_cli_tokenize(int argc, char **argv);
 
 /* Parse a non-negative integer / a double for flag `flag`; on error print a hint and return -1. */
@@ -28,6 +30,8 @@ int cli_parse_strategy(const char *cmd, const char *flag, const char *s, collage
 /* The names of every precision strategy, in table order, parted by sep (the help texts and hints);
  * indent > 0: lines of at most 100 columns, continued after indent spaces. */
 const char *cli_strategy_names(const char *sep, int indent);
+/* The model presets of every family, in table order, parted by sep. */
+const char *cli_preset_names(const char *sep);
 /* What the user can do about a failed library call, by its status (one line, no newline). */
 const char *cli_hint(collage_status st);
 /* mkdir -p: create path and every missing folder above it; 0 or -1 with errno. */

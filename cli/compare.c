@@ -32,7 +32,7 @@ typedef struct {
     char dir[1024];
     /* results (NAN when the run has none) */
     int done, steps_run;
-    double train_loss, val_loss, edq_ratio, lost, bpp, tps, ms, rss;
+    double train_loss, val_loss, edq_ratio, lost, bpp, tps, ms, rss, val_acc; /* val_acc: masked LM only */
     /* scheduling */
     pid_t pid;
     int steps_seen;
@@ -69,7 +69,9 @@ static void compare_usage(FILE *f) {
             "  --eval-every N      validation interval (default steps/20)\n"
             "Other flags go to `collage train` unchanged; the defaults, docs/training.md:\n"
             "  --model tiny (2 layers, width 128, 4 heads), --seq 64, --batch 16, --lr 3e-4, warm-up steps/20,\n"
-            "  --wd 0.1, --clip 1.0, --eps 1e-8, on the fortunes corpus with 10%% held out.\n");
+            "  --wd 0.1, --clip 1.0, --eps 1e-8, on the fortunes corpus with 10%% held out;\n"
+            "  --model llama-tiny compares on the LLaMA family (docs/llama.md), --model bert-tiny on a BERT\n"
+            "  encoder trained by masked LM.\n");
 }
 
 /* The frontier: the fewest bytes at bf16-master's quality. The 16-bit strategies the paper compares, and
@@ -275,6 +277,7 @@ static int load_result(run_t *r, int steps) {
     if (r->steps_run != steps) return 0;
     r->train_loss = json_get(buf, "tail_loss");
     r->val_loss = json_get(buf, "val_loss");
+    r->val_acc = json_get(buf, "val_accuracy");
     r->edq_ratio = json_get(buf, "edq_ratio");
     r->lost = json_get(buf, "lost");
     r->bpp = json_get(buf, "bytes_per_param");
@@ -693,14 +696,22 @@ static int write_report(const compare_opts *o, const run_t *runs, int nruns, con
                   "reference's in the run of the same seed; bytes of training "
                   "state per parameter; tokens/s of one run (runs go side by side, %d thread%s each). Values are mean ± standard "
                   "deviation over seeds when there is more than one.\n\n", o->threads, o->threads > 1 ? "s" : "");
+    int mlm = 0; /* masked-LM runs: their validation's masked-token accuracy gets a column */
+    for (int i = 0; i < nruns; i++) mlm |= runs[i].done && isfinite(runs[i].val_acc);
+    if (mlm) sb_printf(&b, "The model is trained by masked language modelling: its losses are over the masked tokens, and "
+                           "val acc is the fraction of the validation's masked tokens (a fixed mask, the same for every run) "
+                           "whose most probable prediction is the original token.\n\n");
     for (int j = 0; j < o->n_beta2; j++) {
         double b2 = o->beta2[j];
-        sb_printf(&b, "## β2 = %g\n\n| strategy | val loss | Δ val vs %s | train loss | EDQ ratio | lost | bytes/param | tokens/s | peak MB |\n"
-                      "|---|---|---|---|---|---|---|---|---|\n", b2, collage_strategy_name(reference(o)));
+        sb_printf(&b, "## β2 = %g\n\n| strategy | val loss | %sΔ val vs %s | train loss | EDQ ratio | lost | bytes/param | tokens/s | "
+                      "peak MB |\n|---|---|%s---|---|---|---|---|---|---|\n", b2, mlm ? "val acc | " : "",
+                  collage_strategy_name(reference(o)), mlm ? "---|" : "");
         for (int i = 0; i < o->n_strategies; i++) {
             collage_strategy s = o->strategies[i];
-            char c[8][96];
+            char c[9][96];
             fmt_stat(c[0], 96, STAT(val_loss), "%.4f", 1);
+            fmt_stat(c[8], 96, STAT(val_acc), "%.2f%%", 100);
+            if (mlm) snprintf(c[0] + strlen(c[0]), 96 - strlen(c[0]), " | %s", c[8]);
             if (s == reference(o)) snprintf(c[7], 96, "(reference)");
             else fmt_stat(c[7], 96, paired_diff(runs, nruns, s, reference(o), b2), "%+.4f", 1);
             fmt_stat(c[1], 96, STAT(train_loss), "%.4f", 1);
@@ -732,14 +743,17 @@ static int write_report(const compare_opts *o, const run_t *runs, int nruns, con
 static int write_csv(const compare_opts *o, const run_t *runs, int nruns) {
     sbuf b = {malloc(4096), 0, 4096};
     if (!b.p) return -1;
-    sb_printf(&b, "strategy,beta2,seed,steps,train_loss,val_loss,edq_ratio,lost,bytes_per_param,tokens_per_s,ms_per_step,peak_rss_mb\n");
+    sb_printf(&b, "strategy,beta2,seed,steps,train_loss,val_loss,edq_ratio,lost,bytes_per_param,tokens_per_s,ms_per_step,peak_rss_mb,"
+                  "val_accuracy\n");
     for (int i = 0; i < nruns; i++) {
         const run_t *r = &runs[i];
         if (!r->done) continue;
         const char *name = collage_strategy_name(r->strategy), *q = strchr(name, ',') ? "\"" : ""; /* quoted when it has a comma */
-        sb_printf(&b, "%s%s%s,%g,%llu,%d,%.6f,%.6f,%.6f,%.6f,%.2f,%.1f,%.3f,%.0f\n", q, name, q, r->beta2,
+        sb_printf(&b, "%s%s%s,%g,%llu,%d,%.6f,%.6f,%.6f,%.6f,%.2f,%.1f,%.3f,%.0f,", q, name, q, r->beta2,
                   (unsigned long long)(o->seed + (uint64_t)r->seed_index), r->steps_run, r->train_loss, r->val_loss, r->edq_ratio,
                   r->lost, r->bpp, r->tps, r->ms, r->rss);
+        if (isfinite(r->val_acc)) sb_printf(&b, "%.6f", r->val_acc); /* empty for a next-token model */
+        sb_printf(&b, "\n");
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/results.csv", o->out);

@@ -1,7 +1,9 @@
 /* infer.c — `collage eval` (the mean loss of a checkpoint on a split of the data, the held-out one by
- * default) and `collage sample` (text from a checkpoint). A checkpoint is a model file of a family's
- * format, a checkpoint folder, or a run folder written by train --save (its newest checkpoint, whose
- * model.bin is checked against its checksum first). */
+ * default; for a masked-LM model the masked tokens' loss and accuracy on a fixed mask), `collage sample`
+ * (text from a decoder's checkpoint) and `collage fill` (an encoder's top predictions for the masked
+ * positions of a text). A checkpoint is a model file of a family's format, a checkpoint folder, or a run
+ * folder written by train --save (its newest checkpoint, whose model.bin is checked against its checksum
+ * first). */
 #include "cli.h"
 #include "collage_run.h"
 #include <limits.h>
@@ -20,12 +22,13 @@ static collage_model *load_model(const char *arg, int maxB, int maxT, float **pa
     }
     int file_bf16;
     if (collage_model_read_header(path, c, &file_bf16, err, sizeof err) != COLLAGE_OK) {
-        fprintf(stderr, "collage: %s\nhint: --checkpoint takes a model.bin (llm.c format) or a folder written by train --save\n", err);
+        fprintf(stderr, "collage: %s\nhint: --checkpoint takes a model file (llm.c GPT-2, llama2.c, collbert) or a folder written by train --save\n", err);
         return NULL;
     }
     if (maxT == 0) maxT = c->max_seq_len; /* the model's whole context */
     if (maxT > c->max_seq_len) {
-        fprintf(stderr, "collage: --seq %d exceeds the model's context %d\n", maxT, c->max_seq_len);
+        fprintf(stderr, "collage: --seq %d exceeds the model's context %d\nhint: --seq %d or less\n", maxT, c->max_seq_len,
+                c->max_seq_len);
         return NULL;
     }
     size_t n = collage_model_num_params(c);
@@ -41,6 +44,7 @@ static collage_model *load_model(const char *arg, int maxB, int maxT, float **pa
     return m;
 }
 
+/* The tokenizer of a model of `vocab` text symbols (the model's vocabulary less its added tokens). */
 static collage_tokenizer *tokenizer_for(const char *name, int vocab) {
     collage_tokenizer_kind k = vocab > 256 ? COLLAGE_TOKENIZER_GPT2 : COLLAGE_TOKENIZER_BYTE;
     if (name && collage_tokenizer_kind_parse(name, &k) != COLLAGE_OK) {
@@ -115,6 +119,19 @@ static const char *split_words(const char *split) {
     return "the whole data";
 }
 
+/* The loss, and for a masked-LM model the masked tokens' count and accuracy. */
+static void print_scores(const collage_scores *sc, const char *split, long long tokens, int nb, int json) {
+    const int mlm = !isnan(sc->accuracy);
+    if (json) {
+        printf("{\"loss\":%.6f,\"split\":\"%s\",\"tokens\":%lld,\"batches\":%d", sc->loss, split, tokens, nb);
+        if (mlm) printf(",\"masked\":%lld,\"accuracy\":%.6f", sc->scored, sc->accuracy);
+        printf("}\n");
+    } else if (mlm)
+        printf("masked-LM loss %.4f, accuracy %.2f%% on %lld masked tokens (a fixed 15%% of %lld) of %s over %d batches\n",
+               sc->loss, 100 * sc->accuracy, sc->scored, tokens, split_words(split), nb);
+    else printf("loss %.4f on %s: %d batches, %lld tokens\n", sc->loss, split_words(split), nb, tokens);
+}
+
 int cmd_eval(int argc, char **argv) {
     eval_opts o;
     int pr = parse_eval(argc, argv, &o);
@@ -124,7 +141,7 @@ int cmd_eval(int argc, char **argv) {
     float *params = NULL;
     collage_model *m = load_model(o.ck, o.B, o.T, &params, &c);
     if (!m) return 1;
-    collage_tokenizer *tok = tokenizer_for(o.tokname, c.vocab_size);
+    collage_tokenizer *tok = tokenizer_for(o.tokname, collage_model_text_vocab(&c));
     char err[1024];
     /* val and train: the split collage train makes (the last 10% held out); all: no split */
     collage_loader_config lc = {.path = o.data, .tokenizer = tok, .B = o.B, .T = o.T,
@@ -135,16 +152,14 @@ int cmd_eval(int argc, char **argv) {
     if (tok && collage_loader_create(&lc, &ld, err, sizeof err) == COLLAGE_OK) {
         uint64_t per = collage_loader_steps_per_epoch(ld, sp);
         int nb = (uint64_t)o.batches < per ? o.batches : (int)per;
-        double loss = (double)NAN;
-        collage_eval_loss(m, params, ld, sp, o.B, o.T, nb, &loss);
-        if (isnan(loss))
+        collage_scores sc = {.loss = (double)NAN};
+        collage_eval_scores(m, params, ld, sp, o.B, o.T, nb, &sc);
+        if (isnan(sc.loss))
             fprintf(stderr, "collage eval: %s holds fewer than %d x %d tokens\nhint: a smaller --batch or --seq, or "
                             "--split all\n", split_words(o.split), o.B, o.T + 1);
         else {
             long long tokens = (long long)nb * o.B * o.T;
-            if (o.json)
-                printf("{\"loss\":%.6f,\"split\":\"%s\",\"tokens\":%lld,\"batches\":%d}\n", loss, o.split, tokens, nb);
-            else printf("loss %.4f on %s: %d batches, %lld tokens\n", loss, split_words(o.split), nb, tokens);
+            print_scores(&sc, o.split, tokens, nb, o.json);
             rc = 0;
         }
     } else if (tok) fprintf(stderr, "collage eval: %s\n", err);
@@ -224,7 +239,15 @@ int cmd_sample(int argc, char **argv) {
     float *params = NULL;
     collage_model *m = load_model(o.ck, 1, 0, &params, &c);
     if (!m) return 1;
-    collage_tokenizer *tok = tokenizer_for(o.tokname, c.vocab_size);
+    if (!collage_family_generates(c.family)) {
+        fprintf(stderr, "collage sample: '%s' holds a %s model, an encoder: it predicts masked tokens and does not "
+                        "generate text\nhint: collage fill --checkpoint %s --text \"The [MASK] sat\"\n", o.ck,
+                collage_family_name(c.family), o.ck);
+        collage_model_free(m);
+        free(params);
+        return 2;
+    }
+    collage_tokenizer *tok = tokenizer_for(o.tokname, collage_model_text_vocab(&c));
     size_t plen = strlen(o.prompt), n = 0;
     uint16_t *ids = malloc(sizeof(uint16_t) * (plen + (size_t)o.ntok + 1));
     int *ctx = malloc(sizeof(int) * (size_t)c.max_seq_len);
@@ -237,6 +260,150 @@ int cmd_sample(int argc, char **argv) {
         rc = 0;
     } else if (tok) fprintf(stderr, "collage sample: cannot encode the prompt (empty?)\n");
     free(ids); free(ctx); free(logits);
+    collage_tokenizer_free(tok);
+    collage_model_free(m);
+    free(params);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- fill */
+#define FILL_MARK "[MASK]"
+typedef struct { const char *ck, *text, *tokname; int top, json; } fill_opts;
+
+static int parse_fill(int argc, char **argv, fill_opts *o) {
+    *o = (fill_opts){.top = 5};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "--checkpoint")) o->ck = v;
+        else if (!strcmp(a, "--text")) o->text = v;
+        else if (!strcmp(a, "--tokenizer")) o->tokname = v;
+        else if (!strcmp(a, "--top")) bad = cli_parse_int(a, v, &o->top);
+        else if (!strcmp(a, "--json")) { o->json = 1; continue; }
+        else {
+            fprintf(stderr, "collage fill: unknown option '%s'\nusage: collage fill --checkpoint PATH --text \"The "
+                            FILL_MARK " sat\" [--top K] [--tokenizer byte|gpt2] [--json]\n", a);
+            return -1;
+        }
+        if (bad) return -1;
+        if (!v) { fprintf(stderr, "collage fill: %s needs a value\n", a); return -1; }
+        i++;
+    }
+    if (!o->ck || !o->text) { fprintf(stderr, "collage fill: --checkpoint PATH and --text TEXT are required\n"); return -1; }
+    if (o->top < 1) { fprintf(stderr, "collage fill: --top must be positive\n"); return -1; }
+    return 0;
+}
+
+/* The ids of text with every FILL_MARK replaced by the mask token; their positions in pos. -1 when a piece
+ * does not encode. ids, pos: strlen(text) + 1 entries. */
+static int encode_masked(const collage_tokenizer *tok, const char *text, int mask, int *ids, int *pos, int *npos) {
+    size_t n = 0, len = strlen(text);
+    uint16_t *piece = malloc(sizeof(uint16_t) * (len + 1));
+    if (!piece) return -1;
+    *npos = 0;
+    for (const char *p = text; *p;) {
+        const char *m = strstr(p, FILL_MARK);
+        const size_t plen = m ? (size_t)(m - p) : strlen(p);
+        size_t k = 0;
+        if (plen && collage_tokenizer_encode(tok, p, plen, piece, &k) != COLLAGE_OK) { free(piece); return -1; }
+        for (size_t i = 0; i < k; i++) ids[n++] = piece[i];
+        if (!m) break;
+        pos[(*npos)++] = (int)n;
+        ids[n++] = mask;
+        p = m + strlen(FILL_MARK);
+    }
+    free(piece);
+    return (int)n;
+}
+
+/* A token's bytes for a terminal ("\n" shown as \n, other control bytes as \xNN) or a JSON string. */
+static void put_token(const collage_tokenizer *tok, int id) {
+    size_t len = 0;
+    const char *s = collage_tokenizer_token(tok, id, &len);
+    for (size_t i = 0; s && i < len; i++) {
+        const unsigned char ch = (unsigned char)s[i];
+        if (ch == '\n') fputs("\\n", stdout);
+        else if (ch == '"' || ch == '\\') printf("\\%c", ch);
+        else if (ch < 32 || ch == 127) printf("\\u%04x", ch);
+        else putchar(ch);
+    }
+}
+
+/* The k most probable of the text tokens [0, V) for one masked position (softmax of its logits in double),
+ * best first (the lower id on ties); returns the argmax. */
+static int top_k(const float *logits, int V, int k, int *best, double *prob) {
+    double mx = -(double)INFINITY, z = 0;
+    for (int i = 0; i < V; i++) mx = fmax(mx, (double)logits[i]);
+    for (int i = 0; i < V; i++) z += exp((double)logits[i] - mx);
+    for (int j = 0; j < k; j++) {
+        best[j] = -1;
+        for (int i = 0; i < V; i++) {
+            int taken = 0;
+            for (int q = 0; q < j; q++) taken |= best[q] == i;
+            if (!taken && (best[j] < 0 || logits[i] > logits[best[j]])) best[j] = i;
+        }
+        prob[j] = exp((double)logits[best[j]] - mx) / z;
+    }
+    return best[0];
+}
+
+/* Each masked position's top predictions, then the text with the best of each filled in. */
+static void print_fill(const fill_opts *o, const collage_tokenizer *tok, const int *ids, int n, const int *pos, int npos,
+                       const float *logits, int Vm, int V) {
+    int *fill = malloc(sizeof(int) * (size_t)n), best[64];
+    double prob[64];
+    const int k = o->top < 64 && o->top < V ? o->top : (V < 64 ? V : 64);
+    memcpy(fill, ids, sizeof(int) * (size_t)n);
+    printf(o->json ? "{\"masks\":[" : "");
+    for (int q = 0; q < npos; q++) {
+        fill[pos[q]] = top_k(logits + (size_t)q * Vm, V, k, best, prob);
+        printf(o->json ? "%s{\"position\":%d,\"top\":[" : "%s" FILL_MARK " at token %d:", q && o->json ? "," : "", pos[q]);
+        for (int j = 0; j < k; j++) {
+            printf(o->json ? "%s{\"token\":\"" : "%s '", j && o->json ? "," : "");
+            put_token(tok, best[j]);
+            printf(o->json ? "\",\"id\":%d,\"p\":%.6f}" : "' (id %d) %.1f%%", best[j], o->json ? prob[j] : 100 * prob[j]);
+        }
+        printf(o->json ? "]}" : "\n");
+    }
+    printf(o->json ? "],\"filled\":\"" : "filled: ");
+    for (int i = 0; i < n; i++) put_token(tok, fill[i]);
+    printf(o->json ? "\"}\n" : "\n");
+    free(fill);
+}
+
+int cmd_fill(int argc, char **argv) {
+    fill_opts o;
+    if (parse_fill(argc, argv, &o)) return 2;
+    collage_model_config c;
+    float *params = NULL;
+    collage_model *m = load_model(o.ck, 1, 0, &params, &c);
+    if (!m) return 1;
+    int rc = 2;
+    const int V = collage_model_text_vocab(&c), mask = collage_model_mask_token(&c);
+    collage_tokenizer *tok = mask < 0 ? NULL : tokenizer_for(o.tokname, V);
+    const size_t cap = strlen(o.text) + 1;
+    int *ids = malloc(sizeof(int) * cap), *pos = malloc(sizeof(int) * cap), n = -1, npos = 0;
+    if (mask < 0)
+        fprintf(stderr, "collage fill: '%s' holds a %s model, which predicts the next token, not masked ones\n"
+                        "hint: collage sample --checkpoint %s --prompt TEXT\n", o.ck, collage_family_name(c.family), o.ck);
+    else if (tok && ids && pos && (n = encode_masked(tok, o.text, mask, ids, pos, &npos)) < 0)
+        fprintf(stderr, "collage fill: cannot encode --text\n");
+    else if (tok && npos == 0)
+        fprintf(stderr, "collage fill: --text has no " FILL_MARK "\nhint: mark each token to predict, e.g. --text \"The "
+                        FILL_MARK " sat\"\n");
+    else if (tok && n > c.max_seq_len)
+        fprintf(stderr, "collage fill: --text is %d tokens, longer than the model's context of %d\nhint: a shorter text\n",
+                n, c.max_seq_len);
+    else if (tok) {
+        float *logits = malloc(sizeof(float) * (size_t)npos * (size_t)c.vocab_size);
+        rc = 1;
+        if (logits && collage_model_logits_at(m, params, ids, n, pos, npos, logits) == COLLAGE_OK) {
+            print_fill(&o, tok, ids, n, pos, npos, logits, c.vocab_size, V);
+            rc = 0;
+        } else fprintf(stderr, "collage fill: %s\n", collage_model_error(m));
+        free(logits);
+    }
+    free(ids); free(pos);
     collage_tokenizer_free(tok);
     collage_model_free(m);
     free(params);

@@ -23,15 +23,22 @@ static void usage(FILE *f) {
             "\n"
             "commands (each takes --help):\n"
             "  train [--data PATH] [--model PRESET] [--precision STRATEGY] [--steps N] [--save DIR] ...\n"
-            "                  train a GPT on text (default: the fortunes corpus), a checkpoint every\n"
+            "                  train a GPT-2 or LLaMA model (next token) or a BERT (--model bert-tiny:\n"
+            "                  masked LM) on text (default: the fortunes corpus), a checkpoint every\n"
             "                  --save-every steps; --resume DIR continues; data parallel: mpirun -np N\n"
             "  compare [--precision LIST|all] [--beta2 LIST] [--seeds N] [--steps N] [--out DIR] ...\n"
             "                  train every strategy x beta2 x seed side by side on the same data\n"
             "                  and weights; results.csv, report.md and plots; resumable\n"
             "  eval --checkpoint PATH [--data PATH] [--split val|train|all] [--batches N] [--json]\n"
-            "                  mean loss of a checkpoint on the held-out data (or another split)\n"
+            "                  mean loss of a checkpoint on the held-out data (or another split; BERT:\n"
+            "                  the masked tokens' loss and accuracy)\n"
             "  sample --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature X] [--seed N]\n"
-            "                  generate text from a checkpoint\n"
+            "                  generate text from a GPT-2 checkpoint\n"
+            "  fill --checkpoint PATH --text \"The [MASK] sat\" [--top K] [--json]\n"
+            "                  a BERT checkpoint's top predictions for each [MASK]\n"
+            "  export --checkpoint PATH --out DIR [--format safetensors] [--dtype bf16|fp32]\n"
+            "                  the model as model.safetensors + config.json in Hugging Face's layout\n"
+            "                  (GPT-2: GPT2LMHeadModel), for PyTorch code\n"
             "  tokenize --tokenizer byte|gpt2 --in PATH --out FILE\n"
             "                  text to an llm.c token shard\n"
             "  bench convert [--n N] [--threads T] [--reps R] [--json]\n"
@@ -40,7 +47,7 @@ static void usage(FILE *f) {
             "  bench optimizer [--params N] [--threads T] [--reps R] [--precision S] [--json]\n"
             "                  the fused AdamW step per precision strategy against the\n"
             "                  memory-bandwidth bound measured in the same run\n"
-            "  bench model [--model gpt2|small|tiny] [--batch B] [--seq T] [--threads T] [--json]\n"
+            "  bench model [--model PRESET[,PRESET]] [--batch B] [--seq T] [--threads T] [--json]\n"
             "                  training step per strategy: tokens/s, model FLOP/s vs sgemm\n"
             "\n"
             "options:\n"
@@ -160,6 +167,15 @@ const char *cli_strategy_names(const char *sep, int indent) {
     return buf;
 }
 
+const char *cli_preset_names(const char *sep) {
+    static char buf[512];
+    const char *const *p = collage_model_preset_names();
+    size_t len = 0;
+    buf[0] = 0;
+    for (int k = 0; p[k] && len < sizeof buf; k++) len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", k ? sep : "", p[k]);
+    return buf;
+}
+
 const char *cli_hint(collage_status st) {
     switch (st) {
     case COLLAGE_ERR_ARG: case COLLAGE_ERR_SIZE: return "--help lists the flags and their values";
@@ -197,6 +213,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "compare")) return cmd_compare(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
+    if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
+    if (!strcmp(cmd, "fill")) return cmd_fill(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return collage_cli_tokenize(argc - 2, argv + 2);
     fprintf(stderr, "collage: unknown command '%s'\nhint: run 'collage --help' for the list of commands\n", cmd);
     return 2;

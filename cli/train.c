@@ -21,7 +21,12 @@ static void train_usage(FILE *f) {
             "  --data PATH         text file, folder of text files, or llm.c .bin shard(s)\n"
             "                      (default: the English fortunes of Debian's fortunes package)\n"
             "  --tokenizer NAME    byte (default) | gpt2\n"
-            "  --model PRESET      tiny (default) | small | gpt2; or set --layers --heads --dim\n"
+            "  --model PRESET      %s (default: tiny);\n"
+            "                      gpt2 and llama presets: next-token loss; bert-tiny, bert-base: masked-LM loss\n"
+            "                      (15%% of the tokens masked per step, validation on a fixed mask with the\n"
+            "                      masked tokens' accuracy); or set --layers --heads --dim, and for llama\n"
+            "                      --kv-heads --hidden\n"
+            "  --init FILE         start from the weights (and shape) of a model file: llm.c GPT-2, llama2.c\n"
             "  --precision S       collage-light (default) or any strategy of the table:\n"
             "                      %s\n"
             "                      or a composition PRESET+m=F,v=F[,q=sr]: the preset's weights with m and v\n"
@@ -39,9 +44,10 @@ static void train_usage(FILE *f) {
             "  --seed N            weights and data order (default 1337)\n"
             "  --threads N         threads (1 to 4 x the cores; default: all cores)\n"
             "  --eval-every N      validation loss every N steps (default steps/10)\n"
-            "  --save DIR          keep the run: a checkpoint folder DIR/step-N (model.bin in llm.c format,\n"
-            "                      the optimizer state, train.state with checksums) every --save-every steps\n"
-            "                      and at the end; a new run refuses a DIR that holds another run's\n"
+            "  --save DIR          keep the run: a checkpoint folder DIR/step-N (model.bin in the family's\n"
+            "                      format: llm.c, llama2.c, collbert; the optimizer state, train.state with checksums)\n"
+            "                      every --save-every steps and at the end; a new run refuses a DIR that\n"
+            "                      holds another run's\n"
             "  --save-every N      steps between checkpoints (default steps/10; 0: only at the end)\n"
             "  --keep K            newest checkpoints kept in DIR (default 2)\n"
             "  --overwrite         let --save replace the checkpoints of another run in DIR\n"
@@ -60,7 +66,7 @@ static void train_usage(FILE *f) {
             "130 or 143; a second signal exits at once. A diverged run exits with 3 and saves nothing.\n"
             "data parallel: mpirun -np N collage train ... (--batch stays the global batch; each rank reads\n"
             "its 1/N of it and holds 1/N of the optimizer state; see docs/training.md)\n",
-            cli_strategy_names(" | ", 22));
+            cli_preset_names(" | "), cli_strategy_names(" | ", 22));
 }
 
 /* ---------------------------------------------------------------- flags */
@@ -82,8 +88,10 @@ typedef struct {
 static const flag_spec FLAGS[] = {
     FS("--data", cfg.data, 0), FS("--tokenizer", cfg.tokenizer, COLLAGE_RUN_TOKENIZER), FS("--model", cfg.model, COLLAGE_RUN_MODEL),
     FS("--save", save, 0), FS("--resume", resume, 0), FS("--log", log, 0), FS("--summary", summary, 0),
+    FS("--init", cfg.init, 0),
     FI("--layers", cfg.layers, COLLAGE_RUN_LAYERS, 1, 1024), FI("--heads", cfg.heads, COLLAGE_RUN_HEADS, 1, 1 << 16),
-    FI("--dim", cfg.dim, COLLAGE_RUN_DIM, 1, 1 << 20), FI("--steps", cfg.steps, COLLAGE_RUN_STEPS, 1, INT_MAX),
+    FI("--dim", cfg.dim, COLLAGE_RUN_DIM, 1, 1 << 20), FI("--kv-heads", cfg.kv_heads, COLLAGE_RUN_KV_HEADS, 1, 1 << 16),
+    FI("--hidden", cfg.hidden, COLLAGE_RUN_HIDDEN, 1, 1 << 20), FI("--steps", cfg.steps, COLLAGE_RUN_STEPS, 1, INT_MAX),
     FI("--stop-after", stop_after, 0, 1, INT_MAX), FI("--batch", cfg.batch, COLLAGE_RUN_BATCH, 1, 1 << 20),
     FI("--seq", cfg.seq, COLLAGE_RUN_SEQ, 1, 1 << 20), FI("--warmup", cfg.warmup, COLLAGE_RUN_WARMUP, 0, INT_MAX),
     FI("--eval-every", eval_every, 0, 1, INT_MAX), FI("--threads", threads, 0, 1, 0 /* 4 x cores */),
@@ -168,6 +176,11 @@ static int parse_train(int argc, char **argv, train_opts *o) {
 static int resume_config(train_opts *o) {
     collage_run_saved *s = &o->saved;
     char err[1024], why[256], was[256], changes[1024];
+    if (o->cfg.init) {
+        fprintf(stderr, "collage train: --init '%s' with --resume: a resumed run continues from its checkpoint's weights\n"
+                        "hint: drop --init, or start a new run with --save\n", o->cfg.init);
+        return -1;
+    }
     if (collage_run_read_saved(o->resume, s, err, sizeof err) != COLLAGE_OK) {
         collage_checkpoint ck;
         fprintf(stderr, "collage train: %s\n", err);

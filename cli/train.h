@@ -19,7 +19,7 @@ typedef struct {
 
 /* What the loop adds up for the summary and the closing line. */
 typedef struct {
-    double t_start, tokens, last_loss, last_val, sum_edq_ratio, sum_lost, sum_tail, comm0;
+    double t_start, tokens, last_loss, last_val, last_acc, sum_edq_ratio, sum_lost, sum_tail, comm0;
     int start, last_step, n_edq, n_tail, tail_from;
     int saved_step;              /* the step of the last checkpoint written by this run (-1: none) */
 } run_totals;
@@ -34,12 +34,12 @@ long peak_rss_mb(void);
 int  write_summary(const train_opts *o, const collage_run_info *in, const run_totals *t, double secs, double comm_s);
 /* The run's shape, precision and data, and how it is split over ranks. */
 void print_header(const train_opts *o, const collage_run_info *in);
-/* --log: one JSON object per step. */
-void log_step(FILE *f, const collage_run_step_info *s, double val, double tps, double ms, double comm_ms);
+/* --log: one JSON object per step. val: the step's evaluation (loss NaN: none). */
+void log_step(FILE *f, const collage_run_step_info *s, const collage_scores *val, double tps, double ms, double comm_ms);
 /* --log on resume: drop the lines of steps after `step` (a run killed after its last checkpoint logged
  * them; they are logged again). 0, or -1 after a message. */
 int  log_trim(const char *path, int step);
 /* A progress bar on a terminal, and plain lines: about 50 per run, plus every evaluation. */
-void print_step(const train_opts *o, const collage_run_step_info *s, double val, double tps, double ms,
+void print_step(const train_opts *o, const collage_run_step_info *s, const collage_scores *val, double tps, double ms,
                 const run_totals *t, int tty, int is_eval);
 #endif

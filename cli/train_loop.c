@@ -89,7 +89,8 @@ static int train_loop(collage_run *run, const train_opts *o, FILE *logf, run_tot
     double tokens = (double)o->cfg.batch * o->cfg.seq;
     for (int step = t->start; step < o->stop_after; step++) {
         if ((*sig = stop_signal())) return 0;
-        double t0 = cli_now(), c0 = dist_comm_seconds(), val = (double)NAN;
+        double t0 = cli_now(), c0 = dist_comm_seconds();
+        collage_scores val = {.loss = (double)NAN, .accuracy = (double)NAN};
         collage_run_step_info s;
         collage_status st = collage_run_step(run, &s);
         if (st != COLLAGE_OK && st != COLLAGE_ERR_NONFINITE) {
@@ -98,7 +99,7 @@ static int train_loop(collage_run *run, const train_opts *o, FILE *logf, run_tot
         }
         double ms = (cli_now() - t0) * 1e3, comm_ms = (dist_comm_seconds() - c0) * 1e3;
         if (s.diverged) {
-            if (logf) log_step(logf, &s, val, tokens / (ms * 1e-3), ms, comm_ms);
+            if (logf) log_step(logf, &s, &val, tokens / (ms * 1e-3), ms, comm_ms);
             if (dist_rank() == 0) {
                 fprintf(stderr, "%scollage train: %s\n", tty ? "\n" : "", collage_run_error(run));
                 intact_hint(o, "nothing was saved after the divergence; a smaller --lr, a longer --warmup or --clip may "
@@ -109,10 +110,10 @@ static int train_loop(collage_run *run, const train_opts *o, FILE *logf, run_tot
         if (st == COLLAGE_ERR_NONFINITE && !o->quiet) fprintf(stderr, "%scollage train: %s\n", tty ? "\n" : "", collage_run_error(run));
         tally(t, &s, tokens);
         int is_eval = s.step % o->eval_every == 0 || s.step == o->stop_after;
-        if (is_eval && has_val) collage_run_evaluate(run, COLLAGE_SPLIT_VAL, VAL_BATCHES, &val);
-        if (!isnan(val)) t->last_val = val;
-        if (logf) log_step(logf, &s, val, tokens / (ms * 1e-3), ms, comm_ms);
-        print_step(o, &s, val, tokens / (ms * 1e-3), ms, t, tty, is_eval);
+        if (is_eval && has_val) collage_run_evaluate_scores(run, COLLAGE_SPLIT_VAL, VAL_BATCHES, &val);
+        if (!isnan(val.loss)) { t->last_val = val.loss; t->last_acc = val.accuracy; }
+        if (logf) log_step(logf, &s, &val, tokens / (ms * 1e-3), ms, comm_ms);
+        print_step(o, &s, &val, tokens / (ms * 1e-3), ms, t, tty, is_eval);
         /* a periodic checkpoint after a clean step: one after a skipped step would hold the same weights */
         if (o->save && o->save_every > 0 && s.step % o->save_every == 0 && s.step < o->stop_after && !s.stats.skipped &&
             save_now(run, o, t, tty))
@@ -171,7 +172,8 @@ int train_run(collage_run *run, const train_opts *opts, FILE **logf) {
     train_opts o = *opts;
     collage_run_info in = collage_run_get_info(run);
     o.cfg = *collage_run_get_config(run);
-    run_totals t = {.t_start = cli_now(), .last_loss = (double)NAN, .last_val = (double)NAN, .comm0 = dist_comm_seconds(),
+    run_totals t = {.t_start = cli_now(), .last_loss = (double)NAN, .last_val = (double)NAN, .last_acc = (double)NAN,
+                    .comm0 = dist_comm_seconds(),
                     .start = in.step, .last_step = in.step, .saved_step = -1};
     t.tail_from = o.stop_after - (o.stop_after / 20 > 0 ? o.stop_after / 20 : 1);
     if (dist_any(log_start(&o, logf, in.step) != 0)) return 1;

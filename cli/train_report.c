@@ -35,6 +35,7 @@ int write_summary(const train_opts *o, const collage_run_info *in, const run_tot
     json_num(af.f, "final_loss", t->last_loss, "%.6f");
     json_num(af.f, "tail_loss", t->n_tail ? t->sum_tail / t->n_tail : t->last_loss, "%.6f");
     json_num(af.f, "val_loss", t->last_val, "%.6f");
+    if (!isnan(t->last_acc)) json_num(af.f, "val_accuracy", t->last_acc, "%.6f");
     json_num(af.f, "edq_ratio", t->n_edq ? t->sum_edq_ratio / t->n_edq : (double)NAN, "%.6f");
     json_num(af.f, "lost", t->n_edq ? t->sum_lost / t->n_edq : (double)NAN, "%.6f");
     json_num(af.f, "bytes_per_param", in->memory.total, "%.2f");
@@ -55,7 +56,7 @@ void print_header(const train_opts *o, const collage_run_info *in) {
     const collage_model_config *c = &in->model;
     printf("collage train: %s, %zu parameters (L%d H%d C%d, context %d, vocab %d), %s tokenizer, %zu train tokens\n"
            "  precision %s (%.4g bytes/param of training state), batch %d x %d, %d steps, lr %g, beta2 %g, %d threads\n",
-           o->cfg.model ? o->cfg.model : "custom", in->params, c->num_layers, c->num_heads, c->channels, c->max_seq_len,
+           o->cfg.model ? o->cfg.model : collage_family_name(c->family), in->params, c->num_layers, c->num_heads, c->channels, c->max_seq_len,
            c->vocab_size, o->cfg.tokenizer, in->train_tokens, collage_strategy_name(o->cfg.strategy), in->memory.total,
            o->cfg.batch, o->cfg.seq, o->cfg.steps, o->cfg.lr, o->cfg.beta2, collage_get_threads());
     printf("  products: %s; memory (MiB): weights %.1f, optimizer state %.1f, gradients %.1f, activations %.1f, "
@@ -72,7 +73,7 @@ void print_header(const train_opts *o, const collage_run_info *in) {
                in->accum, in->ranks * in->accum);
 }
 
-void log_step(FILE *f, const collage_run_step_info *s, double val, double tps, double ms, double comm_ms) {
+void log_step(FILE *f, const collage_run_step_info *s, const collage_scores *val, double tps, double ms, double comm_ms) {
     fprintf(f, "{\"step\":%d", s->step); /* a non-finite figure is null: JSON has no NaN */
     json_num(f, "loss", s->loss, "%.6f");
     json_num(f, "lr", s->lr, "%.6g");
@@ -86,7 +87,8 @@ void log_step(FILE *f, const collage_run_step_info *s, double val, double tps, d
     fprintf(f, ",\"skipped\":%d", s->stats.skipped);
     if (s->loss_scale != 1.0) fprintf(f, ",\"loss_scale\":%.17g,\"overflow\":%d", s->loss_scale, s->overflow); /* fp16 */
     if (dist_mpi()) json_num(f, "comm_ms", comm_ms, "%.3f");
-    if (!isnan(val)) json_num(f, "val_loss", val, "%.6f");
+    if (!isnan(val->loss)) json_num(f, "val_loss", val->loss, "%.6f");
+    if (!isnan(val->accuracy)) json_num(f, "val_accuracy", val->accuracy, "%.6f");
     fprintf(f, "}\n");
     fflush(f);
 }
@@ -113,7 +115,7 @@ int log_trim(const char *path, int step) {
     return 0;
 }
 
-void print_step(const train_opts *o, const collage_run_step_info *s, double val, double tps, double ms,
+void print_step(const train_opts *o, const collage_run_step_info *s, const collage_scores *val, double tps, double ms,
                        const run_totals *t, int tty, int is_eval) {
     if (o->quiet) return;
     double elapsed = cli_now() - t->t_start, eta = elapsed / (s->step - t->start) * (o->stop_after - s->step);
@@ -131,8 +133,9 @@ void print_step(const train_opts *o, const collage_run_step_info *s, double val,
     }
     if (!(is_eval || (!tty && s->step % every == 0))) return;
     if (tty) fputc('\n', stderr);
-    char vs[32] = "";
-    if (!isnan(val)) snprintf(vs, sizeof vs, "  val %.4f", val);
+    char vs[64] = "";
+    if (!isnan(val->loss)) snprintf(vs, sizeof vs, "  val %.4f", val->loss);
+    if (!isnan(val->accuracy)) snprintf(vs + strlen(vs), sizeof vs - strlen(vs), " (acc %.1f%%)", 100 * val->accuracy);
     char sc[32] = "";
     if (s->loss_scale != 1.0) snprintf(sc, sizeof sc, "  scale %g", s->loss_scale);
     printf("step %5d/%d  loss %.4f%s  lr %.2e  norm %.3f  edq %.3f  lost %5.1f%%%s  %.0f ms  %.0f tok/s\n", s->step,

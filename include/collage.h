@@ -344,6 +344,13 @@ typedef struct {
      * multiple of COLLAGE_QBLOCK and end at one or at the slab's end (COLLAGE_ERR_SIZE otherwise;
      * collage_shard_bounds gives such shards). */
     size_t index0, total;
+    /* Optional: the caller's slabs for the other state words, by role (m, v, δθ, …; n elements each,
+     * in the format the strategy's row gives; NULL = allocated, zeroed and owned by the optimizer;
+     * words[COLLAGE_ROLE_WEIGHTS] is ignored, params is θ). A caller that keeps the state itself
+     * (the Python package keeps each word in a tensor of its own) hands it over without a copy, keeps
+     * it alive and in place for the optimizer's life, and restores the step count with
+     * collage_adamw_set_steps when it builds an optimizer over words that already hold a state. */
+    void *words[COLLAGE_ROLE_COUNT];
 } collage_adamw_config;
 
 typedef struct {
@@ -390,6 +397,17 @@ collage_strategy collage_adamw_strategy(const collage_adamw *opt);
 uint64_t       collage_adamw_steps(const collage_adamw *opt);
 collage_memory collage_adamw_memory(const collage_adamw *opt);
 collage_memory collage_strategy_memory(collage_strategy s);
+/* The slab of the state word of role r (n elements in the format of the strategy's row: the caller's
+ * where config.words or config.params gave it), NULL where the strategy has no such word. Reading or
+ * writing it between steps is allowed; collage_adamw_kept_f64 reads the kept value through the roles. */
+void          *collage_adamw_word(collage_adamw *opt, collage_word_role r);
+/* Restore what a state file carries besides the words: the steps taken (the bias correction and the
+ * bf16-sr stream of the next step follow from it) and whether the kept value's words are set
+ * (synced = 1; 0: the next step starts from θ alone, zero compensation and master = θ, as a fresh
+ * optimizer's first step does). For a caller that keeps the words itself (config.words). */
+collage_status collage_adamw_set_steps(collage_adamw *opt, uint64_t steps, int synced);
+/* Whether the kept value's words are set (see collage_adamw_set_steps). */
+int            collage_adamw_synced(const collage_adamw *opt);
 /* Set the full kept value from fp32 weights: θ = RN(w) and the compensation word holds w − θ
  * (master = w exactly, remainder exact). Without it, the first step starts from θ alone. */
 collage_status collage_adamw_set_weights_f32(collage_adamw *opt, const float *w, size_t n);
@@ -411,12 +429,29 @@ collage_status collage_adamw_grad_sumsq(const collage_adamw *opt, const void *gr
  * For a data-parallel trainer: each process sums its chunks, the chunk sums are gathered and added in
  * chunk order, and the total goes to collage_adamw_step_sumsq. */
 collage_status collage_sumsq_chunks(const void *x, int bf16, size_t n, size_t chunk, double *out);
+/* collage_sumsq_chunks of k slabs (xs[j] of ns[j] elements, all bf16 or all fp32) in one parallel loop
+ * over all their chunks: out holds slab 0's ceil(ns[0] / chunk) sums, then slab 1's, and so on, each
+ * bit for bit what collage_sumsq_chunks gives it (for the tensors of one model: one team of threads
+ * rather than one per tensor). An empty slab adds no chunk (its pointer may be NULL). */
+collage_status collage_sumsq_chunks_many(const void *const *xs, const size_t *ns, int k, int bf16, size_t chunk,
+                                         double *out);
 /* collage_adamw_step with the gradient's Σg² given by the caller: for a shard whose clipping needs
  * the norm of the whole slab (summed across processes). A non-finite grad_sumsq means a NaN/Inf
  * somewhere in the slab (skipped when skip_nonfinite). Contract: collage_adamw_step(opt, g, lr) ==
  * collage_adamw_step_sumsq(opt, g, lr, s) with s from collage_adamw_grad_sumsq(opt, g), bit for bit. */
 collage_status collage_adamw_step_sumsq(collage_adamw *opt, const void *grads, double lr, double grad_sumsq,
                                         collage_step_stats *stats);
+/* Step k optimizers at once, the tensors of one model each with an optimizer over its own memory: the
+ * same as collage_adamw_step_sumsq(opts[j], grads[j], lr[j], grad_sumsq, &stats[j]) for j = 0 … k − 1,
+ * bit for bit, with all their blocks in one parallel loop (one team of threads a step rather than one
+ * per tensor, each of which costs up to milliseconds on a busy machine). grad_sumsq is the Σg² of all
+ * of them (e.g. collage_sumsq_chunks of each gradient, the chunk sums added in order; NaN when none
+ * clips or skips). stats: k entries, or NULL. An argument error (NULL, a negative lr, an optimizer given
+ * twice) changes nothing; COLLAGE_ERR_NONFINITE when an optimizer with skip_nonfinite skipped its step
+ * (its stats say so; the others stepped). More than COLLAGE_STEP_MANY_MAX are stepped in batches. */
+#define COLLAGE_STEP_MANY_MAX 256
+collage_status collage_adamw_step_many(collage_adamw *const *opts, const void *const *grads, const double *lr, int k,
+                                       double grad_sumsq, collage_step_stats *stats);
 /* The scalar reference step (one thread, no SIMD): bit-identical to collage_adamw_step by contract. */
 collage_status collage_adamw_step_ref(collage_adamw *opt, const void *grads, double lr, collage_step_stats *stats);
 /* EDQ on or off from the next step on (config.edq is the initial setting): e.g. measure it every k-th

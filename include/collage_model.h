@@ -1,8 +1,10 @@
 /* collage_model.h — the model interface of libcollage: one opaque model object for every family
- * (GPT-2 today; LLaMA- and BERT-style families add a file in src/models/ and a row in its table).
- * A model has a family, a config, a compute precision, a flat parameter slab of named tensors
- * (shapes and weight-decay flags), forward (mean loss), backward (gradients accumulated into a slab
- * of the same layout), next-token logits, and a checkpoint format of its family. */
+ * (GPT-2 and LLaMA, decoders; BERT, an encoder trained by masked language modelling; another family
+ * adds a file in src/models/ and a row in its table). A model has a family, a config, a compute
+ * precision, a flat parameter slab of named tensors (shapes and weight-decay flags), forward (mean
+ * loss; batches with padding and unscored positions), backward (gradients accumulated into a slab of
+ * the same layout), next-token logits (decoders) or the logits of chosen positions (encoders), and a
+ * checkpoint format of its family. */
 #ifndef COLLAGE_MODEL_H
 #define COLLAGE_MODEL_H
 
@@ -15,10 +17,23 @@ extern "C" {
 /* ---------------------------------------------------------------- families and configs */
 typedef enum {
     COLLAGE_FAMILY_GPT2 = 0,  /* "gpt2": llm.c's GPT-2 (LayerNorm, learned positions, GELU MLP) */
+    COLLAGE_FAMILY_LLAMA,     /* "llama": llama2.c's LLaMA (RMSNorm, rotary positions, grouped-query
+                                 attention, SwiGLU MLP, no biases) */
+    COLLAGE_FAMILY_BERT,      /* "bert": a BERT/RoBERTa encoder (post-norm blocks, bidirectional attention
+                                 with a padding mask, the masked-LM head tied to the token embedding) */
     COLLAGE_FAMILY_COUNT
 } collage_family;
 const char    *collage_family_name(collage_family f);                  /* NULL if unknown */
 collage_status collage_family_parse(const char *name, collage_family *out);
+
+/* What a family is trained to predict. */
+typedef enum {
+    COLLAGE_OBJECTIVE_NEXT_TOKEN = 0, /* the token after each position (a decoder: it generates text) */
+    COLLAGE_OBJECTIVE_MASKED_LM,      /* the original token at masked positions, seeing the whole sequence (an
+                                         encoder: it fills in, it does not generate); collage_mlm_mask */
+} collage_objective;
+collage_objective collage_family_objective(collage_family f);          /* NEXT_TOKEN if unknown */
+int            collage_family_generates(collage_family f);             /* 1: next_logits and sampling apply */
 
 /* One config for every family; a field a family does not use is 0. */
 typedef struct {
@@ -29,15 +44,39 @@ typedef struct {
     int num_layers;        /* L */
     int num_heads;         /* NH, divides channels */
     int channels;          /* C */
+    /* LLaMA (0 in GPT-2) */
+    int num_kv_heads;      /* key/value heads, divides num_heads (equal: multi-head attention) */
+    int hidden_dim;        /* the SwiGLU MLP's hidden size */
+    int untied;            /* 1: a separate output matrix; 0: the logits use the token embedding */
+    double norm_eps;       /* RMSNorm's ε (llama2.c: 1e-5) */
+    double rope_theta;     /* the rotary embedding's base θ (10000) */
 } collage_model_config;
 
 /* Presets by name: "tiny" (GPT-2, L2 NH4 C128 T64, V 256), "small" (L6 NH6 C384 T256, V 256),
- * "gpt2" (L12 NH12 C768 T1024, V 50257 → 50304). */
+ * "gpt2" (L12 NH12 C768 T1024, V 50257 → 50304); "llama-tiny" (L2 NH4 KV2 C128 hidden 352 T64,
+ * V 256), "llama-small" (llama2.c's 15M shape: L6 NH6 C288 hidden 768 T256, V 256), "llama-110m"
+ * (llama2.c's 110M shape: L12 NH12 C768 hidden 2048 T1024, V 50257 of GPT-2's BPE in 50304 rows: 124M
+ * parameters), the LLaMA presets tied, ε 1e-5, θ 10000; "bert-tiny" (BERT, L2 NH2 C128 T128) and
+ * "bert-base" (L12 NH12 C768 T512): V 257 → 320 (the bytes and the mask token) and 50258 → 50304
+ * (GPT-2's BPE and the mask token). */
 collage_status collage_model_preset(const char *name, collage_model_config *out);
 /* The names of the presets, in order, NULL-terminated. */
 const char *const *collage_model_preset_names(void);
-/* Set the vocabulary (and its padded size) for a tokenizer of vocab_size symbols. */
+/* Set the vocabulary (and its padded size) for a tokenizer of vocab_size symbols, plus the tokens the
+ * family adds after them (a masked-LM family: the mask token, id vocab_size). */
 void           collage_model_config_set_vocab(collage_model_config *cfg, int vocab_size);
+/* The tokenizer's symbols a config was made for: vocab_size less the family's added tokens. */
+int            collage_model_text_vocab(const collage_model_config *cfg);
+/* The mask token of a masked-LM config (the id after the tokenizer's: 256 with the byte tokenizer,
+ * 50257 with GPT-2's BPE); -1 for a family without one. */
+int            collage_model_mask_token(const collage_model_config *cfg);
+/* Reshape a config (a preset, say) by the sizes given (0: keep): layers, heads, key/value heads, width,
+ * MLP hidden size. Sizes that follow from others follow them unless given: key/value heads stay equal to
+ * the heads where they were (multi-head attention), the hidden size follows the width by the family's
+ * rule (LLaMA: 2/3 of 4·dim rounded up to a multiple of 32, as llama2.c). A size the family does not
+ * have is set all the same, and collage_model_check refuses it. */
+void           collage_model_config_resize(collage_model_config *cfg, int layers, int heads, int kv_heads, int dim,
+                                           int hidden);
 /* Shape check with a message ("channels 130 not divisible by num_heads 4"); msg may be NULL.
  * maxB, maxT: the batch the model is to be created for (0 = skip those checks). */
 collage_status collage_model_check(const collage_model_config *cfg, int maxB, int maxT, char *msg, size_t cap);
@@ -50,6 +89,10 @@ typedef struct {
     int ndim;
     size_t shape[4];
     int decay;             /* 1: a matrix that takes weight decay; 0: bias or norm */
+    int product;           /* 1: the matrix of a product every token goes through (2 FLOPs per weight and
+                              token forward, 4 backward); 2: one only the scored positions go through (a
+                              masked-LM head); 0: a table (positions, an untied embedding), a bias or a
+                              norm */
 } collage_tensor_info;
 /* The most tensors of any family, for arrays on the stack: the two calls below never return more. */
 #define COLLAGE_MODEL_MAX_TENSORS 64
@@ -91,9 +134,34 @@ const char    *collage_model_error(const collage_model *m);
 
 /* Forward on B × T tokens (row-major, B ≤ maxB, 1 ≤ T ≤ maxT). params: the slab in the model's
  * precision (float, collage_bf16 or double); it must not change before backward. With targets:
- * *loss = mean cross-entropy (loss may be NULL); without: logits only, *loss = NaN. */
+ * *loss = mean cross-entropy over the scored positions (every one for a next-token family; those whose
+ * target is not COLLAGE_TARGET_NONE for a masked-LM one); loss may be NULL; without: logits only,
+ * *loss = NaN. */
 collage_status collage_model_forward(collage_model *m, const void *params, const int *tokens, const int *targets,
                                      int B, int T, double *loss);
+/* A batch in full: B sequences of T positions, some of them padding, some positions unscored.
+ * targets: NULL (logits only), or per position a token id, or COLLAGE_TARGET_NONE where the position is
+ * not scored (masked-LM families; a next-token family scores every position). lengths: NULL (every row
+ * T long), or per row the number of real tokens, 1 ≤ lengths[b] ≤ T: positions t ≥ lengths[b] are
+ * padding, never attended to (an attention mask) and never scored (their targets must be
+ * COLLAGE_TARGET_NONE; their token ids are not read); a family without padding refuses rows shorter than
+ * T. loss_divisor: 0, or the number the sum of the scored positions' cross-entropies is divided by (the
+ * training run's loss over a whole batch split into micro-batches); 0 = their count (the mean). */
+#define COLLAGE_TARGET_NONE (-1)
+typedef struct {
+    const int *tokens, *targets, *lengths;
+    int B, T;
+    double loss_divisor;
+} collage_batch;
+typedef struct {
+    double loss;       /* Σ cross-entropy over the scored positions / divisor; NaN without targets; 0 with none scored */
+    long long scored;  /* the positions scored */
+    long long correct; /* of them, those whose most probable token is the target; -1 where the family does not count */
+} collage_forward_info;
+/* Forward of a batch (collage_model_forward with padding, unscored positions and a divisor). The model
+ * then holds what backward needs. out may be NULL. */
+collage_status collage_model_forward_batch(collage_model *m, const void *params, const collage_batch *b,
+                                           collage_forward_info *out);
 /* Gradients of the last forward's mean loss, added to the gradient slab: += in fp32 and fp64; in bf16,
  * after zero_grad the batch's gradient (each element summed in fp32, rounded once), else rnd(old + it).
  * Needs a forward with targets; consumes it. */
@@ -124,9 +192,15 @@ typedef struct {
     size_t scratch;      /* the products' tile scratch */
 } collage_model_memory;
 collage_status collage_model_memory_get(const collage_model *m, collage_model_memory *out);
-/* Logits (float, vocab_size entries) of the token following tokens[0..T), 1 ≤ T ≤ maxT. */
+/* Logits (float, vocab_size entries) of the token following tokens[0..T), 1 ≤ T ≤ maxT. A family that
+ * does not generate returns COLLAGE_ERR_UNSUPPORTED. */
 collage_status collage_model_next_logits(collage_model *m, const void *params, const int *tokens, int T,
                                          float *logits);
+/* Logits (float, npos rows of vocab_size) at positions pos[0..npos) of the one sequence tokens[0..T),
+ * 1 ≤ T ≤ maxT, seen whole: a masked-LM model's predictions for its masked positions. A next-token
+ * family returns COLLAGE_ERR_UNSUPPORTED. */
+collage_status collage_model_logits_at(collage_model *m, const void *params, const int *tokens, int T,
+                                       const int *pos, int npos, float *logits);
 /* A token drawn from softmax(logits / temperature) with the uniform collage_rand32(key, index):
  * the same (logits, key, index) always gives the same token. temperature ≤ 0: the argmax (first on
  * ties). Returns -1 for V ≤ 0 or non-finite logits. */
@@ -140,8 +214,10 @@ int            collage_sample_logits(const float *logits, int V, float temperatu
  * at once, the value comes back when the last of them returns). */
 
 /* ---------------------------------------------------------------- checkpoints */
-/* The family's checkpoint file (GPT-2: llm.c's format, fp32 version 3 or bf16 version 5).
- * Save: params are float (bf16 = 0) or collage_bf16 (bf16 = 1); written atomically. */
+/* The family's checkpoint file (GPT-2: llm.c's format, fp32 version 3 or bf16 version 5; LLaMA:
+ * llama2.c's legacy fp32 format, docs/llama.md; BERT: collage's "collbert" format, a header with the
+ * config then the tensors by name, docs/numerics.md §8). Save: params are float (bf16 = 0) or
+ * collage_bf16 (bf16 = 1; a format without bf16 widens them); written atomically. */
 collage_status collage_model_save_file(const char *path, const collage_model_config *cfg, const void *params, int bf16,
                                        char *err, size_t cap);
 /* The config a checkpoint holds (its family found from the file's header), and whether its weights
@@ -152,6 +228,18 @@ collage_status collage_model_read_header(const char *path, collage_model_config 
  * (bf16 → float) or by RN (float → bf16). The file's config must equal cfg. */
 collage_status collage_model_load_file(const char *path, const collage_model_config *cfg, void *params, int want_bf16,
                                        char *err, size_t cap);
+
+/* ---------------------------------------------------------------- export */
+/* The model for PyTorch code: dir/model.safetensors in the safetensors layout (a u64 little-endian
+ * header length, a JSON header of names, dtypes, shapes and byte ranges, padded with spaces to 8
+ * bytes, then the tensors, row-major) with the tensor names, shapes and orientation of the family's
+ * Hugging Face class (GPT-2: GPT2LMHeadModel's "transformer.*" names, its Conv1D weights as (in, out),
+ * the embedding without its padding rows, lm_head left to its tie with wte), and dir/config.json, that
+ * class's config. params: float (bf16 = 0, written as F32) or collage_bf16 (bf16 = 1, written as
+ * BF16), the family's slab. Each file is written atomically; dir is created if missing (not its
+ * parents). COLLAGE_ERR_UNSUPPORTED for a family without such a layout. */
+collage_status collage_model_export_safetensors(const char *dir, const collage_model_config *cfg, const void *params,
+                                                int bf16, char *err, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -44,6 +44,10 @@ void collage_shard_bounds(size_t n, int size, int r, size_t *lo, size_t *hi);
 typedef struct {
     const char *model;          /* preset (collage_model_preset); NULL = "tiny" */
     int layers, heads, dim;     /* 0: the preset's */
+    int kv_heads, hidden;       /* LLaMA's key/value heads and MLP size; 0: the preset's, following heads and dim
+                                   (collage_model_config_resize) */
+    const char *init;           /* a model file whose shape and weights start the run (its family's format, e.g.
+                                   a llama2.c model); then model and the sizes above stay unset. NULL: none */
     int context;                /* the model's longest context; 0: the preset's, or seq if longer */
     const char *data;           /* corpus (collage_data.h); NULL = the default corpus */
     const char *tokenizer;      /* "byte" or "gpt2"; NULL = "byte" */
@@ -82,7 +86,8 @@ enum {
     COLLAGE_RUN_SEQ = 1u << 6, COLLAGE_RUN_WARMUP = 1u << 7, COLLAGE_RUN_LR = 1u << 8,
     COLLAGE_RUN_BETA1 = 1u << 9, COLLAGE_RUN_BETA2 = 1u << 10, COLLAGE_RUN_EPS = 1u << 11,
     COLLAGE_RUN_WD = 1u << 12, COLLAGE_RUN_CLIP = 1u << 13, COLLAGE_RUN_SEED = 1u << 14,
-    COLLAGE_RUN_STRATEGY = 1u << 15, COLLAGE_RUN_STEPS = 1u << 16
+    COLLAGE_RUN_STRATEGY = 1u << 15, COLLAGE_RUN_STEPS = 1u << 16, COLLAGE_RUN_KV_HEADS = 1u << 17,
+    COLLAGE_RUN_HIDDEN = 1u << 18
 };
 
 /* ---------------------------------------------------------------- checkpoints */
@@ -151,12 +156,13 @@ int collage_run_changes(const collage_run_saved *saved, const collage_run_config
 /* ---------------------------------------------------------------- the run */
 typedef struct collage_run collage_run;
 /* Everything is allocated here: tokenizer, data, model, this rank's optimizer shard, buffers. With
- * resume_dir (a checkpoint or a run folder: its newest), the optimizer state comes from that
- * checkpoint (re-sharded when it was written by another number of ranks), each file read checked
- * against its checksum; its settings must be cfg's (collage_run_read_saved) except those
- * collage_run_changes lists; the temporaries a killed save left in its run folder are removed.
- * Without, the weights are the family's initialisation. comm NULL: one process. A failure on any
- * rank fails every rank (the others say which rank). */
+ * resume_dir (a checkpoint or a run folder: its newest), the model's shape comes from its model file
+ * and the optimizer state from that checkpoint (re-sharded when it was written by another number of
+ * ranks), each file read checked against its checksum; its settings must be cfg's
+ * (collage_run_read_saved) except those collage_run_changes lists; the temporaries a killed save left
+ * in its run folder are removed. Without, the weights are cfg->init's, or the family's
+ * initialisation. comm NULL: one process. A failure on any rank fails every rank (the others say
+ * which rank). */
 collage_status collage_run_create(const collage_run_config *cfg, const collage_comm *comm, const char *resume_dir,
                                   collage_run **out, char *err, size_t cap);
 void           collage_run_free(collage_run *r);                        /* NULL is fine */
@@ -208,6 +214,16 @@ collage_status collage_run_step(collage_run *r, collage_run_step_info *info);
 /* Mean loss over the first `batches` batches of a split (at most one epoch), computed as the training
  * step does. NaN when the split is absent or holds no batch. Collective. */
 collage_status collage_run_evaluate(collage_run *r, collage_split split, int batches, double *loss);
+/* What an evaluation measures. A masked-LM model is scored on the positions collage_mlm_mask picks with
+ * the fixed evaluation key (collage_mlm_key with train = 0), the same for every run and seed. */
+typedef struct {
+    double loss;        /* the mean over the batches of each batch's mean loss (NaN: no batch) */
+    double accuracy;    /* masked LM: the fraction of scored positions whose most probable token is the
+                           original one; NaN for a next-token model */
+    long long scored;   /* positions scored */
+} collage_scores;
+/* collage_run_evaluate with the accuracy. Collective. */
+collage_status collage_run_evaluate_scores(collage_run *r, collage_split split, int batches, collage_scores *out);
 /* Save a checkpoint of the current step into the run folder dir (made when missing), as described
  * under "checkpoints", then remove the checkpoints beyond the newest cfg.keep of this run, and any
  * other run's (collage_checkpoint_check_folder first refuses a folder that holds some). Refused
@@ -223,6 +239,24 @@ const void    *collage_run_params(const collage_run *r);
  * most one epoch). NaN when there is no batch. */
 collage_status collage_eval_loss(collage_model *m, const void *params, const collage_loader *ld, collage_split split,
                                  int B, int T, int batches, double *loss);
+/* collage_eval_loss with the accuracy of a masked-LM model (its masks: the evaluation key). */
+collage_status collage_eval_scores(collage_model *m, const void *params, const collage_loader *ld, collage_split split,
+                                   int B, int T, int batches, collage_scores *out);
+
+/* ---------------------------------------------------------------- masked language modelling */
+/* RoBERTa's dynamic masking of `rows` sequences of T tokens, the global rows row0 … row0 + rows − 1 of a
+ * batch. Position t of global row g, t < its length (lengths NULL: T), with the uniform words
+ * u_j = collage_rand32(key, 4·(g·T + t) + j), is chosen when u_0 < 0.15·2³²; a chosen position's target is
+ * its token, and its input the mask token when u_1 < 0.8·2³², else a random token ⌊u_2·text_vocab/2³²⌋ of
+ * the tokenizer's when u_1 < 0.9·2³², else its own token. Every other position (padding included) keeps
+ * its token as input and gets target COLLAGE_TARGET_NONE. A pure function of (key, g, t, token): the same
+ * masks for any split of a batch into ranks and micro-batches and any thread count. inputs may be tokens.
+ * Returns the number of chosen positions. */
+long           collage_mlm_mask(uint64_t key, const int32_t *tokens, const int *lengths, int rows, int T,
+                                uint64_t row0, int mask_token, int text_vocab, int32_t *inputs, int32_t *targets);
+/* The key of the masks: training step `step` of a run seeded `seed` (train = 1: new masks every step), or
+ * evaluation batch `step` (train = 0: a fixed key, seed ignored, the same masks for every run). */
+uint64_t       collage_mlm_key(uint64_t seed, int train, uint64_t step);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,8 @@
 # Usage: scripts/setup.sh        (as root, or with sudo available)
 set -euo pipefail
 PKGS=(build-essential pkg-config libopenblas-dev libdnnl-dev libmpfr-dev libgmp-dev libopenmpi-dev openmpi-bin
-      fortunes gnuplot-nox)
+      fortunes gnuplot-nox
+      python3 python3-numpy python3-torch python3-pytest python3-setuptools python3-pip python3-venv)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

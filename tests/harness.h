@@ -68,6 +68,23 @@ static int h_sh(char *out, size_t cap, const char *fmt, ...) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* A whole file in a malloc'd buffer with a 0 after its len bytes; NULL when it cannot be read. */
+static unsigned char *h_read_file(const char *path, size_t *len) __attribute__((unused));
+static unsigned char *h_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = sz >= 0 ? malloc((size_t)sz + 1) : NULL;
+    if (buf) {
+        *len = fread(buf, 1, (size_t)sz, f);
+        buf[*len] = 0;
+    }
+    fclose(f);
+    return buf;
+}
+
 /* The "loss" values of a JSON-lines training log, in order (at most cap); -1 when it cannot be read. */
 static int h_read_losses(const char *path, double *loss, int cap) __attribute__((unused));
 static int h_read_losses(const char *path, double *loss, int cap) {

@@ -802,17 +802,6 @@ static float adv_value(void) {
 }
 static char g_dir[64]; /* a temporary folder for the tests' files */
 
-static unsigned char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)sz + 1);
-    *len = fread(buf, 1, (size_t)sz, f);
-    fclose(f);
-    return buf;
-}
 
 /* 1 if two optimizers hold the same bits in every state word (θ, δθ, m, v, δv, master, remainder,
  * step, RNG counter): their saved files compared byte for byte, then removed. */
@@ -822,7 +811,7 @@ static int same_saved_state(const collage_adamw *a, const collage_adamw *b) {
     size_t len[2] = {0, 0};
     for (int k = 0; k < 2; k++) {
         snprintf(path[k], sizeof path[k], "%s/compare%d.state", g_dir, k);
-        if (collage_adamw_save(k ? b : a, path[k]) == COLLAGE_OK) buf[k] = read_all(path[k], &len[k]);
+        if (collage_adamw_save(k ? b : a, path[k]) == COLLAGE_OK) buf[k] = h_read_file(path[k], &len[k]);
         remove(path[k]);
     }
     int same = buf[0] && buf[1] && len[0] > 0 && len[0] == len[1] && !memcmp(buf[0], buf[1], len[0]);
@@ -1550,6 +1539,157 @@ static void test_save_load_roundtrip(void) {
     free(g); free(a); free(b);
 }
 
+/* The caller's words (config.words): an optimizer over slabs the caller holds steps as one that owns
+ * its words; copying every word of a stepped optimizer into fresh slabs and building a new optimizer
+ * over them with collage_adamw_set_steps continues bit for bit (what the Python package does). */
+static void test_caller_words(void) {
+    uint16_t *g = malloc(12 * SL_N * 2);
+    float gf[SL_N], w0[SL_N];
+    sl_state *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+    h_seed(910);
+    for (int i = 0; i < 12 * SL_N; i++) g[i] = rnd_bf16(-12, 0);
+    for (int i = 0; i < SL_N; i++) w0[i] = (float)gauss();
+    for (int si = 0; si < NS; si++) {
+        collage_strategy s = ALL[si];
+        const collage_strategy_info *T = collage_strategy_get(s);
+        collage_adamw_config c = sl_cfg(s, SL_N, 0.95);
+        collage_adamw *o1 = mk(&c);
+        if (!o1) continue;
+        collage_adamw_set_weights_f32(o1, w0, SL_N);
+        sl_steps(o1, g, gf, 0, 7);
+        void *mine[COLLAGE_ROLE_COUNT] = {0};
+        for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) {
+            void *src = collage_adamw_word(o1, (collage_word_role)r);
+            CHECK((src != NULL) == (T->word[r].format != COLLAGE_WORD_NONE), "%s: word %s is %p", SNAME(s),
+                  collage_word_role_name((collage_word_role)r), src);
+            if (!src) continue;
+            size_t bytes = SL_N * (T->word[r].format == COLLAGE_WORD_FP32 ? 4 : 2);
+            mine[r] = malloc(bytes);
+            memcpy(mine[r], src, bytes);
+        }
+        CHECK(collage_adamw_word(o1, COLLAGE_ROLE_WEIGHTS) == collage_adamw_params(o1), "%s: θ is not the params", SNAME(s));
+        CHECK(collage_adamw_word(o1, COLLAGE_ROLE_COUNT) == NULL, "%s: a word past the roles", SNAME(s));
+        CHECK(collage_adamw_synced(o1) == 1, "%s: not synced after steps", SNAME(s));
+        c.params = mine[COLLAGE_ROLE_WEIGHTS];
+        memcpy(c.words, mine, sizeof c.words);
+        collage_adamw *o2 = mk(&c);
+        if (o2) {
+            CHECK(collage_adamw_synced(o2) == 0 && collage_adamw_steps(o2) == 0, "%s: a new optimizer", SNAME(s));
+            CHECK(collage_adamw_set_steps(o2, 7, 1) == COLLAGE_OK, "%s: set_steps", SNAME(s));
+            for (int r = 0; r < COLLAGE_ROLE_COUNT; r++)
+                CHECK(collage_adamw_word(o2, (collage_word_role)r) == mine[r], "%s: word %d is not the caller's", SNAME(s), r);
+            sl_steps(o1, g, gf, 7, 12);
+            sl_steps(o2, g, gf, 7, 12);
+            sl_snap(o1, a);
+            sl_snap(o2, b);
+            CHECK(sl_same(a, b, SL_N, s), "%s: over the caller's words, 7 + 5 steps differ from 12", SNAME(s));
+            collage_adamw_free(o2); /* frees none of the caller's slabs */
+        }
+        for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) free(mine[r]);
+        collage_adamw_free(o1);
+    }
+    CHECK(collage_adamw_set_steps(NULL, 1, 1) == COLLAGE_ERR_NULL && collage_adamw_word(NULL, COLLAGE_ROLE_M) == NULL &&
+          collage_adamw_synced(NULL) == 0, "NULL optimizer");
+    free(g); free(a); free(b);
+}
+
+/* collage_adamw_step_many: k optimizers, the tensors of one model over one slab (index0, total), each
+ * with its lr, stepped together, equal bit for bit (weights, kept values, EDQ, stats) to the same
+ * optimizers stepped one by one with collage_adamw_step_sumsq; past COLLAGE_STEP_MANY_MAX in batches;
+ * a skipped step and bad arguments change nothing. */
+#define MANY_K 5
+static void test_step_many(void) {
+    static const size_t sizes[MANY_K] = {40000, 17, 16384, 3, 20003};
+    static const double lrs[MANY_K] = {1e-3, 2e-3, 1e-3, 5e-4, 3e-3};
+    size_t total = 0, off[MANY_K];
+    for (int j = 0; j < MANY_K; j++) { off[j] = total; total += sizes[j]; }
+    uint16_t *g = malloc(total * 2);
+    float *gf = malloc(total * 4), *w0 = malloc(total * 4);
+    double *ka = malloc(total * 8), *kb = malloc(total * 8);
+    h_seed(911);
+    for (size_t i = 0; i < total; i++) w0[i] = (float)gauss();
+    for (int si = 0; si < NS; si++) {
+        collage_strategy s = ALL[si];
+        collage_adamw *a[MANY_K], *b[MANY_K];
+        for (int j = 0; j < MANY_K; j++) {
+            collage_adamw_config c = {.strategy = s, .n = sizes[j], .beta2 = 0.95, .weight_decay = 0.1 * j, .clip = 0.5,
+                                      .edq = 1, .seed = 5, .index0 = off[j], .total = total};
+            a[j] = mk(&c);
+            b[j] = mk(&c);
+            if (a[j]) collage_adamw_set_weights_f32(a[j], w0 + off[j], sizes[j]);
+            if (b[j]) collage_adamw_set_weights_f32(b[j], w0 + off[j], sizes[j]);
+        }
+        int ok = 1;
+        for (int j = 0; j < MANY_K; j++) ok &= a[j] && b[j];
+        for (int t = 0; ok && t < 4; t++) {
+            for (size_t i = 0; i < total; i++) g[i] = rnd_bf16(-8, 2);
+            const void *gp[MANY_K];
+            double sumsq = 0;
+            for (int j = 0; j < MANY_K; j++) {
+                gp[j] = grad_ptr(s, g + off[j], gf + off[j], sizes[j]);
+                double part;
+                collage_adamw_grad_sumsq(a[j], gp[j], &part);
+                sumsq += part;
+            }
+            collage_step_stats sa[MANY_K], sb[MANY_K];
+            for (int j = 0; j < MANY_K; j++) collage_adamw_step_sumsq(a[j], gp[j], lrs[j], sumsq, &sa[j]);
+            collage_status st = collage_adamw_step_many(b, gp, lrs, MANY_K, sumsq, sb);
+            CHECK(st == COLLAGE_OK, "%s: step_many: %s", SNAME(s), collage_status_str(st));
+            for (int j = 0; j < MANY_K; j++) {
+                collage_adamw_kept_f64(a[j], ka, sizes[j]);
+                collage_adamw_kept_f64(b[j], kb, sizes[j]);
+                CHECK(!memcmp(collage_adamw_params(a[j]), collage_adamw_params(b[j]), sizes[j] * wsize(s)) &&
+                          !memcmp(ka, kb, sizes[j] * 8), "%s: step %d, tensor %d differs", SNAME(s), t, j);
+                CHECK(sa[j].step == sb[j].step && sa[j].clip_coef == sb[j].clip_coef && sa[j].grad_norm == sb[j].grad_norm &&
+                          sa[j].edq.sum_dot == sb[j].edq.sum_dot && sa[j].edq.sum_nn == sb[j].edq.sum_nn &&
+                          sa[j].edq.lost_count == sb[j].edq.lost_count && sa[j].tie_free == sb[j].tie_free,
+                      "%s: step %d, tensor %d: stats differ", SNAME(s), t, j);
+            }
+        }
+        for (int j = 0; j < MANY_K; j++) { collage_adamw_free(a[j]); collage_adamw_free(b[j]); }
+    }
+    /* batches: more optimizers than one call's loop takes */
+    enum { KB = COLLAGE_STEP_MANY_MAX + 44 };
+    collage_adamw **x = calloc(KB, sizeof *x), **y = calloc(KB, sizeof *y);
+    const void **gp = calloc(KB, sizeof *gp);
+    double *lr = calloc(KB, sizeof *lr);
+    for (int j = 0; j < KB; j++) {
+        collage_adamw_config c = {.strategy = COLLAGE_BF16_SR, .n = 3, .seed = 9, .index0 = 3 * (size_t)j, .total = 3 * KB};
+        x[j] = mk(&c);
+        y[j] = mk(&c);
+        gp[j] = g + 3 * j;
+        lr[j] = 1e-2;
+    }
+    for (int j = 0; j < KB; j++) collage_adamw_step_sumsq(x[j], gp[j], lr[j], (double)NAN, NULL);
+    CHECK(collage_adamw_step_many(y, gp, lr, KB, (double)NAN, NULL) == COLLAGE_OK, "%d optimizers", KB);
+    int same = 1;
+    for (int j = 0; j < KB; j++) same &= !memcmp(collage_adamw_params(x[j]), collage_adamw_params(y[j]), 6);
+    CHECK(same, "%d optimizers in batches differ from one by one", KB);
+    /* bad arguments and a skipped step change nothing */
+    lr[7] = -1;
+    CHECK(collage_adamw_step_many(y, gp, lr, KB, 1.0, NULL) == COLLAGE_ERR_ARG && collage_adamw_steps(y[0]) == 1,
+          "a negative lr");
+    lr[7] = 1e-2;
+    collage_adamw *keep = y[5];
+    y[5] = y[4];
+    CHECK(collage_adamw_step_many(y, gp, lr, 6, 1.0, NULL) == COLLAGE_ERR_ARG && collage_adamw_steps(y[0]) == 1,
+          "an optimizer given twice");
+    CHECK(collage_adamw_step_many(NULL, gp, lr, 2, 1.0, NULL) == COLLAGE_ERR_NULL && collage_adamw_step_many(y, gp, lr, -1, 1.0, NULL) == COLLAGE_ERR_SIZE &&
+          collage_adamw_step_many(NULL, NULL, NULL, 0, 1.0, NULL) == COLLAGE_OK, "NULL, k < 0, k = 0");
+    y[5] = keep;
+    for (int j = 0; j < KB; j++) { collage_adamw_free(x[j]); collage_adamw_free(y[j]); }
+    collage_adamw_config c = {.strategy = COLLAGE_LIGHT, .n = 3, .skip_nonfinite = 1};
+    collage_adamw *z[2] = {mk(&c), mk(&c)};
+    collage_step_stats zs[2];
+    if (z[0] && z[1]) {
+        CHECK(collage_adamw_step_many(z, gp, lr, 2, (double)INFINITY, zs) == COLLAGE_ERR_NONFINITE && zs[0].skipped &&
+                  zs[1].skipped && collage_adamw_steps(z[0]) == 0 && collage_adamw_steps(z[1]) == 0, "a skipped step");
+    }
+    collage_adamw_free(z[0]); collage_adamw_free(z[1]);
+    free(x); free(y); free(gp); free(lr);
+    free(g); free(gf); free(w0); free(ka); free(kb);
+}
+
 static void write_all_to(const char *path, const unsigned char *p, size_t len) {
     FILE *f = fopen(path, "wb");
     CHECK(f != NULL, "cannot write %s", path);
@@ -1615,7 +1755,7 @@ static void test_save_load_bad_files(void) {
     save_from(&cg, "groups", g);
     path_of(good, sizeof good, "good");
     size_t len = 0;
-    unsigned char *buf = read_all(good, &len);
+    unsigned char *buf = h_read_file(good, &len);
     CHECK(buf && len > 100, "read back %s", good);
     if (!buf) { free(g); return; }
     /* patched copies */
@@ -2298,6 +2438,57 @@ static void test_sumsq_chunks(void) {
     free(h); free(f); free(got); free(want);
 }
 
+/* collage_sumsq_chunks_many over slabs of many sizes (empty ones, NULL where empty, one chunk, many, a
+ * tail), more of them than its small-count path holds: the chunk sums in slab order, each equal to the
+ * contract's order, for bf16 and fp32 and every thread count; bad arguments change nothing. */
+static void test_sumsq_chunks_many(void) {
+    enum { K = 40 };
+    const size_t chunk = 4096, base[] = {0, 17, 4096, 70001, 1, 0, 12289, 300};
+    uint16_t *h = malloc(2 * 70001 * K * sizeof *h);
+    float *f = malloc(2 * 70001 * K * sizeof *f);
+    size_t ns[K], total = 0, nc = 0;
+    for (int j = 0; j < K; j++) {
+        ns[j] = base[j % 8] + (j >= 8 ? (size_t)j : 0) * (base[j % 8] > 0);
+        total += ns[j];
+        nc += ns[j] ? (ns[j] - 1) / chunk + 1 : 0;
+    }
+    for (size_t i = 0; i < total; i++) {
+        h[i] = rnd_bf16(-30, 20);
+        f[i] = (float)(gauss() * ldexp(1.0, (int)(h_rand32() % 40) - 20));
+    }
+    double *got = malloc((nc + 1) * sizeof *got), *want = malloc(nc * sizeof *want);
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        const void *xs[K];
+        size_t at = 0, c = 0;
+        for (int j = 0; j < K; j++) {
+            xs[j] = ns[j] == 0 ? NULL : bf16 ? (const void *)(h + at) : (const void *)(f + at);
+            for (size_t a = 0; a < ns[j]; a += chunk)
+                want[c++] = sumsq_oracle(xs[j], bf16, a, a + chunk < ns[j] ? a + chunk : ns[j]);
+            at += ns[j];
+        }
+        for (int nt = 1; nt <= 3; nt++) {
+            collage_set_threads(nt);
+            got[nc] = 12345.0; /* must stay untouched */
+            CHECK(collage_sumsq_chunks_many(xs, ns, K, bf16, chunk, got) == COLLAGE_OK, "status");
+            int bad = 0;
+            for (size_t i = 0; i < nc; i++) bad += !same_double_bits(got[i], want[i]);
+            CHECK(bad == 0 && got[nc] == 12345.0, "%s, %d threads: %d of %zu chunk sums differ (or one past the end)",
+                  bf16 ? "bf16" : "fp32", nt, bad, nc);
+            CHECK(collage_sumsq_chunks_many(xs + 3, ns + 3, 1, bf16, chunk, got) == COLLAGE_OK &&
+                  same_double_bits(got[0], want[2]), "one slab: its first chunk is the whole list's third");
+        }
+        collage_set_threads(0);
+    }
+    const void *one[2] = {h, NULL};
+    size_t n1[2] = {10, 5};
+    CHECK(collage_sumsq_chunks_many(one, n1, 2, 1, 4, got) == COLLAGE_ERR_NULL, "NULL slab of 5 elements");
+    CHECK(collage_sumsq_chunks_many(one, n1, 1, 1, 0, got) == COLLAGE_ERR_SIZE, "chunk 0");
+    CHECK(collage_sumsq_chunks_many(one, n1, -1, 1, 4, got) == COLLAGE_ERR_SIZE, "k < 0");
+    CHECK(collage_sumsq_chunks_many(one, n1, 1, 1, 4, NULL) == COLLAGE_ERR_NULL, "NULL out");
+    CHECK(collage_sumsq_chunks_many(NULL, NULL, 0, 1, 4, NULL) == COLLAGE_OK, "k = 0 is nothing to do");
+    free(h); free(f); free(got); free(want);
+}
+
 /* bf16-sr's random stream is keyed by the slab index: a shard whose elements cross 2^32 (the key
  * changes with the index's high half, and vector lanes there take the per-lane path) steps exactly
  * as the scalar reference does, on every ISA, and its EDQ counts those lanes once each. */
@@ -2360,12 +2551,15 @@ int main(void) {
     RUN(test_kernel_code_spans);
     RUN(test_fast2sum_error_exact);
     RUN(test_sumsq_chunks);
+    RUN(test_sumsq_chunks_many);
     RUN(test_long_run_vs_float64);
     RUN(test_lost_update);
     RUN(test_weight_decay);
     RUN(test_beta2_0999_second_moment);
     RUN(test_sr_unbiased);
     RUN(test_save_load_roundtrip);
+    RUN(test_caller_words);
+    RUN(test_step_many);
     RUN(test_save_load_bad_files);
     RUN(test_sharded_equals_whole);
     RUN(test_sr_shard_across_2_32);

@@ -1,7 +1,12 @@
 /* test_cli.c — the `collage` command end to end: train writes its JSON log and an llm.c checkpoint,
  * N steps + a resumed N steps print exactly the losses of one 2N-step run, eval and sample read the
  * checkpoint, tokenize writes a shard that train reads, and bad input (missing file, bad flag, bad
- * shape, wrong magic) fails with a message naming the problem and leaves no partial checkpoint. */
+ * shape, wrong magic) fails with a message naming the problem and leaves no partial checkpoint. The
+ * LLaMA family through every command: train, resume, eval, sample, train --init from its llama2.c
+ * file, bench model. A BERT (--model bert-tiny) trains with masked-LM validation, resumes exactly, is
+ * evaluated on a fixed mask, fills masks and refuses to sample, learns (masked-token accuracy far above
+ * the most common byte's frequency in 400 steps), and its bad input (a text longer than the context, a
+ * corpus too short for a batch, a checkpoint of the other family) is named in one line. */
 #include "harness.h"
 #include "collage.h"
 #include <math.h>
@@ -11,6 +16,7 @@
 #include <unistd.h>
 
 #define TRAIN "--model tiny --layers 1 --dim 32 --heads 2 --batch 4 --seq 16 --threads 1 --quiet"
+#define TRAIN_BERT "--model bert-tiny --layers 1 --dim 32 --heads 2 --batch 4 --seq 16 --threads 1 --quiet"
 
 static char g_bin[1024], g_dir[256], g_text[512];
 
@@ -127,6 +133,54 @@ static void test_exact_resume(void) {
         for (int i = 0; i < na && i < nb; i++)
             CHECK(a[i] == b[i], "%s step %d: %.6f vs resumed %.6f", strategies[s], i + 1, a[i], b[i]);
     }
+}
+
+#define TRAIN_LLAMA "--model llama-tiny --layers 1 --dim 32 --heads 4 --kv-heads 2 --batch 4 --seq 16 --threads 1 --quiet"
+
+/* --model llama-tiny through the commands: 6 steps equal 3 + 3 resumed (the flags given again are
+ * accepted); eval and sample read its llama2.c file; --init starts a run from it and refuses a preset
+ * beside it. */
+static void test_llama_commands(void) {
+    char out[8192], la[600], lb[600], save[600], ck[1024], model[1100];
+    snprintf(la, sizeof la, "%s/llama-full.jsonl", g_dir);
+    snprintf(lb, sizeof lb, "%s/llama-half.jsonl", g_dir);
+    snprintf(save, sizeof save, "%s/llama", g_dir);
+    int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN_LLAMA " --precision collage-light --steps 6 --log %s", g_bin,
+                  g_text, la);
+    CHECK(rc == 0, "llama run: %s", out);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN_LLAMA " --precision collage-light --steps 6 --stop-after 3 "
+              "--save %s --log %s", g_bin, g_text, save, lb);
+    CHECK(rc == 0, "llama first half: %s", out);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN_LLAMA " --precision collage-light --resume %s --log %s", g_bin,
+              g_text, save, lb);
+    CHECK(rc == 0, "llama resumed: %s", out);
+    double a[8], b[8];
+    int na = h_read_losses(la, a, 8), nb = h_read_losses(lb, b, 8);
+    CHECK(na == 6 && nb == 6, "%d and %d log lines", na, nb);
+    for (int i = 0; i < na && i < nb; i++) CHECK(a[i] == b[i], "llama step %d: %.6f vs resumed %.6f", i + 1, a[i], b[i]);
+    rc = h_sh(out, sizeof out, "%s train --data %s --threads 1 --quiet --kv-heads 4 --resume %s", g_bin, g_text, save);
+    CHECK(rc != 0 && strstr(out, "--kv-heads 4"), "resume with another --kv-heads: rc %d: %s", rc, out);
+    h_checkpoint(save, ck, sizeof ck);
+    snprintf(model, sizeof model, "%s/model.bin", ck);
+    FILE *f = fopen(model, "rb");
+    int32_t h[7] = {0};
+    CHECK(f && fread(h, sizeof h, 1, f) == 1, "no %s", model);
+    if (f) fclose(f);
+    CHECK(h[0] == 32 && h[2] == 1 && h[3] == 4 && h[4] == 2 && h[5] == 256 && h[6] == 64,
+          "llama2.c header: dim %d hidden %d layers %d heads %d kv %d vocab %d seq %d", h[0], h[1], h[2], h[3], h[4], h[5], h[6]);
+    rc = h_sh(out, sizeof out, "%s eval --checkpoint %s --data %s --batch 2 --seq 16 --batches 3 --json", g_bin, model, g_text);
+    CHECK(rc == 0 && strstr(out, "\"loss\":") && strstr(out, "\"tokens\":96"), "eval: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s sample --checkpoint %s --prompt 'The ' --tokens 20 --seed 3", g_bin, save);
+    CHECK(rc == 0 && strncmp(out, "The ", 4) == 0 && strlen(out) >= 24, "sample: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s train --data %s --init %s --batch 4 --seq 16 --steps 2 --threads 1", g_bin, g_text, model);
+    CHECK(rc == 0 && strstr(out, "llama") && strstr(out, "done:"), "train --init: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s train --data %s --init %s --model llama-small --steps 2 --quiet", g_bin, g_text, model);
+    CHECK(rc == 2 && strstr(out, "model.bin") && strstr(out, "hint"), "--init with --model: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s train --data %s --init %s --resume %s --quiet", g_bin, g_text, model, save);
+    CHECK(rc != 0 && strstr(out, "--init") && strstr(out, "hint"), "--init with --resume: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s bench model --model llama-tiny --steps 1 --warmup 0 --strategy collage-light --json", g_bin);
+    CHECK(rc == 0 && strstr(out, "\"model\":\"llama-tiny\"") && strstr(out, "\"strategy\":\"collage-light\""),
+          "bench model --model llama-tiny: rc %d: %s", rc, out);
 }
 
 static void test_tokenize_then_train_on_shard(void) {
@@ -272,6 +326,96 @@ static void test_bad_input(void) {
     CHECK(atoi(out) == 0, "temporary files left in %s: %s", save, out);
 }
 
+/* A BERT run through the command: its log and summary carry the validation's masked-token accuracy; 4 + 4
+ * resumed steps print the losses of 8; eval reports the masked loss and accuracy; fill names its top
+ * predictions; sample refuses an encoder; the bad inputs of a masked-LM run are named. */
+static void test_bert(void) {
+    char out[8192], log[600], save[600], sum[600], log2[600];
+    snprintf(log, sizeof log, "%s/bert.jsonl", g_dir);
+    snprintf(log2, sizeof log2, "%s/bert2.jsonl", g_dir);
+    snprintf(save, sizeof save, "%s/bert-ck", g_dir);
+    snprintf(sum, sizeof sum, "%s/bert-summary.json", g_dir);
+    int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN_BERT " --steps 8 --eval-every 4 --log %s --summary %s",
+                  g_bin, g_text, log, sum);
+    CHECK(rc == 0, "train: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN_BERT " --steps 8 --stop-after 4 --log %s --save %s", g_bin,
+              g_text, log2, save);
+    rc |= h_sh(out, sizeof out, "%s train --data %s --resume %s --log %s --threads 1 --quiet", g_bin, g_text, save, log2);
+    CHECK(rc == 0, "train 4 + 4: %s", out);
+    double a[16], b[16];
+    int na = h_read_losses(log, a, 16), nb = h_read_losses(log2, b, 16);
+    CHECK(na == 8 && nb == 8 && !memcmp(a, b, sizeof(double) * 8), "8 steps vs 4 + 4 resumed: %d and %d lines", na, nb);
+    char line[4096] = "";
+    FILE *f = fopen(sum, "r");
+    if (f) { if (!fgets(line, sizeof line, f)) line[0] = 0; fclose(f); }
+    CHECK(strstr(line, "\"val_accuracy\":"), "summary: %s", line);
+    rc = h_sh(out, sizeof out, "grep -c val_accuracy %s", log);
+    CHECK(atoi(out) == 2, "log lines with val_accuracy: %s", out);
+    rc = h_sh(out, sizeof out, "%s eval --checkpoint %s --data %s --batch 2 --seq 16 --batches 3 --json", g_bin, save, g_text);
+    CHECK(rc == 0 && strstr(out, "\"accuracy\":") && strstr(out, "\"masked\":"), "eval: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s fill --checkpoint %s --text 'The quick b[MASK]own fox' --top 3", g_bin, save);
+    CHECK(rc == 0 && strstr(out, "[MASK] at token 11:") && strstr(out, "filled: The quick b"), "fill: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s fill --checkpoint %s --text 'a[MASK]b[MASK]' --json", g_bin, save);
+    CHECK(rc == 0 && strstr(out, "{\"masks\":[{\"position\":1,") && strstr(out, "{\"position\":3,"), "fill --json: %s", out);
+    rc = h_sh(out, sizeof out, "%s sample --checkpoint %s", g_bin, save);
+    CHECK(rc == 2 && strstr(out, "encoder") && strstr(out, "does not generate") && strstr(out, "collage fill"), "sample: %s", out);
+    /* bad input: a text longer than the context, evaluation on sequences longer than it, no mask, a corpus
+     * too short for one batch, the other family's checkpoint to --resume, a GPT-2 checkpoint to fill */
+    char longer[200] = ""; /* 135 bytes and the mask: 136 tokens, over bert-tiny's context of 128 */
+    for (int i = 0; i < 27; i++) strcat(longer, "text ");
+    rc = h_sh(out, sizeof out, "%s fill --checkpoint %s --text '%s[MASK]'", g_bin, save, longer);
+    CHECK(rc == 2 && strstr(out, "136 tokens, longer than the model's context of 128"), "long text: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s eval --checkpoint %s --data %s --seq 200", g_bin, save, g_text);
+    CHECK(rc != 0 && strstr(out, "--seq 200 exceeds the model's context 128") && strstr(out, "hint: --seq 128 or less"),
+          "eval --seq over the context: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s fill --checkpoint %s --text 'no mask'", g_bin, save);
+    CHECK(rc == 2 && strstr(out, "no [MASK]"), "no mask: rc %d: %s", rc, out);
+    char tiny_text[600];
+    snprintf(tiny_text, sizeof tiny_text, "%s/short.txt", g_dir);
+    f = fopen(tiny_text, "w");
+    if (f) { fputs("too short for a batch of four sequences of sixteen bytes\n", f); fclose(f); }
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN_BERT " --steps 2", g_bin, tiny_text);
+    CHECK(rc != 0 && strstr(out, "short.txt") && strstr(out, "fewer than"), "short corpus: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --steps 9 --resume %s", g_bin, g_text, save);
+    CHECK(rc != 0 && strstr(out, "--model tiny") && strstr(out, "a bert model"), "gpt2 over bert: rc %d: %s", rc, out);
+    char gsave[600];
+    snprintf(gsave, sizeof gsave, "%s/gpt-ck", g_dir);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --steps 1 --save %s", g_bin, g_text, gsave);
+    rc |= h_sh(out, sizeof out, "%s train --data %s " TRAIN_BERT " --steps 3 --resume %s", g_bin, g_text, gsave);
+    CHECK(rc != 0 && strstr(out, "--model bert-tiny") && strstr(out, "a gpt2 model"), "bert over gpt2: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s fill --checkpoint %s --text 'a[MASK]'", g_bin, gsave);
+    CHECK(rc == 2 && strstr(out, "gpt2") && strstr(out, "collage sample"), "fill on gpt2: rc %d: %s", rc, out);
+}
+
+/* `collage train --model bert-tiny` learns: after LEARN_STEPS steps on the test corpus (four sentences in
+ * random order; windows of 8 bytes, so that attention finds the neighbours early) the validation's masked
+ * tokens are predicted right far more often than the most common byte of the validation text occurs. */
+#define LEARN_STEPS 400
+#define LEARN_FACTOR 2.0 /* accuracy over that byte's frequency, at least */
+static void test_bert_learns(void) {
+    char out[8192], sum[600];
+    snprintf(sum, sizeof sum, "%s/bert-learn.json", g_dir);
+    int rc = h_sh(out, sizeof out, "%s train --model bert-tiny --data %s --seq 8 --batch 32 --steps %d --eval-every %d "
+                  "--precision collage-light --threads 1 --quiet --summary %s", g_bin, g_text, LEARN_STEPS, LEARN_STEPS, sum);
+    CHECK(rc == 0, "train: rc %d: %s", rc, out);
+    FILE *f = fopen(g_text, "rb");
+    size_t n = 0, count[256] = {0}, top = 0;
+    unsigned char *text = malloc(1 << 20);
+    if (f && text) { n = fread(text, 1, 1 << 20, f); fclose(f); }
+    for (size_t i = n - n / 10; i < n; i++) count[text[i]]++; /* the held-out tenth, as the loader cuts it */
+    for (int b = 0; b < 256; b++) top = count[b] > top ? count[b] : top;
+    free(text);
+    const double freq = n ? (double)top / (double)(n / 10) : 1.0;
+    char line[4096] = "";
+    f = fopen(sum, "r");
+    if (f) { if (!fgets(line, sizeof line, f)) line[0] = 0; fclose(f); }
+    const char *p = strstr(line, "\"val_accuracy\":");
+    const double acc = p ? strtod(p + 15, NULL) : 0;
+    printf("    masked-token accuracy %.1f%% after %d steps; the most common validation byte is %.1f%% of them\n", 100 * acc,
+           LEARN_STEPS, 100 * freq);
+    CHECK(acc >= LEARN_FACTOR * freq, "accuracy %.3f, the most common byte's frequency %.3f: %s", acc, freq, line);
+}
+
 /* The benchmarks' JSON lines carry the documented keys (what is measured, not how fast: no timing is
  * asserted), and bad flags are refused. */
 static int count_lines_with(const char *out, const char *const *keys, int nk) {
@@ -323,6 +467,10 @@ static void test_bench_json(void) {
     rc = h_sh(out, sizeof out, "%s bench model --model tiny --steps 2 --warmup 0 --strategy collage-plus --json", g_bin);
     CHECK(rc == 0 && count_lines_with(out, mk, 10) == 2, "bench model --json: rc %d: %s", rc, out);
     CHECK(strstr(out, "\"strategy\":\"fp32\"") && strstr(out, "\"strategy\":\"collage-plus\""), "bench model rows: %s", out);
+    rc = h_sh(out, sizeof out, "%s bench model --model bert-tiny --batch 2 --steps 2 --warmup 0 --strategy bf16 --json",
+              g_bin);
+    CHECK(rc == 0 && count_lines_with(out, mk, 10) == 2 && strstr(out, "\"model\":\"bert-tiny\""),
+          "bench model bert-tiny --json: rc %d: %s", rc, out);
     rc = h_sh(out, sizeof out, "%s bench model --strategy nonsense", g_bin);
     CHECK(rc == 2 && strstr(out, "nonsense") && strstr(out, "hint"), "bench model bad strategy: rc %d: %s", rc, out);
     rc = h_sh(out, sizeof out, "%s bench model --warmup -1", g_bin);
@@ -365,6 +513,7 @@ int main(void) {
     printf("test_cli: %s, data in %s\n", g_bin, g_dir);
     RUN(test_train_log_and_checkpoint);
     RUN(test_exact_resume);
+    RUN(test_llama_commands);
     RUN(test_tokenize_then_train_on_shard);
     RUN(test_bad_input);
     RUN(test_flag_ranges);
@@ -372,6 +521,8 @@ int main(void) {
     RUN(test_one_grammar);
     RUN(test_bench_json);
     RUN(test_bf16_path_named);
+    RUN(test_bert);
+    RUN(test_bert_learns);
     h_rm_rf(g_dir);
     return h_end();
 }

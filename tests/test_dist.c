@@ -14,6 +14,10 @@
 
 /* Tiny model, 6 sequences per step (2 and 3 ranks both divide it), one thread per rank. */
 #define TRAIN "--model tiny --layers 1 --dim 32 --heads 2 --batch 6 --seq 16 --threads 1 --quiet"
+/* The same for the LLaMA family: 4 query heads on 2 key/value heads. */
+#define TRAIN_LLAMA "--model llama-tiny --layers 1 --dim 64 --heads 4 --kv-heads 2 --batch 6 --seq 16 --threads 1 --quiet"
+/* The same for a BERT (masked LM: the masks drawn per global row). */
+#define TRAIN_BERT "--model bert-tiny --layers 1 --dim 32 --heads 2 --batch 6 --seq 16 --threads 1 --quiet"
 /* One rank with the whole batch in one backward vs N ranks (N micro-batch gradients, each rounded to
  * bf16, summed in fp32, divided by N, rounded again): the gradients differ by about one bf16 ulp,
  * and over 8 steps the logged losses by this much at most (measured: 7e-5). */
@@ -56,38 +60,42 @@ static int same_file(const char *a, const char *b) {
 }
 static void path(char *out, size_t cap, const char *name) { snprintf(out, cap, "%s/%s", g_dir, name); }
 
-/* N ranks == 1 rank with --accum N, bit for bit: every logged loss and the saved weights. */
-static void check_ranks_vs_accum(int N, const char *prec) {
+/* N ranks == 1 rank with --accum N, bit for bit: every logged loss and the saved weights; train: the
+ * model's flags (TRAIN, TRAIN_LLAMA, TRAIN_BERT). */
+static void check_ranks_vs_accum_of(int N, const char *prec, const char *train) {
     char out[8192], la[600], lb[600], sa[600], sb[600], ca[1024], cb[1024], ma[1100], mb[1100], tag[64];
-    snprintf(tag, sizeof tag, "%s-%d", prec, N);
+    snprintf(tag, sizeof tag, "%s%s-%d", strstr(train, "llama") ? "llama-" : strstr(train, "bert") ? "bert-" : "", prec, N);
     snprintf(la, sizeof la, "%s/ranks-%s.jsonl", g_dir, tag);
     snprintf(lb, sizeof lb, "%s/accum-%s.jsonl", g_dir, tag);
     snprintf(sa, sizeof sa, "%s/ranks-%s", g_dir, tag);
     snprintf(sb, sizeof sb, "%s/accum-%s", g_dir, tag);
-    int rc = h_sh(out, sizeof out, MPIRUN " %d %s train --data %s " TRAIN " --precision %s --steps 8 --log %s --save %s", N,
-                 g_bin, g_text, prec, la, sa);
+    int rc = h_sh(out, sizeof out, MPIRUN " %d %s train --data %s %s --precision %s --steps 8 --log %s --save %s", N,
+                 g_bin, g_text, train, prec, la, sa);
     CHECK(rc == 0, "%d ranks, %s: rc %d: %s", N, prec, rc, out);
-    rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --precision %s --steps 8 --accum %d --log %s --save %s", g_bin,
-             g_text, prec, N, lb, sb);
+    rc = h_sh(out, sizeof out, "%s train --data %s %s --precision %s --steps 8 --accum %d --log %s --save %s", g_bin,
+             g_text, train, prec, N, lb, sb);
     CHECK(rc == 0, "1 rank --accum %d, %s: rc %d: %s", N, prec, rc, out);
     double a[16], b[16];
     int na = h_read_losses(la, a, 16), nb = h_read_losses(lb, b, 16);
     CHECK(na == 8 && nb == 8, "%s: %d and %d log lines", tag, na, nb);
     for (int i = 0; i < na && i < nb; i++)
-        CHECK(a[i] == b[i], "%s step %d: %d ranks %.6f, 1 rank --accum %d %.6f", prec, i + 1, N, a[i], N, b[i]);
+        CHECK(a[i] == b[i], "%s step %d: %d ranks %.6f, 1 rank --accum %d %.6f", tag, i + 1, N, a[i], N, b[i]);
     h_checkpoint(sa, ca, sizeof ca);
     h_checkpoint(sb, cb, sizeof cb);
     snprintf(ma, sizeof ma, "%s/model.bin", ca);
     snprintf(mb, sizeof mb, "%s/model.bin", cb);
     CHECK(same_file(ma, mb), "%s: the weights of %d ranks and of 1 rank --accum %d differ", prec, N, N);
     CHECK(file_has(la, "\"comm_ms\":"), "%s: the MPI run's log has no comm_ms", tag);
-    printf("    %s: %d ranks == 1 rank --accum %d over 8 steps (losses, model.bin)\n", prec, N, N);
+    printf("    %s: %d ranks == 1 rank --accum %d over 8 steps (losses, model.bin)\n", tag, N, N);
 }
+static void check_ranks_vs_accum(int N, const char *prec) { check_ranks_vs_accum_of(N, prec, TRAIN); }
 
 static void test_ranks_equal_one_rank_accum(void) {
     check_ranks_vs_accum(2, "collage-light");
     check_ranks_vs_accum(3, "bf16-sr"); /* stochastic rounding keyed by the global index */
     check_ranks_vs_accum(2, "fp32");
+    check_ranks_vs_accum_of(2, "collage-light", TRAIN_LLAMA);
+    check_ranks_vs_accum_of(2, "collage-plus", TRAIN_BERT);
 }
 
 /* N ranks vs one rank with the whole batch in one backward: the same run up to rounding. */

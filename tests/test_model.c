@@ -1,11 +1,16 @@
-/* test_model.c — the generic model interface (collage_model.h) against its GPT-2 family (gpt2.h): the
- * same tensors, groups and parameter counts; forward, backward and next-token logits through
- * collage_model equal the family's own calls bit for bit in fp32, bf16 and fp64; checkpoints save,
- * read their header and load back exactly, and failures name the file; model calls, one at a time or
- * on two threads at once, leave the caller's OpenBLAS thread count as they found it. */
+/* test_model.c — the generic model interface (collage_model.h) against its families, GPT-2 (gpt2.h) and
+ * BERT (bert.h): the same tensors, groups and parameter counts; forward, backward and the logits (next
+ * token, or of chosen positions) through collage_model equal the family's own calls bit for bit in fp32,
+ * bf16 and fp64, and what a family does not do is refused with a message; checkpoints of both formats
+ * save, read their header and load back exactly (BERT's tensors by name, in any order), and failures name
+ * the file; model calls, one at a time or on two threads at once, leave the caller's OpenBLAS thread
+ * count as they found it. The LLaMA family through the same interface: its presets, tensors (weight
+ * decay on matrices only), what a model of it runs on and holds, its checkpoint found by probing among
+ * the families (tests/test_llama.c tests the family itself). */
 #include "collage.h"
 #include "collage_data.h"
 #include "collage_model.h"
+#include "bert.h"
 #include "gpt2.h"
 #include "gpt2_ckpt.h"
 #include "harness.h"
@@ -37,7 +42,9 @@ static void test_names_and_presets(void) {
           "family name");
     CHECK(collage_family_name(COLLAGE_FAMILY_COUNT) == NULL, "unknown family has a name");
     CHECK(collage_family_parse("gpt2", &f) == COLLAGE_OK && f == COLLAGE_FAMILY_GPT2, "parse gpt2");
-    CHECK(collage_family_parse("llama", &f) == COLLAGE_ERR_ARG, "parse llama");
+    CHECK(collage_family_parse("llama", &f) == COLLAGE_OK && f == COLLAGE_FAMILY_LLAMA, "parse llama");
+    CHECK(collage_family_parse("bert", &f) == COLLAGE_OK && f == COLLAGE_FAMILY_BERT, "parse bert");
+    CHECK(collage_family_parse("roberta", &f) == COLLAGE_ERR_ARG, "parse an unknown family");
     collage_real r;
     for (int k = 0; k < COLLAGE_REAL_COUNT; k++) {
         CHECK(collage_real_parse(collage_real_name((collage_real)k), &r) == COLLAGE_OK && r == (collage_real)k,
@@ -52,10 +59,23 @@ static void test_names_and_presets(void) {
               collage_real_size(COLLAGE_REAL_FP64) == 8 && collage_real_size(COLLAGE_REAL_FP16) == 2, "real sizes");
     CHECK(collage_real_parse("fp8", &r) == COLLAGE_ERR_ARG, "parse fp8");
     const char *const *names = collage_model_preset_names();
-    static const char *want[] = {"tiny", "small", "gpt2"};
+    static const char *want[] = {"tiny", "small", "gpt2", "llama-tiny", "llama-small", "llama-110m", "bert-tiny", "bert-base"};
     int n = 0;
     while (names[n]) n++;
-    CHECK(n == 3, "%d presets", n);
+    CHECK(n == 8, "%d presets", n);
+    for (int k = 3; k < 6 && k < n; k++) {
+        collage_model_config c;
+        CHECK(!strcmp(names[k], want[k]) && collage_model_preset(names[k], &c) == COLLAGE_OK &&
+                  c.family == COLLAGE_FAMILY_LLAMA && collage_model_check(&c, 1, c.max_seq_len, NULL, 0) == COLLAGE_OK,
+              "preset %d: %s", k, names[k]);
+    }
+    for (int k = 6; k < 8 && k < n; k++) {
+        collage_model_config c, b;
+        CHECK(strcmp(names[k], want[k]) == 0 && collage_model_preset(names[k], &c) == COLLAGE_OK &&
+                  bert_preset(names[k], &b) == COLLAGE_OK && c.family == COLLAGE_FAMILY_BERT && !memcmp(&b, &c, sizeof c),
+              "preset %d is %s", k, names[k]);
+    }
+    CHECK(collage_family_parse("bert", &f) == COLLAGE_OK && f == COLLAGE_FAMILY_BERT, "parse bert");
     for (int k = 0; k < 3 && k < n; k++) {
         collage_model_config c;
         collage_gpt_config g;
@@ -119,6 +139,39 @@ static void test_tensors_and_groups(void) {
                       pg[k].weight_decay == gg[k].weight_decay, "config %d group %d differs", i, k);
     }
     CHECK(collage_model_num_params(&cs[1]) == 124475904u, "gpt2 has %zu params", collage_model_num_params(&cs[1]));
+}
+
+/* LLaMA's tensors: llama2.c's in one slab (wq, wk, wv side by side per layer as wqkv; w1, w3 as w13), the
+ * output matrix only when untied; weight decay and the products' flag on matrices, off on the norms (and
+ * an untied embedding is no product). The 110M shape with GPT-2's vocabulary padded to 50304 rows:
+ * 123,587,328 parameters (123,551,232 in llama2.c's file). */
+static void test_llama_tensors_and_groups(void) {
+    static const char *names[] = {"tok_embeddings", "attention_norm", "wqkv", "wo", "ffn_norm", "w13", "w2", "norm",
+                                  "output"};
+    for (int untied = 0; untied < 2; untied++) {
+        collage_model_config c;
+        collage_model_preset("llama-tiny", &c);
+        c.untied = untied;
+        collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS];
+        collage_param_group g[COLLAGE_MODEL_MAX_TENSORS];
+        const int n = collage_model_tensors(&c, t, COLLAGE_MODEL_MAX_TENSORS);
+        CHECK(n == 8 + untied && collage_model_param_groups(&c, 0.1, g, COLLAGE_MODEL_MAX_TENSORS) == n, "%d tensors", n);
+        size_t off = 0;
+        for (int k = 0; k < n; k++) {
+            const int norm = strstr(t[k].name, "norm") != NULL;
+            CHECK(!strcmp(t[k].name, names[k]) && t[k].offset == off, "tensor %d: %s at %zu", k, t[k].name, t[k].offset);
+            CHECK(t[k].decay == !norm && g[k].weight_decay == (norm ? 0.0 : 0.1) && g[k].offset == t[k].offset,
+                  "%s: decay %d, group %g", t[k].name, t[k].decay, g[k].weight_decay);
+            CHECK(t[k].product == (!norm && !(k == 0 && untied)), "%s: product %d", t[k].name, t[k].product);
+            off += t[k].count;
+        }
+        CHECK(t[2].shape[0] == 2 && t[2].shape[1] == (4 + 2 * 2) * 32 && t[2].shape[2] == 128, "wqkv shape");
+        CHECK(t[5].shape[1] == 2 * 352 && t[6].shape[1] == 128 && t[6].shape[2] == 352, "w13, w2 shapes");
+    }
+    collage_model_config c;
+    collage_model_preset("llama-110m", &c);
+    CHECK(collage_model_num_params(&c) == 123587328u && c.padded_vocab_size == 50304,
+          "llama-110m has %zu params, %d embedding rows", collage_model_num_params(&c), c.padded_vocab_size);
 }
 
 static void test_init_matches_family(void) {
@@ -277,6 +330,93 @@ static void test_bad_input(void) {
     collage_model_free(m);
 }
 
+/* ------------------------------------------------------------------ the BERT family through collage_model */
+static collage_model_config bert_micro(void) {
+    collage_model_config c = {.family = COLLAGE_FAMILY_BERT, .max_seq_len = 8, .num_layers = 2, .num_heads = 2,
+                              .channels = 16};
+    collage_model_config_set_vocab(&c, 18); /* 18 tokens and the mask: V 19, padded 64 */
+    return c;
+}
+
+/* Tensors, initialisation, forward with padding, backward and the logits of chosen positions through
+ * collage_model equal bert.h's calls bit for bit, in every precision. */
+static void test_bert_matches_family(void) {
+    const collage_model_config c = bert_micro();
+    collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS], bt[BERT_NTENSORS];
+    const int nt = collage_model_tensors(&c, t, COLLAGE_MODEL_MAX_TENSORS);
+    CHECK(nt == BERT_NTENSORS && bert_tensors(&c, bt, BERT_NTENSORS) == nt && !memcmp(t, bt, sizeof bt), "tensors");
+    CHECK(c.vocab_size == 19 && c.padded_vocab_size == 64 && collage_model_mask_token(&c) == 18, "vocab");
+    const size_t n = collage_model_num_params(&c);
+    float *w = malloc(n * sizeof *w), *b = malloc(n * sizeof *b);
+    CHECK(collage_model_init_weights(&c, SEED, w, n) == COLLAGE_OK && bert_init_weights(&c, SEED, b, n) == COLLAGE_OK &&
+              !memcmp(w, b, n * sizeof *w), "init");
+    h_seed(SEED + 1);
+    for (size_t i = 0; i < n; i++) w[i] += (float)(0.1 * (h_uniform() - 0.5));
+    int tok[B_TEST * T_TEST], tgt[B_TEST * T_TEST], len[B_TEST] = {T_TEST, 5};
+    for (int i = 0; i < B_TEST * T_TEST; i++) {
+        tok[i] = (int)(h_rand32() % 19u);
+        tgt[i] = i % T_TEST < len[i / T_TEST] && i % 3 == 1 ? (int)(h_rand32() % 18u) : COLLAGE_TARGET_NONE;
+    }
+    for (int p = 0; p < COLLAGE_REAL_COUNT; p++) {
+        collage_model *m = NULL;
+        bert_model *f = NULL;
+        CHECK(collage_model_create(&c, (collage_real)p, B_TEST, T_TEST, &m) == COLLAGE_OK &&
+                  bert_create(&c, (bert_precision)p, B_TEST, T_TEST, &f) == COLLAGE_OK, "create");
+        if (!m || !f) { collage_model_free(m); bert_free(f); continue; }
+        void *wp = weights_in((collage_real)p, w, n);
+        const collage_batch bb = {.tokens = tok, .targets = tgt, .lengths = len, .B = B_TEST, .T = T_TEST, .loss_divisor = 3};
+        collage_forward_info a, z;
+        CHECK(collage_model_forward_batch(m, wp, &bb, &a) == COLLAGE_OK && bert_forward(f, wp, &bb, &z) == COLLAGE_OK,
+              "%s: %s", collage_real_name((collage_real)p), collage_model_error(m));
+        CHECK(!memcmp(&a, &z, sizeof a) && a.scored > 0 && a.correct >= 0, "%s: forward differs", collage_real_name((collage_real)p));
+        collage_model_zero_grad(m);
+        bert_zero_grad(f);
+        CHECK(collage_model_backward(m) == COLLAGE_OK && bert_backward(f) == COLLAGE_OK &&
+                  !memcmp(collage_model_grads(m), bert_grads(f), n * collage_real_size((collage_real)p)), "%s: gradients",
+              collage_real_name((collage_real)p));
+        const int pos[2] = {2, 6};
+        float lm[2 * 19], lf[2 * 19];
+        CHECK(collage_model_logits_at(m, wp, tok, T_TEST, pos, 2, lm) == COLLAGE_OK &&
+                  bert_logits_at(f, wp, tok, T_TEST, pos, 2, lf) == COLLAGE_OK && !memcmp(lm, lf, sizeof lm), "logits_at");
+        CHECK(collage_model_next_logits(m, wp, tok, 4, lm) == COLLAGE_ERR_UNSUPPORTED &&
+                  strstr(collage_model_error(m), "does not generate"), "next_logits: %s", collage_model_error(m));
+        free(wp);
+        collage_model_free(m);
+        bert_free(f);
+    }
+    free(w); free(b);
+}
+
+/* What GPT-2 does not do is refused with a message: padding, a loss divisor, masked positions' logits;
+ * full rows through forward_batch equal forward. */
+static void test_gpt2_batch_calls(void) {
+    const collage_model_config c = micro_cfg();
+    collage_model *m = NULL;
+    CHECK(collage_model_create(&c, COLLAGE_REAL_FP32, B_TEST, T_TEST, &m) == COLLAGE_OK, "create");
+    if (!m) return;
+    float *w = calloc(collage_model_size(m), sizeof *w), lg[19];
+    collage_model_init_weights(&c, SEED, w, collage_model_size(m));
+    int tok[B_TEST * T_TEST], len[B_TEST] = {T_TEST, 3}, pos = 1;
+    for (int i = 0; i < B_TEST * T_TEST; i++) tok[i] = i % 19;
+    collage_batch b = {.tokens = tok, .targets = tok, .B = B_TEST, .T = T_TEST};
+    collage_forward_info fi;
+    double loss = 0;
+    CHECK(collage_model_forward_batch(m, w, &b, &fi) == COLLAGE_OK && collage_model_forward(m, w, tok, tok, B_TEST, T_TEST,
+                                                                                          &loss) == COLLAGE_OK &&
+              fi.loss == loss && fi.scored == B_TEST * T_TEST && fi.correct == -1, "full rows");
+    b.lengths = len;
+    CHECK(collage_model_forward_batch(m, w, &b, &fi) == COLLAGE_ERR_UNSUPPORTED && strstr(collage_model_error(m), "padding"),
+          "padding: %s", collage_model_error(m));
+    b.lengths = NULL;
+    b.loss_divisor = 2;
+    CHECK(collage_model_forward_batch(m, w, &b, &fi) == COLLAGE_ERR_UNSUPPORTED, "divisor");
+    CHECK(collage_model_logits_at(m, w, tok, 4, &pos, 1, lg) == COLLAGE_ERR_UNSUPPORTED &&
+              strstr(collage_model_error(m), "next token"), "logits_at: %s", collage_model_error(m));
+    CHECK(collage_model_next_logits(m, w, tok, 4, lg) == COLLAGE_OK && collage_model_error(m)[0] == 0, "next_logits after");
+    free(w);
+    collage_model_free(m);
+}
+
 /* ------------------------------------------------------------------ OpenBLAS's thread count */
 static void test_blas_threads_restored(void) {
     const int before = openblas_get_num_threads();
@@ -410,7 +550,7 @@ static void test_checkpoint_errors(void) {
     FILE *f = fopen(path, "wb");
     if (f) { fputs("not a checkpoint, not a checkpoint", f); fclose(f); }
     expect_fail(collage_model_read_header(path, &r, &bf, err, sizeof err), COLLAGE_ERR_FORMAT, err, "garbage.bin", "garbage");
-    CHECK(strstr(err, "20240326") != NULL, "the message names no known format: '%s'", err);
+    CHECK(strstr(err, "20240326") != NULL && strstr(err, "collbert") != NULL, "the message names no known format: '%s'", err);
     expect_fail(collage_model_load_file(path, &c, w, 0, err, sizeof err), COLLAGE_ERR_FORMAT, err, "garbage.bin", "load garbage");
     snprintf(path, sizeof path, "%s/empty.bin", g_dir);
     f = fopen(path, "wb");
@@ -434,6 +574,167 @@ static void test_checkpoint_errors(void) {
     free(w);
 }
 
+/* The collbert file's records as (offset, length) in the file, in their order; returns their count. */
+static int bert_records(const unsigned char *file, size_t len, size_t es, size_t *off, size_t *rl) {
+    size_t at = 256;
+    int k = 0;
+    while (at + 4 <= len && k < BERT_NTENSORS) {
+        uint32_t nl, nd;
+        memcpy(&nl, file + at, 4);
+        memcpy(&nd, file + at + 4 + nl, 4);
+        size_t count = 1;
+        for (uint32_t d = 0; d < nd; d++) {
+            uint64_t dim;
+            memcpy(&dim, file + at + 8 + nl + 8 * d, 8);
+            count *= (size_t)dim;
+        }
+        off[k] = at;
+        rl[k] = 8 + nl + 8 * nd + count * es;
+        at += rl[k++];
+    }
+    return at == len ? k : -1;
+}
+
+static unsigned char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *b = NULL;
+    if (f && !fseek(f, 0, SEEK_END)) {
+        *len = (size_t)ftell(f);
+        rewind(f);
+        b = malloc(*len);
+        if (b && fread(b, 1, *len, f) != *len) { free(b); b = NULL; }
+    }
+    if (f) fclose(f);
+    return b;
+}
+
+static void spit(const char *path, const unsigned char *b, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (f) { fwrite(b, 1, len, f); fclose(f); }
+}
+
+/* BERT's file: saved in fp32 and bf16, its header read back, its weights loaded exactly either way; with
+ * the records in reverse order it loads the same weights (tensors by name). */
+static void test_bert_checkpoint_round_trip(void) {
+    const collage_model_config c = bert_micro();
+    const size_t n = collage_model_num_params(&c);
+    float *w = malloc(n * sizeof *w), *back = malloc(n * sizeof *back), *wide = malloc(n * sizeof *wide);
+    collage_bf16 *wb = malloc(n * sizeof *wb), *backb = malloc(n * sizeof *backb);
+    collage_model_init_weights(&c, SEED, w, n);
+    collage_bf16_from_f32_row(wb, w, n);
+    collage_bf16_to_f32_row(wide, wb, n);
+    char path[128], rev[128], err[COLLAGE_ERR_LEN];
+    for (int bf = 0; bf < 2; bf++) {
+        snprintf(path, sizeof path, "%s/bert%d.bin", g_dir, bf);
+        CHECK(collage_model_save_file(path, &c, bf ? (const void *)wb : (const void *)w, bf, err, sizeof err) == COLLAGE_OK,
+              "save: %s", err);
+        collage_model_config r;
+        int file_bf16 = -1;
+        memset(&r, 0xff, sizeof r);
+        CHECK(collage_model_read_header(path, &r, &file_bf16, err, sizeof err) == COLLAGE_OK && !memcmp(&r, &c, sizeof c) &&
+                  file_bf16 == bf, "bf16 %d: header: %s", bf, err);
+        CHECK(collage_model_load_file(path, &c, back, 0, err, sizeof err) == COLLAGE_OK &&
+                  !memcmp(back, bf ? wide : w, n * sizeof *back), "bf16 %d: read as fp32: %s", bf, err);
+        CHECK(collage_model_load_file(path, &c, backb, 1, err, sizeof err) == COLLAGE_OK &&
+                  !memcmp(backb, wb, n * sizeof *wb), "bf16 %d: read as bf16: %s", bf, err);
+        size_t len = 0, off[BERT_NTENSORS], rl[BERT_NTENSORS];
+        unsigned char *file = slurp(path, &len), *out = malloc(len);
+        const int nr = file && out ? bert_records(file, len, bf ? 2 : 4, off, rl) : -1;
+        CHECK(nr == BERT_NTENSORS, "bf16 %d: %d records", bf, nr);
+        if (nr == BERT_NTENSORS) {
+            size_t at = 256;
+            memcpy(out, file, 256);
+            for (int k = nr - 1; k >= 0; k--) { memcpy(out + at, file + off[k], rl[k]); at += rl[k]; }
+            snprintf(rev, sizeof rev, "%s/bert%d-reversed.bin", g_dir, bf);
+            spit(rev, out, len);
+            memset(back, 0, n * sizeof *back);
+            CHECK(collage_model_load_file(rev, &c, back, 0, err, sizeof err) == COLLAGE_OK &&
+                      !memcmp(back, bf ? wide : w, n * sizeof *back), "bf16 %d: the records reversed: %s", bf, err);
+        }
+        free(file); free(out);
+    }
+    free(w); free(back); free(wide); free(wb); free(backb);
+}
+
+/* A damaged BERT file is refused with a message naming the file and the problem. */
+static void test_bert_checkpoint_errors(void) {
+    const collage_model_config c = bert_micro();
+    const size_t n = collage_model_num_params(&c);
+    float *w = calloc(n, sizeof *w);
+    char path[128], bad[128], err[COLLAGE_ERR_LEN];
+    snprintf(path, sizeof path, "%s/bert-ok.bin", g_dir);
+    snprintf(bad, sizeof bad, "%s/bert-bad.bin", g_dir);
+    CHECK(collage_model_save_file(path, &c, w, 0, err, sizeof err) == COLLAGE_OK, "save: %s", err);
+    size_t len = 0;
+    unsigned char *file = slurp(path, &len);
+    if (!file) { CHECK(0, "cannot read %s", path); free(w); return; }
+    collage_model_config r;
+    int bf;
+    const uint32_t v2 = 2;
+    struct { const char *what, *needle; size_t at, cut; const void *bytes; size_t nb; } cases[] = {
+        {"truncated", "truncated", 0, len - 3, NULL, 0},
+        {"version 2", "version 2", 8, len, &v2, 4},
+        {"unknown tensor", "unknown tensor 'xte'", 260, len, "x", 1},   /* the first record's name: wte */
+        {"another shape", "shape", 256 + 4 + 3 + 4, len, "A", 1},     /* its first size: 64 → 65 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        unsigned char *b = malloc(len);
+        memcpy(b, file, len);
+        if (cases[i].bytes) memcpy(b + cases[i].at, cases[i].bytes, cases[i].nb);
+        spit(bad, b, cases[i].cut);
+        free(b);
+        collage_status st = collage_model_read_header(bad, &r, &bf, err, sizeof err);
+        if (st == COLLAGE_OK) st = collage_model_load_file(bad, &c, w, 0, err, sizeof err);
+        expect_fail(st, COLLAGE_ERR_FORMAT, err, "bert-bad.bin", cases[i].what);
+        CHECK(strstr(err, cases[i].needle) != NULL, "%s: '%s' does not say '%s'", cases[i].what, err, cases[i].needle);
+    }
+    /* a BERT file given for a GPT-2 model, and a GPT-2 file for a BERT one */
+    const collage_model_config g = micro_cfg();
+    expect_fail(collage_model_load_file(path, &g, w, 0, err, sizeof err), COLLAGE_ERR_FORMAT, err, "bert-ok.bin", "family");
+    CHECK(strstr(err, "bert") && strstr(err, "gpt2"), "family: '%s'", err);
+    snprintf(bad, sizeof bad, "%s/gpt-ok.bin", g_dir);
+    CHECK(collage_model_save_file(bad, &g, w, 0, err, sizeof err) == COLLAGE_OK, "save gpt2");
+    expect_fail(collage_model_load_file(bad, &c, w, 0, err, sizeof err), COLLAGE_ERR_FORMAT, err, "gpt-ok.bin", "family");
+    free(file);
+    free(w);
+}
+
+/* A LLaMA model through the interface: its file is found among the families' formats and round-trips;
+ * its products and memory are reported like GPT-2's; a GPT-2 file refuses to load as a llama. */
+static void test_llama_checkpoint_and_products(void) {
+    collage_model_config c, r;
+    collage_model_preset("llama-tiny", &c);
+    const size_t n = collage_model_num_params(&c);
+    float *w = malloc(n * sizeof *w), *back = malloc(n * sizeof *back);
+    char path[128], gpath[128], err[COLLAGE_ERR_LEN];
+    int bf = -1;
+    collage_model_init_weights(&c, SEED, w, n);
+    snprintf(path, sizeof path, "%s/llama.bin", g_dir);
+    CHECK(collage_model_save_file(path, &c, w, 0, err, sizeof err) == COLLAGE_OK, "save: %s", err);
+    CHECK(collage_model_read_header(path, &r, &bf, err, sizeof err) == COLLAGE_OK && !memcmp(&r, &c, sizeof c) && bf == 0,
+          "read_header: %s", err);
+    CHECK(collage_model_load_file(path, &c, back, 0, err, sizeof err) == COLLAGE_OK && !memcmp(back, w, n * sizeof *w),
+          "load: %s", err);
+    const collage_model_config g = micro_cfg();
+    snprintf(gpath, sizeof gpath, "%s/gpt.bin", g_dir);
+    float *wg = calloc(collage_model_num_params(&g), sizeof *wg);
+    CHECK(collage_model_save_file(gpath, &g, wg, 0, err, sizeof err) == COLLAGE_OK, "save gpt2: %s", err);
+    expect_fail(collage_model_load_file(gpath, &c, back, 0, err, sizeof err), COLLAGE_ERR_FORMAT, err, "gpt.bin", "family");
+    CHECK(strstr(err, "gpt2") && strstr(err, "llama"), "%s", err);
+    collage_model *m32 = NULL, *m16 = NULL;
+    CHECK(collage_model_create(&c, COLLAGE_REAL_FP32, 2, 16, &m32) == COLLAGE_OK &&
+              collage_model_create(&c, COLLAGE_REAL_BF16, 2, 16, &m16) == COLLAGE_OK, "create");
+    collage_model_memory a, b;
+    if (m32 && m16 && collage_model_memory_get(m32, &a) == COLLAGE_OK && collage_model_memory_get(m16, &b) == COLLAGE_OK) {
+        CHECK(!strcmp(collage_model_products(m32), "fp32 sgemm") && !strcmp(collage_model_products(m16), collage_bf16_products()),
+              "products: %s, %s", collage_model_products(m32), collage_model_products(m16));
+        CHECK(a.gradients == n * 4 && b.gradients >= n * 2 && b.gradients < n * 3 && b.activations < a.activations,
+              "memory: gradients %zu / %zu, activations %zu / %zu", a.gradients, b.gradients, a.activations, b.activations);
+    }
+    collage_model_free(m32); collage_model_free(m16);
+    free(w); free(back); free(wg);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/collage_test_model_XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
@@ -441,6 +742,7 @@ int main(void) {
     RUN(test_names_and_presets);
     RUN(test_check_messages);
     RUN(test_tensors_and_groups);
+    RUN(test_llama_tensors_and_groups);
     RUN(test_init_matches_family);
     RUN(test_model_matches_family);
     RUN(test_bf16_matmul);
@@ -450,6 +752,11 @@ int main(void) {
     RUN(test_blas_threads_concurrent);
     RUN(test_checkpoint_round_trip);
     RUN(test_checkpoint_errors);
+    RUN(test_bert_matches_family);
+    RUN(test_gpt2_batch_calls);
+    RUN(test_bert_checkpoint_round_trip);
+    RUN(test_bert_checkpoint_errors);
+    RUN(test_llama_checkpoint_and_products);
     h_rm_rf(g_dir);
     return h_end();
 }

@@ -83,46 +83,12 @@ collage_status collage_gpt_preset(const char *name, collage_gpt_config *out) {
     return COLLAGE_OK;
 }
 
-/* Limits keep every int product of the kernels (N·4C, Vp·C, …) far from overflow. */
-#define GPT_MAX_DIM (1 << 20)
-#define GPT_MAX_C (1 << 15)
-#define GPT_MAX_TOKENS (1 << 22) /* maxB · maxT */
-
 collage_status collage_gpt_check(const collage_gpt_config *cfg, int maxB, int maxT, char *msg, size_t cap) {
-    char local[8];
-    if (!msg) { msg = local; cap = sizeof local; }
-    if (cap) msg[0] = 0;
-    if (!cfg) { snprintf(msg, cap, "no configuration"); return COLLAGE_ERR_NULL; }
-    const collage_gpt_config c = *cfg;
-    if (c.vocab_size <= 0 || c.padded_vocab_size <= 0 || c.max_seq_len <= 0 || c.num_layers <= 0 ||
-        c.num_heads <= 0 || c.channels <= 0) {
-        snprintf(msg, cap, "sizes must be positive (V %d, Vp %d, maxT %d, L %d, NH %d, C %d)", c.vocab_size,
-                 c.padded_vocab_size, c.max_seq_len, c.num_layers, c.num_heads, c.channels);
-        return COLLAGE_ERR_SIZE;
-    }
-    if (c.padded_vocab_size < c.vocab_size) {
-        snprintf(msg, cap, "padded_vocab_size %d < vocab_size %d", c.padded_vocab_size, c.vocab_size);
-        return COLLAGE_ERR_SIZE;
-    }
-    if (c.channels % c.num_heads) {
-        snprintf(msg, cap, "channels %d not divisible by num_heads %d", c.channels, c.num_heads);
-        return COLLAGE_ERR_SIZE;
-    }
-    if (c.padded_vocab_size > GPT_MAX_DIM || c.max_seq_len > GPT_MAX_DIM || c.num_layers > 4096 ||
-        c.channels > GPT_MAX_C) {
-        snprintf(msg, cap, "sizes too large (Vp %d, maxT %d, L %d, C %d)", c.padded_vocab_size, c.max_seq_len,
-                 c.num_layers, c.channels);
-        return COLLAGE_ERR_SIZE;
-    }
-    if (maxB < 0 || maxT < 0 || (maxT > 0 && maxT > c.max_seq_len)) {
-        snprintf(msg, cap, "batch %d x %d: need B >= 1 and 1 <= T <= max_seq_len %d", maxB, maxT, c.max_seq_len);
-        return COLLAGE_ERR_SIZE;
-    }
-    if ((size_t)maxB * (size_t)maxT > GPT_MAX_TOKENS) {
-        snprintf(msg, cap, "batch %d x %d exceeds %d tokens", maxB, maxT, GPT_MAX_TOKENS);
-        return COLLAGE_ERR_SIZE;
-    }
-    return COLLAGE_OK;
+    if (!cfg) return collage__check_dims(NULL, 1, maxB, maxT, msg, cap);
+    const collage_model_config c = {.family = COLLAGE_FAMILY_GPT2, .vocab_size = cfg->vocab_size,
+                                    .padded_vocab_size = cfg->padded_vocab_size, .max_seq_len = cfg->max_seq_len,
+                                    .num_layers = cfg->num_layers, .num_heads = cfg->num_heads, .channels = cfg->channels};
+    return collage__check_dims(&c, 1, maxB, maxT, msg, cap);
 }
 
 static const char *const P_NAMES[COLLAGE_GPT_NTENSORS] = {
@@ -171,23 +137,11 @@ int collage_gpt_param_groups(const collage_gpt_config *cfg, double weight_decay,
     return COLLAGE_GPT_NTENSORS;
 }
 
-/* Two standard normals from two counter-based words (Box–Muller): elements 2p and 2p+1 of a tensor
- * depend only on (key, p), so the slab is the same for any thread count. */
-static void gauss_pair(uint64_t key, uint64_t p, double *z0, double *z1) {
-    const double u1 = ((double)collage_rand32(key, 2 * p) + 1.0) * (1.0 / 4294967296.0); /* (0, 1] */
-    const double u2 = (double)collage_rand32(key, 2 * p + 1) * (1.0 / 4294967296.0);
-    const double r = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
-    *z0 = r * cos(th);
-    *z1 = r * sin(th);
-}
-
 collage_status collage_gpt_init_weights(const collage_gpt_config *cfg, uint64_t seed, float *w, size_t n) {
     collage_gpt_tensor t[COLLAGE_GPT_NTENSORS];
     if (!cfg || !w) return COLLAGE_ERR_NULL;
     if (!collage_gpt_tensors(cfg, t)) return COLLAGE_ERR_SIZE;
     if (n != collage_gpt_num_params(cfg)) return COLLAGE_ERR_SIZE;
-    const int nt = collage__threads();
-    (void)nt;
     const double resid_std = 0.02 / sqrt(2.0 * (double)cfg->num_layers);
     for (int k = 0; k < COLLAGE_GPT_NTENSORS; k++) {
         float *x = w + t[k].offset;
@@ -199,14 +153,7 @@ collage_status collage_gpt_init_weights(const collage_gpt_config *cfg, uint64_t 
         }
         const double sd = (k == COLLAGE_GPT_ATTPROJW || k == COLLAGE_GPT_FCPROJW) ? resid_std : 0.02;
         const long live = k == COLLAGE_GPT_WTE ? (long)cfg->vocab_size * cfg->channels : cnt; /* pad rows: 0 */
-        const uint64_t key = collage_rand_key(seed, (uint64_t)k);
-        const long pairs = (cnt + 1) / 2;
-#pragma omp parallel for schedule(static) num_threads(nt) if (cnt >= 65536)
-        for (long p = 0; p < pairs; p++) {
-            double z[2];
-            gauss_pair(key, (uint64_t)p, &z[0], &z[1]);
-            for (long i = 2 * p; i < 2 * p + 2 && i < cnt; i++) x[i] = i < live ? (float)(sd * z[i - 2 * p]) : 0.0f;
-        }
+        collage__fill_normal(x, (size_t)cnt, (size_t)live, sd, collage_rand_key(seed, (uint64_t)k));
     }
     return COLLAGE_OK;
 }
@@ -478,25 +425,11 @@ collage_status collage_gpt_backward(collage_gpt *m) {
     return COLLAGE_OK;
 }
 
-/* memset over OpenMP threads in fixed 1 MiB pieces: one core's stores reach about half the bandwidth
- * that two reach, and the gradient slab (500 MB for gpt2 in fp32) is cleared every step. */
-static void zero_par(void *p, size_t bytes) {
-    const size_t piece = (size_t)1 << 20;
-    const long np = (long)((bytes + piece - 1) / piece);
-    const int nt = collage__threads();
-    (void)nt; /* unused without OpenMP */
-#pragma omp parallel for schedule(static) num_threads(nt) if (np > 4)
-    for (long k = 0; k < np; k++) {
-        const size_t a = (size_t)k * piece, len = bytes - a < piece ? bytes - a : piece;
-        memset((char *)p + a, 0, len);
-    }
-}
-
 void *collage_gpt_grads(collage_gpt *m) {
     if (!m) return NULL;
     if (!m->grads16) return m->grads;
     if (m->grads16_zero) /* cleared only when read before a backward: a backward after zero_grad writes it */
-        zero_par(m->grads16, m->P.nparams * sizeof(collage_bf16));
+        collage__zero_par(m->grads16, m->P.nparams * sizeof(collage_bf16));
     return m->grads16;
 }
 
@@ -510,7 +443,7 @@ collage_status collage_gpt_set_loss_scale(collage_gpt *m, double scale) {
 
 void collage_gpt_zero_grad(collage_gpt *m) {
     if (!m) return;
-    if (m->grads) zero_par(m->grads, m->P.nparams * m->esize);
+    if (m->grads) collage__zero_par(m->grads, m->P.nparams * m->esize);
     if (m->grads16) m->grads16_zero = 1;
 }
 
@@ -580,6 +513,12 @@ static collage_status fam_preset(const char *name, collage_model_config *out) {
 
 static collage_status fam_check(const collage_model_config *cfg, int maxB, int maxT, char *msg, size_t cap) {
     const collage_gpt_config g = to_gpt(cfg);
+    if (cfg && (cfg->num_kv_heads || cfg->hidden_dim || cfg->untied || cfg->norm_eps != 0 || cfg->rope_theta != 0)) {
+        if (msg && cap)
+            snprintf(msg, cap, "gpt2 has no kv_heads, hidden_dim, untied output, norm_eps or rope_theta (its attention "
+                               "is multi-head, its MLP 4 x channels, its output the embedding)");
+        return COLLAGE_ERR_ARG;
+    }
     return collage_gpt_check(&g, maxB, maxT, msg, cap);
 }
 
@@ -590,7 +529,7 @@ static int fam_tensors(const collage_model_config *cfg, collage_tensor_info *out
     for (int k = 0; k < COLLAGE_GPT_NTENSORS && k < cap && out; k++)
         out[k] = (collage_tensor_info){.name = t[k].name, .offset = t[k].offset, .count = t[k].count,
                                        .ndim = t[k].ndim, .shape = {t[k].shape[0], t[k].shape[1], t[k].shape[2], 0},
-                                       .decay = t[k].decay};
+                                       .decay = t[k].decay, .product = t[k].decay && k != COLLAGE_GPT_WPE};
     return COLLAGE_GPT_NTENSORS;
 }
 
@@ -669,4 +608,4 @@ const collage_model_family collage__gpt2_family = {
     .backward = fam_backward, .grads = fam_grads, .zero_grad = fam_zero_grad, .set_loss_scale = fam_set_loss_scale, .next_logits = fam_next_logits,
     .products = fam_products, .memory = fam_memory,
     .ckpt_probe = fam_ckpt_probe, .ckpt_what = "llm.c GPT-2: int32 magic 20240326", .ckpt_save = fam_ckpt_save,
-    .ckpt_read_header = fam_ckpt_read_header, .ckpt_load = fam_ckpt_load};
+    .ckpt_read_header = fam_ckpt_read_header, .ckpt_load = fam_ckpt_load, .hf = &collage__gpt2_hf};

@@ -5,24 +5,11 @@
  * where the float model in bf16 mode rounds it (docs/numerics.md §10). */
 #include "internal.h"
 #include "gpt2_plan.h"
+#include "model_bf16.h"
 
-#define OPB(op) NN_BF16_NAME(nn_##op##_bf16) /* the bf16 op of this build (baseline or AVX-512) */
-#define W(k, l) (w + P->p[k] + (size_t)(l) * P->pl[k])    /* parameter tensor k of layer l (bf16) */
-#define G(k, l) (g16 + P->p[k] + (size_t)(l) * P->pl[k])  /* its gradient, for the products' matrices */
-#define GS(k, l) (gs + P->gs[k] + (size_t)(l) * P->pl[k]) /* the float sum of the others' gradients */
-#define H(k, l) (a16 + P->a[k] + (size_t)(l) * P->al[k])  /* bf16 activation k of layer l */
-#define F(k, l) (a32 + P->a[k] + (size_t)(l) * P->al[k])  /* float activation */
-
-/* Every product of a step on N tokens: (M, N, K) of nn_gemm_bf16. */
+/* Every product of a step on N tokens. */
 int NN_BF16_NAME(gpt_bf16_reserve)(const gpt_plan *P, int N, const gpt_bf16_env *e) {
-    const int C = P->C, Vp = P->Vp;
-    const int shapes[][3] = {
-        {N, 3 * C, C}, {N, C, C}, {N, 4 * C, C}, {N, C, 4 * C}, {N, Vp, C},    /* forward */
-        {N, C, Vp}, {N, C, 3 * C},                                            /* activation gradients */
-        {Vp, C, N}, {C, 4 * C, N}, {4 * C, C, N}, {C, C, N}, {3 * C, C, N}};  /* weight gradients */
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        if (nn_gemm_bf16_reserve(e->ws, shapes[i][0], shapes[i][1], shapes[i][2], e->nt, e->path)) return -1;
-    return 0;
+    return model_bf16_reserve(e->ws, N, P->C, P->Vp, e->nt, e->path);
 }
 
 static void trunk(const gpt_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const int *tok, int B, int T,

@@ -2,6 +2,7 @@
  * atomically. */
 #include "gpt2_ckpt.h"
 #include "internal.h"
+#include "model.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -91,15 +92,15 @@ collage_status collage_ckpt_load_model(const char *path, const collage_gpt_confi
     int file_bf16;
     collage_status st = open_ckpt(path, &f, &c, &file_bf16, err, cap);
     if (st) return st;
-    if (c.vocab_size != cfg->vocab_size || c.padded_vocab_size != cfg->padded_vocab_size ||
-        c.max_seq_len != cfg->max_seq_len || c.num_layers != cfg->num_layers || c.num_heads != cfg->num_heads ||
-        c.channels != cfg->channels) {
+    const collage_model_config have = {.family = COLLAGE_FAMILY_GPT2, .vocab_size = c.vocab_size,
+                                       .padded_vocab_size = c.padded_vocab_size, .max_seq_len = c.max_seq_len,
+                                       .num_layers = c.num_layers, .num_heads = c.num_heads, .channels = c.channels};
+    const collage_model_config want = {.family = COLLAGE_FAMILY_GPT2, .vocab_size = cfg->vocab_size,
+                                       .padded_vocab_size = cfg->padded_vocab_size, .max_seq_len = cfg->max_seq_len,
+                                       .num_layers = cfg->num_layers, .num_heads = cfg->num_heads, .channels = cfg->channels};
+    if ((st = collage__ckpt_same_shape(path, &have, &want, err, cap))) {
         fclose(f);
-        return collage__fail(err, cap, COLLAGE_ERR_FORMAT,
-                    "'%s' holds a model of V %d (padded %d), maxT %d, L %d, NH %d, C %d; expected V %d (padded %d), "
-                    "maxT %d, L %d, NH %d, C %d", path, c.vocab_size, c.padded_vocab_size, c.max_seq_len,
-                    c.num_layers, c.num_heads, c.channels, cfg->vocab_size, cfg->padded_vocab_size,
-                    cfg->max_seq_len, cfg->num_layers, cfg->num_heads, cfg->channels);
+        return st;
     }
     size_t n = collage_gpt_num_params(&c), chunk = (size_t)1 << 20;
     size_t fes = file_bf16 ? 2 : 4;

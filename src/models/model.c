@@ -8,10 +8,13 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 
 /* The family table, in collage_family order: adding a family is a row here and a file in src/models/. */
 static const collage_model_family *const FAMILIES[COLLAGE_FAMILY_COUNT] = {
     [COLLAGE_FAMILY_GPT2] = &collage__gpt2_family,
+    [COLLAGE_FAMILY_LLAMA] = &collage__llama_family,
+    [COLLAGE_FAMILY_BERT] = &collage__bert_family,
 };
 
 const collage_model_family *collage__model_family(collage_family f) {
@@ -36,6 +39,16 @@ collage_status collage_family_parse(const char *name, collage_family *out) {
             return COLLAGE_OK;
         }
     return COLLAGE_ERR_ARG;
+}
+
+collage_objective collage_family_objective(collage_family f) {
+    const collage_model_family *fam = collage__model_family(f);
+    return fam ? fam->objective : COLLAGE_OBJECTIVE_NEXT_TOKEN;
+}
+
+int collage_family_generates(collage_family f) {
+    const collage_model_family *fam = collage__model_family(f);
+    return fam && fam->objective == COLLAGE_OBJECTIVE_NEXT_TOKEN;
 }
 
 /* Preset names are unique over all families: the first family that knows the name gives the config. */
@@ -69,8 +82,31 @@ const char *const *collage_model_preset_names(void) {
 void collage_model_config_set_vocab(collage_model_config *cfg, int vocab_size) {
     const collage_model_family *fam = family_of(cfg);
     if (!cfg) return;
-    cfg->vocab_size = vocab_size;
-    cfg->padded_vocab_size = fam ? fam->pad_vocab(vocab_size) : vocab_size;
+    cfg->vocab_size = vocab_size + (fam ? fam->added_tokens : 0);
+    cfg->padded_vocab_size = fam ? fam->pad_vocab(cfg->vocab_size) : cfg->vocab_size;
+}
+
+int collage_model_text_vocab(const collage_model_config *cfg) {
+    const collage_model_family *fam = family_of(cfg);
+    return cfg ? cfg->vocab_size - (fam ? fam->added_tokens : 0) : 0;
+}
+
+int collage_model_mask_token(const collage_model_config *cfg) {
+    const collage_model_family *fam = family_of(cfg);
+    return fam && fam->objective == COLLAGE_OBJECTIVE_MASKED_LM ? collage_model_text_vocab(cfg) : -1;
+}
+
+void collage_model_config_resize(collage_model_config *cfg, int layers, int heads, int kv_heads, int dim, int hidden) {
+    const collage_model_family *fam = family_of(cfg);
+    if (!cfg) return;
+    const int mha = cfg->num_kv_heads && cfg->num_kv_heads == cfg->num_heads;
+    if (layers) cfg->num_layers = layers;
+    if (heads) cfg->num_heads = heads;
+    if (dim) cfg->channels = dim;
+    if (kv_heads) cfg->num_kv_heads = kv_heads;
+    else if (mha) cfg->num_kv_heads = cfg->num_heads;
+    if (hidden) cfg->hidden_dim = hidden;
+    else if (dim && fam && fam->hidden_of) cfg->hidden_dim = fam->hidden_of(dim);
 }
 
 collage_status collage_model_check(const collage_model_config *cfg, int maxB, int maxT, char *msg, size_t cap) {
@@ -115,6 +151,82 @@ collage_status collage_model_init_weights(const collage_model_config *cfg, uint6
     return fam->init_weights(cfg, seed, w, n);
 }
 
+#define MAX_DIM (1 << 20)
+#define MAX_C (1 << 15)
+#define MAX_TOKENS (1 << 22) /* maxB · maxT */
+
+collage_status collage__check_dims(const collage_model_config *cfg, int min_vocab, int maxB, int maxT, char *msg,
+                                   size_t cap) {
+    char local[8];
+    if (!msg) { msg = local; cap = sizeof local; }
+    if (cap) msg[0] = 0;
+    if (!cfg) { snprintf(msg, cap, "no configuration"); return COLLAGE_ERR_NULL; }
+    const collage_model_config c = *cfg;
+    if (c.vocab_size <= 0 || c.padded_vocab_size <= 0 || c.max_seq_len <= 0 || c.num_layers <= 0 ||
+        c.num_heads <= 0 || c.channels <= 0 || c.vocab_size < min_vocab) {
+        snprintf(msg, cap, "sizes must be positive, vocab_size at least %d (V %d, Vp %d, maxT %d, L %d, NH %d, C %d)",
+                 min_vocab, c.vocab_size, c.padded_vocab_size, c.max_seq_len, c.num_layers, c.num_heads, c.channels);
+        return COLLAGE_ERR_SIZE;
+    }
+    if (c.padded_vocab_size < c.vocab_size) {
+        snprintf(msg, cap, "padded_vocab_size %d < vocab_size %d", c.padded_vocab_size, c.vocab_size);
+        return COLLAGE_ERR_SIZE;
+    }
+    if (c.channels % c.num_heads) {
+        snprintf(msg, cap, "channels %d not divisible by num_heads %d", c.channels, c.num_heads);
+        return COLLAGE_ERR_SIZE;
+    }
+    if (c.padded_vocab_size > MAX_DIM || c.max_seq_len > MAX_DIM || c.num_layers > 4096 || c.channels > MAX_C) {
+        snprintf(msg, cap, "sizes too large (Vp %d, maxT %d, L %d, C %d)", c.padded_vocab_size, c.max_seq_len,
+                 c.num_layers, c.channels);
+        return COLLAGE_ERR_SIZE;
+    }
+    if (maxB < 0 || maxT < 0 || (maxT > 0 && maxT > c.max_seq_len)) {
+        snprintf(msg, cap, "batch %d x %d: need B >= 1 and 1 <= T <= max_seq_len %d", maxB, maxT, c.max_seq_len);
+        return COLLAGE_ERR_SIZE;
+    }
+    if ((size_t)maxB * (size_t)maxT > MAX_TOKENS) {
+        snprintf(msg, cap, "batch %d x %d exceeds %d tokens", maxB, maxT, MAX_TOKENS);
+        return COLLAGE_ERR_SIZE;
+    }
+    return COLLAGE_OK;
+}
+
+collage_status collage__ckpt_same_shape(const char *path, const collage_model_config *h, const collage_model_config *w,
+                                        char *err, size_t cap) {
+    if (h->vocab_size == w->vocab_size && h->padded_vocab_size == w->padded_vocab_size &&
+        h->max_seq_len == w->max_seq_len && h->num_layers == w->num_layers && h->num_heads == w->num_heads &&
+        h->channels == w->channels)
+        return COLLAGE_OK;
+    const char *fam = collage_family_name(h->family);
+    return collage__fail(err, cap, COLLAGE_ERR_FORMAT,
+                         "'%s' holds a %s model of V %d (padded %d), maxT %d, L %d, NH %d, C %d; expected V %d "
+                         "(padded %d), maxT %d, L %d, NH %d, C %d", path, fam ? fam : "model", h->vocab_size,
+                         h->padded_vocab_size, h->max_seq_len, h->num_layers, h->num_heads, h->channels, w->vocab_size,
+                         w->padded_vocab_size, w->max_seq_len, w->num_layers, w->num_heads, w->channels);
+}
+
+/* Two standard normals from two counter-based words (Box–Muller). */
+static void gauss_pair(uint64_t key, uint64_t p, double *z0, double *z1) {
+    const double u1 = ((double)collage_rand32(key, 2 * p) + 1.0) * (1.0 / 4294967296.0); /* (0, 1] */
+    const double u2 = (double)collage_rand32(key, 2 * p + 1) * (1.0 / 4294967296.0);
+    const double r = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
+    *z0 = r * cos(th);
+    *z1 = r * sin(th);
+}
+
+void collage__fill_normal(float *x, size_t count, size_t live, double sd, uint64_t key) {
+    const long cnt = (long)count, pairs = (cnt + 1) / 2;
+    const int nt = collage__threads();
+    (void)nt; /* unused without OpenMP */
+#pragma omp parallel for schedule(static) num_threads(nt) if (cnt >= 65536)
+    for (long p = 0; p < pairs; p++) {
+        double z[2];
+        gauss_pair(key, (uint64_t)p, &z[0], &z[1]);
+        for (long i = 2 * p; i < 2 * p + 2 && i < cnt; i++) x[i] = (size_t)i < live ? (float)(sd * z[i - 2 * p]) : 0.0f;
+    }
+}
+
 /* ---------------------------------------------------------------- precisions */
 static const char *const REAL_NAMES[COLLAGE_REAL_COUNT] = {"fp32", "bf16", "fp64", "fp16"};
 static const size_t REAL_SIZES[COLLAGE_REAL_COUNT] = {4, 2, 8, 2};
@@ -138,6 +250,8 @@ struct collage_model {
     collage_model_config cfg;
     collage_real prec;
     void *impl;  /* the family's own object */
+    char err[200]; /* a refusal of model.c's own (own_err 1), else the family's message is the error */
+    int own_err;
 };
 
 collage_status collage_model_create(const collage_model_config *cfg, collage_real prec, int maxB, int maxT,
@@ -165,21 +279,64 @@ void collage_model_free(collage_model *m) {
 const collage_model_config *collage_model_get_config(const collage_model *m) { return m ? &m->cfg : NULL; }
 collage_real collage_model_precision(const collage_model *m) { return m ? m->prec : COLLAGE_REAL_FP32; }
 size_t collage_model_size(const collage_model *m) { return m ? m->fam->size(m->impl) : 0; }
-const char *collage_model_error(const collage_model *m) { return m ? m->fam->error(m->impl) : "no model"; }
+const char *collage_model_error(const collage_model *m) {
+    if (!m) return "no model";
+    return m->own_err ? m->err : m->fam->error(m->impl);
+}
+
+__attribute__((format(printf, 3, 4)))
+static collage_status refuse(collage_model *m, collage_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->err, sizeof m->err, fmt, ap);
+    va_end(ap);
+    m->own_err = 1;
+    return st;
+}
 
 /* Forward, backward and next_logits bracket the family's call with nn_blas_begin / nn_blas_end, so every
  * family leaves the caller's OpenBLAS thread count as it found it. */
 collage_status collage_model_forward(collage_model *m, const void *params, const int *tokens, const int *targets,
                                      int B, int T, double *loss) {
     if (!m) return COLLAGE_ERR_NULL;
+    m->own_err = 0;
     nn_blas_begin();
     collage_status st = m->fam->forward(m->impl, params, tokens, targets, B, T, loss);
     nn_blas_end();
     return st;
 }
 
+/* A family without forward_batch: full rows, every position scored, the mean; no count of hits. */
+static collage_status forward_full_rows(collage_model *m, const void *params, const collage_batch *b,
+                                        collage_forward_info *out) {
+    for (int r = 0; b->lengths && r < b->B; r++)
+        if (b->lengths[r] != b->T)
+            return refuse(m, COLLAGE_ERR_UNSUPPORTED, "row %d is %d of %d tokens long: a %s model takes no padding", r,
+                          b->lengths[r], b->T, m->fam->name);
+    if (b->loss_divisor != 0)
+        return refuse(m, COLLAGE_ERR_UNSUPPORTED, "a %s model's loss is the mean over every position (no divisor)",
+                      m->fam->name);
+    double loss = (double)NAN;
+    collage_status st = m->fam->forward(m->impl, params, b->tokens, b->targets, b->B, b->T, &loss);
+    if (st == COLLAGE_OK && out)
+        *out = (collage_forward_info){.loss = loss, .scored = b->targets ? (long long)b->B * b->T : 0, .correct = -1};
+    return st;
+}
+
+collage_status collage_model_forward_batch(collage_model *m, const void *params, const collage_batch *b,
+                                           collage_forward_info *out) {
+    if (!m || !b) return COLLAGE_ERR_NULL;
+    m->own_err = 0;
+    nn_blas_begin();
+    collage_status st = m->fam->forward_batch ? m->fam->forward_batch(m->impl, params, b, out)
+                                              : forward_full_rows(m, params, b, out);
+    nn_blas_end();
+    return st;
+}
+
 collage_status collage_model_backward(collage_model *m) {
     if (!m) return COLLAGE_ERR_NULL;
+    m->own_err = 0;
     nn_blas_begin();
     collage_status st = m->fam->backward(m->impl);
     nn_blas_end();
@@ -238,8 +395,22 @@ void collage_model_zero_grad(collage_model *m) {
 collage_status collage_model_next_logits(collage_model *m, const void *params, const int *tokens, int T,
                                          float *logits) {
     if (!m) return COLLAGE_ERR_NULL;
+    m->own_err = 0;
     nn_blas_begin();
     collage_status st = m->fam->next_logits(m->impl, params, tokens, T, logits);
+    nn_blas_end();
+    return st;
+}
+
+collage_status collage_model_logits_at(collage_model *m, const void *params, const int *tokens, int T,
+                                       const int *pos, int npos, float *logits) {
+    if (!m) return COLLAGE_ERR_NULL;
+    m->own_err = 0;
+    if (!m->fam->logits_at)
+        return refuse(m, COLLAGE_ERR_UNSUPPORTED, "a %s model predicts the next token, not masked positions",
+                      m->fam->name);
+    nn_blas_begin();
+    collage_status st = m->fam->logits_at(m->impl, params, tokens, T, pos, npos, logits);
     nn_blas_end();
     return st;
 }

@@ -1,7 +1,8 @@
 /* model.h — the family table behind collage_model.h: what one model family provides (its names and
- * presets, shape check, tensors, initialisation, the model's calls and its checkpoint format), as a
- * row of function pointers. model.c holds the table and the generic object; each family fills its
- * row in its own file (gpt2.c: collage__gpt2_family). Private to the library and its tests. */
+ * presets, objective, shape check, tensors, initialisation, the model's calls and its checkpoint format),
+ * as a row of function pointers. model.c holds the table and the generic object; each family fills its
+ * row in its own file (gpt2.c: collage__gpt2_family, bert.c: collage__bert_family). Private to the
+ * library and its tests. */
 #ifndef COLLAGE_MODELS_MODEL_H
 #define COLLAGE_MODELS_MODEL_H
 
@@ -10,12 +11,38 @@
 /* The first bytes of a checkpoint file handed to every family's probe (fewer when the file is shorter). */
 #define COLLAGE_CKPT_PROBE_BYTES 64
 
+/* One tensor of a family's export layout (export.c): the name the other program gives it, with one %d
+ * for the layer where the family's tensor stacks one slice per layer along its first dimension; the
+ * family's tensor it comes from (an index into its tensors); transpose: each slice's matrix is written
+ * with rows and columns swapped; vocab_rows: only the first vocab_size rows are written (an embedding
+ * whose padding rows the other program does not have). */
+typedef struct {
+    const char *name;
+    int tensor;
+    int transpose;
+    int vocab_rows;
+} collage_export_tensor;
+
+/* A family's layout in another program's classes (Hugging Face's for safetensors). The file lists the
+ * tensors in table order, except that the entries with %d are written layer by layer where the first
+ * of them stands. config_json writes the other program's config for cfg with weights of dtype
+ * ("bfloat16" or "float32") into buf, as snprintf does (returns the length it needs). */
+typedef struct {
+    const char *what;                        /* "Hugging Face GPT2LMHeadModel", for messages */
+    const collage_export_tensor *tensors;
+    int n_tensors;
+    int (*config_json)(const collage_model_config *cfg, const char *dtype, char *buf, size_t cap);
+} collage_export_layout;
+
 typedef struct {
     const char *name;                       /* "gpt2": collage_family_name */
     const char *const *presets;             /* preset names, NULL-terminated */
+    collage_objective objective;            /* what it predicts (0: the next token) */
+    int added_tokens;                       /* ids it adds after the tokenizer's (a masked-LM family: 1, the mask) */
     /* Configuration. cfg->family is this family's in every call below. */
     collage_status (*preset)(const char *name, collage_model_config *out);  /* COLLAGE_ERR_ARG if not its own */
     int (*pad_vocab)(int vocab_size);       /* rows of the embedding for vocab_size tokens */
+    int (*hidden_of)(int dim);              /* the MLP's hidden size for a width (NULL: none in the config) */
     collage_status (*check)(const collage_model_config *cfg, int maxB, int maxT, char *msg, size_t cap);
     /* Tensors in slab order: writes at most cap, returns the total (0 for an invalid config). */
     int (*tensors)(const collage_model_config *cfg, collage_tensor_info *out, int cap);
@@ -34,6 +61,12 @@ typedef struct {
     void (*zero_grad)(void *impl);
     collage_status (*set_loss_scale)(void *impl, double scale); /* optional: NULL = no loss scaling */
     collage_status (*next_logits)(void *impl, const void *params, const int *tokens, int T, float *logits);
+    /* Optional (NULL: model.c answers for the family). forward_batch: padding, unscored positions, a loss
+     * divisor and the count of correct predictions (NULL: full rows, every position scored, through
+     * forward). logits_at: the logits of chosen positions (NULL: COLLAGE_ERR_UNSUPPORTED). */
+    collage_status (*forward_batch)(void *impl, const void *params, const collage_batch *b, collage_forward_info *out);
+    collage_status (*logits_at)(void *impl, const void *params, const int *tokens, int T, const int *pos, int npos,
+                                float *logits);
     const char *(*products)(const void *impl);
     collage_status (*memory)(const void *impl, collage_model_memory *out);
 
@@ -47,10 +80,32 @@ typedef struct {
     collage_status (*ckpt_read_header)(const char *path, collage_model_config *cfg, int *bf16, char *err, size_t cap);
     collage_status (*ckpt_load)(const char *path, const collage_model_config *cfg, void *params, int want_bf16,
                                 char *err, size_t cap);
+    /* The layout collage_model_export_safetensors writes; NULL: the family cannot be exported yet. */
+    const collage_export_layout *hf;
 } collage_model_family;
 
 /* The rows (model.c's table holds their addresses, in collage_family order). */
 extern const collage_model_family collage__gpt2_family;
+/* GPT-2's layout as Hugging Face's GPT2LMHeadModel (gpt2_hf.c). */
+extern const collage_export_layout collage__gpt2_hf;
+extern const collage_model_family collage__bert_family;
+
+/* Helpers the families share (model.c). fill_normal: x[i] = sd·z_i for i < live, 0 for live ≤ i < count,
+ * z a standard normal by Box–Muller from the counter-based words collage_rand32(key, ·): elements 2p and
+ * 2p+1 depend only on (key, p), so the tensor is the same for any thread count. */
+void collage__fill_normal(float *x, size_t count, size_t live, double sd, uint64_t key);
+
+/* The shape checks every family shares, with a message for each refusal (msg may be NULL): sizes
+ * positive, vocab_size ≥ min_vocab, padded_vocab_size ≥ vocab_size, channels divisible by num_heads,
+ * sizes small enough that every int product of the kernels (N·4C, Vp·C, …) stays far from overflow; the
+ * batch maxB × maxT (0: skip) within the context and at most 2^22 tokens. */
+collage_status collage__check_dims(const collage_model_config *cfg, int min_vocab, int maxB, int maxT, char *msg,
+                                   size_t cap);
+/* COLLAGE_OK when the config a checkpoint holds (have) is the one asked for (want), else
+ * COLLAGE_ERR_FORMAT with a message naming path and both shapes. */
+collage_status collage__ckpt_same_shape(const char *path, const collage_model_config *have,
+                                        const collage_model_config *want, char *err, size_t cap);
+extern const collage_model_family collage__llama_family;
 
 /* The row of family f; NULL if f is out of range. */
 const collage_model_family *collage__model_family(collage_family f);

@@ -34,3 +34,5 @@ typedef float NN_BF16_NAME(f32v) __attribute__((vector_size(64)));
 #define R_LOG logf
 #define R_SQRT sqrtf
 #include "ops.inc"
+#include "ops_bert.inc"
+#include "ops_llama.inc"

@@ -15,3 +15,5 @@
 #define R_LOG logf
 #define R_SQRT sqrtf
 #include "ops.inc"
+#include "ops_bert.inc"
+#include "ops_llama.inc"

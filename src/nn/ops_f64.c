@@ -15,3 +15,5 @@
 #define R_LOG log
 #define R_SQRT sqrt
 #include "ops.inc"
+#include "ops_bert.inc"
+#include "ops_llama.inc"

@@ -65,6 +65,18 @@ int collage__threads(void) {
 #endif
 }
 
+void collage__zero_par(void *p, size_t bytes) {
+    const size_t piece = (size_t)1 << 20;
+    const long np = (long)((bytes + piece - 1) / piece);
+    const int nt = collage__threads();
+    (void)nt; /* unused without OpenMP */
+#pragma omp parallel for schedule(static) num_threads(nt) if (np > 4)
+    for (long k = 0; k < np; k++) {
+        const size_t a = (size_t)k * piece, len = bytes - a < piece ? bytes - a : piece;
+        memset((char *)p + a, 0, len);
+    }
+}
+
 typedef void (*row_fn)(void *dst, const void *src, size_t n, uint64_t key, uint64_t i0);
 enum { K_BF16_RN, K_BF16_SR, K_BF16_WIDEN, K_FP16_RN, K_FP16_SR, K_FP16_WIDEN };
 

@@ -32,7 +32,7 @@ struct collage_adamw {
     int *order;                  /* group indices sorted by offset */
     int n_groups;
     void *word[COLLAGE_ROLE_COUNT]; /* by role, NULL where the strategy has none; θ is the params slab */
-    int owns_params;
+    unsigned owned;                 /* bit r: word[r] was allocated here (not the caller's) */
     uint64_t t;
     int synced;
     block_t *blocks;
@@ -47,6 +47,13 @@ struct collage_adamw {
     double (*gsum)[3];      /* n_groups + 1: Σ dot, Σ dot_state, Σ nn of the last step */
     uint64_t *gcount;       /* 2 (n_groups + 1): lost, nonzero */
     int *group_nt;          /* n_groups + 1: this step's nt flag (adamw_k) for each group's blocks */
+    /* The step under way, between step_begin and step_end: its scalars, slabs and instruction set, and
+     * (collage_adamw_step_many) the index of its first block among all the optimizers' blocks. */
+    adamw_k k;
+    adamw_slabs S;
+    collage_isa isa;
+    double lr;
+    size_t block0;
     tie_memo memo[TIE_MEMO];
     int memo_next;
     size_t tie_proof_min;   /* the proof is tried from this many elements on */
@@ -151,18 +158,20 @@ static float *word_scales(const collage_adamw *o, collage_word_role r) {
     return (float *)((char *)o->word[r] + codes_bytes(o->cfg.n));
 }
 
-/* Every word the strategy's row lists, n elements each, zeroed (8-bit codes: the code of 0, scale 0);
- * θ is the caller's slab where given. */
-static collage_status alloc_words(collage_adamw *o, void *params) {
+/* Every word the strategy's row lists, n elements each: the caller's slab where given (params for θ,
+ * words[r] for the others; an 8-bit word's codes padded to 64 bytes, then its scales), else allocated
+ * here and zeroed (8-bit codes: the code of 0, scale 0). */
+static collage_status alloc_words(collage_adamw *o, const collage_adamw_config *cfg) {
     const collage_strategy s = o->cfg.strategy;
-    o->owns_params = params == NULL;
-    o->word[COLLAGE_ROLE_WEIGHTS] = params;
     for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) {
         const collage_word_format f = strategy_word(s, (collage_word_role)r);
-        if (!f || o->word[r]) continue;
+        if (!f) continue;
+        o->word[r] = r == COLLAGE_ROLE_WEIGHTS ? cfg->params : cfg->words[r];
+        if (o->word[r]) continue;
         const size_t n = o->cfg.n;
         o->word[r] = zalloc(word_is_q8(f) ? codes_bytes(n) + n_scales(n) * sizeof(float) : n * collage__word_size(f));
         if (!o->word[r]) return COLLAGE_ERR_NOMEM;
+        o->owned |= 1u << r;
         if (word_is_q8(f)) memset(o->word[r], collage_qcode_zero(collage__word_qcode(f, (collage_word_role)r)), n);
     }
     return COLLAGE_OK;
@@ -219,7 +228,7 @@ collage_status collage_adamw_create(const collage_adamw_config *cfg, collage_ada
             else if (!(g->weight_decay >= 0) || !isfinite(g->weight_decay)) st = COLLAGE_ERR_ARG;
         }
     }
-    if (st == COLLAGE_OK) st = alloc_words(o, cfg->params);
+    if (st == COLLAGE_OK) st = alloc_words(o, cfg);
     if (st == COLLAGE_OK) {
         o->group_edq = calloc((size_t)o->n_groups + 1, sizeof *o->group_edq);
         o->gsum = calloc((size_t)o->n_groups + 1, sizeof *o->gsum);
@@ -245,7 +254,7 @@ void collage_adamw_free(collage_adamw *o) {
     free(o->groups);
     free(o->order);
     for (int r = 0; r < COLLAGE_ROLE_COUNT; r++)
-        if (r != COLLAGE_ROLE_WEIGHTS || o->owns_params) free(o->word[r]);
+        if (o->owned >> r & 1u) free(o->word[r]);
     free(o->blocks); free(o->acc); free(o->group_edq); free(o->gsum); free(o->gcount);
     free(o->pieces); free(o->qitem);
     free(o->group_nt);
@@ -253,6 +262,16 @@ void collage_adamw_free(collage_adamw *o) {
 }
 
 void *collage_adamw_params(collage_adamw *o) { return o ? o->word[COLLAGE_ROLE_WEIGHTS] : NULL; }
+void *collage_adamw_word(collage_adamw *o, collage_word_role r) {
+    return o && (unsigned)r < COLLAGE_ROLE_COUNT ? o->word[r] : NULL;
+}
+collage_status collage_adamw_set_steps(collage_adamw *o, uint64_t steps, int synced) {
+    if (!o) return COLLAGE_ERR_NULL;
+    o->t = steps;
+    o->synced = synced != 0;
+    return COLLAGE_OK;
+}
+int collage_adamw_synced(const collage_adamw *o) { return o ? o->synced : 0; }
 size_t collage_adamw_size(const collage_adamw *o) { return o ? o->cfg.n : 0; }
 collage_strategy collage_adamw_strategy(const collage_adamw *o) { return o ? o->cfg.strategy : COLLAGE_STRATEGY_COUNT; }
 uint64_t collage_adamw_steps(const collage_adamw *o) { return o ? o->t : 0; }
@@ -401,20 +420,49 @@ double collage__sumsq(const void *x, int bf16, size_t a, size_t b) {
     return sumsq_tail(x, bf16, a + 16 * groups, b, l);
 }
 
+/* The tensor that holds chunk c of all the tensors' chunks: the last j with first[j] <= c (an empty
+ * tensor's first equals the next one's, so the last such j is never empty). */
+static int chunk_owner(const size_t *first, int k, size_t c) {
+    int lo = 0, hi = k - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (first[mid] <= c) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+collage_status collage_sumsq_chunks_many(const void *const *xs, const size_t *ns, int k, int bf16, size_t chunk,
+                                         double *out) {
+    if (k < 0 || (k > 0 && chunk == 0)) return COLLAGE_ERR_SIZE;
+    if (k == 0) return COLLAGE_OK;
+    if (!xs || !ns) return COLLAGE_ERR_NULL;
+    size_t few[17], *first = k < 17 ? few : malloc(((size_t)k + 1) * sizeof *first), elems = 0;
+    if (!first) return COLLAGE_ERR_NOMEM;
+    first[0] = 0;
+    for (int j = 0; j < k; j++) {
+        if (ns[j] && !xs[j]) { if (first != few) free(first); return COLLAGE_ERR_NULL; }
+        first[j + 1] = first[j] + (ns[j] ? (ns[j] - 1) / chunk + 1 : 0);
+        elems += ns[j];
+    }
+    if (first[k] && !out) { if (first != few) free(first); return COLLAGE_ERR_NULL; }
+    const long nc = (long)first[k];
+    const int nt = collage__threads();
+    (void)nt; (void)elems; /* unused without OpenMP */
+#pragma omp parallel for schedule(static) num_threads(nt) if (elems >= ((size_t)1 << 16))
+    for (long c = 0; c < nc; c++) {
+        const int j = chunk_owner(first, k, (size_t)c);
+        const size_t n = ns[j], a = ((size_t)c - first[j]) * chunk, b = n - a > chunk ? a + chunk : n;
+        out[c] = collage__sumsq(xs[j], bf16, a, b);
+    }
+    if (first != few) free(first);
+    return COLLAGE_OK;
+}
+
 collage_status collage_sumsq_chunks(const void *x, int bf16, size_t n, size_t chunk, double *out) {
     if (n == 0) return COLLAGE_OK;
     if (!x || !out) return COLLAGE_ERR_NULL;
-    if (chunk == 0) return COLLAGE_ERR_SIZE;
-    if (bf16 < 0 || bf16 > 2) return COLLAGE_ERR_ARG;
-    const long nc = (long)((n - 1) / chunk + 1);
-    const int nt = collage__threads();
-    (void)nt; /* unused without OpenMP */
-#pragma omp parallel for schedule(static) num_threads(nt) if (n >= ((size_t)1 << 16))
-    for (long c = 0; c < nc; c++) {
-        const size_t a = (size_t)c * chunk, b = n - a > chunk ? a + chunk : n;
-        out[c] = collage__sumsq(x, bf16, a, b);
-    }
-    return COLLAGE_OK;
+    return collage_sumsq_chunks_many(&x, &n, 1, bf16, chunk, out);
 }
 
 /* Σ g² per block (double), and whether any element is NaN/Inf. bf16: sq_elem's kind of the gradient. */
@@ -540,22 +588,25 @@ static void q8_steps(collage_adamw *o, const adamw_slabs *S, const adamw_k *k, d
     }
 }
 
-/* have_sumsq: the gradient's Σg² is given_sumsq (the whole slab's, for a shard); else summed here. */
-static collage_status step(collage_adamw *o, const void *grads, double lr, collage_step_stats *stats, int ref,
-                           int have_sumsq, double given_sumsq) {
-    if (!o || !grads) return COLLAGE_ERR_NULL;
-    if (!isfinite(lr) || lr < 0) { set_err(o, "learning rate %g is not a finite non-negative number", lr); return COLLAGE_ERR_ARG; }
-    collage_strategy s = o->cfg.strategy;
-    int nt = ref ? 1 : collage__threads();
-    (void)nt; /* unused without OpenMP */
-    long nb = (long)o->n_blocks;
+static int lr_ok(collage_adamw *o, double lr) {
+    if (isfinite(lr) && lr >= 0) return 1;
+    set_err(o, "learning rate %g is not a finite non-negative number", lr);
+    return 0;
+}
+
+/* The first part of a step: Σg² (given_sumsq where have_sumsq: the whole slab's, for a shard; else
+ * summed here), the non-finite check, the clipping factor, the kept value's words set from θ on the
+ * first step, and the step's scalars, slabs and nt levels in o->k, o->S, o->isa. COLLAGE_ERR_NONFINITE
+ * (stats filled, nothing changed) when the step is skipped. */
+static collage_status step_begin(collage_adamw *o, const void *grads, double lr, collage_step_stats *stats, int ref,
+                                 int have_sumsq, double given_sumsq, int *tie_free_all) {
     adamw_k k = {0};
     k.coef = 1.0f;
     double gnorm = (double)NAN, coef = 1.0;
     if (stats) memset(stats, 0, sizeof *stats);
     const double gscale = o->grad_scale; /* the gradient is gscale × the true one: norms and factors of g / gscale */
     if (o->cfg.clip > 0 || o->cfg.skip_nonfinite) {
-        double sum = have_sumsq ? given_sumsq : grad_sumsq(o, grads, nt, ref);
+        double sum = have_sumsq ? given_sumsq : grad_sumsq(o, grads, ref ? 1 : collage__threads(), ref);
         int bad = !isfinite(sum);
         gnorm = sqrt(sum) / gscale;
         if (bad && o->cfg.skip_nonfinite) {
@@ -569,6 +620,7 @@ static collage_status step(collage_adamw *o, const void *grads, double lr, colla
     uint64_t t = o->t + 1;
     double b1 = o->cfg.beta1, b2 = o->cfg.beta2;
     double step_size = lr * sqrt(1.0 - pow(b2, (double)t)) / (1.0 - pow(b1, (double)t));
+    o->lr = lr;
     k.b1 = (float)b1; k.omb1 = (float)(1.0 - b1);
     k.b2 = (float)b2; k.omb2 = (float)(1.0 - b2);
     k.eps = (float)o->cfg.eps;
@@ -580,49 +632,125 @@ static collage_status step(collage_adamw *o, const void *grads, double lr, colla
     k.h2hi = sh.hi; k.h2lo = sh.lo;
     k.key = collage_rand_key(o->cfg.seed, t);
     k.index0 = o->cfg.index0;
-    adamw_slabs S = {o->word[COLLAGE_ROLE_WEIGHTS], grads, o->word[COLLAGE_ROLE_M], o->word[COLLAGE_ROLE_V],
-                     comp_word(o), o->word[COLLAGE_ROLE_DV], o->word[COLLAGE_ROLE_MASTER],
-                     word_scales(o, COLLAGE_ROLE_M), word_scales(o, COLLAGE_ROLE_V)};
-    int edq = o->cfg.edq;
-    collage_isa isa = ref ? COLLAGE_ISA_SCALAR : collage_get_isa();
-    int tie_free_all = set_group_nt(o, isa, &k, lr);
-    if (strategy_has_q8(s)) q8_steps(o, &S, &k, lr, edq, isa, nt);
-    else {
-#pragma omp parallel for schedule(static) num_threads(nt) if (o->cfg.n > BLOCK)
-        for (long bi = 0; bi < nb; bi++) {
-            const block_t *B = &o->blocks[bi];
-            adamw_k kb = k;
-            kb.lrwd = group_lrwd(o, B->group, lr);
-            kb.nt = o->group_nt[B->group];
-            adamw_acc *acc = edq ? &o->acc[bi] : NULL;
-            if (acc) memset(acc, 0, sizeof *acc);
-            if (isa == COLLAGE_ISA_AVX512) collage__adamw_block_avx512(s, &S, B->a, B->b, &kb, acc);
-            else if (isa == COLLAGE_ISA_AVX2) collage__adamw_block_avx2(s, &S, B->a, B->b, &kb, acc);
-            else collage__adamw_block_ref(s, &S, B->a, B->b, &kb, acc);
-        }
-    }
-    o->t = t;
-    if (stats) { stats->step = t; stats->grad_norm = gnorm; stats->clip_coef = coef; stats->tie_free = tie_free_all; }
-    if (edq) { /* combine in block order: the same sums whatever the thread count */
-        int ng = o->n_groups;
-        double tot[3] = {0}, (*gs)[3] = o->gsum;
-        uint64_t tl = 0, tn = 0, *gl = o->gcount;
-        memset(gs, 0, ((size_t)ng + 1) * sizeof *gs);
-        memset(gl, 0, 2 * ((size_t)ng + 1) * sizeof *gl);
-        for (long bi = 0; bi < nb; bi++) {
-            const adamw_acc *A = &o->acc[bi];
-            int g = o->blocks[bi].group;
-            gs[g][0] += A->dot; gs[g][1] += A->dot_state; gs[g][2] += A->nn;
-            gl[2 * g] += A->lost; gl[2 * g + 1] += A->nonzero;
-        }
-        for (int g = 0; g <= ng; g++) {
-            edq_finish(&o->group_edq[g], gs[g][0], gs[g][1], gs[g][2], gl[2 * g], gl[2 * g + 1]);
-            tot[0] += gs[g][0]; tot[1] += gs[g][1]; tot[2] += gs[g][2];
-            tl += gl[2 * g]; tn += gl[2 * g + 1];
-        }
-        if (stats) edq_finish(&stats->edq, tot[0], tot[1], tot[2], tl, tn);
-    }
+    o->S = (adamw_slabs){o->word[COLLAGE_ROLE_WEIGHTS], grads, o->word[COLLAGE_ROLE_M], o->word[COLLAGE_ROLE_V],
+                         comp_word(o), o->word[COLLAGE_ROLE_DV], o->word[COLLAGE_ROLE_MASTER],
+                         word_scales(o, COLLAGE_ROLE_M), word_scales(o, COLLAGE_ROLE_V)};
+    o->isa = ref ? COLLAGE_ISA_SCALAR : collage_get_isa();
+    *tie_free_all = set_group_nt(o, o->isa, &k, o->lr);
+    o->k = k;
+    if (stats) { stats->grad_norm = gnorm; stats->clip_coef = coef; }
     return COLLAGE_OK;
+}
+
+/* Block bi of the step under way (threads own disjoint blocks). */
+static void step_block(collage_adamw *o, long bi) {
+    const block_t *B = &o->blocks[bi];
+    adamw_k kb = o->k;
+    kb.lrwd = group_lrwd(o, B->group, o->lr);
+    kb.nt = o->group_nt[B->group];
+    adamw_acc *acc = o->cfg.edq ? &o->acc[bi] : NULL;
+    if (acc) memset(acc, 0, sizeof *acc);
+    if (o->isa == COLLAGE_ISA_AVX512) collage__adamw_block_avx512(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
+    else if (o->isa == COLLAGE_ISA_AVX2) collage__adamw_block_avx2(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
+    else collage__adamw_block_ref(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
+}
+
+/* The last part: the step counted, EDQ combined in block order (the same sums whatever the threads). */
+static void step_end(collage_adamw *o, collage_step_stats *stats, int tie_free_all) {
+    o->t++;
+    if (stats) { stats->step = o->t; stats->tie_free = tie_free_all; }
+    if (!o->cfg.edq) return;
+    int ng = o->n_groups;
+    double tot[3] = {0}, (*gs)[3] = o->gsum;
+    uint64_t tl = 0, tn = 0, *gl = o->gcount;
+    memset(gs, 0, ((size_t)ng + 1) * sizeof *gs);
+    memset(gl, 0, 2 * ((size_t)ng + 1) * sizeof *gl);
+    for (size_t bi = 0; bi < o->n_blocks; bi++) {
+        const adamw_acc *A = &o->acc[bi];
+        int g = o->blocks[bi].group;
+        gs[g][0] += A->dot; gs[g][1] += A->dot_state; gs[g][2] += A->nn;
+        gl[2 * g] += A->lost; gl[2 * g + 1] += A->nonzero;
+    }
+    for (int g = 0; g <= ng; g++) {
+        edq_finish(&o->group_edq[g], gs[g][0], gs[g][1], gs[g][2], gl[2 * g], gl[2 * g + 1]);
+        tot[0] += gs[g][0]; tot[1] += gs[g][1]; tot[2] += gs[g][2];
+        tl += gl[2 * g]; tn += gl[2 * g + 1];
+    }
+    if (stats) edq_finish(&stats->edq, tot[0], tot[1], tot[2], tl, tn);
+}
+
+/* have_sumsq: the gradient's Σg² is given_sumsq (the whole slab's, for a shard); else summed here. */
+static collage_status step(collage_adamw *o, const void *grads, double lr, collage_step_stats *stats, int ref,
+                           int have_sumsq, double given_sumsq) {
+    if (!o || !grads) return COLLAGE_ERR_NULL;
+    if (!lr_ok(o, lr)) return COLLAGE_ERR_ARG;
+    int tie_free_all = 0;
+    collage_status st = step_begin(o, grads, lr, stats, ref, have_sumsq, given_sumsq, &tie_free_all);
+    if (st != COLLAGE_OK) return st;
+    const int nt = ref ? 1 : collage__threads();
+    (void)nt; /* unused without OpenMP */
+    const long nb = (long)o->n_blocks;
+    if (strategy_has_q8(o->cfg.strategy)) q8_steps(o, &o->S, &o->k, o->lr, o->cfg.edq, o->isa, nt);
+    else {
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (long bi = 0; bi < nb; bi++) step_block(o, bi);
+    }
+    step_end(o, stats, tie_free_all);
+    return COLLAGE_OK;
+}
+
+/* The optimizer that holds block gi of all k optimizers' blocks (o[j]->block0 ascending). */
+static int owner_of(collage_adamw *const *o, int k, size_t gi) {
+    int lo = 0, hi = k - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (o[mid]->block0 <= gi) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+collage_status collage_adamw_step_many(collage_adamw *const *opts, const void *const *grads, const double *lr, int k,
+                                       double grad_sumsq, collage_step_stats *stats) {
+    if (k < 0) return COLLAGE_ERR_SIZE;
+    if (k && (!opts || !grads || !lr)) return COLLAGE_ERR_NULL;
+    for (int j = 0; j < k; j++) {
+        if (!opts[j] || !grads[j]) return COLLAGE_ERR_NULL;
+        for (int i = 0; i < j; i++)
+            if (opts[i] == opts[j]) { set_err(opts[j], "optimizer %d is also optimizer %d of the same step", j, i); return COLLAGE_ERR_ARG; }
+        if (!lr_ok(opts[j], lr[j])) return COLLAGE_ERR_ARG;
+    }
+    collage_status st = COLLAGE_OK;
+    int tie[COLLAGE_STEP_MANY_MAX];
+    size_t total = 0;
+    for (int j0 = 0; j0 < k; j0 += COLLAGE_STEP_MANY_MAX) { /* batches of at most COLLAGE_STEP_MANY_MAX */
+        collage_adamw *run[COLLAGE_STEP_MANY_MAX];
+        int idx[COLLAGE_STEP_MANY_MAX], m = 0;
+        total = 0;
+        for (int j = j0; j < k && j < j0 + COLLAGE_STEP_MANY_MAX; j++) {
+            collage_status sj = step_begin(opts[j], grads[j], lr[j], stats ? &stats[j] : NULL, 0, 1, grad_sumsq, &tie[m]);
+            if (sj != COLLAGE_OK) { st = sj; continue; } /* skipped: a non-finite gradient */
+            if (strategy_has_q8(opts[j]->cfg.strategy)) { /* by whole blocks of scales: a loop of its own */
+                q8_steps(opts[j], &opts[j]->S, &opts[j]->k, opts[j]->lr, opts[j]->cfg.edq, opts[j]->isa, collage__threads());
+                step_end(opts[j], stats ? &stats[j] : NULL, tie[m]);
+                continue;
+            }
+            opts[j]->block0 = total;
+            total += opts[j]->n_blocks;
+            idx[m] = j;
+            run[m++] = opts[j];
+        }
+        const int nt = collage__threads();
+        (void)nt; /* unused without OpenMP */
+        const long nb = (long)total;
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (long gi = 0; gi < nb; gi++) {
+            collage_adamw *o = run[owner_of(run, m, (size_t)gi)];
+            step_block(o, gi - (long)o->block0);
+        }
+        for (int i = 0; i < m; i++) step_end(run[i], stats ? &stats[idx[i]] : NULL, tie[i]);
+    }
+    return st;
 }
 
 collage_status collage_adamw_step(collage_adamw *o, const void *g, double lr, collage_step_stats *st) {

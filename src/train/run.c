@@ -77,21 +77,55 @@ static collage_status check_config(collage_run *r) {
     return COLLAGE_OK;
 }
 
-/* The model's shape: the preset, the config's layers, heads and dim over it, the tokenizer's
- * vocabulary; seq and context filled in. Writes the resolved shape back into r->cfg. */
-static collage_status model_shape(collage_run *r) {
+/* "tiny, small, gpt2, llama-tiny, …": the presets, for messages. */
+static const char *preset_list(char *buf, size_t cap) {
+    const char *const *p = collage_model_preset_names();
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; p[i] && at < cap; i++) at += (size_t)snprintf(buf + at, cap - at, "%s%s", i ? ", " : "", p[i]);
+    return buf;
+}
+
+/* The shape of a model file (cfg->init, or the model of the checkpoint resumed), which must fit the
+ * tokenizer. */
+static collage_status file_shape(collage_run *r, const char *path, int resuming) {
+    const collage_run_config *c = &r->cfg;
+    char err[1024];
+    if (!resuming && (c->model || c->layers || c->heads || c->kv_heads || c->dim || c->hidden))
+        return run_fail(r, COLLAGE_ERR_ARG, "the model in '%s' gives the run its shape: leave the preset and the sizes "
+                                            "(layers, heads, kv_heads, dim, hidden) unset", path);
+    if (collage_model_read_header(path, &r->mc, NULL, err, sizeof err) != COLLAGE_OK)
+        return run_fail(r, COLLAGE_ERR_IO, "%s", err);
+    const int V = collage_tokenizer_vocab_size(r->tok);
+    if (collage_model_text_vocab(&r->mc) != V)
+        return run_fail(r, COLLAGE_ERR_ARG, "the model in '%s' has a vocabulary of %d but the %s tokenizer has %d symbols",
+                        path, collage_model_text_vocab(&r->mc), c->tokenizer, V);
+    return COLLAGE_OK;
+}
+
+/* The model's shape: from a model file, or the preset with the config's sizes over it and the
+ * tokenizer's vocabulary; seq and context filled in. Writes the resolved shape back into r->cfg. */
+static collage_status model_shape(collage_run *r, const char *resume_dir) {
     collage_run_config *c = &r->cfg;
     collage_model_config *m = &r->mc;
-    if (collage_model_preset(c->model ? c->model : "tiny", m) != COLLAGE_OK)
-        return run_fail(r, COLLAGE_ERR_ARG, "unknown model '%s' (tiny, small or gpt2)", c->model);
-    if (c->layers) m->num_layers = c->layers;
-    if (c->heads) m->num_heads = c->heads;
-    if (c->dim) m->channels = c->dim;
+    char from[4096] = "", names[512];
+    if (resume_dir) collage_checkpoint_model_path(resume_dir, from, sizeof from);
+    else if (c->init) snprintf(from, sizeof from, "%s", c->init);
+    if (from[0]) {
+        collage_status st = file_shape(r, from, resume_dir != NULL);
+        if (st) return st;
+    } else {
+        if (collage_model_preset(c->model ? c->model : "tiny", m) != COLLAGE_OK)
+            return run_fail(r, COLLAGE_ERR_ARG, "unknown model '%s' (%s)", c->model, preset_list(names, sizeof names));
+        collage_model_config_resize(m, c->layers, c->heads, c->kv_heads, c->dim, c->hidden);
+        collage_model_config_set_vocab(m, collage_tokenizer_vocab_size(r->tok));
+    }
+    r->mlm = collage_family_objective(m->family) == COLLAGE_OBJECTIVE_MASKED_LM;
     c->layers = m->num_layers; c->heads = m->num_heads; c->dim = m->channels;
-    collage_model_config_set_vocab(m, collage_tokenizer_vocab_size(r->tok));
+    c->kv_heads = m->num_kv_heads; c->hidden = m->hidden_dim;
     if (c->seq <= 0) c->seq = m->max_seq_len < 64 ? m->max_seq_len : 64;
-    if (c->context > 0) m->max_seq_len = c->context;
-    else if (c->seq > m->max_seq_len) m->max_seq_len = c->seq;
+    if (!from[0] && c->context > 0) m->max_seq_len = c->context;
+    else if (!from[0] && c->seq > m->max_seq_len) m->max_seq_len = c->seq;
     c->context = m->max_seq_len;
     char msg[256];
     if (collage_model_check(m, c->batch, c->seq, msg, sizeof msg) != COLLAGE_OK)
@@ -99,13 +133,13 @@ static collage_status model_shape(collage_run *r) {
     return COLLAGE_OK;
 }
 
-static collage_status open_data(collage_run *r, const collage_run_saved *saved) {
+static collage_status open_data(collage_run *r, const char *resume_dir, const collage_run_saved *saved) {
     collage_tokenizer_kind tk = COLLAGE_TOKENIZER_BYTE;
     collage_tokenizer_kind_parse(r->cfg.tokenizer, &tk);
     char err[1024];
     if (collage_tokenizer_create(tk, NULL, &r->tok, err, sizeof err) != COLLAGE_OK)
         return run_fail(r, COLLAGE_ERR_IO, "%s", err);
-    collage_status st = model_shape(r);
+    collage_status st = model_shape(r, resume_dir);
     if (st) return st;
     collage_loader_config lc = {.path = r->cfg.data, .tokenizer = r->tok, .B = r->cfg.batch, .T = r->cfg.seq,
                                 .seed = r->cfg.seed};
@@ -145,10 +179,14 @@ static collage_status make_model(collage_run *r) {
     r->tg = malloc(sizeof(int32_t) * bt);
     if (r->M > 1) r->gshard = malloc((r->hi - r->lo) * r->wb);
     if (r->A > 1) r->gacc = malloc(r->n * sizeof(float));
-    r->gathered = malloc((size_t)(r->M > 5 * r->P ? r->M : 5 * r->P) * sizeof(double));
+    r->gathered = malloc((size_t)(2 * r->M > 5 * r->P ? 2 * r->M : 5 * r->P) * sizeof(double));
+    if (r->mlm) {
+        r->gin = malloc(sizeof(int32_t) * (size_t)c->batch * (size_t)c->seq);
+        r->gtg = malloc(sizeof(int32_t) * (size_t)c->batch * (size_t)c->seq);
+    }
     r->parts = malloc((size_t)r->P * sizeof(collage_edq));
     if (st != COLLAGE_OK || !r->in || !r->tg || (r->M > 1 && !r->gshard) || (r->A > 1 && !r->gacc) || !r->gathered ||
-        !r->parts)
+        !r->parts || (r->mlm && (!r->gin || !r->gtg)))
         return run_fail(r, st == COLLAGE_OK ? COLLAGE_ERR_NOMEM : st, "cannot create the optimizer (%zu parameters): %s",
                         r->n, collage_status_str(st == COLLAGE_OK ? COLLAGE_ERR_NOMEM : st));
     r->grads = collage_model_grads(r->m);
@@ -168,7 +206,12 @@ static collage_status first_weights(collage_run *r, const char *resume_dir, cons
         return st;
     }
     float *w0 = malloc(r->n * sizeof(float));
-    if (!w0 || collage_model_init_weights(&r->mc, r->cfg.seed, w0, r->n) != COLLAGE_OK) {
+    char err[1024];
+    if (w0 && r->cfg.init && collage_model_load_file(r->cfg.init, &r->mc, w0, 0, err, sizeof err) != COLLAGE_OK) {
+        free(w0);
+        return run_fail(r, COLLAGE_ERR_IO, "%s", err);
+    }
+    if (!w0 || (!r->cfg.init && collage_model_init_weights(&r->mc, r->cfg.seed, w0, r->n) != COLLAGE_OK)) {
         free(w0);
         return run_fail(r, COLLAGE_ERR_NOMEM, "cannot initialise %zu weights (out of memory?)", r->n);
     }
@@ -186,6 +229,7 @@ static collage_status own_strings(collage_run *r, const collage_run_config *cfg)
         snprintf(r->model_name, sizeof r->model_name, "%s", cfg->model);
         r->cfg.model = r->model_name;
     }
+    if (cfg->init && !(r->cfg.init = r->init = strdup(cfg->init))) return COLLAGE_ERR_NOMEM;
     if (cfg->data && !(r->data = strdup(cfg->data))) return COLLAGE_ERR_NOMEM;
     r->cfg.data = r->data;
     if (r->cfg.accum < 1) r->cfg.accum = 1;
@@ -219,6 +263,11 @@ static collage_status resume_from(collage_run *r, const char *resume_dir, collag
     unsigned shape = ~(unsigned)COLLAGE_RUN_MODEL & 0xffffu;
     if (collage_run_conflict(saved, &r->cfg, shape, why, was, sizeof why))
         return run_fail(r, COLLAGE_ERR_ARG, "%s differs from the run saved in '%s' (%s there)", why, ck.dir, was);
+    collage_model_config want; /* a checkpoint of another family is refused before anything is read */
+    if (collage_model_preset(r->cfg.model ? r->cfg.model : "tiny", &want) == COLLAGE_OK &&
+        strcmp(collage_family_name(want.family), saved->model) != 0)
+        return run_fail(r, COLLAGE_ERR_ARG, "'%s' holds a %s run, not a %s one (model %s)", resume_dir, saved->model,
+                        collage_family_name(want.family), r->cfg.model ? r->cfg.model : "tiny");
     if (r->R == 0 && (strcmp(ck.dir, resume_dir) != 0 || saved->version == 1)) ckpt_clean(resume_dir);
     r->resumed_ranks = saved->ranks;
     r->resumed_accum = saved->accum;
@@ -233,7 +282,7 @@ static collage_status setup(collage_run *r, const char *resume_dir) {
     collage_status st = resume_dir ? resume_from(r, resume_dir, &saved, ckdir, sizeof ckdir) : COLLAGE_OK;
     if (!resume_dir) r->run_id = new_run_id(r);
     const collage_run_saved *sv = resume_dir ? &saved : NULL;
-    if (!st) st = open_data(r, sv);
+    if (!st) st = open_data(r, resume_dir, sv);
     if (!st) st = make_model(r);
     if (!st) st = first_weights(r, ckdir, sv);
     return st;
@@ -272,13 +321,14 @@ collage_status collage_run_create(const collage_run_config *cfg, const collage_c
 
 void collage_run_free(collage_run *r) {
     if (!r) return;
-    free(r->in); free(r->tg); free(r->gshard); free(r->gacc); free(r->gathered); free(r->parts);
+    free(r->in); free(r->tg); free(r->gin); free(r->gtg); free(r->gshard); free(r->gacc); free(r->gathered); free(r->parts);
     collage_adamw_free(r->opt);
     free(r->params);
     collage_model_free(r->m);
     collage_loader_free(r->ld);
     collage_tokenizer_free(r->tok);
     free(r->data);
+    free(r->init);
     free(r);
 }
 
@@ -338,11 +388,13 @@ static collage_edq edq_all(collage_run *r, const collage_edq *mine) {
 /* This rank's micro-batches, forward and backward, in order; the losses in mine. */
 static collage_status micro_batches(collage_run *r, double *mine) {
     for (int a = 0; a < r->A; a++) {
-        collage_loader_batch(r->ld, COLLAGE_SPLIT_TRAIN, (uint64_t)r->step, r->R * r->A + a, r->M, r->in, r->tg);
+        collage_batch b = {.tokens = r->in, .targets = r->tg, .B = r->Bm, .T = r->cfg.seq};
+        run_micro_batch(r, COLLAGE_SPLIT_TRAIN, (uint64_t)r->step, r->R * r->A + a, &b.loss_divisor);
         collage_model_zero_grad(r->m);
-        if (collage_model_forward(r->m, r->params, r->in, r->tg, r->Bm, r->cfg.seq, &mine[a]) != COLLAGE_OK ||
-            collage_model_backward(r->m) != COLLAGE_OK)
+        collage_forward_info fi;
+        if (collage_model_forward_batch(r->m, r->params, &b, &fi) != COLLAGE_OK || collage_model_backward(r->m) != COLLAGE_OK)
             return run_fail(r, COLLAGE_ERR_ARG, "step %d: %s", r->step + 1, collage_model_error(r->m));
+        mine[a] = fi.loss;
         if (r->A > 1) shard_accumulate(r->gacc, r->grads, r->bf16, r->n, a > 0);
     }
     return COLLAGE_OK;
@@ -431,45 +483,52 @@ collage_status collage_run_step(collage_run *r, collage_run_step_info *info) {
 }
 
 /* ---------------------------------------------------------------- evaluation */
-collage_status collage_run_evaluate(collage_run *r, collage_split split, int batches, double *loss) {
-    if (!r || !loss) return COLLAGE_ERR_NULL;
-    *loss = (double)NAN;
+/* One evaluation batch: this rank's micro-batches, their losses gathered as the step's are; the hits and
+ * the scored positions of every micro-batch added into *hits, *scored. */
+static double evaluate_batch(collage_run *r, collage_split split, int b, double *hits, double *scored) {
+    double mine[RUN_MAX_ACCUM], counts[2 * RUN_MAX_ACCUM];
+    for (int a = 0; a < r->A; a++) {
+        collage_batch mb = {.tokens = r->in, .targets = r->tg, .B = r->Bm, .T = r->cfg.seq};
+        collage_forward_info fi = {.loss = (double)NAN};
+        if (run_micro_batch(r, split, (uint64_t)b, r->R * r->A + a, &mb.loss_divisor) == 0)
+            collage_model_forward_batch(r->m, r->params, &mb, &fi);
+        mine[a] = fi.loss;
+        counts[2 * a] = (double)fi.correct;
+        counts[2 * a + 1] = (double)fi.scored;
+    }
+    const double loss = global_loss(r, mine);
+    if (shard_allgather_doubles(run_comm(r), counts, 2 * r->A, r->gathered)) return (double)NAN;
+    for (int k = 0; k < r->M; k++) { *hits += r->gathered[2 * k]; *scored += r->gathered[2 * k + 1]; }
+    return loss;
+}
+
+collage_status collage_run_evaluate_scores(collage_run *r, collage_split split, int batches, collage_scores *out) {
+    if (!r || !out) return COLLAGE_ERR_NULL;
+    *out = (collage_scores){.loss = (double)NAN, .accuracy = (double)NAN};
     uint64_t per_epoch = collage_loader_steps_per_epoch(r->ld, split);
     if (per_epoch == 0 || batches < 1) return COLLAGE_OK;
     if ((uint64_t)batches > per_epoch) batches = (int)per_epoch;
-    double sum = 0, mine[RUN_MAX_ACCUM];
-    for (int b = 0; b < batches; b++) {
-        for (int a = 0; a < r->A; a++) {
-            int k = r->R * r->A + a;
-            mine[a] = (double)NAN;
-            if (collage_loader_batch(r->ld, split, (uint64_t)b, k, r->M, r->in, r->tg) == COLLAGE_OK)
-                collage_model_forward(r->m, r->params, r->in, r->tg, r->Bm, r->cfg.seq, &mine[a]);
-        }
-        sum += global_loss(r, mine);
-    }
-    *loss = sum / batches;
+    double sum = 0, hits = 0, scored = 0;
+    for (int b = 0; b < batches; b++) sum += evaluate_batch(r, split, b, &hits, &scored);
+    out->loss = sum / batches;
+    out->scored = (long long)scored;
+    if (r->mlm && scored > 0) out->accuracy = hits / scored;
     return COLLAGE_OK;
+}
+
+collage_status collage_run_evaluate(collage_run *r, collage_split split, int batches, double *loss) {
+    if (!loss) return COLLAGE_ERR_NULL;
+    collage_scores sc;
+    collage_status st = collage_run_evaluate_scores(r, split, batches, &sc);
+    *loss = st == COLLAGE_OK ? sc.loss : (double)NAN;
+    return st;
 }
 
 collage_status collage_eval_loss(collage_model *m, const void *params, const collage_loader *ld, collage_split split,
                                  int B, int T, int batches, double *loss) {
-    if (!m || !params || !ld || !loss) return COLLAGE_ERR_NULL;
-    *loss = (double)NAN;
-    size_t bt = (size_t)B * (size_t)T;
-    int32_t *in = malloc(sizeof(int32_t) * bt), *tg = malloc(sizeof(int32_t) * bt);
-    if (!in || !tg) { free(in); free(tg); return COLLAGE_ERR_NOMEM; }
-    uint64_t per_epoch = collage_loader_steps_per_epoch(ld, split);
-    if ((uint64_t)batches > per_epoch) batches = (int)per_epoch;
-    double sum = 0;
-    int done = 0;
-    for (int b = 0; b < batches; b++) {
-        double l;
-        if (collage_loader_batch(ld, split, (uint64_t)b, 0, 1, in, tg) != COLLAGE_OK) break;
-        if (collage_model_forward(m, params, in, tg, B, T, &l) != COLLAGE_OK) break;
-        sum += l;
-        done++;
-    }
-    free(in); free(tg);
-    if (done) *loss = sum / done;
-    return COLLAGE_OK;
+    if (!loss) return COLLAGE_ERR_NULL;
+    collage_scores sc = {.loss = (double)NAN};
+    collage_status st = collage_eval_scores(m, params, ld, split, B, T, batches, &sc);
+    *loss = sc.loss;
+    return st == COLLAGE_ERR_NULL || st == COLLAGE_ERR_NOMEM ? st : COLLAGE_OK; /* a failed forward: the batches before it */
 }

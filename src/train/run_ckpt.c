@@ -99,11 +99,11 @@ static char *manifest_text(const collage_run *r, const mfile *files, int nfiles)
     fprintf(f, "%s\nstep %d\nskipped %d\nrun_id %016llx\nprecision %s\ntokenizer %s\nvocab %d\npadded_vocab %d\n"
                "max_seq %d\nlayers %d\nheads %d\ndim %d\nbatch %d\nseq %d\nsteps %d\nwarmup %d\nlr %.17g\nbeta1 %.17g\n"
                "beta2 %.17g\neps %.17g\nwd %.17g\nclip %.17g\nseed %llu\ndata_fingerprint %llu\nranks %d\naccum %d\n"
-               "family %s\n",
+               "family %s\nkv_heads %d\nhidden %d\n",
             MANIFEST_V2, r->step, r->skipped, (unsigned long long)r->run_id, collage_strategy_name(c->strategy), c->tokenizer,
             r->mc.vocab_size, r->mc.padded_vocab_size, r->mc.max_seq_len, c->layers, c->heads, c->dim, c->batch, c->seq,
             c->steps, c->warmup, c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->clip, (unsigned long long)c->seed,
-            (unsigned long long)r->fingerprint, r->P, r->A, collage_family_name(r->mc.family));
+            (unsigned long long)r->fingerprint, r->P, r->A, collage_family_name(r->mc.family), c->kv_heads, c->hidden);
     if (r->bf16 == 2) fprintf(f, "loss_scale %.17g\nloss_scale_good %d\n", r->loss_scale, r->scale_good); /* fp16 */
     for (int i = 0; i < nfiles; i++)
         fprintf(f, "file %s %llu %016llx\n", files[i].name, (unsigned long long)files[i].size,
@@ -164,10 +164,12 @@ collage_status collage_checkpoint_verify(const char *path, const char *name, cha
 
 /* The numeric settings of train.state: key, the flag that sets it, its COLLAGE_RUN_* bit, whether a
  * resumed run may change it (1: the schedule and the optimizer's scalars; 0: it shapes the run), its
- * kind and place in collage_run_config. Read and compared through this table. */
+ * kind and place in collage_run_config, and whether a train.state may lack it (written since the
+ * LLaMA family: 0 there). Read and compared through this table. */
 enum { F_INT, F_DBL, F_U64 };
-typedef struct { const char *key, *flag; unsigned bit; int change, kind; size_t off; } run_field;
-#define F(key, flag, bit, change, kind, field) {key, flag, bit, change, kind, offsetof(collage_run_config, field)}
+typedef struct { const char *key, *flag; unsigned bit; int change, kind; size_t off; int optional; } run_field;
+#define F(key, flag, bit, change, kind, field) {key, flag, bit, change, kind, offsetof(collage_run_config, field), 0}
+#define FO(key, flag, bit, change, kind, field) {key, flag, bit, change, kind, offsetof(collage_run_config, field), 1}
 static const run_field FIELDS[] = {
     F("layers", "--layers", COLLAGE_RUN_LAYERS, 0, F_INT, layers), F("heads", "--heads", COLLAGE_RUN_HEADS, 0, F_INT, heads),
     F("dim", "--dim", COLLAGE_RUN_DIM, 0, F_INT, dim),             F("max_seq", NULL, 0, 0, F_INT, context),
@@ -177,8 +179,11 @@ static const run_field FIELDS[] = {
     F("beta2", "--beta2", COLLAGE_RUN_BETA2, 0, F_DBL, beta2),     F("eps", "--eps", COLLAGE_RUN_EPS, 1, F_DBL, eps),
     F("wd", "--wd", COLLAGE_RUN_WD, 1, F_DBL, weight_decay),       F("clip", "--clip", COLLAGE_RUN_CLIP, 1, F_DBL, clip),
     F("seed", "--seed", COLLAGE_RUN_SEED, 0, F_U64, seed),
+    FO("kv_heads", "--kv-heads", COLLAGE_RUN_KV_HEADS, 0, F_INT, kv_heads),
+    FO("hidden", "--hidden", COLLAGE_RUN_HIDDEN, 0, F_INT, hidden),
 };
 #undef F
+#undef FO
 #define NFIELDS (sizeof FIELDS / sizeof *FIELDS)
 
 static void field_read(const run_field *f, collage_run_config *c, const char *v) {
@@ -202,6 +207,17 @@ static void field_print(const run_field *f, const collage_run_config *c, const c
     else snprintf(out, cap, "%s %llu", prefix, (unsigned long long)*(const uint64_t *)p);
 }
 
+/* The first preset of the family named `family`: a saved run's shape is its layers, heads and dim over it. */
+static const char *family_preset(const char *family) {
+    collage_family f;
+    if (collage_family_parse(family, &f) != COLLAGE_OK) return NULL;
+    for (const char *const *p = collage_model_preset_names(); *p; p++) {
+        collage_model_config c;
+        if (collage_model_preset(*p, &c) == COLLAGE_OK && c.family == f) return *p;
+    }
+    return NULL;
+}
+
 /* A checkpoint of the older layout has no run id: one derived from its seed and data stands for it,
  * the same for every reader. */
 static uint64_t legacy_run_id(const collage_run_saved *s) {
@@ -214,6 +230,7 @@ static collage_status saved_from(const manifest *m, collage_run_saved *s, char *
     const char *path = m->path;
     for (size_t i = 0; i < sizeof need / sizeof *need + NFIELDS; i++) {
         const char *key = i < sizeof need / sizeof *need ? need[i] : FIELDS[i - sizeof need / sizeof *need].key;
+        if (i >= sizeof need / sizeof *need && FIELDS[i - sizeof need / sizeof *need].optional) continue;
         if (!kv_get(m, key)) return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' lacks '%s'", path, key);
     }
     collage_run_config *c = &s->cfg;
@@ -223,8 +240,11 @@ static collage_status saved_from(const manifest *m, collage_run_saved *s, char *
     snprintf(s->tokenizer, sizeof s->tokenizer, "%.63s", kv_get(m, "tokenizer"));
     snprintf(s->model, sizeof s->model, "%.63s", kv_get(m, "family") ? kv_get(m, "family") : "gpt2");
     c->tokenizer = s->tokenizer;
-    c->model = NULL; /* the shape in layers, heads and dim, over the tiny preset */
-    for (size_t i = 0; i < NFIELDS; i++) field_read(&FIELDS[i], c, kv_get(m, FIELDS[i].key));
+    c->model = family_preset(s->model); /* the family; the shape comes from the model file on resume */
+    if (!c->model)
+        return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s': unknown model family '%s'", path, s->model);
+    for (size_t i = 0; i < NFIELDS; i++)
+        if (kv_get(m, FIELDS[i].key)) field_read(&FIELDS[i], c, kv_get(m, FIELDS[i].key));
     s->step = atoi(kv_get(m, "step"));
     s->data_fingerprint = strtoull(kv_get(m, "data_fingerprint"), NULL, 10);
     /* a run saved by one process has no ranks or accum lines, one of the older layout no skipped or run_id */
@@ -263,12 +283,16 @@ collage_status collage_run_read_saved(const char *path, collage_run_saved *out, 
 
 /* ---------------------------------------------------------------- conflicts on resume */
 static int conflict_model(const collage_run_saved *s, const collage_run_config *a, unsigned given) {
-    collage_model_config pc; /* the preset, with layers, heads, dim over it as a new run would have it */
+    collage_model_config pc; /* the preset, with the sizes given over it as a new run would have it */
     int known = collage_model_preset(a->model ? a->model : "tiny", &pc) == COLLAGE_OK;
-    if (given & COLLAGE_RUN_LAYERS) pc.num_layers = a->layers;
-    if (given & COLLAGE_RUN_HEADS) pc.num_heads = a->heads;
-    if (given & COLLAGE_RUN_DIM) pc.channels = a->dim;
-    return !known || pc.num_layers != s->cfg.layers || pc.num_heads != s->cfg.heads || pc.channels != s->cfg.dim;
+#define GIVEN(bit, v) (given & (bit) ? (v) : 0)
+    collage_model_config_resize(&pc, GIVEN(COLLAGE_RUN_LAYERS, a->layers), GIVEN(COLLAGE_RUN_HEADS, a->heads),
+                                GIVEN(COLLAGE_RUN_KV_HEADS, a->kv_heads), GIVEN(COLLAGE_RUN_DIM, a->dim),
+                                GIVEN(COLLAGE_RUN_HIDDEN, a->hidden));
+#undef GIVEN
+    return !known || strcmp(collage_family_name(pc.family), s->model) || pc.num_layers != s->cfg.layers ||
+           pc.num_heads != s->cfg.heads || pc.channels != s->cfg.dim || pc.num_kv_heads != s->cfg.kv_heads ||
+           pc.hidden_dim != s->cfg.hidden;
 }
 
 int collage_run_conflict(const collage_run_saved *saved, const collage_run_config *asked, unsigned given, char *why,
@@ -293,7 +317,7 @@ int collage_run_conflict(const collage_run_saved *saved, const collage_run_confi
     }
     if ((given & COLLAGE_RUN_MODEL) && conflict_model(saved, a, given)) {
         snprintf(why, cap, "--model %.200s", a->model ? a->model : "tiny");
-        snprintf(was, cap, "%d layers, %d heads, dim %d", s->layers, s->heads, s->dim);
+        snprintf(was, cap, "a %.60s model of %d layers, %d heads, dim %d", saved->model, s->layers, s->heads, s->dim);
         return 1;
     }
     return 0;

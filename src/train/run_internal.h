@@ -11,7 +11,7 @@
 
 struct collage_run {
     collage_run_config cfg;       /* resolved: the preset's shape, seq, warmup filled in */
-    char model_name[64], tokenizer_name[64], *data;
+    char model_name[64], tokenizer_name[64], *data, *init;
     collage_comm comm;            /* a copy; has_comm 0: one process */
     int has_comm;
     collage_tokenizer *tok;
@@ -30,6 +30,8 @@ struct collage_run {
     int scale_good;               /* finite steps since it last changed */
     uint64_t fingerprint;
     int resumed_ranks, resumed_accum;
+    int mlm;                      /* the model's objective is masked LM (mlm.c) */
+    int32_t *gin, *gtg;           /* masked LM: the whole global batch, masked */
     uint64_t run_id;              /* the lineage of its checkpoints: new for a new run, kept on resume */
     int skipped;                  /* steps skipped so far (non-finite gradient): the optimizer's count lags by it */
     int streak, first_bad;        /* skipped steps in a row, and the first bad step of the streak */
@@ -43,6 +45,11 @@ collage_status run_fail(collage_run *r, collage_status st, const char *fmt, ...)
 /* Every rank says whether it failed; all learn it. st: this rank's status. Returns st on the failing
  * rank, COLLAGE_ERR_PEER (with a message naming the rank) on the others, COLLAGE_OK when none failed. */
 collage_status run_agree(collage_run *r, collage_status st, const char *what);
+
+/* mlm.c: micro-batch k of batch `step` of a split (a training step's, or an evaluation's) into r->in and
+ * r->tg: next-token windows, or masked-LM inputs and targets with *divisor the loss divisor of
+ * collage_batch (0: the micro-batch's mean). 0, or -1 when the split has no such batch. */
+int run_micro_batch(collage_run *r, collage_split split, uint64_t step, int k, double *divisor);
 
 /* The divergence watch after step `step` (run.c): st, or COLLAGE_ERR_NONFINITE with a message when
  * the step was skipped or made the run diverge (r->diverged). */

@@ -18,7 +18,8 @@
  * start-up and apply the input as edits (truncation or extension, byte overwrites, and optionally the
  * checksum recomputed), so that mutations get past the magic and the checksum to the later checks;
  * so is the train.state target (a valid manifest, edited, its checksum line optionally recomputed).
- * Input: byte 0 picks the target (mod 7), the rest is its payload. */
+ * The checkpoint target edits a GPT-2 (llm.c format, fp32 or bf16), a BERT (collbert, fp32 or bf16) or
+ * a LLaMA (llama2.c's fp32) file. Input: byte 0 picks the target (mod 7), the rest is its payload. */
 #include "collage.h"
 #include "collage_data.h"
 #include "collage_model.h"
@@ -39,10 +40,17 @@ static char g_dir[256];                       /* the scratch folder */
 static collage_strategy g_strat[N_FUZZ_STRATS];
 static unsigned char *g_state[N_FUZZ_STRATS];
 static size_t g_state_len[N_FUZZ_STRATS];
-static unsigned char *g_ckpt[2];              /* fp32, bf16 */
-static size_t g_ckpt_len[2];
-static const collage_model_config g_cfg = {.family = COLLAGE_FAMILY_GPT2, .vocab_size = 16, .padded_vocab_size = 16,
-                                           .max_seq_len = 8, .num_layers = 1, .num_heads = 2, .channels = 8};
+static unsigned char *g_ckpt[5];              /* gpt2 fp32, gpt2 bf16, bert fp32, bert bf16, llama */
+static size_t g_ckpt_len[5];
+static const collage_model_config g_cfg[2] = {
+    {.family = COLLAGE_FAMILY_GPT2, .vocab_size = 16, .padded_vocab_size = 16, .max_seq_len = 8, .num_layers = 1,
+     .num_heads = 2, .channels = 8},
+    {.family = COLLAGE_FAMILY_BERT, .vocab_size = 17, .padded_vocab_size = 64, .max_seq_len = 8, .num_layers = 1,
+     .num_heads = 2, .channels = 8}};
+static const collage_model_config g_llama = {.family = COLLAGE_FAMILY_LLAMA, .vocab_size = 16, .padded_vocab_size = 16,
+                                             .max_seq_len = 8, .num_layers = 1, .num_heads = 2, .num_kv_heads = 1,
+                                             .channels = 8, .hidden_dim = 12, .untied = 1, .norm_eps = 1e-5,
+                                             .rope_theta = 10000.0};
 static collage_tokenizer *g_tok[2];           /* byte, gpt2 (NULL when its files are not installed) */
 
 enum { N_ELEM = 40 };
@@ -166,9 +174,9 @@ static void fuzz_state(const uint8_t *d, size_t n) {
 
 static void fuzz_ckpt(const uint8_t *d, size_t n) {
     if (n < 1) return;
-    int bf = d[0] & 1;
+    const int k = d[0] % 5; /* which of the five saved files */
     size_t len;
-    unsigned char *b = edit(g_ckpt[bf], g_ckpt_len[bf], d + 1, n - 1, &len, 0);
+    unsigned char *b = edit(g_ckpt[k], g_ckpt_len[k], d + 1, n - 1, &len, 0);
     char path[300], err[COLLAGE_ERR_LEN];
     snprintf(path, sizeof path, "%s/model.bin", g_dir);
     spit(path, b, len);
@@ -424,21 +432,31 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         g_state[s] = slurp(path, &g_state_len[s]);
         collage_adamw_free(o);
     }
-    size_t np = collage_model_num_params(&g_cfg);
-    if (!np) FAIL("the micro model's shape is invalid");
-    float *w = malloc(np * sizeof *w);
-    collage_bf16 *wb = malloc(np * sizeof *wb);
-    if (!w || !wb) FAIL("out of memory");
-    for (size_t i = 0; i < np; i++) { w[i] = 0.01f * (float)(i % 13); wb[i].bits = (uint16_t)(0x3c00 + i % 256); }
     char err[COLLAGE_ERR_LEN];
-    for (int bf = 0; bf < 2; bf++) {
-        snprintf(path, sizeof path, "%s/base_model.bin", g_dir);
-        if (collage_model_save_file(path, &g_cfg, bf ? (const void *)wb : (const void *)w, bf, err, sizeof err) != COLLAGE_OK)
-            FAIL("cannot save a checkpoint: %s", err);
-        g_ckpt[bf] = slurp(path, &g_ckpt_len[bf]);
+    for (int fam = 0; fam < 2; fam++) {
+        size_t np = collage_model_num_params(&g_cfg[fam]);
+        if (!np) FAIL("the micro model's shape is invalid");
+        float *w = malloc(np * sizeof *w);
+        collage_bf16 *wb = malloc(np * sizeof *wb);
+        if (!w || !wb) FAIL("out of memory");
+        for (size_t i = 0; i < np; i++) { w[i] = 0.01f * (float)(i % 13); wb[i].bits = (uint16_t)(0x3c00 + i % 256); }
+        for (int bf = 0; bf < 2; bf++) {
+            snprintf(path, sizeof path, "%s/base_model.bin", g_dir);
+            if (collage_model_save_file(path, &g_cfg[fam], bf ? (const void *)wb : (const void *)w, bf, err, sizeof err) !=
+                COLLAGE_OK)
+                FAIL("cannot save a checkpoint: %s", err);
+            g_ckpt[2 * fam + bf] = slurp(path, &g_ckpt_len[2 * fam + bf]);
+        }
+        free(w);
+        free(wb);
     }
-    free(w);
-    free(wb);
+    const size_t nl = collage_model_num_params(&g_llama);
+    float *wl = calloc(nl ? nl : 1, sizeof *wl);
+    if (!nl || !wl) FAIL("the micro llama's shape is invalid");
+    snprintf(path, sizeof path, "%s/base_model.bin", g_dir);
+    if (collage_model_save_file(path, &g_llama, wl, 0, err, sizeof err) != COLLAGE_OK) FAIL("cannot save a llama: %s", err);
+    g_ckpt[4] = slurp(path, &g_ckpt_len[4]);
+    free(wl);
     if (collage_tokenizer_create(COLLAGE_TOKENIZER_BYTE, NULL, &g_tok[0], err, sizeof err) != COLLAGE_OK)
         FAIL("no byte tokenizer: %s", err);
     if (collage_tokenizer_create(COLLAGE_TOKENIZER_GPT2, NULL, &g_tok[1], err, sizeof err) != COLLAGE_OK) {

@@ -1,0 +1,153 @@
+"""On a machine with a CUDA GPU: the torch path of collage.torch.AdamW on the GPU against libcollage's
+step on the CPU, bit for bit, for every strategy (100 steps, three param groups, clipping, weight
+decay); a state saved on the GPU resumed on the CPU; and the step's time on GPT-2 124M's tensors on the
+GPU beside torch.optim.AdamW (fp32, fused; bf16). Prints one line per check and exits non-zero on a
+difference.
+
+    COLLAGE_LIB=build/libcollage.so python3 python/bench/device_check.py [--steps 100] [--no-timing]
+"""
+
+import argparse
+import io
+import os
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, ".."), os.path.join(HERE, "..", "tests")]
+import collage  # noqa: E402
+import collage.torch as ct  # noqa: E402
+from helpers import SHAPES, flat, make_opt, make_params, run, same_bits  # noqa: E402
+
+
+def on(params, device):
+    return [[torch.nn.Parameter(p.detach().to(device)) for p in grp] for grp in params]
+
+
+def compare(name, pa, oa, pb, ob):
+    bad = []
+    for i, (a, b) in enumerate(zip(flat(pa), flat(pb))):
+        if not same_bits(a, b):
+            bad.append(f"θ{i}")
+        for k, v in oa.state[a].items():
+            w = ob.state[b][k]
+            if (torch.is_tensor(v) and not same_bits(v, w)) or (not torch.is_tensor(v) and v != w):
+                bad.append(f"{k}{i}")
+    return bad
+
+
+def check_strategy(name, steps, dev):
+    cpu = make_params(name)
+    gpu = on(cpu, dev)
+    oc = make_opt(cpu, name, "c")
+    og = make_opt(gpu, name, "auto")
+    run(oc, cpu, steps)
+    run(og, gpu, steps)
+    bad = compare(name, cpu, oc, gpu, og)
+    same_norm = oc.last_stats["grad_norm"] == og.last_stats["grad_norm"]
+    e1, e2 = oc.last_stats["edq"], og.last_stats["edq"]
+    norms = "equal" if same_norm else f"{oc.last_stats['grad_norm']!r} vs {og.last_stats['grad_norm']!r}"
+    words = "every word equal" if not bad else "differ: " + ", ".join(bad[:8])
+    print(f"{'ok  ' if not bad and same_norm else 'DIFF'} {name:18s} C on CPU vs torch on {dev}, {steps} steps: "
+          f"{words}; grad norm {norms}; lost {e1['lost']:.4f} / {e2['lost']:.4f}")
+    return not bad and same_norm
+
+
+def check_resume(name, dev, first=30, rest=20):
+    ref = make_params(name)
+    oref = make_opt(ref, name, "c")
+    run(oref, ref, first + rest)
+    gpu = on(make_params(name), dev)
+    og = make_opt(gpu, name, "auto")
+    run(og, gpu, first)
+    buf = io.BytesIO()
+    torch.save({"w": [p.detach().cpu() for p in flat(gpu)], "opt": og.state_dict()}, buf)
+    buf.seek(0)
+    try:  # torch 2.6 and later load tensors only by default
+        saved = torch.load(buf, map_location="cpu", weights_only=False)
+    except TypeError:
+        saved = torch.load(buf, map_location="cpu")
+    cpu = make_params(name, seed=5)
+    with torch.no_grad():
+        for p, v in zip(flat(cpu), saved["w"]):
+            p.copy_(v)
+    oc = make_opt(cpu, name, "c")
+    oc.load_state_dict(saved["opt"])
+    run(oc, cpu, rest, start=first)
+    bad = compare(name, ref, oref, cpu, oc)
+    print(f"{'ok  ' if not bad else 'DIFF'} {name:18s} {first} steps on {dev}, saved, {rest} more on the CPU: "
+          f"{'as an unbroken CPU run' if not bad else ', '.join(bad[:8])}")
+    return not bad
+
+
+def timing(dev, names):
+    sys.path.insert(0, HERE)
+    from adamw import gpt2_shapes, grads_for, groups, params_of
+    shapes = gpt2_shapes()
+    n = sum(int(torch.Size(sh).numel()) for sh, _ in shapes)
+
+    def on_dev(ps):
+        ps = [torch.nn.Parameter(p.detach().to(dev)) for p in ps]
+        for p in ps:
+            p.grad = torch.randn_like(p, dtype=torch.float32).mul_(1e-3).to(p.dtype)
+        return ps
+
+    def clock(step, reps=10):
+        step()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            step()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / reps * 1e3
+
+    res = {}
+    for label, dt, make in (
+            ("torch.optim.AdamW fp32 fused", torch.float32, lambda ps: torch.optim.AdamW(groups(ps, shapes), lr=6e-4,
+                                                                                        fused=True)),
+            ("torch.optim.AdamW bf16 foreach", torch.bfloat16, lambda ps: torch.optim.AdamW(groups(ps, shapes), lr=6e-4,
+                                                                                           foreach=True))):
+        ps = on_dev(params_of(shapes, dt))
+        o = make(ps)
+
+        def step(o=o, ps=ps):
+            torch.nn.utils.clip_grad_norm_(ps, 1.0)
+            o.step()
+        res[label] = clock(step)
+        del o, ps
+    for name in names:
+        s = collage.strategy(name)
+        ps = on_dev(params_of(shapes, torch.float32 if s.weights.format == "fp32" else torch.bfloat16))
+        o = ct.AdamW(groups(ps, shapes), precision=name, lr=6e-4, max_grad_norm=1.0)
+        res[f"collage.torch.AdamW {name}"] = clock(o.step, reps=5)
+        del o, ps
+    print(f"GPT-2 124M ({n:,} parameters, 148 tensors) on {torch.cuda.get_device_name()}, torch {torch.__version__}:")
+    for k, v in res.items():
+        print(f"  {k:40s} {v:9.1f} ms/step")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--no-timing", action="store_true")
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing to check")
+        return 0
+    dev = torch.device("cuda")
+    ok = True
+    for s in collage.strategies():
+        if s.name in ct._lines.STRATEGY_LINES:
+            ok &= check_strategy(s.name, a.steps, dev)
+    for name in ("collage-plus", "bf16-sr", "bf16-remainder", "bf16-master"):
+        ok &= check_resume(name, dev)
+    if not a.no_timing:
+        timing(dev, ["collage-light", "collage-plus", "bf16-master"])
+    print("all equal" if ok else "DIFFERENCES")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

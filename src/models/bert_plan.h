@@ -1,0 +1,69 @@
+/* bert_plan.h — the BERT family's slabs, shared by bert.c (the model object, the float and double graphs)
+ * and bert_bf16.c (the bf16 graph): where each parameter tensor and each stored activation lives, and
+ * what one call hands the graph. Private. */
+#ifndef COLLAGE_BERT_PLAN_H
+#define COLLAGE_BERT_PLAN_H
+
+#include "bert.h"
+#include "nn_bert.h"
+
+/* Stored activations: the embedding, then per layer the post-norm block (r1 = x + attention, h = LN1(r1),
+ * r2 = h + MLP(h), x' = LN2(r2)), then the head on the K scored rows (hx gathered from the last x, hu =
+ * dense, hg = GELU, hln = LayerNorm, the logits and losses), then the backward's buffers. dlogits exists in
+ * the bf16 model only (the float models turn the probabilities into it in place); dtmp in the float models
+ * only (the product whose rounded result is added to the residual's gradient). */
+enum {
+    BA_EMB = 0, BA_X0, BA_X0_MEAN, BA_X0_RSTD,
+    BA_QKV, BA_ATTY, BA_ATT, BA_R1, BA_H, BA_H_MEAN, BA_H_RSTD, BA_FCH, BA_FCH_GELU, BA_R2, BA_X, BA_X_MEAN,
+    BA_X_RSTD,
+    BA_HX, BA_HU, BA_HG, BA_HLN, BA_HLN_MEAN, BA_HLN_RSTD, BA_LOGITS, BA_LOSSES,
+    BA_DRES, BA_DLN, BA_DATTY, BA_DQKV, BA_DFCH, BA_DH1, BA_DH2, BA_DLOGITS, BA_DTMP, BA_SCR, BA_COUNT
+};
+#define BA_FIRST_LAYER BA_QKV /* BA_QKV … BA_X_RSTD have a copy per layer */
+#define BA_LAST_LAYER BA_X_RSTD
+
+typedef struct {
+    int V, Vp, maxT, L, NH, C;
+    size_t p[BERT_NTENSORS], pl[BERT_NTENSORS]; /* parameter offset, per-layer stride */
+    /* activation k: offset in its slab, layer stride, count; in the bf16 model the bf16 ones are in a slab
+     * of their own (a16) and the rest in a float slab (a32) */
+    size_t a[BA_COUNT], al[BA_COUNT], an[BA_COUNT];
+    size_t nparams, nacts, nacts16;
+    /* bf16 model: the float sums of the gradients no product writes (biases, norms, wpe, wtt), per tensor */
+    size_t gs[BERT_NTENSORS];
+    size_t ngs;
+} bert_plan;
+
+/* What one forward works on: the tokens (padded positions read as id 0), the rows' lengths (NULL: all
+ * T), and the K scored positions (row-major index n = b·T + t, increasing) with their targets. */
+typedef struct {
+    const int *tok, *len, *rows, *tgt;
+    int B, T, K;
+    double divisor; /* the loss is Σ cross-entropy / divisor */
+} bert_io;
+
+/* 1: tensor k's gradient is written by a product's epilogue in the bf16 model. */
+static inline int bert_product_weight(int k) {
+    return k == BERT_WTE || k == BERT_QKVW || k == BERT_ATTPROJW || k == BERT_FCW || k == BERT_FCPROJW ||
+           k == BERT_HEADW;
+}
+
+/* The bf16 graph (bert_bf16.c), baseline and _avx512 (bert_bf16_avx512.c), the same values.
+ * forward: the trunk, and with io->K > 0 the head and its logits (probabilities and losses with tgt);
+ * returns Σ losses (0 without targets). backward: matrices rounded into g16 (add: onto what is there),
+ * the others summed into gs (zeroed here) and then rounded into g16 the same way. */
+typedef struct {
+    nn_ws *ws;
+    nn_bf16_path path;
+    int nt;
+} bert_bf16_env;
+#define BERT_BF16_GRAPH(S)                                                                                     \
+    int bert_bf16_reserve##S(const bert_plan *P, int N, const bert_bf16_env *e);                                \
+    double bert_forward_bf16##S(const bert_plan *P, const uint16_t *w, uint16_t *a16, float *a32,                \
+                                const bert_io *io, const bert_bf16_env *e);                                    \
+    void bert_backward_bf16##S(const bert_plan *P, const uint16_t *w, uint16_t *g16, float *gs, int add,         \
+                               uint16_t *a16, float *a32, const bert_io *io, const bert_bf16_env *e);
+BERT_BF16_GRAPH()
+BERT_BF16_GRAPH(_avx512)
+
+#endif

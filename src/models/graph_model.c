@@ -1,0 +1,273 @@
+/* graph_model.c — the model object of graph_model.h: slabs allocated at create, each call's input checked
+ * and copied, the family's float, double or bf16 graph run in the model's precision, gradients kept by
+ * the contracts of collage_model.h (+= in fp32 and fp64; one rounding per element in bf16), and the
+ * adapters that make it a family row's model calls. */
+#include "internal.h"
+#include "graph_model.h"
+#include "model.h"
+#include <math.h>
+#include <stdarg.h>
+
+struct gm_model {
+    const gm_graph *g;
+    collage_model_config cfg;
+    gm_precision prec;
+    int maxB, maxT;
+    void *plan;
+    gm_sizes sz;
+    size_t esize;           /* bytes per element of acts and grads: 4 (fp32, bf16-emulated) or 8 (fp64) */
+    void *acts;             /* float or double; in bf16 the float part */
+    void *grads;            /* float or double (bf16-emulated: its fp32 accumulator); NULL in bf16 */
+    collage_bf16 *grads16;  /* bf16 and bf16-emulated: the gradient slab handed out */
+    int grads16_zero;       /* zero_grad ran since the last backward: grads16 reads as zero */
+    float *w32;             /* bf16-emulated: the weights widened at each forward */
+    uint16_t *acts16;       /* bf16: the bf16 activations */
+    float *gsums;           /* bf16: the float sums of the gradients no product writes */
+    nn_ws ws;               /* bf16: the products' tile scratch */
+    nn_bf16_path path;      /* chosen at create */
+    const gm_bf16_graph *graph; /* the bf16 build of the last call */
+    const void *w_used;     /* the weights of the last forward (the caller's slab or w32) */
+    int *tok, *tgt;
+    int B, T, ready;        /* ready: a forward with targets awaits its backward */
+    char err[200];
+};
+
+__attribute__((format(printf, 3, 4)))
+static collage_status fail(gm_model *m, collage_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->err, sizeof m->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* The bf16 build for this call (collage_get_isa) and its scratch grown for the current thread count. */
+static collage_status bf16_env(gm_model *m, gm_env *e) {
+    *e = (gm_env){.ws = &m->ws, .path = m->path, .nt = collage__threads()};
+    m->graph = &m->g->bf16[collage_get_isa() == COLLAGE_ISA_AVX512];
+    if (m->graph->reserve(m->plan, m->maxB * m->maxT, e))
+        return fail(m, COLLAGE_ERR_NOMEM, "out of memory for the products' scratch (%d threads)", e->nt);
+    return COLLAGE_OK;
+}
+
+static collage_status alloc_slabs(gm_model *m) {
+    const size_t n = m->sz.nparams, bt = (size_t)m->maxB * (size_t)m->maxT;
+    const int bf16 = m->prec == GM_BF16, emu = m->prec == GM_BF16_EMULATED;
+    m->tok = calloc(bt, sizeof(int));
+    m->tgt = calloc(bt, sizeof(int));
+    m->acts = calloc(m->sz.nacts, m->esize);
+    int ok = m->tok && m->tgt && m->acts;
+    if (!bf16) ok = ok && (m->grads = calloc(n, m->esize));
+    if (bf16 || emu) ok = ok && (m->grads16 = calloc(n, sizeof(collage_bf16)));
+    if (emu) ok = ok && (m->w32 = calloc(n, sizeof(float)));
+    if (bf16) {
+        m->acts16 = calloc(m->sz.nacts16, sizeof(uint16_t));
+        m->gsums = calloc(m->sz.ngs ? m->sz.ngs : 1, sizeof(float));
+        m->path = nn_bf16_path_chosen();
+        gm_env e;
+        ok = ok && m->acts16 && m->gsums && bf16_env(m, &e) == COLLAGE_OK;
+    }
+    return ok ? COLLAGE_OK : COLLAGE_ERR_NOMEM;
+}
+
+collage_status gm_create(const gm_graph *g, const collage_model_config *cfg, gm_precision prec, int maxB, int maxT,
+                         gm_model **out) {
+    if (!out) return COLLAGE_ERR_NULL;
+    *out = NULL;
+    if (!g || !cfg) return COLLAGE_ERR_NULL;
+    if ((unsigned)prec >= GM_PRECISION_COUNT) return COLLAGE_ERR_ARG;
+    if (maxB < 1 || maxT < 1) return COLLAGE_ERR_SIZE;
+    gm_model *m = calloc(1, sizeof *m);
+    if (!m) return COLLAGE_ERR_NOMEM;
+    *m = (gm_model){.g = g, .cfg = *cfg, .prec = prec, .maxB = maxB, .maxT = maxT,
+                    .esize = prec == GM_FP64 ? sizeof(double) : sizeof(float)};
+    m->plan = g->plan_new(cfg, maxB, maxT, prec == GM_BF16, &m->sz);
+    if (!m->plan || alloc_slabs(m) != COLLAGE_OK) {
+        gm_free(m);
+        return COLLAGE_ERR_NOMEM;
+    }
+    *out = m;
+    return COLLAGE_OK;
+}
+
+void gm_free(gm_model *m) {
+    if (!m) return;
+    if (m->plan) m->g->plan_free(m->plan);
+    free(m->acts); free(m->grads); free(m->grads16); free(m->w32); free(m->tok); free(m->tgt);
+    free(m->acts16); free(m->gsums); nn_ws_free(&m->ws);
+    free(m);
+}
+
+size_t gm_size(const gm_model *m) { return m ? m->sz.nparams : 0; }
+const char *gm_error(const gm_model *m) { return m ? m->err : "no model"; }
+
+const char *gm_products(const gm_model *m) {
+    if (!m) return "none";
+    return m->prec == GM_BF16 ? nn_bf16_path_name(m->path) : m->prec == GM_FP64 ? "fp64 dgemm" : "fp32 sgemm";
+}
+
+collage_status gm_memory(const gm_model *m, collage_model_memory *out) {
+    if (!m || !out) return COLLAGE_ERR_NULL;
+    const size_t n = m->sz.nparams;
+    *out = (collage_model_memory){
+        .gradients = (m->grads ? n * m->esize : 0) + (m->grads16 ? n * sizeof(collage_bf16) : 0) +
+                     (m->gsums ? m->sz.ngs * sizeof(float) : 0),
+        .activations = m->sz.nacts * m->esize + (m->acts16 ? m->sz.nacts16 * sizeof(uint16_t) : 0) +
+                       2 * (size_t)m->maxB * (size_t)m->maxT * sizeof(int),
+        .scratch = m->ws.cap * sizeof(float) + (m->w32 ? n * sizeof(float) : 0)};
+    return COLLAGE_OK;
+}
+
+/* Sizes and token ids of one call; copies the ids into the model. */
+static collage_status take_input(gm_model *m, const void *params, const int *tokens, const int *targets, int B, int T) {
+    m->err[0] = 0;
+    if (!params || !tokens) return fail(m, COLLAGE_ERR_NULL, "params or tokens is NULL");
+    if (B < 1 || B > m->maxB || T < 1 || T > m->maxT)
+        return fail(m, COLLAGE_ERR_SIZE, "batch %d x %d outside 1..%d x 1..%d (maxB x maxT of create)", B, T, m->maxB,
+                    m->maxT);
+    const int V = m->cfg.vocab_size;
+    for (int n = 0; n < B * T; n++) {
+        if (tokens[n] < 0 || tokens[n] >= V)
+            return fail(m, COLLAGE_ERR_ARG, "token %d at (b %d, t %d) outside [0, vocab_size %d)", tokens[n], n / T,
+                        n % T, V);
+        if (targets && (targets[n] < 0 || targets[n] >= V))
+            return fail(m, COLLAGE_ERR_ARG, "target %d at (b %d, t %d) outside [0, vocab_size %d)", targets[n], n / T,
+                        n % T, V);
+    }
+    memcpy(m->tok, tokens, (size_t)B * T * sizeof(int));
+    if (targets) memcpy(m->tgt, targets, (size_t)B * T * sizeof(int));
+    return COLLAGE_OK;
+}
+
+/* The input checked, the bf16 build chosen, and the weights the graph reads (bf16-emulated: widened). */
+static collage_status begin_call(gm_model *m, const void *params, const int *tokens, const int *targets, int B, int T,
+                                 gm_env *e, const void **w) {
+    m->ready = 0;
+    collage_status st = take_input(m, params, tokens, targets, B, T);
+    *e = (gm_env){0};
+    if (st == COLLAGE_OK && m->prec == GM_BF16) st = bf16_env(m, e);
+    if (st != COLLAGE_OK) return st;
+    *w = params;
+    if (m->prec == GM_BF16_EMULATED) {
+        collage_bf16_to_f32_row(m->w32, params, m->sz.nparams);
+        *w = m->w32;
+    }
+    return COLLAGE_OK;
+}
+
+collage_status gm_forward(gm_model *m, const void *params, const int *tokens, const int *targets, int B, int T,
+                          double *loss) {
+    if (!m) return COLLAGE_ERR_NULL;
+    gm_env e;
+    const void *w;
+    collage_status st = begin_call(m, params, tokens, targets, B, T, &e, &w);
+    if (st != COLLAGE_OK) return st;
+    const int nt = collage__threads(), *tgt = targets ? m->tgt : NULL;
+    nn_blas_begin();
+    double L;
+    if (m->prec == GM_BF16) L = m->graph->forward(m->plan, w, m->acts16, m->acts, m->tok, tgt, B, T, &e);
+    else if (m->prec == GM_FP64) L = m->g->forward_f64(m->plan, w, m->acts, m->tok, tgt, B, T, 0, nt);
+    else L = m->g->forward_f32(m->plan, w, m->acts, m->tok, tgt, B, T, m->prec == GM_BF16_EMULATED, nt);
+    nn_blas_end();
+    m->w_used = w;
+    m->B = B;
+    m->T = T;
+    m->ready = targets != NULL;
+    if (loss) *loss = L;
+    return COLLAGE_OK;
+}
+
+collage_status gm_backward(gm_model *m) {
+    if (!m) return COLLAGE_ERR_NULL;
+    if (!m->ready) return fail(m, COLLAGE_ERR_ARG, "backward needs a forward with targets before it (one backward each)");
+    gm_env e = {0};
+    if (m->prec == GM_BF16 && bf16_env(m, &e) != COLLAGE_OK) return COLLAGE_ERR_NOMEM;
+    m->ready = 0;
+    const int nt = collage__threads();
+    nn_blas_begin();
+    if (m->prec == GM_BF16)
+        m->graph->backward(m->plan, m->w_used, (uint16_t *)m->grads16, m->gsums, !m->grads16_zero, m->acts16, m->acts,
+                           m->tok, m->tgt, m->B, m->T, &e);
+    else if (m->prec == GM_FP64)
+        m->g->backward_f64(m->plan, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, 0, nt);
+    else
+        m->g->backward_f32(m->plan, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T,
+                           m->prec == GM_BF16_EMULATED, nt);
+    nn_blas_end();
+    if (m->prec == GM_BF16_EMULATED) collage_bf16_from_f32_row(m->grads16, m->grads, m->sz.nparams);
+    m->grads16_zero = 0;
+    return COLLAGE_OK;
+}
+
+void *gm_grads(gm_model *m) {
+    if (!m) return NULL;
+    if (!m->grads16) return m->grads;
+    if (m->grads16_zero) collage__zero_par(m->grads16, m->sz.nparams * sizeof(collage_bf16)); /* a backward would write it */
+    return m->grads16;
+}
+
+void gm_zero_grad(gm_model *m) {
+    if (!m) return;
+    if (m->grads) collage__zero_par(m->grads, m->sz.nparams * m->esize);
+    if (m->grads16) m->grads16_zero = 1;
+}
+
+collage_status gm_next_logits(gm_model *m, const void *params, const int *tokens, int T, float *logits) {
+    if (!m) return COLLAGE_ERR_NULL;
+    if (!logits) {
+        m->ready = 0;
+        return fail(m, COLLAGE_ERR_NULL, "logits is NULL");
+    }
+    gm_env e;
+    const void *w;
+    collage_status st = begin_call(m, params, tokens, NULL, 1, T, &e, &w);
+    if (st != COLLAGE_OK) return st;
+    const int nt = collage__threads(), V = m->cfg.vocab_size;
+    nn_blas_begin();
+    if (m->prec == GM_FP64) {
+        m->g->last_logits_f64(m->plan, w, m->acts, m->tok, T, 0, nt);
+        const double *x = (const double *)m->acts + m->sz.logits;
+        for (int i = 0; i < V; i++) logits[i] = (float)x[i];
+    } else {
+        if (m->prec == GM_BF16) m->graph->last_logits(m->plan, w, m->acts16, m->acts, m->tok, T, &e);
+        else m->g->last_logits_f32(m->plan, w, m->acts, m->tok, T, m->prec == GM_BF16_EMULATED, nt);
+        memcpy(logits, (const float *)m->acts + m->sz.logits, (size_t)V * sizeof(float));
+    }
+    nn_blas_end();
+    return COLLAGE_OK;
+}
+
+/* ---------------------------------------------------------------- a family row's model calls */
+gm_precision gm_precision_of(collage_real r) {
+    return r == COLLAGE_REAL_BF16 ? GM_BF16 : r == COLLAGE_REAL_FP64 ? GM_FP64 : GM_FP32;
+}
+void gm_row_free(void *m) { gm_free(m); }
+size_t gm_row_size(const void *m) { return gm_size(m); }
+const char *gm_row_error(const void *m) { return gm_error(m); }
+collage_status gm_row_forward(void *m, const void *params, const int *tokens, const int *targets, int B, int T,
+                              double *loss) {
+    return gm_forward(m, params, tokens, targets, B, T, loss);
+}
+collage_status gm_row_backward(void *m) { return gm_backward(m); }
+void *gm_row_grads(void *m) { return gm_grads(m); }
+void gm_row_zero_grad(void *m) { gm_zero_grad(m); }
+collage_status gm_row_next_logits(void *m, const void *params, const int *tokens, int T, float *logits) {
+    return gm_next_logits(m, params, tokens, T, logits);
+}
+const char *gm_row_products(const void *m) { return gm_products(m); }
+collage_status gm_row_memory(const void *m, collage_model_memory *out) { return gm_memory(m, out); }
+
+/* ---------------------------------------------------------------- initialisation */
+void gm_init_normal(float *x, size_t n, double sd, uint64_t key) {
+    const long pairs = (long)((n + 1) / 2);
+    const int nt = collage__threads();
+    (void)nt; /* unused without OpenMP */
+#pragma omp parallel for schedule(static) num_threads(nt) if (n >= 65536)
+    for (long p = 0; p < pairs; p++) {
+        const double u1 = ((double)collage_rand32(key, 2 * (uint64_t)p) + 1.0) * (1.0 / 4294967296.0); /* (0, 1] */
+        const double u2 = (double)collage_rand32(key, 2 * (uint64_t)p + 1) * (1.0 / 4294967296.0);
+        const double r = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
+        x[2 * p] = (float)(sd * (r * cos(th)));
+        if ((size_t)(2 * p + 1) < n) x[2 * p + 1] = (float)(sd * (r * sin(th)));
+    }
+}

@@ -1,0 +1,4 @@
+/* llama_bf16_avx512.c — llama_bf16.c compiled with AVX-512 (Makefile: ISA_FLAGS), every name suffixed
+ * _avx512; entered only on CPUs with AVX-512 (graph_model.c). */
+#define NN_BF16_BUILD_AVX512 1
+#include "llama_bf16.c"

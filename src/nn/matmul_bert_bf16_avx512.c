@@ -1,0 +1,4 @@
+/* matmul_bert_bf16_avx512.c — matmul_bert_bf16.c compiled with AVX-512 (Makefile: ISA_FLAGS), every name
+ * suffixed _avx512; entered only on CPUs with AVX-512 (src/models/bert.c). */
+#define NN_BF16_BUILD_AVX512 1
+#include "matmul_bert_bf16.c"

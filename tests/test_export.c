@@ -1,0 +1,155 @@
+/* test_export.c — collage_model_export_safetensors: every element of the slab lands where
+ * GPT2LMHeadModel expects it. The weights are their own slab index (fp32) or arbitrary bits (bf16), the
+ * file is parsed here (header length, JSON entries, byte ranges) and each tensor's elements are checked
+ * against this file's own table of llm.c's layout and Hugging Face's names and orientation; config.json
+ * carries the shape; bad arguments name the problem and leave no file. The Python suite reads the same
+ * files with numpy and runs them through a GPT-2 forward in torch (python/tests/test_export.py). */
+#include "collage.h"
+#include "collage_model.h"
+#include "harness.h"
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static char g_dir[256];
+
+/* V 19 in 24 rows: the export drops 5 padding rows of wte. */
+static collage_model_config micro(void) {
+    return (collage_model_config){.family = COLLAGE_FAMILY_GPT2, .vocab_size = 19, .padded_vocab_size = 24,
+                                  .max_seq_len = 8, .num_layers = 2, .num_heads = 2, .channels = 16};
+}
+
+/* One expected tensor: its Hugging Face name, the slab offset of its source matrix, the source's rows and
+ * columns (llm.c), how many rows are written, and whether it is written transposed. */
+typedef struct { char name[96]; size_t src, rows, cols, keep; int transpose; } want_t;
+
+static int expected(const collage_model_config *c, want_t *w) {
+    const size_t V = (size_t)c->vocab_size, Vp = (size_t)c->padded_vocab_size, T = (size_t)c->max_seq_len,
+                 L = (size_t)c->num_layers, C = (size_t)c->channels;
+    /* llm.c's order and per-layer shapes */
+    static const char *const hf[12] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                                       "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                                       "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+    const size_t rows[12] = {C, C, 3 * C, 3 * C, C, C, C, C, 4 * C, 4 * C, C, C};
+    const size_t cols[12] = {1, 1, C, 1, C, 1, 1, 1, C, 1, 4 * C, 1};
+    size_t off[12], at = Vp * C + T * C;
+    for (int k = 0; k < 12; k++) { off[k] = at; at += L * rows[k] * cols[k]; }
+    int n = 0;
+    w[n++] = (want_t){"transformer.wte.weight", 0, Vp, C, V, 0};
+    w[n++] = (want_t){"transformer.wpe.weight", Vp * C, T, C, T, 0};
+    for (size_t l = 0; l < L; l++)
+        for (int k = 0; k < 12; k++) {
+            want_t *e = &w[n++];
+            snprintf(e->name, sizeof e->name, "transformer.h.%zu.%s", l, hf[k]);
+            e->src = off[k] + l * rows[k] * cols[k];
+            e->rows = e->keep = rows[k];
+            e->cols = cols[k];
+            e->transpose = cols[k] > 1; /* every matrix of a block is a Conv1D: (in, out) */
+        }
+    w[n++] = (want_t){"transformer.ln_f.weight", at, C, 1, C, 0};
+    w[n++] = (want_t){"transformer.ln_f.bias", at + C, C, 1, C, 0};
+    return n;
+}
+
+/* Check one format: bf16 = 0, weights = their slab index as float; 1, weights = the index's low 16 bits. */
+static void check_export(int bf16) {
+    collage_model_config c = micro();
+    const size_t n = collage_model_num_params(&c), es = bf16 ? 2 : 4;
+    void *params = malloc(n * es);
+    for (size_t i = 0; i < n; i++) {
+        if (bf16) ((uint16_t *)params)[i] = (uint16_t)i;
+        else ((float *)params)[i] = (float)i;
+    }
+    char dir[300], path[400], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/%s", g_dir, bf16 ? "bf16" : "fp32");
+    collage_status st = collage_model_export_safetensors(dir, &c, params, bf16, err, sizeof err);
+    CHECK(st == COLLAGE_OK, "export: %s (%s)", collage_status_str(st), err);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    size_t len = 0;
+    unsigned char *file = h_read_file(path, &len);
+    CHECK(file && len > 8, "cannot read %s", path);
+    if (!file || len <= 8) { free(params); free(file); return; }
+    uint64_t hl = 0;
+    for (int i = 0; i < 8; i++) hl |= (uint64_t)file[i] << (8 * i);
+    CHECK((8 + hl) % 8 == 0 && 8 + hl <= len, "header length %llu in %zu bytes", (unsigned long long)hl, len);
+    char *hdr = (char *)file + 8;
+    const unsigned char *data = file + 8 + hl;
+    CHECK(strstr(hdr, "\"__metadata__\":{\"format\":\"pt\"") == hdr + 1, "metadata first, format pt");
+    want_t w[64];
+    const int nw = expected(&c, w);
+    size_t end = 0, total = 0;
+    for (int t = 0; t < nw; t++) {
+        char key[160];
+        snprintf(key, sizeof key, "\"%.96s\":{", w[t].name);
+        const char *e = strstr(hdr, key);
+        CHECK(e && e < hdr + hl, "%s is not in the header", w[t].name);
+        if (!e) continue;
+        const size_t r = w[t].transpose ? w[t].cols : w[t].keep, cc = w[t].transpose ? w[t].keep : w[t].cols;
+        char want_dt[256];
+        if (w[t].cols > 1) snprintf(want_dt, sizeof want_dt, "%s\"dtype\":\"%s\",\"shape\":[%zu,%zu],", key, bf16 ? "BF16" : "F32", r, cc);
+        else snprintf(want_dt, sizeof want_dt, "%s\"dtype\":\"%s\",\"shape\":[%zu],", key, bf16 ? "BF16" : "F32", r);
+        CHECK(strncmp(e, want_dt, strlen(want_dt)) == 0, "%s: %.120s", w[t].name, e);
+        size_t a = 0, b = 0;
+        const char *o = strstr(e, "\"data_offsets\":[");
+        CHECK(o && sscanf(o, "\"data_offsets\":[%zu,%zu]", &a, &b) == 2, "%s: no data_offsets", w[t].name);
+        CHECK(a == end && b - a == r * cc * es && 8 + hl + b <= len, "%s: bytes [%zu, %zu) after %zu", w[t].name, a, b, end);
+        end = b;
+        total += r * cc;
+        int bad = 0;
+        for (size_t i = 0; i < r && b <= len; i++)     /* as written: r rows of cc */
+            for (size_t j = 0; j < cc; j++) {
+                const size_t src = w[t].src + (w[t].transpose ? j * w[t].cols + i : i * w[t].cols + j);
+                const unsigned char *p = data + a + (i * cc + j) * es;
+                if (bf16) { uint16_t v; memcpy(&v, p, 2); bad += v != (uint16_t)src; }
+                else { float v; memcpy(&v, p, 4); bad += v != (float)src; }
+            }
+        CHECK(bad == 0, "%s: %d elements not from where llm.c keeps them", w[t].name, bad);
+    }
+    CHECK(8 + hl + end == len, "the tensors end at %zu of %zu bytes", 8 + hl + end, len);
+    CHECK(total == n - (size_t)(c.padded_vocab_size - c.vocab_size) * (size_t)c.channels, "%zu of %zu elements", total, n);
+    free(file);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *cfg = (char *)h_read_file(path, &len);
+    CHECK(cfg && strstr(cfg, "\"architectures\": [\"GPT2LMHeadModel\"]") && strstr(cfg, "\"vocab_size\": 19,") &&
+          strstr(cfg, "\"n_positions\": 8,") && strstr(cfg, "\"n_embd\": 16,") && strstr(cfg, "\"n_layer\": 2,") &&
+          strstr(cfg, "\"n_head\": 2,") && strstr(cfg, bf16 ? "\"torch_dtype\": \"bfloat16\"" : "\"torch_dtype\": \"float32\""),
+          "config.json: %s", cfg ? cfg : "(missing)");
+    free(cfg);
+    free(params);
+}
+
+static void test_safetensors_fp32(void) { check_export(0); }
+static void test_safetensors_bf16(void) { check_export(1); }
+
+static void test_bad_arguments(void) {
+    collage_model_config c = micro();
+    float *p = calloc(collage_model_num_params(&c), sizeof *p);
+    char err[512] = "", dir[400];
+    snprintf(dir, sizeof dir, "%s/no/such/parent", g_dir);
+    CHECK(collage_model_export_safetensors(dir, &c, p, 0, err, sizeof err) == COLLAGE_ERR_IO && strstr(err, dir),
+          "missing parent: %s", err);
+    struct stat sb;
+    CHECK(stat(dir, &sb) != 0, "a folder was made under a missing parent");
+    CHECK(collage_model_export_safetensors(NULL, &c, p, 0, err, sizeof err) == COLLAGE_ERR_NULL, "NULL folder");
+    CHECK(collage_model_export_safetensors(g_dir, &c, NULL, 0, err, sizeof err) == COLLAGE_ERR_NULL, "NULL weights");
+    collage_model_config bad = c;
+    bad.num_heads = 3; /* 16 channels do not split into 3 heads */
+    snprintf(dir, sizeof dir, "%s/bad", g_dir);
+    CHECK(collage_model_export_safetensors(dir, &bad, p, 0, err, sizeof err) != COLLAGE_OK && strstr(err, "export:"),
+          "invalid config: %s", err);
+    CHECK(stat(dir, &sb) != 0, "a folder was made for an invalid config");
+    free(p);
+}
+
+int main(void) {
+    printf("test_export\n");
+    snprintf(g_dir, sizeof g_dir, "/tmp/collage_test_export_XXXXXX");
+    if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
+    RUN(test_safetensors_fp32);
+    RUN(test_safetensors_bf16);
+    RUN(test_bad_arguments);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) printf("    could not remove %s\n", g_dir);
+    return h_end();
+}
