@@ -50,7 +50,7 @@ class Strategy:
     index: int
     name: str
     alias: str
-    arith: str                 # the format AdamW's lines round to: "fp32" or "bf16"
+    arith: str                 # the format AdamW's lines round to: "fp32", "bf16" or "fp16"
     words: tuple               # Word, in role order (θ first)
     keeps_update_in: str       # where an update too small for θ is kept; None: it is lost
     bytes_per_param: float     # every word plus the gradient

@@ -68,3 +68,12 @@ def test_missing_checkpoint_names_the_file(tmp_path):
     bad.write_bytes(b"\0" * 2000)
     with pytest.raises(collage.CollageError, match=r"model.bin. is not a model checkpoint \(known formats"):
         ct.load(bad)
+
+
+@pytest.mark.parametrize("name", [s.name for s in collage.strategies() if s.weights.format == "fp16"])
+def test_fp16_strategies_refused_with_the_reason(name):
+    p = torch.zeros(4, dtype=torch.float16, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="fp16 strategy"):
+        ct.AdamW([p], precision=name, eps=1e-4)
+    with pytest.raises(NotImplementedError, match="loss scaling"):
+        ct.to_collage(torch.nn.Linear(2, 2), name)

@@ -437,6 +437,7 @@ static collage_status fam_create(const collage_model_config *cfg, collage_real p
     static const bert_precision P[COLLAGE_REAL_COUNT] = {
         [COLLAGE_REAL_FP32] = BERT_FP32, [COLLAGE_REAL_BF16] = BERT_BF16, [COLLAGE_REAL_FP64] = BERT_FP64};
     if ((unsigned)prec >= COLLAGE_REAL_COUNT) return COLLAGE_ERR_ARG;
+    if (prec == COLLAGE_REAL_FP16) return COLLAGE_ERR_UNSUPPORTED; /* no fp16-storage graph */
     bert_model *m = NULL;
     collage_status st = bert_create(cfg, P[prec], maxB, maxT, &m);
     *impl = m;

@@ -261,6 +261,7 @@ const gm_graph collage__llama_graph = {
 static collage_status fam_create(const collage_model_config *cfg, collage_real prec, int maxB, int maxT, void **impl) {
     *impl = NULL;
     if ((unsigned)prec >= COLLAGE_REAL_COUNT) return COLLAGE_ERR_ARG;
+    if (prec == COLLAGE_REAL_FP16) return COLLAGE_ERR_UNSUPPORTED; /* no fp16-storage graph */
     collage_status st = llama_check(cfg, maxB, maxT, NULL, 0);
     if (st != COLLAGE_OK) return st;
     gm_model *m = NULL;

@@ -154,7 +154,11 @@ static collage_status open_data(collage_run *r, const char *resume_dir, const co
 static collage_status make_model(collage_run *r) {
     collage_run_config *c = &r->cfg;
     collage_real prec = r->bf16 == 2 ? COLLAGE_REAL_FP16 : r->bf16 ? COLLAGE_REAL_BF16 : COLLAGE_REAL_FP32;
-    if (collage_model_create(&r->mc, prec, r->Bm, c->seq, &r->m) != COLLAGE_OK)
+    collage_status mst = collage_model_create(&r->mc, prec, r->Bm, c->seq, &r->m);
+    if (mst == COLLAGE_ERR_UNSUPPORTED)
+        return run_fail(r, COLLAGE_ERR_ARG, "the %s family has no %s model: %s trains GPT-2 models only",
+                        collage_family_name(r->mc.family), collage_real_name(prec), collage_strategy_name(c->strategy));
+    if (mst != COLLAGE_OK)
         return run_fail(r, COLLAGE_ERR_NOMEM, "cannot create the model (%zu parameters)", collage_model_num_params(&r->mc));
     r->n = collage_model_size(r->m);
     collage_shard_bounds(r->n, r->P, r->R, &r->lo, &r->hi);

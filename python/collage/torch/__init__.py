@@ -17,6 +17,7 @@ import torch
 from .. import export as _export
 from .. import strategy as _strategy
 from . import _lines
+from . import _optim
 from ._optim import AdamW
 
 __all__ = ["AdamW", "to_collage", "load", "read_safetensors"]
@@ -31,6 +32,7 @@ def to_collage(model, precision="collage-light"):
     hold w exactly; strategies that keep θ alone keep RN(w). Float64 weights are rounded to fp32 first.
     Returns the model."""
     s = _strategy(precision)
+    _optim._supported_or_raise(s)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[s.weights.format]
     with torch.no_grad():
         for p in model.parameters():

@@ -28,6 +28,14 @@ from . import _lines
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int16": torch.int16}
 
 
+def _supported_or_raise(strategy):
+    """The package steps the bf16 and fp32 strategies of the table; the fp16 ones train with loss scaling
+    (numerics.md §12), which lives in libcollage's training run and not here."""
+    if strategy.weights.format == "fp16":
+        raise NotImplementedError(f"'{strategy.name}' is an fp16 strategy (fp16 weights): collage.torch steps the bf16 and fp32 "
+                                  "strategies (fp16 training needs the loss scaling of `collage train`)")
+
+
 def _dtype_of(fmt, strategy):
     if fmt not in _DTYPES:
         raise NotImplementedError(f"'{strategy.name}' stores a word in {fmt}, which the Python package cannot hold")
@@ -105,6 +113,7 @@ class AdamW(torch.optim.Optimizer):
     def __init__(self, params, precision="collage-light", lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
                  max_grad_norm=None, edq=False, seed=0, skip_nonfinite=False, backend="auto"):
         self.strategy = _strategy(precision)
+        _supported_or_raise(self.strategy)
         for w in self.strategy.words:
             _dtype_of(w.format, self.strategy)
         if backend not in ("auto", "torch", "c"):
