@@ -1598,55 +1598,69 @@ static void test_caller_words(void) {
  * optimizers stepped one by one with collage_adamw_step_sumsq; past COLLAGE_STEP_MANY_MAX in batches;
  * a skipped step and bad arguments change nothing. */
 #define MANY_K 5
-static void test_step_many(void) {
-    static const size_t sizes[MANY_K] = {40000, 17, 16384, 3, 20003};
+/* One strategy through step_many against step_sumsq one by one, on tensors of these sizes. */
+static void step_many_case(collage_strategy s, const size_t sizes[MANY_K], const float *w0, uint16_t *g, float *gf,
+                           double *ka, double *kb) {
     static const double lrs[MANY_K] = {1e-3, 2e-3, 1e-3, 5e-4, 3e-3};
     size_t total = 0, off[MANY_K];
     for (int j = 0; j < MANY_K; j++) { off[j] = total; total += sizes[j]; }
+    collage_adamw *a[MANY_K], *b[MANY_K];
+    for (int j = 0; j < MANY_K; j++) {
+        collage_adamw_config c = {.strategy = s, .n = sizes[j], .beta2 = 0.95, .weight_decay = 0.1 * j, .clip = 0.5,
+                                  .edq = 1, .seed = 5, .index0 = off[j], .total = total};
+        a[j] = mk(&c);
+        b[j] = mk(&c);
+        if (a[j]) collage_adamw_set_weights_f32(a[j], w0 + off[j], sizes[j]);
+        if (b[j]) collage_adamw_set_weights_f32(b[j], w0 + off[j], sizes[j]);
+    }
+    int ok = 1;
+    for (int j = 0; j < MANY_K; j++) ok &= a[j] && b[j];
+    for (int t = 0; ok && t < 4; t++) {
+        for (size_t i = 0; i < total; i++) g[i] = rnd_bf16(-8, 2);
+        const void *gp[MANY_K];
+        double sumsq = 0;
+        for (int j = 0; j < MANY_K; j++) {
+            gp[j] = grad_ptr(s, g + off[j], gf + off[j], sizes[j]);
+            double part;
+            collage_adamw_grad_sumsq(a[j], gp[j], &part);
+            sumsq += part;
+        }
+        collage_step_stats sa[MANY_K], sb[MANY_K];
+        for (int j = 0; j < MANY_K; j++) collage_adamw_step_sumsq(a[j], gp[j], lrs[j], sumsq, &sa[j]);
+        collage_status st = collage_adamw_step_many(b, gp, lrs, MANY_K, sumsq, sb);
+        CHECK(st == COLLAGE_OK, "%s: step_many: %s", SNAME(s), collage_status_str(st));
+        for (int j = 0; j < MANY_K; j++) {
+            collage_adamw_kept_f64(a[j], ka, sizes[j]);
+            collage_adamw_kept_f64(b[j], kb, sizes[j]);
+            CHECK(!memcmp(collage_adamw_params(a[j]), collage_adamw_params(b[j]), sizes[j] * wsize(s)) &&
+                      !memcmp(ka, kb, sizes[j] * 8), "%s: step %d, tensor %d differs", SNAME(s), t, j);
+            CHECK(sa[j].step == sb[j].step && sa[j].clip_coef == sb[j].clip_coef && sa[j].grad_norm == sb[j].grad_norm &&
+                      sa[j].edq.sum_dot == sb[j].edq.sum_dot && sa[j].edq.sum_nn == sb[j].edq.sum_nn &&
+                      sa[j].edq.lost_count == sb[j].edq.lost_count && sa[j].tie_free == sb[j].tie_free,
+                  "%s: step %d, tensor %d: stats differ", SNAME(s), t, j);
+        }
+    }
+    CHECK(ok, "%s: create", SNAME(s));
+    for (int j = 0; j < MANY_K; j++) { collage_adamw_free(a[j]); collage_adamw_free(b[j]); }
+}
+
+static void test_step_many(void) {
+    static const size_t sizes[MANY_K] = {40000, 17, 16384, 3, 20003};
+    /* 8-bit moments are scaled per COLLAGE_QBLOCK slab elements: tensors start on a block */
+    static const size_t qsizes[MANY_K] = {40192, 256, 16384, 512, 20003};
+    size_t total = 0;
+    for (int j = 0; j < MANY_K; j++) total += qsizes[j] > sizes[j] ? qsizes[j] : sizes[j];
     uint16_t *g = malloc(total * 2);
     float *gf = malloc(total * 4), *w0 = malloc(total * 4);
     double *ka = malloc(total * 8), *kb = malloc(total * 8);
     h_seed(911);
     for (size_t i = 0; i < total; i++) w0[i] = (float)gauss();
-    for (int si = 0; si < NS; si++) {
-        collage_strategy s = ALL[si];
-        collage_adamw *a[MANY_K], *b[MANY_K];
-        for (int j = 0; j < MANY_K; j++) {
-            collage_adamw_config c = {.strategy = s, .n = sizes[j], .beta2 = 0.95, .weight_decay = 0.1 * j, .clip = 0.5,
-                                      .edq = 1, .seed = 5, .index0 = off[j], .total = total};
-            a[j] = mk(&c);
-            b[j] = mk(&c);
-            if (a[j]) collage_adamw_set_weights_f32(a[j], w0 + off[j], sizes[j]);
-            if (b[j]) collage_adamw_set_weights_f32(b[j], w0 + off[j], sizes[j]);
-        }
-        int ok = 1;
-        for (int j = 0; j < MANY_K; j++) ok &= a[j] && b[j];
-        for (int t = 0; ok && t < 4; t++) {
-            for (size_t i = 0; i < total; i++) g[i] = rnd_bf16(-8, 2);
-            const void *gp[MANY_K];
-            double sumsq = 0;
-            for (int j = 0; j < MANY_K; j++) {
-                gp[j] = grad_ptr(s, g + off[j], gf + off[j], sizes[j]);
-                double part;
-                collage_adamw_grad_sumsq(a[j], gp[j], &part);
-                sumsq += part;
-            }
-            collage_step_stats sa[MANY_K], sb[MANY_K];
-            for (int j = 0; j < MANY_K; j++) collage_adamw_step_sumsq(a[j], gp[j], lrs[j], sumsq, &sa[j]);
-            collage_status st = collage_adamw_step_many(b, gp, lrs, MANY_K, sumsq, sb);
-            CHECK(st == COLLAGE_OK, "%s: step_many: %s", SNAME(s), collage_status_str(st));
-            for (int j = 0; j < MANY_K; j++) {
-                collage_adamw_kept_f64(a[j], ka, sizes[j]);
-                collage_adamw_kept_f64(b[j], kb, sizes[j]);
-                CHECK(!memcmp(collage_adamw_params(a[j]), collage_adamw_params(b[j]), sizes[j] * wsize(s)) &&
-                          !memcmp(ka, kb, sizes[j] * 8), "%s: step %d, tensor %d differs", SNAME(s), t, j);
-                CHECK(sa[j].step == sb[j].step && sa[j].clip_coef == sb[j].clip_coef && sa[j].grad_norm == sb[j].grad_norm &&
-                          sa[j].edq.sum_dot == sb[j].edq.sum_dot && sa[j].edq.sum_nn == sb[j].edq.sum_nn &&
-                          sa[j].edq.lost_count == sb[j].edq.lost_count && sa[j].tie_free == sb[j].tie_free,
-                      "%s: step %d, tensor %d: stats differ", SNAME(s), t, j);
-            }
-        }
-        for (int j = 0; j < MANY_K; j++) { collage_adamw_free(a[j]); collage_adamw_free(b[j]); }
+    for (int si = 0; si < NS; si++) step_many_case(ALL[si], sizes, w0, g, gf, ka, kb);
+    static const char *const composed[] = {"collage-light+m=int8,v=int8", "bf16-sr+m=e4m3,v=int8,q=sr"};
+    for (int i = 0; i < 2; i++) {
+        collage_strategy s;
+        CHECK(collage_strategy_parse(composed[i], &s) == COLLAGE_OK, "%s", composed[i]);
+        step_many_case(s, qsizes, w0, g, gf, ka, kb);
     }
     /* batches: more optimizers than one call's loop takes */
     enum { KB = COLLAGE_STEP_MANY_MAX + 44 };
