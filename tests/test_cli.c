@@ -393,6 +393,10 @@ static void test_bert(void) {
 #define LEARN_STEPS 400
 #define LEARN_FACTOR 2.0 /* accuracy over that byte's frequency, at least */
 static void test_bert_learns(void) {
+    if (getenv("COLLAGE_TEST_QUICK")) { /* 400 steps under a sanitizer: test_bert and test_bert's CLI rows run its code */
+        printf("    COLLAGE_TEST_QUICK: not run (the plain suite runs it)\n");
+        return;
+    }
     char out[8192], sum[600];
     snprintf(sum, sizeof sum, "%s/bert-learn.json", g_dir);
     int rc = h_sh(out, sizeof out, "%s train --model bert-tiny --data %s --seq 8 --batch 32 --steps %d --eval-every %d "

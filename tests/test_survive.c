@@ -1,7 +1,7 @@
 /* test_survive.c — runs that survive. kill -9 at random moments of runs that save a checkpoint every
- * step (100 kills; 20 with COLLAGE_TEST_QUICK=1): every kill leaves a folder that --resume continues,
+ * step (100 kills; 10 with COLLAGE_TEST_QUICK=1): every kill leaves a folder that --resume continues,
  * to the uninterrupted run's losses and final checkpoint bytes, and the next run leaves no temporary
- * file; the same under 2 MPI ranks (20 kills; 5 quick; skipped without MPI). A full disk (a small
+ * file; the same under 2 MPI ranks (20 kills; 3 quick; skipped without MPI). A full disk (a small
  * tmpfs, mounted when the test may): the save fails with "No space left on device" and the checkpoint
  * before it resumes; a first save that does not fit leaves nothing. SIGINT at a random step saves
  * that step, and the run resumes bit for bit; a second signal exits at once. A run with an absurd
@@ -20,9 +20,9 @@
 #define TINY "--model tiny --layers 1 --dim 32 --heads 2 --batch 4 --seq 16 --threads 1 --quiet"
 #define KILL_STEPS 16            /* steps of a killed run (a save after each) */
 #define KILLS 100
-#define KILLS_QUICK 20
+#define KILLS_QUICK 10
 #define MPI_KILLS 20
-#define MPI_KILLS_QUICK 5
+#define MPI_KILLS_QUICK 3
 #define MPIRUN "timeout -k 10 120 mpirun --oversubscribe -x LSAN_OPTIONS -x ASAN_OPTIONS -x PMIX_MCA_mca_base_component_disable_dlclose -np 2"
 
 static char g_bin[1024], g_dir[256], g_text[512], g_fast[512]; /* g_fast: a tmpfs folder when there is one */
