@@ -3,6 +3,8 @@
 # A program that crashes or exits non-zero without counting a failure counts as one failure.
 build=${1:-build}
 pass=0; fail=0
+# the sanitizer runtime's own leak (tests/lsan.supp); other LSAN_OPTIONS are kept
+export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 for t in "$build"/tests/test_*; do
   [ -x "$t" ] || continue
   echo "== $(basename "$t")"
