@@ -48,12 +48,12 @@ struct collage_adamw {
     uint64_t *gcount;       /* 2 (n_groups + 1): lost, nonzero */
     int *group_nt;          /* n_groups + 1: this step's nt flag (adamw_k) for each group's blocks */
     /* The step under way, between step_begin and step_end: its scalars, slabs and instruction set, and
-     * (collage_adamw_step_many) the index of its first block among all the optimizers' blocks. */
+     * (collage_adamw_step_many) the index of its first work unit (step_unit) among all the optimizers' units. */
     adamw_k k;
     adamw_slabs S;
     collage_isa isa;
     double lr;
-    size_t block0;
+    size_t unit0;
     tie_memo memo[TIE_MEMO];
     int memo_next;
     size_t tie_proof_min;   /* the proof is tried from this many elements on */
@@ -567,24 +567,13 @@ static int set_group_nt(collage_adamw *o, collage_isa isa, const adamw_k *k, dou
     return least;
 }
 
-/* An 8-bit strategy's step: its work items (make_qitems) in parallel, each piece with its group's lr·wd
- * and its block's EDQ sums. */
-static void q8_steps(collage_adamw *o, const adamw_slabs *S, const adamw_k *k, double lr, int edq, collage_isa isa, int nt) {
-    const collage_strategy s = o->cfg.strategy;
+/* An 8-bit strategy's pieces for the step under way: each with its group's lr·wd and its block's EDQ
+ * sums (zeroed). */
+static void q8_prepare(collage_adamw *o) {
     for (size_t bi = 0; bi < o->n_blocks; bi++) {
-        o->pieces[bi].lrwd = group_lrwd(o, o->blocks[bi].group, lr);
-        o->pieces[bi].acc = edq ? &o->acc[bi] : NULL;
-        if (edq) memset(&o->acc[bi], 0, sizeof o->acc[bi]);
-    }
-    const long nq = (long)o->n_qitems;
-    (void)nt; /* unused without OpenMP */
-#pragma omp parallel for schedule(static) num_threads(nt) if (o->cfg.n > BLOCK)
-    for (long q = 0; q < nq; q++) {
-        const adamw_piece *P = &o->pieces[o->qitem[q]];
-        const int np = (int)(o->qitem[q + 1] - o->qitem[q]);
-        if (isa == COLLAGE_ISA_AVX512) collage__adamw_q8_avx512(s, S, P, np, k);
-        else if (isa == COLLAGE_ISA_AVX2) collage__adamw_q8_avx2(s, S, P, np, k);
-        else collage__adamw_q8_ref(s, S, P, np, k);
+        o->pieces[bi].lrwd = group_lrwd(o, o->blocks[bi].group, o->lr);
+        o->pieces[bi].acc = o->cfg.edq ? &o->acc[bi] : NULL;
+        if (o->cfg.edq) memset(&o->acc[bi], 0, sizeof o->acc[bi]);
     }
 }
 
@@ -638,6 +627,7 @@ static collage_status step_begin(collage_adamw *o, const void *grads, double lr,
     o->isa = ref ? COLLAGE_ISA_SCALAR : collage_get_isa();
     *tie_free_all = set_group_nt(o, o->isa, &k, o->lr);
     o->k = k;
+    if (strategy_has_q8(o->cfg.strategy)) q8_prepare(o);
     if (stats) { stats->grad_norm = gnorm; stats->clip_coef = coef; }
     return COLLAGE_OK;
 }
@@ -653,6 +643,23 @@ static void step_block(collage_adamw *o, long bi) {
     if (o->isa == COLLAGE_ISA_AVX512) collage__adamw_block_avx512(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
     else if (o->isa == COLLAGE_ISA_AVX2) collage__adamw_block_avx2(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
     else collage__adamw_block_ref(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
+}
+
+/* Work item q of an 8-bit strategy's step under way (make_qitems: whole blocks of scales). */
+static void step_qitem(collage_adamw *o, long q) {
+    const adamw_piece *P = &o->pieces[o->qitem[q]];
+    const int np = (int)(o->qitem[q + 1] - o->qitem[q]);
+    const collage_strategy s = o->cfg.strategy;
+    if (o->isa == COLLAGE_ISA_AVX512) collage__adamw_q8_avx512(s, &o->S, P, np, &o->k);
+    else if (o->isa == COLLAGE_ISA_AVX2) collage__adamw_q8_avx2(s, &o->S, P, np, &o->k);
+    else collage__adamw_q8_ref(s, &o->S, P, np, &o->k);
+}
+
+/* The step's work units, which threads own whole: its blocks, or an 8-bit strategy's work items. */
+static size_t n_units(const collage_adamw *o) { return strategy_has_q8(o->cfg.strategy) ? o->n_qitems : o->n_blocks; }
+static void step_unit(collage_adamw *o, long u) {
+    if (strategy_has_q8(o->cfg.strategy)) step_qitem(o, u);
+    else step_block(o, u);
 }
 
 /* The last part: the step counted, EDQ combined in block order (the same sums whatever the threads). */
@@ -689,22 +696,19 @@ static collage_status step(collage_adamw *o, const void *grads, double lr, colla
     if (st != COLLAGE_OK) return st;
     const int nt = ref ? 1 : collage__threads();
     (void)nt; /* unused without OpenMP */
-    const long nb = (long)o->n_blocks;
-    if (strategy_has_q8(o->cfg.strategy)) q8_steps(o, &o->S, &o->k, o->lr, o->cfg.edq, o->isa, nt);
-    else {
-#pragma omp parallel for schedule(static) num_threads(nt)
-        for (long bi = 0; bi < nb; bi++) step_block(o, bi);
-    }
+    const long nu = (long)n_units(o);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nu > 1)
+    for (long u = 0; u < nu; u++) step_unit(o, u);
     step_end(o, stats, tie_free_all);
     return COLLAGE_OK;
 }
 
-/* The optimizer that holds block gi of all k optimizers' blocks (o[j]->block0 ascending). */
+/* The optimizer that holds work unit gi of all k optimizers' units (o[j]->unit0 ascending). */
 static int owner_of(collage_adamw *const *o, int k, size_t gi) {
     int lo = 0, hi = k - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
-        if (o[mid]->block0 <= gi) lo = mid;
+        if (o[mid]->unit0 <= gi) lo = mid;
         else hi = mid - 1;
     }
     return lo;
@@ -730,23 +734,18 @@ collage_status collage_adamw_step_many(collage_adamw *const *opts, const void *c
         for (int j = j0; j < k && j < j0 + COLLAGE_STEP_MANY_MAX; j++) {
             collage_status sj = step_begin(opts[j], grads[j], lr[j], stats ? &stats[j] : NULL, 0, 1, grad_sumsq, &tie[m]);
             if (sj != COLLAGE_OK) { st = sj; continue; } /* skipped: a non-finite gradient */
-            if (strategy_has_q8(opts[j]->cfg.strategy)) { /* by whole blocks of scales: a loop of its own */
-                q8_steps(opts[j], &opts[j]->S, &opts[j]->k, opts[j]->lr, opts[j]->cfg.edq, opts[j]->isa, collage__threads());
-                step_end(opts[j], stats ? &stats[j] : NULL, tie[m]);
-                continue;
-            }
-            opts[j]->block0 = total;
-            total += opts[j]->n_blocks;
+            opts[j]->unit0 = total;
+            total += n_units(opts[j]);
             idx[m] = j;
             run[m++] = opts[j];
         }
         const int nt = collage__threads();
         (void)nt; /* unused without OpenMP */
-        const long nb = (long)total;
+        const long nu = (long)total;
 #pragma omp parallel for schedule(static) num_threads(nt)
-        for (long gi = 0; gi < nb; gi++) {
+        for (long gi = 0; gi < nu; gi++) {
             collage_adamw *o = run[owner_of(run, m, (size_t)gi)];
-            step_block(o, gi - (long)o->block0);
+            step_unit(o, gi - (long)o->unit0);
         }
         for (int i = 0; i < m; i++) step_end(run[i], stats ? &stats[idx[i]] : NULL, tie[i]);
     }
