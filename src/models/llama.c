@@ -67,27 +67,20 @@ static collage_status llama_preset(const char *name, collage_model_config *out) 
     return COLLAGE_ERR_ARG;
 }
 
-/* Limits keep every int size of the kernels' loops and products far from overflow. */
-#define LLAMA_MAX_DIM (1 << 20)
-#define LLAMA_MAX_C (1 << 15)
+/* The hidden size's limit keeps every int size of the kernels' loops and products far from overflow
+ * (collage__check_dims holds the others). */
 #define LLAMA_MAX_HIDDEN (1 << 17)
-#define LLAMA_MAX_TOKENS (1 << 22) /* maxB · maxT */
 
-/* The shape alone: 0, or a status with the message in msg. */
-static collage_status check_shape(const collage_model_config *cfg, char *msg, size_t cap) {
+/* The shared sizes (collage__check_dims), then LLaMA's own: key/value heads, the feed-forward size, an
+ * even head size for the rotary embedding, the norm's eps and the rotary base. */
+static collage_status llama_check(const collage_model_config *cfg, int maxB, int maxT, char *msg, size_t cap) {
+    char local[256];
+    if (!msg) { msg = local; cap = sizeof local; }
+    collage_status st = collage__check_dims(cfg, 1, maxB, maxT, msg, cap);
+    if (st != COLLAGE_OK) return st;
     const collage_model_config c = *cfg;
-    if (c.vocab_size <= 0 || c.max_seq_len <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 ||
-        c.channels <= 0 || c.hidden_dim <= 0) {
-        snprintf(msg, cap, "sizes must be positive (V %d, maxT %d, L %d, NH %d, KV %d, C %d, hidden %d)", c.vocab_size,
-                 c.max_seq_len, c.num_layers, c.num_heads, c.num_kv_heads, c.channels, c.hidden_dim);
-        return COLLAGE_ERR_SIZE;
-    }
-    if (c.padded_vocab_size < c.vocab_size) {
-        snprintf(msg, cap, "padded_vocab_size %d < vocab_size %d", c.padded_vocab_size, c.vocab_size);
-        return COLLAGE_ERR_SIZE;
-    }
-    if (c.channels % c.num_heads) {
-        snprintf(msg, cap, "channels %d not divisible by num_heads %d", c.channels, c.num_heads);
+    if (c.num_kv_heads <= 0 || c.hidden_dim <= 0) {
+        snprintf(msg, cap, "sizes must be positive (num_kv_heads %d, hidden %d)", c.num_kv_heads, c.hidden_dim);
         return COLLAGE_ERR_SIZE;
     }
     if ((c.channels / c.num_heads) % 2) {
@@ -99,33 +92,14 @@ static collage_status check_shape(const collage_model_config *cfg, char *msg, si
         snprintf(msg, cap, "num_heads %d not divisible by num_kv_heads %d", c.num_heads, c.num_kv_heads);
         return COLLAGE_ERR_SIZE;
     }
+    if (c.hidden_dim > LLAMA_MAX_HIDDEN) {
+        snprintf(msg, cap, "hidden size %d too large (at most %d)", c.hidden_dim, LLAMA_MAX_HIDDEN);
+        return COLLAGE_ERR_SIZE;
+    }
     if ((c.untied != 0 && c.untied != 1) || !(c.norm_eps > 0 && c.norm_eps < 1) || !(c.rope_theta > 1 && c.rope_theta < 1e30)) {
         snprintf(msg, cap, "untied %d must be 0 or 1, norm_eps %g in (0, 1), rope_theta %g above 1", c.untied, c.norm_eps,
                  c.rope_theta);
         return COLLAGE_ERR_ARG;
-    }
-    if (c.padded_vocab_size > LLAMA_MAX_DIM || c.max_seq_len > LLAMA_MAX_DIM || c.num_layers > 4096 ||
-        c.channels > LLAMA_MAX_C || c.hidden_dim > LLAMA_MAX_HIDDEN) {
-        snprintf(msg, cap, "sizes too large (Vp %d, maxT %d, L %d, C %d, hidden %d)", c.padded_vocab_size, c.max_seq_len,
-                 c.num_layers, c.channels, c.hidden_dim);
-        return COLLAGE_ERR_SIZE;
-    }
-    return COLLAGE_OK;
-}
-
-static collage_status llama_check(const collage_model_config *cfg, int maxB, int maxT, char *msg, size_t cap) {
-    char local[256];
-    if (!msg) { msg = local; cap = sizeof local; }
-    if (cap) msg[0] = 0;
-    collage_status st = check_shape(cfg, msg, cap);
-    if (st != COLLAGE_OK) return st;
-    if (maxB < 0 || maxT < 0 || maxT > cfg->max_seq_len) {
-        snprintf(msg, cap, "batch %d x %d: need B >= 1 and 1 <= T <= max_seq_len %d", maxB, maxT, cfg->max_seq_len);
-        return COLLAGE_ERR_SIZE;
-    }
-    if ((size_t)maxB * (size_t)maxT > LLAMA_MAX_TOKENS) {
-        snprintf(msg, cap, "batch %d x %d exceeds %d tokens", maxB, maxT, LLAMA_MAX_TOKENS);
-        return COLLAGE_ERR_SIZE;
     }
     return COLLAGE_OK;
 }
