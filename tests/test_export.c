@@ -2,7 +2,8 @@
  * GPT2LMHeadModel expects it. The weights are their own slab index (fp32) or arbitrary bits (bf16), the
  * file is parsed here (header length, JSON entries, byte ranges) and each tensor's elements are checked
  * against this file's own table of llm.c's layout and Hugging Face's names and orientation; config.json
- * carries the shape; bad arguments name the problem and leave no file. The Python suite reads the same
+ * carries the shape; LLaMA's layout (LlamaForCausalLM) writes every element once, q and k reordered per
+ * head; bad arguments name the problem and leave no file. The Python suite reads the same
  * files with numpy and runs them through a GPT-2 forward in torch (python/tests/test_export.py). */
 #include "collage.h"
 #include "collage_model.h"
@@ -121,6 +122,70 @@ static void check_export(int bf16) {
 static void test_safetensors_fp32(void) { check_export(0); }
 static void test_safetensors_bf16(void) { check_export(1); }
 
+/* A tensor's byte range in the data section from the header, or 0 where the name is missing. */
+static int span_of(const char *hdr, size_t hl, const char *name, size_t *a, size_t *b) {
+    char key[160];
+    snprintf(key, sizeof key, "\"%.120s\":{", name);
+    const char *e = strstr(hdr, key), *o = e ? strstr(e, "\"data_offsets\":[") : NULL;
+    return e && e < hdr + hl && o && sscanf(o, "\"data_offsets\":[%zu,%zu]", a, b) == 2;
+}
+
+/* LLaMA (LlamaForCausalLM's layout): weights = their slab index. Every element of the slab but the padding
+ * rows is written exactly once; q's rows within a head are the even rows then the odd ones of wqkv's q
+ * block (pairs to halves); k likewise from its block; v, gate and up are their blocks in order; the output
+ * only when untied. python/tests/test_export.py runs the file through LlamaForCausalLM's forward. */
+static void check_llama(int untied) {
+    collage_model_config c;
+    CHECK(collage_model_preset("llama-tiny", &c) == COLLAGE_OK, "llama-tiny");
+    collage_model_config_set_vocab(&c, 200);
+    c.untied = untied;
+    const size_t n = collage_model_num_params(&c), C = (size_t)c.channels, hs = C / (size_t)c.num_heads;
+    const size_t kv = (size_t)c.num_kv_heads * hs, H = (size_t)c.hidden_dim, Vp = (size_t)c.padded_vocab_size;
+    float *params = malloc(n * sizeof *params);
+    unsigned char *seen = calloc(n, 1);
+    for (size_t i = 0; i < n; i++) params[i] = (float)i;
+    char dir[300], path[400], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/llama%d", g_dir, untied);
+    CHECK(collage_model_export_safetensors(dir, &c, params, 0, err, sizeof err) == COLLAGE_OK, "export: %s", err);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    size_t len = 0, hl = 0, a, b;
+    unsigned char *file = h_read_file(path, &len);
+    CHECK(file && len > 8, "cannot read %s", path);
+    if (!file || len <= 8) { free(params); free(seen); free(file); return; }
+    for (int i = 0; i < 8; i++) hl |= (size_t)file[i] << (8 * i);
+    const char *hdr = (const char *)file + 8;
+    const float *data = (const float *)(const void *)(file + 8 + hl); /* 8 + hl is a multiple of 8 */
+    for (size_t i = 0; i < (len - 8 - hl) / 4; i++) {
+        const size_t v = (size_t)data[i];
+        CHECK(v < n && !seen[v], "element %zu written %s", v, v < n ? "twice" : "from outside the slab");
+        if (v < n) seen[v] = 1;
+    }
+    size_t missing = 0;
+    for (size_t i = 0; i < n; i++) missing += !seen[i];
+    CHECK(missing == (Vp - 200) * C * (untied ? 2 : 1), "%zu elements not written (padding rows only)", missing);
+    const size_t wqkv = Vp * C + (size_t)c.num_layers * C; /* layer 0's wqkv: after emb and attention_norm */
+    CHECK(span_of(hdr, hl, "model.layers.0.self_attn.q_proj.weight", &a, &b) && data[a / 4 + 1 * C] == (float)(wqkv + 2 * C) &&
+              data[a / 4 + (hs / 2) * C] == (float)(wqkv + 1 * C) && data[a / 4 + (hs + 1) * C] == (float)(wqkv + (hs + 2) * C),
+          "q_proj: rows of a head are wqkv's even rows, then its odd rows");
+    CHECK(span_of(hdr, hl, "model.layers.0.self_attn.k_proj.weight", &a, &b) && b - a == kv * C * 4 &&
+              data[a / 4 + (hs / 2) * C] == (float)(wqkv + (C + 1) * C), "k_proj: from wqkv's k block, pairs to halves");
+    CHECK(span_of(hdr, hl, "model.layers.0.self_attn.v_proj.weight", &a, &b) && data[a / 4 + 1] == (float)(wqkv + (C + kv) * C + 1),
+          "v_proj: wqkv's v block in order");
+    CHECK(span_of(hdr, hl, "model.layers.0.mlp.up_proj.weight", &a, &b) && b - a == H * C * 4, "up_proj: H rows");
+    CHECK(span_of(hdr, hl, "lm_head.weight", &a, &b) == untied, "lm_head.weight only when untied");
+    free(file);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *cfg = (char *)h_read_file(path, &len);
+    CHECK(cfg && strstr(cfg, "\"architectures\": [\"LlamaForCausalLM\"]") && strstr(cfg, "\"num_key_value_heads\": 2,") &&
+              strstr(cfg, untied ? "\"tie_word_embeddings\": false" : "\"tie_word_embeddings\": true"),
+          "config.json: %s", cfg ? cfg : "(missing)");
+    free(cfg);
+    free(params);
+    free(seen);
+}
+static void test_llama_tied(void) { check_llama(0); }
+static void test_llama_untied(void) { check_llama(1); }
+
 static void test_bad_arguments(void) {
     collage_model_config c = micro();
     float *p = calloc(collage_model_num_params(&c), sizeof *p);
@@ -147,6 +212,8 @@ int main(void) {
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     RUN(test_safetensors_fp32);
     RUN(test_safetensors_bf16);
+    RUN(test_llama_tied);
+    RUN(test_llama_untied);
     RUN(test_bad_arguments);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

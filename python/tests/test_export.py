@@ -219,3 +219,111 @@ def test_model_config_mirrors_the_header():
     assert buf.raw[ctypes.sizeof(_lib.ModelConfig):] == b"\x5a" * 64
     assert L.collage_model_preset(b"gpt2", ctypes.byref(cfg)) == 0
     assert (cfg.num_layers, cfg.channels, cfg.padded_vocab_size, cfg.num_kv_heads) == (12, 768, 50304, 0)
+
+
+# ---------------------------------------------------------------- LLaMA (LlamaForCausalLM)
+def llama_checkpoint(path, untied, seed=5):
+    """A tiny LLaMA checkpoint (llama2.c format) with grouped-query attention (4 heads on 2 key/value heads),
+    every weight random (norms included), the vocabulary padded in memory (200 in 256 rows)."""
+    cfg = _lib.ModelConfig()
+    _lib.check(L.collage_model_preset(b"llama-tiny", ctypes.byref(cfg)), "preset")
+    L.collage_model_config_set_vocab(ctypes.byref(cfg), VOCAB)
+    cfg.untied = int(untied)
+    assert (cfg.num_heads, cfg.num_kv_heads) == (4, 2)
+    n = L.collage_model_num_params(ctypes.byref(cfg))
+    w = (np.random.default_rng(seed).standard_normal(n) * 0.1).astype(np.float32)
+    err = ctypes.create_string_buffer(512)
+    _lib.check(L.collage_model_save_file(str(path).encode(), ctypes.byref(cfg), w.ctypes.data, 0, err, 512), "save",
+               err.value)
+    return cfg
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def llama_forward(sd, cfg, tokens):
+    """LlamaForCausalLM's forward over its state dict, written from that class's definition: RMSNorm, the
+    rotary embedding on halves (rotate_half, cos/sin of cat(freqs, freqs)), key/value heads repeated for
+    grouped-query attention (query head h on key/value head h // (heads / kv heads)), SiLU-gated MLP."""
+    T, C, NH, KV = len(tokens), cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hs, eps = C // NH, cfg["rms_norm_eps"]
+    inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
+    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos().float(), emb.sin().float()
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    x = sd["model.embed_tokens.weight"][tokens]
+    for i in range(cfg["num_hidden_layers"]):
+        p = lambda k: sd[f"model.layers.{i}.{k}"]  # noqa: E731
+        h = rms_norm(x, p("input_layernorm.weight"), eps)
+        q = (h @ p("self_attn.q_proj.weight").T).view(T, NH, hs).transpose(0, 1)
+        k = (h @ p("self_attn.k_proj.weight").T).view(T, KV, hs).transpose(0, 1)
+        v = (h @ p("self_attn.v_proj.weight").T).view(T, KV, hs).transpose(0, 1)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = k.repeat_interleave(NH // KV, dim=0), v.repeat_interleave(NH // KV, dim=0)
+        att = (q @ k.transpose(-1, -2)) / hs ** 0.5
+        y = torch.softmax(att.masked_fill(~mask, float("-inf")), dim=-1) @ v
+        x = x + y.transpose(0, 1).reshape(T, C) @ p("self_attn.o_proj.weight").T
+        h = rms_norm(x, p("post_attention_layernorm.weight"), eps)
+        g = torch.nn.functional.silu(h @ p("mlp.gate_proj.weight").T) * (h @ p("mlp.up_proj.weight").T)
+        x = x + g @ p("mlp.down_proj.weight").T
+    x = rms_norm(x, sd["model.norm.weight"], eps)
+    out = sd["lm_head.weight"] if not cfg["tie_word_embeddings"] else sd["model.embed_tokens.weight"]
+    return x @ out.T
+
+
+@pytest.mark.parametrize("untied", [False, True])
+def test_llama_export_runs_in_torch_as_in_collage(tmp_path, untied):
+    """The exported LLaMA means what LlamaForCausalLM means: names and shapes of that class (q, k, v, gate,
+    up apart; lm_head only when untied), a config it reads, and its forward in torch (rotation of halves)
+    gives collage's own next-token logits (rotation of adjacent pairs) to fp32 rounding."""
+    ck = tmp_path / "model.bin"
+    cfg = llama_checkpoint(ck, untied)
+    collage.export(ck, tmp_path / "hf")
+    got, meta, order = read_safetensors(tmp_path / "hf" / "model.safetensors")
+    hf = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert hf["architectures"] == ["LlamaForCausalLM"] and hf["model_type"] == "llama"
+    assert (hf["vocab_size"], hf["hidden_size"], hf["intermediate_size"], hf["num_hidden_layers"],
+            hf["num_attention_heads"], hf["num_key_value_heads"], hf["max_position_embeddings"]) == \
+        (VOCAB, cfg.channels, cfg.hidden_dim, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.max_seq_len)
+    assert hf["tie_word_embeddings"] == (not untied) and hf["rms_norm_eps"] == cfg.norm_eps
+    C, hs, H = cfg.channels, cfg.channels // cfg.num_heads, cfg.hidden_dim
+    shapes = {"model.embed_tokens.weight": [VOCAB, C], "model.norm.weight": [C]}
+    for i in range(cfg.num_layers):
+        p = f"model.layers.{i}."
+        shapes.update({p + "self_attn.q_proj.weight": [C, C], p + "self_attn.k_proj.weight": [2 * hs, C],
+                       p + "self_attn.v_proj.weight": [2 * hs, C], p + "self_attn.o_proj.weight": [C, C],
+                       p + "mlp.gate_proj.weight": [H, C], p + "mlp.up_proj.weight": [H, C],
+                       p + "mlp.down_proj.weight": [C, H], p + "input_layernorm.weight": [C],
+                       p + "post_attention_layernorm.weight": [C]})
+    if untied:
+        shapes["lm_head.weight"] = [VOCAB, C]
+    assert sorted(order) == sorted(shapes)
+    assert order[0] == "model.embed_tokens.weight" and order[-1] == ("lm_head.weight" if untied else "model.norm.weight")
+    for name, sh in shapes.items():
+        assert list(got[name][1].shape) == sh, name
+    sd = ct.load(tmp_path / "hf")
+    tokens = np.random.default_rng(4).integers(0, VOCAB, 40).astype(np.int32)
+    logits = llama_forward(sd, hf, torch.from_numpy(tokens).long())
+    n = L.collage_model_num_params(ctypes.byref(cfg))
+    params = np.empty(n, dtype=np.float32)
+    err = ctypes.create_string_buffer(512)
+    _lib.check(L.collage_model_load_file(str(ck).encode(), ctypes.byref(cfg), params.ctypes.data, 0, err, 512), "load")
+    m = ctypes.c_void_p()
+    _lib.check(L.collage_model_create(ctypes.byref(cfg), 0, 1, len(tokens), ctypes.byref(m)), "create")
+    try:
+        want = np.empty(VOCAB, dtype=np.float32)
+        for T in (1, 17, len(tokens)):
+            _lib.check(L.collage_model_next_logits(m, params.ctypes.data, tokens.ctypes.data, T, want.ctypes.data),
+                       "logits")
+            got_T = logits[T - 1].numpy()
+            assert np.allclose(got_T, want, rtol=1e-4, atol=1e-4 * np.abs(want).max()), \
+                f"T={T}: max |diff| {np.abs(got_T - want).max()}"
+    finally:
+        L.collage_model_free(m)

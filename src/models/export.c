@@ -15,6 +15,7 @@ typedef struct {
     size_t src;        /* first element in the slab */
     size_t rows, cols; /* the source matrix (cols = 1 for a vector): rows × cols elements from src */
     int transpose;     /* written as cols × rows */
+    size_t rope_hs;    /* rows written from adjacent pairs to halves in heads of this many rows (0: in order) */
     int ndim;          /* 1 or 2, as written */
     size_t begin, end; /* byte range in the data section */
 } xtensor;
@@ -40,9 +41,10 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
 
 static int layered(const collage_export_tensor *e) { return strstr(e->name, "%d") != NULL; }
 
-/* Entry e for layer l (0 where e is not per layer) into *o; 0 when the tensor's shape does not fit. */
-static int cut(xtensor *o, const collage_export_tensor *e, const collage_tensor_info *ti, int l, int layers,
-               const collage_model_config *cfg) {
+/* Entry e of layout L for layer l (0 where e is not per layer) into *o; 0 when the tensor's shape does not
+ * fit. */
+static int cut(xtensor *o, const collage_export_layout *L, const collage_export_tensor *e, const collage_tensor_info *ti,
+               int l, int layers, const collage_model_config *cfg) {
     const int d0 = layered(e); /* the layer dimension, if any, comes first */
     if (ti->ndim > d0 + 2 || ti->ndim <= d0 || (d0 && ti->shape[0] != (size_t)layers)) return 0;
     snprintf(o->name, sizeof o->name, e->name, l);
@@ -50,6 +52,16 @@ static int cut(xtensor *o, const collage_export_tensor *e, const collage_tensor_
     o->cols = ti->ndim > d0 + 1 ? ti->shape[d0 + 1] : 1;
     o->src = ti->offset + (size_t)l * o->rows * o->cols;
     if (e->vocab_rows && (size_t)cfg->vocab_size < o->rows) o->rows = (size_t)cfg->vocab_size;
+    if (e->part) {
+        size_t r0 = 0, nr = 0;
+        if (!L->rows) return 0;
+        L->rows(cfg, e->part, &r0, &nr);
+        if (nr == 0 || r0 + nr > o->rows) return 0;
+        o->src += r0 * o->cols;
+        o->rows = nr;
+    }
+    o->rope_hs = e->rope ? (size_t)(cfg->channels / cfg->num_heads) : 0;
+    if (o->rope_hs && (o->rope_hs % 2 || o->rows % o->rope_hs || e->transpose)) return 0;
     o->transpose = e->transpose;
     o->ndim = ti->ndim - d0 > 1 ? 2 : 1;
     return 1;
@@ -64,6 +76,7 @@ static xtensor *expand(const collage_export_layout *L, const collage_model_confi
     const int nt = collage_model_tensors(cfg, t, COLLAGE_MODEL_MAX_TENSORS);
     int layers = 0, first = -1, k = 0, ok = 1;
     for (int i = 0; i < L->n_tensors; i++) {
+        if (L->tensors[i].optional && L->tensors[i].tensor >= nt) continue; /* not in this configuration */
         if (L->tensors[i].tensor < 0 || L->tensors[i].tensor >= nt) {
             collage__fail(err, cap, COLLAGE_ERR_ARG, "%s: entry '%s' names tensor %d of %d", L->what, L->tensors[i].name,
                           L->tensors[i].tensor, nt);
@@ -75,11 +88,12 @@ static xtensor *expand(const collage_export_layout *L, const collage_model_confi
     if (!x) { collage__fail(err, cap, COLLAGE_ERR_NOMEM, "out of memory"); return NULL; }
     for (int i = 0; ok && i < L->n_tensors; i++) {
         const collage_export_tensor *e = &L->tensors[i];
-        if (!layered(e)) ok = cut(&x[k++], e, &t[e->tensor], 0, layers, cfg);
+        if (e->optional && e->tensor >= nt) continue;
+        if (!layered(e)) ok = cut(&x[k++], L, e, &t[e->tensor], 0, layers, cfg);
         else if (i == first)
             for (int l = 0; l < layers; l++)
                 for (int j = i; ok && j < L->n_tensors; j++)
-                    if (layered(&L->tensors[j])) ok = cut(&x[k++], &L->tensors[j], &t[L->tensors[j].tensor], l, layers, cfg);
+                    if (layered(&L->tensors[j])) ok = cut(&x[k++], L, &L->tensors[j], &t[L->tensors[j].tensor], l, layers, cfg);
         if (!ok) collage__fail(err, cap, COLLAGE_ERR_ARG, "%s: the shape of tensor '%s' does not fit the layout", L->what,
                                t[e->tensor].name);
     }
@@ -108,10 +122,22 @@ static int header_json(sbuf *b, const xtensor *x, int n, int bf16) {
     return !b->oom;
 }
 
+/* The source row written as row r of a head-permuted tensor: within each head of hs rows, rows 0, 2, 4, …
+ * first, then 1, 3, 5, … (pairs (2i, 2i + 1) become (i, i + hs/2)). */
+static size_t rope_row(size_t r, size_t hs) {
+    const size_t h = r / hs, j = r % hs, half = hs / 2;
+    return h * hs + (j < half ? 2 * j : 2 * (j - half) + 1);
+}
+
 /* The elements of x in the order the file holds them: row by row, a transposed matrix through a
  * buffer of one written row. */
 static int write_tensor(FILE *f, const unsigned char *slab, size_t es, const xtensor *x, unsigned char *row) {
     const unsigned char *src = slab + x->src * es;
+    if (x->rope_hs) {
+        for (size_t r = 0; r < x->rows; r++)
+            if (fwrite(src + rope_row(r, x->rope_hs) * x->cols * es, es, x->cols, f) != x->cols) return 0;
+        return 1;
+    }
     if (!x->transpose) return fwrite(src, es, x->rows * x->cols, f) == x->rows * x->cols;
     for (size_t j = 0; j < x->cols; j++) {
         for (size_t i = 0; i < x->rows; i++) memcpy(row + i * es, src + (i * x->cols + j) * es, es);

@@ -250,4 +250,5 @@ const collage_model_family collage__llama_family = {
     .create = fam_create, GM_ROW_CALLS,
     .ckpt_probe = llama_ckpt_probe,
     .ckpt_what = "llama2.c (legacy export): int32 dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len",
-    .ckpt_save = llama_ckpt_save, .ckpt_read_header = llama_ckpt_read_header, .ckpt_load = llama_ckpt_load};
+    .ckpt_save = llama_ckpt_save, .ckpt_read_header = llama_ckpt_read_header, .ckpt_load = llama_ckpt_load,
+    .hf = &collage__llama_hf};

@@ -15,12 +15,20 @@
  * for the layer where the family's tensor stacks one slice per layer along its first dimension; the
  * family's tensor it comes from (an index into its tensors); transpose: each slice's matrix is written
  * with rows and columns swapped; vocab_rows: only the first vocab_size rows are written (an embedding
- * whose padding rows the other program does not have). */
+ * whose padding rows the other program does not have); part (1, 2, …): only that block of each slice's
+ * rows is written, as the layout's rows() says (a fused matrix the other program keeps as several);
+ * rope: each head's rows (channels / num_heads of them) are written from adjacent pairs (x[2i],
+ * x[2i+1]) to halves (x[i], x[i + hs/2]): rows 0, 2, 4, …, then 1, 3, 5, … of every head (the other
+ * program rotates halves where the family rotates adjacent pairs); optional: skipped where the family's
+ * configuration has no such tensor (an untied output). */
 typedef struct {
     const char *name;
     int tensor;
     int transpose;
     int vocab_rows;
+    int part;
+    int rope;
+    int optional;
 } collage_export_tensor;
 
 /* A family's layout in another program's classes (Hugging Face's for safetensors). The file lists the
@@ -32,6 +40,8 @@ typedef struct {
     const collage_export_tensor *tensors;
     int n_tensors;
     int (*config_json)(const collage_model_config *cfg, const char *dtype, char *buf, size_t cap);
+    /* Part k's first row and row count within a slice of the entries with that part (NULL: no parts). */
+    void (*rows)(const collage_model_config *cfg, int part, size_t *row0, size_t *nrows);
 } collage_export_layout;
 
 typedef struct {
@@ -88,6 +98,7 @@ typedef struct {
 extern const collage_model_family collage__gpt2_family;
 /* GPT-2's layout as Hugging Face's GPT2LMHeadModel (gpt2_hf.c). */
 extern const collage_export_layout collage__gpt2_hf;
+extern const collage_export_layout collage__llama_hf;
 extern const collage_model_family collage__bert_family;
 
 /* Helpers the families share (model.c). fill_normal: x[i] = sd·z_i for i < live, 0 for live ≤ i < count,
