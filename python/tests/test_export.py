@@ -1,7 +1,8 @@
 """`collage export` / collage.export: model.safetensors and config.json in GPT2LMHeadModel's layout, read
 back by an independent reader (json + numpy, written here from the safetensors layout) against the
 checkpoint read as llm.c lays it out; a GPT-2 forward in torch over the exported names gives the
-library's logits; collage.torch.load gives the same tensors."""
+library's logits; collage.torch.load gives the same tensors. LLaMA in LlamaForCausalLM's layout: that
+class's forward in torch gives the library's logits."""
 
 import ctypes
 import json
