@@ -74,7 +74,7 @@ int cmd_export(int argc, char **argv) {
     free(params);
     if (st != COLLAGE_OK) {
         fprintf(stderr, "collage export: %s\nhint: %s\n", err,
-                st == COLLAGE_ERR_UNSUPPORTED ? "safetensors export knows GPT-2 (GPT2LMHeadModel) and LLaMA (LlamaForCausalLM) checkpoints"
+                st == COLLAGE_ERR_UNSUPPORTED ? "safetensors export knows GPT-2 (GPT2LMHeadModel), LLaMA (LlamaForCausalLM) and BERT (BertForMaskedLM) checkpoints"
                                               : cli_hint(st));
         return 1;
     }

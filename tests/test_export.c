@@ -2,8 +2,9 @@
  * GPT2LMHeadModel expects it. The weights are their own slab index (fp32) or arbitrary bits (bf16), the
  * file is parsed here (header length, JSON entries, byte ranges) and each tensor's elements are checked
  * against this file's own table of llm.c's layout and Hugging Face's names and orientation; config.json
- * carries the shape; LLaMA's layout (LlamaForCausalLM) writes every element once, q and k reordered per
- * head; bad arguments name the problem and leave no file. The Python suite reads the same
+ * carries the shape; LLaMA's (LlamaForCausalLM) and BERT's (BertForMaskedLM) layouts write every element
+ * once but the padding rows, fused matrices cut into their blocks, LLaMA's q and k reordered per head; bad
+ * arguments name the problem and leave no file. The Python suite reads the same
  * files with numpy and runs them through a GPT-2 forward in torch (python/tests/test_export.py). */
 #include "collage.h"
 #include "collage_model.h"
@@ -130,39 +131,68 @@ static int span_of(const char *hdr, size_t hl, const char *name, size_t *a, size
     return e && e < hdr + hl && o && sscanf(o, "\"data_offsets\":[%zu,%zu]", a, b) == 2;
 }
 
-/* LLaMA (LlamaForCausalLM's layout): weights = their slab index. Every element of the slab but the padding
- * rows is written exactly once; q's rows within a head are the even rows then the odd ones of wqkv's q
- * block (pairs to halves); k likewise from its block; v, gate and up are their blocks in order; the output
- * only when untied. python/tests/test_export.py runs the file through LlamaForCausalLM's forward. */
+/* Exports c with weights = their slab index (fp32) into g_dir/sub and checks that every element of the
+ * slab is written exactly once but `padding` of them (the embedding's padding rows). Returns the file
+ * (*hl: its header's length) for the caller's own checks, NULL after a failure. */
+static unsigned char *export_indexed(const collage_model_config *c, const char *sub, size_t padding, size_t *hl) {
+    const size_t n = collage_model_num_params(c);
+    float *params = malloc(n * sizeof *params);
+    unsigned char *seen = calloc(n, 1), *file = NULL;
+    for (size_t i = 0; i < n; i++) params[i] = (float)i;
+    char dir[300], path[400], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/%s", g_dir, sub);
+    CHECK(collage_model_export_safetensors(dir, c, params, 0, err, sizeof err) == COLLAGE_OK, "%s: export: %s", sub, err);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    size_t len = 0;
+    file = h_read_file(path, &len);
+    CHECK(file && len > 8, "cannot read %s", path);
+    if (file && len > 8) {
+        *hl = 0;
+        for (int i = 0; i < 8; i++) *hl |= (size_t)file[i] << (8 * i);
+        const float *data = (const float *)(const void *)(file + 8 + *hl); /* 8 + hl is a multiple of 8 */
+        size_t bad = 0, missing = 0;
+        for (size_t i = 0; i < (len - 8 - *hl) / 4; i++) {
+            const size_t v = (size_t)data[i];
+            bad += v >= n || seen[v];
+            if (v < n) seen[v] = 1;
+        }
+        for (size_t i = 0; i < n; i++) missing += !seen[i];
+        CHECK(bad == 0 && missing == padding, "%s: %zu elements written twice or from outside the slab, %zu not written "
+              "(padding: %zu)", sub, bad, missing, padding);
+    } else {
+        free(file);
+        file = NULL;
+    }
+    free(params);
+    free(seen);
+    return file;
+}
+
+/* config.json of g_dir/sub holds every string of want. */
+static void config_has(const char *sub, const char *const *want, int n) {
+    char path[400];
+    size_t len;
+    snprintf(path, sizeof path, "%s/%s/config.json", g_dir, sub);
+    char *cfg = (char *)h_read_file(path, &len);
+    for (int i = 0; i < n; i++) CHECK(cfg && strstr(cfg, want[i]), "%s/config.json lacks %s", sub, want[i]);
+    free(cfg);
+}
+
+/* LLaMA (LlamaForCausalLM's layout): q's rows within a head are the even rows then the odd ones of wqkv's
+ * q block (pairs to halves); k likewise from its block; v, gate and up are their blocks in order; the
+ * output only when untied. python/tests/test_export.py runs the file through LlamaForCausalLM's forward. */
 static void check_llama(int untied) {
     collage_model_config c;
     CHECK(collage_model_preset("llama-tiny", &c) == COLLAGE_OK, "llama-tiny");
     collage_model_config_set_vocab(&c, 200);
     c.untied = untied;
-    const size_t n = collage_model_num_params(&c), C = (size_t)c.channels, hs = C / (size_t)c.num_heads;
-    const size_t kv = (size_t)c.num_kv_heads * hs, H = (size_t)c.hidden_dim, Vp = (size_t)c.padded_vocab_size;
-    float *params = malloc(n * sizeof *params);
-    unsigned char *seen = calloc(n, 1);
-    for (size_t i = 0; i < n; i++) params[i] = (float)i;
-    char dir[300], path[400], err[512] = "";
-    snprintf(dir, sizeof dir, "%s/llama%d", g_dir, untied);
-    CHECK(collage_model_export_safetensors(dir, &c, params, 0, err, sizeof err) == COLLAGE_OK, "export: %s", err);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    size_t len = 0, hl = 0, a, b;
-    unsigned char *file = h_read_file(path, &len);
-    CHECK(file && len > 8, "cannot read %s", path);
-    if (!file || len <= 8) { free(params); free(seen); free(file); return; }
-    for (int i = 0; i < 8; i++) hl |= (size_t)file[i] << (8 * i);
+    const size_t C = (size_t)c.channels, hs = C / (size_t)c.num_heads, kv = (size_t)c.num_kv_heads * hs;
+    const size_t H = (size_t)c.hidden_dim, Vp = (size_t)c.padded_vocab_size;
+    size_t hl = 0, a, b;
+    unsigned char *file = export_indexed(&c, untied ? "llama-untied" : "llama", (Vp - 200) * C * (untied ? 2 : 1), &hl);
+    if (!file) return;
     const char *hdr = (const char *)file + 8;
-    const float *data = (const float *)(const void *)(file + 8 + hl); /* 8 + hl is a multiple of 8 */
-    for (size_t i = 0; i < (len - 8 - hl) / 4; i++) {
-        const size_t v = (size_t)data[i];
-        CHECK(v < n && !seen[v], "element %zu written %s", v, v < n ? "twice" : "from outside the slab");
-        if (v < n) seen[v] = 1;
-    }
-    size_t missing = 0;
-    for (size_t i = 0; i < n; i++) missing += !seen[i];
-    CHECK(missing == (Vp - 200) * C * (untied ? 2 : 1), "%zu elements not written (padding rows only)", missing);
+    const float *data = (const float *)(const void *)(file + 8 + hl);
     const size_t wqkv = Vp * C + (size_t)c.num_layers * C; /* layer 0's wqkv: after emb and attention_norm */
     CHECK(span_of(hdr, hl, "model.layers.0.self_attn.q_proj.weight", &a, &b) && data[a / 4 + 1 * C] == (float)(wqkv + 2 * C) &&
               data[a / 4 + (hs / 2) * C] == (float)(wqkv + 1 * C) && data[a / 4 + (hs + 1) * C] == (float)(wqkv + (hs + 2) * C),
@@ -174,17 +204,36 @@ static void check_llama(int untied) {
     CHECK(span_of(hdr, hl, "model.layers.0.mlp.up_proj.weight", &a, &b) && b - a == H * C * 4, "up_proj: H rows");
     CHECK(span_of(hdr, hl, "lm_head.weight", &a, &b) == untied, "lm_head.weight only when untied");
     free(file);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    char *cfg = (char *)h_read_file(path, &len);
-    CHECK(cfg && strstr(cfg, "\"architectures\": [\"LlamaForCausalLM\"]") && strstr(cfg, "\"num_key_value_heads\": 2,") &&
-              strstr(cfg, untied ? "\"tie_word_embeddings\": false" : "\"tie_word_embeddings\": true"),
-          "config.json: %s", cfg ? cfg : "(missing)");
-    free(cfg);
-    free(params);
-    free(seen);
+    const char *want[] = {"\"architectures\": [\"LlamaForCausalLM\"]", "\"num_key_value_heads\": 2,",
+                          untied ? "\"tie_word_embeddings\": false" : "\"tie_word_embeddings\": true"};
+    config_has(untied ? "llama-untied" : "llama", want, 3);
 }
 static void test_llama_tied(void) { check_llama(0); }
 static void test_llama_untied(void) { check_llama(1); }
+
+/* BERT (BertForMaskedLM's layout): query, key and value (weights and biases) are qkv's blocks in order; the
+ * output bias without its padding entries. python/tests/test_export.py runs the file through
+ * BertForMaskedLM's forward. */
+static void test_bert(void) {
+    collage_model_config c;
+    CHECK(collage_model_preset("bert-tiny", &c) == COLLAGE_OK, "bert-tiny");
+    const size_t C = (size_t)c.channels, Vp = (size_t)c.padded_vocab_size, V = (size_t)c.vocab_size;
+    const size_t L = (size_t)c.num_layers, T = (size_t)c.max_seq_len;
+    size_t hl = 0, a, b;
+    unsigned char *file = export_indexed(&c, "bert", (Vp - V) * (C + 1), &hl);
+    if (!file) return;
+    const char *hdr = (const char *)file + 8;
+    const float *data = (const float *)(const void *)(file + 8 + hl);
+    const size_t qkvw = Vp * C + T * C + 3 * C, qkvb = qkvw + L * 3 * C * C; /* layer 0's */
+    CHECK(span_of(hdr, hl, "bert.encoder.layer.0.attention.self.key.weight", &a, &b) && b - a == C * C * 4 &&
+              data[a / 4] == (float)(qkvw + C * C), "key: qkv's second block");
+    CHECK(span_of(hdr, hl, "bert.encoder.layer.0.attention.self.value.bias", &a, &b) && b - a == C * 4 &&
+              data[a / 4] == (float)(qkvb + 2 * C), "value's bias: the qkv bias's third block");
+    CHECK(span_of(hdr, hl, "cls.predictions.bias", &a, &b) && b - a == V * 4, "cls.predictions.bias: vocab_size entries");
+    free(file);
+    const char *want[] = {"\"architectures\": [\"BertForMaskedLM\"]", "\"hidden_act\": \"gelu_new\"", "\"type_vocab_size\": 1,"};
+    config_has("bert", want, 3);
+}
 
 static void test_bad_arguments(void) {
     collage_model_config c = micro();
@@ -214,6 +263,7 @@ int main(void) {
     RUN(test_safetensors_bf16);
     RUN(test_llama_tied);
     RUN(test_llama_untied);
+    RUN(test_bert);
     RUN(test_bad_arguments);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

@@ -328,3 +328,78 @@ def test_llama_export_runs_in_torch_as_in_collage(tmp_path, untied):
                 f"T={T}: max |diff| {np.abs(got_T - want).max()}"
     finally:
         L.collage_model_free(m)
+
+
+# ---------------------------------------------------------------- BERT (BertForMaskedLM)
+L.collage_model_logits_at.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                      ctypes.c_int, ctypes.c_void_p]
+
+
+def bert_forward(sd, cfg, tokens):
+    """BertForMaskedLM's forward over its state dict, written from that class's definition (no padding,
+    token type 0, no dropout): embeddings summed and normalised, post-norm blocks (self-attention over the
+    whole sequence, then the MLP), the prediction head's transform, the decoder tied to the word
+    embeddings plus cls.predictions.bias. hidden_act "gelu_new" is GELU's tanh form."""
+    F = torch.nn.functional
+    T, C, NH, eps = len(tokens), cfg["hidden_size"], cfg["num_attention_heads"], cfg["layer_norm_eps"]
+    hs = C // NH
+    ln = lambda x, p: F.layer_norm(x, (C,), sd[p + ".weight"], sd[p + ".bias"], eps)  # noqa: E731
+    lin = lambda x, p: x @ sd[p + ".weight"].T + sd[p + ".bias"]  # noqa: E731
+    e = "bert.embeddings."
+    x = sd[e + "word_embeddings.weight"][tokens] + sd[e + "position_embeddings.weight"][:T] + \
+        sd[e + "token_type_embeddings.weight"][0]
+    x = ln(x, e + "LayerNorm")
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"bert.encoder.layer.{i}."
+        q, k, v = (lin(x, p + "attention.self." + n).view(T, NH, hs).transpose(0, 1) for n in ("query", "key", "value"))
+        y = torch.softmax((q @ k.transpose(-1, -2)) / hs ** 0.5, dim=-1) @ v
+        x = ln(lin(y.transpose(0, 1).reshape(T, C), p + "attention.output.dense") + x, p + "attention.output.LayerNorm")
+        h = F.gelu(lin(x, p + "intermediate.dense"), approximate="tanh")
+        x = ln(lin(h, p + "output.dense") + x, p + "output.LayerNorm")
+    t = ln(F.gelu(lin(x, "cls.predictions.transform.dense"), approximate="tanh"), "cls.predictions.transform.LayerNorm")
+    return t @ sd[e + "word_embeddings.weight"].T + sd["cls.predictions.bias"]
+
+
+def test_bert_export_runs_in_torch_as_in_collage(tmp_path):
+    """The exported BERT means what BertForMaskedLM means: that class's names and shapes (query, key, value
+    apart; no decoder weight: tied), a config it reads, and its forward in torch gives collage's own
+    masked-LM logits (to fp32 rounding) at every position asked."""
+    cfg = _lib.ModelConfig()
+    _lib.check(L.collage_model_preset(b"bert-tiny", ctypes.byref(cfg)), "preset")
+    L.collage_model_config_set_vocab(ctypes.byref(cfg), VOCAB)  # VOCAB tokens and the mask: 201 in 256 rows
+    V, C = cfg.vocab_size, cfg.channels
+    n = L.collage_model_num_params(ctypes.byref(cfg))
+    w = (np.random.default_rng(9).standard_normal(n) * 0.1).astype(np.float32)
+    ck, err = tmp_path / "model.bin", ctypes.create_string_buffer(512)
+    _lib.check(L.collage_model_save_file(str(ck).encode(), ctypes.byref(cfg), w.ctypes.data, 0, err, 512), "save",
+               err.value)
+    collage.export(ck, tmp_path / "hf")
+    got, meta, order = read_safetensors(tmp_path / "hf" / "model.safetensors")
+    hf = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert hf["architectures"] == ["BertForMaskedLM"] and hf["model_type"] == "bert" and hf["hidden_act"] == "gelu_new"
+    assert (hf["vocab_size"], hf["hidden_size"], hf["num_hidden_layers"], hf["num_attention_heads"],
+            hf["intermediate_size"], hf["max_position_embeddings"], hf["type_vocab_size"]) == \
+        (V, C, cfg.num_layers, cfg.num_heads, 4 * C, cfg.max_seq_len, 1)
+    assert order[0] == "bert.embeddings.word_embeddings.weight" and order[-1] == "cls.predictions.transform.LayerNorm.bias"
+    assert list(got["bert.embeddings.word_embeddings.weight"][1].shape) == [V, C]
+    assert list(got["cls.predictions.bias"][1].shape) == [V]
+    for n_ in ("query", "key", "value"):
+        assert list(got[f"bert.encoder.layer.1.attention.self.{n_}.weight"][1].shape) == [C, C]
+        assert list(got[f"bert.encoder.layer.1.attention.self.{n_}.bias"][1].shape) == [C]
+    assert not any("decoder" in k for k in order)
+    sd = ct.load(tmp_path / "hf")
+    tokens = np.random.default_rng(2).integers(0, V, 48).astype(np.int32)
+    tokens[[3, 20]] = V - 1  # the mask token
+    logits = bert_forward(sd, hf, torch.from_numpy(tokens).long())
+    pos = np.array([0, 3, 20, 47], dtype=np.int32)
+    m = ctypes.c_void_p()
+    _lib.check(L.collage_model_create(ctypes.byref(cfg), 0, 1, len(tokens), ctypes.byref(m)), "create")
+    try:
+        want = np.empty((len(pos), V), dtype=np.float32)
+        _lib.check(L.collage_model_logits_at(m, w.ctypes.data, tokens.ctypes.data, len(tokens), pos.ctypes.data, len(pos),
+                                             want.ctypes.data), "logits_at")
+        got_p = logits[pos].numpy()
+        assert np.allclose(got_p, want, rtol=1e-4, atol=1e-4 * np.abs(want).max()), \
+            f"max |diff| {np.abs(got_p - want).max()}"
+    finally:
+        L.collage_model_free(m)

@@ -481,4 +481,4 @@ const collage_model_family collage__bert_family = {
     .next_logits = fam_next_logits, .products = fam_products, .memory = fam_memory,
     .forward_batch = fam_forward_batch, .logits_at = fam_logits_at,
     .ckpt_probe = bert_ckpt_probe, .ckpt_what = "collage BERT: magic \"collbert\"", .ckpt_save = bert_ckpt_save,
-    .ckpt_read_header = bert_ckpt_read_header, .ckpt_load = bert_ckpt_load};
+    .ckpt_read_header = bert_ckpt_read_header, .ckpt_load = bert_ckpt_load, .hf = &collage__bert_hf};

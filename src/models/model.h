@@ -99,6 +99,7 @@ extern const collage_model_family collage__gpt2_family;
 /* GPT-2's layout as Hugging Face's GPT2LMHeadModel (gpt2_hf.c). */
 extern const collage_export_layout collage__gpt2_hf;
 extern const collage_export_layout collage__llama_hf;
+extern const collage_export_layout collage__bert_hf;
 extern const collage_model_family collage__bert_family;
 
 /* Helpers the families share (model.c). fill_normal: x[i] = sd·z_i for i < live, 0 for live ≤ i < count,
