@@ -144,18 +144,10 @@ def gpt2_forward(sd, cfg, tokens):
     return x @ sd["transformer.wte.weight"].T
 
 
-def test_exported_model_runs_in_torch_as_in_collage(tmp_path):
-    """The exported names and orientations mean what GPT2LMHeadModel means by them: its forward in torch
-    gives collage's own next-token logits (to fp32 rounding)."""
-    ck = tmp_path / "model.bin"
-    cfg = checkpoint(ck, bf16=False)
-    collage.export(ck, tmp_path / "hf")
-    sd = ct.load(tmp_path / "hf")
-    hf = json.loads((tmp_path / "hf" / "config.json").read_text())
-    tokens = np.random.default_rng(3).integers(0, VOCAB, 40).astype(np.int32)
-    logits = gpt2_forward(sd, hf, torch.from_numpy(tokens).long())
-    n = L.collage_model_num_params(ctypes.byref(cfg))
-    params = np.empty(n, dtype=np.float32)
+def assert_next_logits(ck, cfg, tokens, logits):
+    """collage's next-token logits of the model file ck after tokens[:T], for a few T, equal logits[T - 1]
+    (another program's forward over the export) to fp32 rounding."""
+    params = np.empty(L.collage_model_num_params(ctypes.byref(cfg)), dtype=np.float32)
     err = ctypes.create_string_buffer(512)
     _lib.check(L.collage_model_load_file(str(ck).encode(), ctypes.byref(cfg), params.ctypes.data, 0, err, 512), "load")
     m = ctypes.c_void_p()
@@ -171,6 +163,18 @@ def test_exported_model_runs_in_torch_as_in_collage(tmp_path):
                 f"T={T}: max |diff| {np.abs(got - want).max()}"
     finally:
         L.collage_model_free(m)
+
+
+def test_exported_model_runs_in_torch_as_in_collage(tmp_path):
+    """The exported names and orientations mean what GPT2LMHeadModel means by them: its forward in torch
+    gives collage's own next-token logits (to fp32 rounding)."""
+    ck = tmp_path / "model.bin"
+    cfg = checkpoint(ck, bf16=False)
+    collage.export(ck, tmp_path / "hf")
+    sd = ct.load(tmp_path / "hf")
+    hf = json.loads((tmp_path / "hf" / "config.json").read_text())
+    tokens = np.random.default_rng(3).integers(0, VOCAB, 40).astype(np.int32)
+    assert_next_logits(ck, cfg, tokens, gpt2_forward(sd, hf, torch.from_numpy(tokens).long()))
 
 
 def test_load_of_a_checkpoint_and_of_an_export(tmp_path):
@@ -311,23 +315,7 @@ def test_llama_export_runs_in_torch_as_in_collage(tmp_path, untied):
         assert list(got[name][1].shape) == sh, name
     sd = ct.load(tmp_path / "hf")
     tokens = np.random.default_rng(4).integers(0, VOCAB, 40).astype(np.int32)
-    logits = llama_forward(sd, hf, torch.from_numpy(tokens).long())
-    n = L.collage_model_num_params(ctypes.byref(cfg))
-    params = np.empty(n, dtype=np.float32)
-    err = ctypes.create_string_buffer(512)
-    _lib.check(L.collage_model_load_file(str(ck).encode(), ctypes.byref(cfg), params.ctypes.data, 0, err, 512), "load")
-    m = ctypes.c_void_p()
-    _lib.check(L.collage_model_create(ctypes.byref(cfg), 0, 1, len(tokens), ctypes.byref(m)), "create")
-    try:
-        want = np.empty(VOCAB, dtype=np.float32)
-        for T in (1, 17, len(tokens)):
-            _lib.check(L.collage_model_next_logits(m, params.ctypes.data, tokens.ctypes.data, T, want.ctypes.data),
-                       "logits")
-            got_T = logits[T - 1].numpy()
-            assert np.allclose(got_T, want, rtol=1e-4, atol=1e-4 * np.abs(want).max()), \
-                f"T={T}: max |diff| {np.abs(got_T - want).max()}"
-    finally:
-        L.collage_model_free(m)
+    assert_next_logits(ck, cfg, tokens, llama_forward(sd, hf, torch.from_numpy(tokens).long()))
 
 
 # ---------------------------------------------------------------- BERT (BertForMaskedLM)
