@@ -196,4 +196,30 @@ static inline unsigned long long h_rand64(void) {
 }
 static inline unsigned h_rand32(void) { return (unsigned)(h_rand64() >> 32); }
 static inline double h_uniform(void) { return (double)(h_rand64() >> 11) * (1.0 / 9007199254740992.0); }
+/* A tensor's fp64 gradient g[off, off + count) against the 4-point central difference of loss(ctx, w)
+ * (8(f(x+h) − f(x−h)) − (f(x+2h) − f(x−2h))) / 12h, error O(h⁴)): each element within rel·|g| + abs (the
+ * first three failures named), and not all zero; prints max |g| and the worst error over its tolerance.
+ * w is restored element by element. */
+typedef double (*h_loss_fn)(void *ctx, double *w);
+static void h_fd_tensor(const char *name, double *w, const double *g, size_t off, size_t count, h_loss_fn loss,
+                        void *ctx, double h, double rel, double abs_tol) __attribute__((unused));
+static void h_fd_tensor(const char *name, double *w, const double *g, size_t off, size_t count, h_loss_fn loss,
+                        void *ctx, double h, double rel, double abs_tol) {
+    double worst = 0, gmax = 0;
+    int bad = 0;
+    for (size_t i = off; i < off + count; i++) {
+        const double x = w[i], d[4] = {h, -h, 2 * h, -2 * h};
+        double f[4];
+        for (int s = 0; s < 4; s++) { w[i] = x + d[s]; f[s] = loss(ctx, w); }
+        w[i] = x;
+        const double fd = (8.0 * (f[0] - f[1]) - (f[2] - f[3])) / (12.0 * h), err = g[i] - fd;
+        const double e = err < 0 ? -err : err, ag = g[i] < 0 ? -g[i] : g[i], tol = rel * ag + abs_tol;
+        if (e > tol && bad++ < 3) CHECK(0, "%s[%zu]: backward %.12e, finite difference %.12e", name, i - off, g[i], fd);
+        gmax = ag > gmax ? ag : gmax;
+        worst = e / tol > worst ? e / tol : worst;
+    }
+    printf("    %-15s max|g| %.2e  worst error / tolerance %.1e%s\n", name, gmax, worst, bad ? "  FAIL" : "");
+    CHECK(gmax > 0, "%s: zero gradient", name);
+}
+
 #endif

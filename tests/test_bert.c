@@ -155,6 +155,13 @@ static void test_init(void) {
 }
 
 /* ------------------------------------------------------------------ gradients */
+/* loss_of as h_fd_tensor's loss */
+typedef struct { bert_model *m; const int *tok, *tgt, *len; int B, T; } fd_ctx;
+static double fd_loss(void *ctx, double *w) {
+    const fd_ctx *X = ctx;
+    return loss_of(X->m, w, X->tok, X->tgt, X->len, X->B, X->T);
+}
+
 /* Every parameter of a two-layer model, two rows (one of them padded): the double backward against a
  * 4-point central difference of the double forward. */
 static void test_backward_vs_finite_differences(void) {
@@ -175,24 +182,9 @@ static void test_backward_vs_finite_differences(void) {
     memcpy(g, bert_grads(m), n * sizeof *g);
     collage_tensor_info t[BERT_NTENSORS];
     bert_tensors(&c, t, BERT_NTENSORS);
-    for (int k = 0; k < BERT_NTENSORS; k++) {
-        double worst = 0, gmax = 0;
-        int bad = 0;
-        for (size_t j = 0; j < t[k].count; j++) {
-            const size_t i = t[k].offset + j;
-            const double x = w[i], d[4] = {FD_STEP, -FD_STEP, 2 * FD_STEP, -2 * FD_STEP};
-            double f[4];
-            for (int s = 0; s < 4; s++) { w[i] = x + d[s]; f[s] = loss_of(m, w, tok, tgt, len, B, T); }
-            w[i] = x;
-            const double fd = (8.0 * (f[0] - f[1]) - (f[2] - f[3])) / (12.0 * FD_STEP), err = fabs(g[i] - fd);
-            if (err > FD_REL_TOL * fabs(g[i]) + FD_ABS_TOL && bad++ < 3)
-                CHECK(0, "%s[%zu]: backward %.12e, finite difference %.12e", t[k].name, j, g[i], fd);
-            gmax = fmax(gmax, fabs(g[i]));
-            worst = fmax(worst, err / (FD_REL_TOL * fabs(g[i]) + FD_ABS_TOL));
-        }
-        printf("    %-9s max|g| %.2e  worst error / tolerance %.1e%s\n", t[k].name, gmax, worst, bad ? "  FAIL" : "");
-        CHECK(gmax > 0, "%s: zero gradient", t[k].name);
-    }
+    fd_ctx X = {m, tok, tgt, len, B, T};
+    for (int k = 0; k < BERT_NTENSORS; k++)
+        h_fd_tensor(t[k].name, w, g, t[k].offset, t[k].count, fd_loss, &X, FD_STEP, FD_REL_TOL, FD_ABS_TOL);
     int pad = 0;
     for (size_t i = (size_t)c.vocab_size * c.channels; i < t[BERT_WTE].count; i++) pad += g[i] != 0;
     for (size_t i = (size_t)c.vocab_size; i < t[BERT_OUTB].count; i++) pad += g[t[BERT_OUTB].offset + i] != 0;

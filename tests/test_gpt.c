@@ -167,6 +167,13 @@ static void test_exp(void) {
 }
 
 /* ------------------------------------------------------------------ gradients */
+/* loss_f64 as h_fd_tensor's loss */
+typedef struct { collage_gpt *m; const int *tok, *tgt; int B, T; } fd_ctx;
+static double fd_loss(void *ctx, double *w) {
+    const fd_ctx *X = ctx;
+    return loss_f64(X->m, w, X->tok, X->tgt, X->B, X->T);
+}
+
 /* Every parameter of a two-layer model: the double backward against a 4-point central difference of
  * the double forward. */
 static void test_backward_vs_finite_differences(void) {
@@ -187,27 +194,9 @@ static void test_backward_vs_finite_differences(void) {
     memcpy(g, collage_gpt_grads(m), n * sizeof *g);
     collage_gpt_tensor t[COLLAGE_GPT_NTENSORS];
     collage_gpt_tensors(&c, t);
-    for (int k = 0; k < COLLAGE_GPT_NTENSORS; k++) {
-        double worst = 0, gmax = 0;
-        int bad = 0;
-        for (size_t j = 0; j < t[k].count; j++) {
-            size_t i = t[k].offset + j;
-            double x = w[i], f[4];
-            const double d[4] = {FD_STEP, -FD_STEP, 2 * FD_STEP, -2 * FD_STEP};
-            for (int s = 0; s < 4; s++) { w[i] = x + d[s]; f[s] = loss_f64(m, w, tok, tgt, B, T); }
-            w[i] = x;
-            double fd = (8.0 * (f[0] - f[1]) - (f[2] - f[3])) / (12.0 * FD_STEP);
-            double err = fabs(g[i] - fd);
-            if (err > FD_REL_TOL * fabs(g[i]) + FD_ABS_TOL) {
-                if (bad++ < 3) CHECK(0, "%s[%zu]: backward %.12e, finite difference %.12e", t[k].name, j, g[i], fd);
-            }
-            if (fabs(g[i]) > gmax) gmax = fabs(g[i]);
-            double ratio = err / (FD_REL_TOL * fabs(g[i]) + FD_ABS_TOL);
-            if (ratio > worst) worst = ratio;
-        }
-        printf("    %-9s max|g| %.2e  worst error / tolerance %.1e%s\n", t[k].name, gmax, worst, bad ? "  FAIL" : "");
-        CHECK(gmax > 0, "%s: zero gradient", t[k].name);
-    }
+    fd_ctx X = {m, tok, tgt, B, T};
+    for (int k = 0; k < COLLAGE_GPT_NTENSORS; k++)
+        h_fd_tensor(t[k].name, w, g, t[k].offset, t[k].count, fd_loss, &X, FD_STEP, FD_REL_TOL, FD_ABS_TOL);
     /* padded wte rows: masked, exactly zero gradient */
     int pad_nonzero = 0;
     for (size_t i = (size_t)c.vocab_size * c.channels; i < t[COLLAGE_GPT_WTE].count; i++) pad_nonzero += g[i] != 0;

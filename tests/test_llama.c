@@ -267,6 +267,13 @@ static double loss_of(collage_model *m, const void *w, const int *tok, const int
     return L;
 }
 
+/* loss_of as h_fd_tensor's loss */
+typedef struct { collage_model *m; const int *tok, *tgt; int B, T; } fd_ctx;
+static double fd_loss(void *ctx, double *w) {
+    const fd_ctx *X = ctx;
+    return loss_of(X->m, w, X->tok, X->tgt, X->B, X->T);
+}
+
 /* Every parameter of a two-layer model with 4 query heads on 2 key/value heads, tied and untied: the
  * double backward against a 4-point central difference of the double forward. */
 static void test_backward_vs_finite_differences(void) {
@@ -288,24 +295,9 @@ static void test_backward_vs_finite_differences(void) {
         memcpy(g, collage_model_grads(m), n * sizeof *g);
         collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS];
         const int nt = collage_model_tensors(&c, t, COLLAGE_MODEL_MAX_TENSORS);
-        for (int k = 0; k < nt; k++) {
-            double worst = 0, gmax = 0;
-            int bad = 0;
-            for (size_t j = 0; j < t[k].count; j++) {
-                const size_t i = t[k].offset + j;
-                const double x = w[i], d[4] = {FD_STEP, -FD_STEP, 2 * FD_STEP, -2 * FD_STEP};
-                double f[4];
-                for (int s = 0; s < 4; s++) { w[i] = x + d[s]; f[s] = loss_of(m, w, tok, tgt, B, T); }
-                w[i] = x;
-                const double fd = (8.0 * (f[0] - f[1]) - (f[2] - f[3])) / (12.0 * FD_STEP), err = fabs(g[i] - fd);
-                if (err > FD_REL_TOL * fabs(g[i]) + FD_ABS_TOL && bad++ < 3)
-                    CHECK(0, "%s[%zu]: backward %.12e, finite difference %.12e", t[k].name, j, g[i], fd);
-                gmax = fmax(gmax, fabs(g[i]));
-                worst = fmax(worst, err / (FD_REL_TOL * fabs(g[i]) + FD_ABS_TOL));
-            }
-            printf("    %-15s max|g| %.2e  worst error / tolerance %.1e%s\n", t[k].name, gmax, worst, bad ? "  FAIL" : "");
-            CHECK(gmax > 0, "%s: zero gradient", t[k].name);
-        }
+        fd_ctx X = {m, tok, tgt, B, T};
+        for (int k = 0; k < nt; k++)
+            h_fd_tensor(t[k].name, w, g, t[k].offset, t[k].count, fd_loss, &X, FD_STEP, FD_REL_TOL, FD_ABS_TOL);
         free(w); free(g);
         collage_model_free(m);
     }
