@@ -321,23 +321,8 @@ static collage_status fail(collage_gpt *m, collage_status st, const char *fmt, .
 /* Sizes and token ids of one call; copies the ids into the model. */
 static collage_status take_input(collage_gpt *m, const void *params, const int *tokens, const int *targets,
                                  int B, int T) {
-    m->err[0] = 0;
-    if (!params || !tokens) return fail(m, COLLAGE_ERR_NULL, "params or tokens is NULL");
-    if (B < 1 || B > m->maxB || T < 1 || T > m->maxT)
-        return fail(m, COLLAGE_ERR_SIZE, "batch %d x %d outside 1..%d x 1..%d (maxB x maxT of create)", B, T,
-                    m->maxB, m->maxT);
-    const int V = m->cfg.vocab_size;
-    for (int n = 0; n < B * T; n++) {
-        if (tokens[n] < 0 || tokens[n] >= V)
-            return fail(m, COLLAGE_ERR_ARG, "token %d at (b %d, t %d) outside [0, vocab_size %d)", tokens[n], n / T,
-                        n % T, V);
-        if (targets && (targets[n] < 0 || targets[n] >= V))
-            return fail(m, COLLAGE_ERR_ARG, "target %d at (b %d, t %d) outside [0, vocab_size %d)", targets[n], n / T,
-                        n % T, V);
-    }
-    memcpy(m->tok, tokens, (size_t)B * T * sizeof(int));
-    if (targets) memcpy(m->tgt, targets, (size_t)B * T * sizeof(int));
-    return COLLAGE_OK;
+    return collage__take_batch(params, tokens, targets, B, T, m->maxB, m->maxT, m->cfg.vocab_size, m->tok, m->tgt,
+                               m->err, sizeof m->err);
 }
 
 /* The bf16 graph in two builds with the same values: the loops 4 or 16 lanes wide (collage_get_isa). */

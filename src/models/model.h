@@ -107,6 +107,12 @@ extern const collage_model_family collage__bert_family;
  * 2p+1 depend only on (key, p), so the tensor is the same for any thread count. */
 void collage__fill_normal(float *x, size_t count, size_t live, double sd, uint64_t key);
 
+/* A model call's batch (gpt2.c, graph_model.c): params and tokens given, B × T within maxB × maxT of
+ * create, every token and target id in [0, V); the ids copied into tok and tgt (targets may be NULL).
+ * Otherwise a status with the message in err (cap bytes), nothing copied. */
+collage_status collage__take_batch(const void *params, const int *tokens, const int *targets, int B, int T, int maxB,
+                                   int maxT, int V, int *tok, int *tgt, char *err, size_t cap);
+
 /* The shape checks every family shares, with a message for each refusal (msg may be NULL): sizes
  * positive, vocab_size ≥ min_vocab, padded_vocab_size ≥ vocab_size, channels divisible by num_heads,
  * sizes small enough that every int product of the kernels (N·4C, Vp·C, …) stays far from overflow; the
