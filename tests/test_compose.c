@@ -3,9 +3,10 @@
  * (every value round-trips, rounding to nearest, the stated error, zero, huge and non-finite blocks, the
  * vector quantizer against the scalar one on every threshold); names and the table's rules; the generic
  * reference against the presets' own lines; an independent transcription of the fp32-path compositions;
- * the fast step against the reference (ISAs, threads, groups, clipping, EDQ); save / load / resume and
- * sharding bit for bit; long runs against float64 AdamW at β2 0.95 and 0.999, the lost update and weight
- * decay; loss scaling. COLLAGE_TEST_QUICK=1 shortens the long runs. */
+ * the fast step against the reference (ISAs, threads, groups, clipping, EDQ; the fp16 presets' loops also
+ * on fp16's special values); save / load / resume and sharding bit for bit; long runs against float64
+ * AdamW at β2 0.95 and 0.999, the lost update and weight decay; loss scaling. COLLAGE_TEST_QUICK=1
+ * shortens the long runs. */
 #include "adamw_impl.h" /* the generic reference and the presets' cases, side by side */
 #include "collage.h"
 #include "collage_run.h"
@@ -734,15 +735,15 @@ static int h16_first_diff(collage_adamw *o[2], collage_strategy s, const char *w
         const void *x = collage_adamw_word(o[0], (collage_word_role)r), *y = collage_adamw_word(o[1], (collage_word_role)r);
         for (size_t i = 0; x && y && f != COLLAGE_WORD_NONE && i < H16_N; i++) {
             uint32_t a, b;
-            int nan;
+            int both_nan;
             if (f == COLLAGE_WORD_FP32) {
                 memcpy(&a, (const float *)x + i, 4); memcpy(&b, (const float *)y + i, 4);
-                nan = (a & 0x7fffffffu) > 0x7f800000u && (b & 0x7fffffffu) > 0x7f800000u;
+                both_nan = (a & 0x7fffffffu) > 0x7f800000u && (b & 0x7fffffffu) > 0x7f800000u;
             } else {
                 a = ((const uint16_t *)x)[i]; b = ((const uint16_t *)y)[i];
-                nan = (a & 0x7fffu) > 0x7c00u && (b & 0x7fffu) > 0x7c00u;
+                both_nan = (a & 0x7fffu) > 0x7c00u && (b & 0x7fffu) > 0x7c00u;
             }
-            if (a == b || nan) continue;
+            if (a == b || both_nan) continue;
             CHECK(0, "%s step %d: %s[%zu] fast %08x ref %08x (grad %04x)", what, t,
                   collage_word_role_name((collage_word_role)r), i, a, b, g[i]);
             return 1;
