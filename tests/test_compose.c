@@ -3,9 +3,10 @@
  * (every value round-trips, rounding to nearest, the stated error, zero, huge and non-finite blocks, the
  * vector quantizer against the scalar one on every threshold); names and the table's rules; the generic
  * reference against the presets' own lines; an independent transcription of the fp32-path compositions;
- * the fast step against the reference (ISAs, threads, groups, clipping, EDQ); save / load / resume and
- * sharding bit for bit; long runs against float64 AdamW at β2 0.95 and 0.999, the lost update and weight
- * decay; loss scaling. COLLAGE_TEST_QUICK=1 shortens the long runs. */
+ * the fast step against the reference (ISAs, threads, groups, clipping, EDQ; the fp16 presets' loops also
+ * on fp16's special values); save / load / resume and sharding bit for bit; long runs against float64
+ * AdamW at β2 0.95 and 0.999, the lost update and weight decay; loss scaling. COLLAGE_TEST_QUICK=1
+ * shortens the long runs. */
 #include "adamw_impl.h" /* the generic reference and the presets' cases, side by side */
 #include "collage.h"
 #include "collage_run.h"
@@ -684,6 +685,135 @@ static void test_fast_equals_ref(void) {
     free(w0); free(gv); free(ref); free(got);
 }
 
+/* The fp16 presets' vector loops (adamw_fp16.inc) against the reference on the values that matter in
+ * fp16: zeros of both signs, subnormal weights, gradients and moments, the largest finite values (a
+ * gradient of 65504 makes (1 − β2)·g² overflow: v = Inf), gradients whose squares underflow, and with
+ * nonfinite also NaN (quiet, signalling, payloads of both signs) and Inf gradients, the step going on.
+ * n leaves a tail for both ISAs' vectors; a shard at an odd offset; three groups with different lr·wd
+ * and a gap; β2 0.95 and 0.999 (fp16(0.999) = 0x3bfe, not 1: no shorter loop is taken); EDQ × clipping.
+ * Every state word bit for bit after every step (two NaNs match), EDQ counts exactly and its sums
+ * within EDQ_FAST_REL_TOL where they are finite and Σ Δ² is within fp32's range (the loops sum per lane in
+ * fp32; these extremes, e.g. m = 65504 over v = 0, overflow Δ on most steps, so the sums are checked on
+ * ordinary values by test_fast_equals_ref). */
+#define H16_N 4099
+#define H16_STEPS 6
+static const uint16_t H16_SPECIAL[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x5bff,
+                                       0x1400, 0x0200, 0x3c00, 0x7c00, 0xfc00, 0x7e00, 0xfe01, 0x7d00, 0x7c01};
+#define H16_FINITE 12 /* the first 12 are finite */
+/* Initial weights: the last (θ = Inf, an Inf decay term) only with nonfinite, as it makes EDQ's sums Inf. */
+static const float H16_W[] = {0.0f, -0.0f, 6e-8f, 1e-6f, -3e-5f, 65504.0f, 1e-20f, 2.0f, -0.5f, 7e4f};
+
+static void h16_state(collage_adamw *o, collage_strategy s, int nonfinite) {
+    h_seed(1616);
+    float *w = malloc(H16_N * 4);
+    for (size_t i = 0; i < H16_N; i++) w[i] = i % 7 == 0 ? H16_W[(i / 7) % (nonfinite ? 10 : 9)] : (float)(0.5 * gauss());
+    collage_adamw_set_weights_f32(o, w, H16_N);
+    const int f32m = collage_strategy_get(s)->word[COLLAGE_ROLE_M].format == COLLAGE_WORD_FP32;
+    const collage_word_role roles[3] = {COLLAGE_ROLE_M, COLLAGE_ROLE_V, COLLAGE_ROLE_DV};
+    for (int r = 0; r < 3; r++) {
+        void *p = collage_adamw_word(o, roles[r]);
+        for (size_t i = 0; p && i < H16_N; i++) {
+            uint16_t h = i % 13 == 0 ? H16_SPECIAL[(i / 13) % H16_FINITE]
+                                     : collage_lp_from_f32(COLLAGE_FMT_FP16, (float)ldexp(fabs(gauss()), -(int)(h_rand32() % 30)));
+            if (r == 0 && i % 2) h ^= 0x8000; /* m of either sign */
+            if (r == 1 && h != 0x8000) h &= 0x7fff; /* v ≥ 0, and −0 */
+            if (r == 2) /* δv: below v's half ulp (a normalised pair), zeros and subnormals */
+                h = i % 13 == 0 ? H16_SPECIAL[(i / 13) % 6] : collage_lp_from_f32(COLLAGE_FMT_FP16, (float)ldexp(gauss(), -24));
+            if (f32m) ((float *)p)[i] = i % 26 == 13 ? 1e-40f : collage_lp_to_f32(COLLAGE_FMT_FP16, h);
+            else ((uint16_t *)p)[i] = h;
+        }
+    }
+    free(w);
+}
+
+/* Whether a word of o[0] and o[1] differs (bits, or NaN against a number; two NaNs match whatever their bits,
+ * as in test_adamw's special values: which NaN operand x86 propagates follows the order a compiler gives
+ * a + b, in the reference too); the first such element is reported. */
+static int h16_first_diff(collage_adamw *o[2], collage_strategy s, const char *what, int t, const uint16_t *g) {
+    for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) {
+        const collage_word_format f = collage_strategy_get(s)->word[r].format;
+        const void *x = collage_adamw_word(o[0], (collage_word_role)r), *y = collage_adamw_word(o[1], (collage_word_role)r);
+        for (size_t i = 0; x && y && f != COLLAGE_WORD_NONE && i < H16_N; i++) {
+            uint32_t a, b;
+            int both_nan;
+            if (f == COLLAGE_WORD_FP32) {
+                memcpy(&a, (const float *)x + i, 4); memcpy(&b, (const float *)y + i, 4);
+                both_nan = (a & 0x7fffffffu) > 0x7f800000u && (b & 0x7fffffffu) > 0x7f800000u;
+            } else {
+                a = ((const uint16_t *)x)[i]; b = ((const uint16_t *)y)[i];
+                both_nan = (a & 0x7fffu) > 0x7c00u && (b & 0x7fffu) > 0x7c00u;
+            }
+            if (a == b || both_nan) continue;
+            CHECK(0, "%s step %d: %s[%zu] fast %08x ref %08x (grad %04x)", what, t,
+                  collage_word_role_name((collage_word_role)r), i, a, b, g[i]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void h16_run(collage_strategy s, double beta2, int edq, double clip, int nonfinite, int shard, collage_isa isa) {
+    const collage_param_group groups[3] = {{"a", 0, 1001, 0.1}, {"b", 1001, 1500, 0.0}, {"c", 2600, 1400, 0.03}};
+    const size_t i0 = shard ? 37 : 0;
+    collage_adamw_config c = {.strategy = s, .n = H16_N, .beta1 = 0.9, .beta2 = beta2, .eps = 1e-4, .weight_decay = 0.01,
+                              .groups = groups, .n_groups = 3, .clip = clip, .edq = edq, .seed = 3,
+                              .index0 = i0, .total = shard ? i0 + H16_N + 100 : 0};
+    collage_adamw *o[2] = {mk(&c), mk(&c)};
+    uint16_t *g = malloc(H16_N * 2);
+    const int nsp = nonfinite ? (int)(sizeof H16_SPECIAL / sizeof *H16_SPECIAL) : H16_FINITE;
+    char what[160];
+    snprintf(what, sizeof what, "%s beta2 %g edq %d clip %g nonfinite %d shard %d isa %s", SNAME(s), beta2, edq, clip,
+             nonfinite, shard, collage_isa_name(isa));
+    if (!o[0] || !o[1]) goto out;
+    h16_state(o[0], s, nonfinite);
+    h16_state(o[1], s, nonfinite);
+    for (int t = 1; t <= H16_STEPS; t++) {
+        h_seed(160 + (uint64_t)t);
+        for (size_t i = 0; i < H16_N; i++)
+            g[i] = i % 5 == 0 ? H16_SPECIAL[(i / 5 + (size_t)t) % (size_t)nsp]
+                              : collage_lp_from_f32(COLLAGE_FMT_FP16, (float)ldexp(gauss(), -(int)(h_rand32() % 26)));
+        collage_step_stats a, b;
+        collage_set_isa(isa);
+        collage_status sa = collage_adamw_step(o[0], g, 1e-3 * (1 + t % 3), &a);
+        collage_status sb = collage_adamw_step_ref(o[1], g, 1e-3 * (1 + t % 3), &b);
+        CHECK(sa == COLLAGE_OK && sb == COLLAGE_OK, "%s step %d: %s / %s", what, t, collage_status_str(sa), collage_status_str(sb));
+        if (h16_first_diff(o, s, what, t, g)) goto out;
+        const double nn = b.edq.update_norm * b.edq.update_norm;
+        const int sums = nn > 1e-30 && nn < 1e30 && isfinite(b.edq.edq_ratio);
+        CHECK(a.edq.updates == b.edq.updates && a.edq.lost_count == b.edq.lost_count &&
+                  (!sums || (close_rel(a.edq.edq_ratio, b.edq.edq_ratio, EDQ_FAST_REL_TOL) &&
+                             close_rel(a.edq.edq_state_ratio, b.edq.edq_state_ratio, EDQ_FAST_REL_TOL))),
+              "%s step %d: EDQ updates %llu/%llu lost %llu/%llu ratio %.17g/%.17g state %.17g/%.17g", what, t,
+              (unsigned long long)a.edq.updates, (unsigned long long)b.edq.updates, (unsigned long long)a.edq.lost_count,
+              (unsigned long long)b.edq.lost_count, a.edq.edq_ratio, b.edq.edq_ratio, a.edq.edq_state_ratio, b.edq.edq_state_ratio);
+    }
+out:
+    collage_adamw_free(o[0]); collage_adamw_free(o[1]);
+    free(g);
+}
+
+static void test_fp16_fast_specials(void) {
+    const collage_strategy H16[4] = {COLLAGE_FP16, COLLAGE_FP16_LIGHT, COLLAGE_FP16_PLUS, COLLAGE_FP16_MASTER};
+    const collage_isa isa0 = collage_get_isa();
+    CHECK(collage_lp_from_f32(COLLAGE_FMT_FP16, 0.999f) == 0x3bfe, "fp16(0.999) = %04x", collage_lp_from_f32(COLLAGE_FMT_FP16, 0.999f));
+    printf("    n %d (a tail), %d steps, 3 groups and a gap; zeros, subnormals, 65504, NaN, Inf; beta2 0.95/0.999, edq x clip, "
+           "a shard at 37, AVX2 and AVX-512\n", H16_N, H16_STEPS);
+    int runs = 0;
+    for (int isa = COLLAGE_ISA_AVX2; isa <= COLLAGE_ISA_AVX512; isa++) {
+        if (!collage_isa_supported((collage_isa)isa)) continue;
+        for (int si = 0; si < 4; si++)
+            for (int b2 = 0; b2 < 2; b2++)
+                for (int cfg = 0; cfg < 8; cfg++) {
+                    if (g_quick && cfg % 3) continue;
+                    h16_run(H16[si], b2 ? 0.999 : 0.95, cfg & 1, (cfg & 2) ? 1.0 : 0.0, (cfg >> 2) & 1, (cfg + b2) & 1,
+                            (collage_isa)isa);
+                    runs++;
+                }
+    }
+    collage_set_isa(isa0);
+    printf("    %d runs\n", runs);
+}
+
 /* ------------------------------------------------------------------ 6. save, load, shards */
 #define SL_N 5000
 static void sl_steps(collage_adamw *o, collage_strategy s, int from, int to) {
@@ -1173,6 +1303,7 @@ int main(void) {
     RUN(test_generic_equals_presets);
     RUN(test_oracle_q8);
     RUN(test_fast_equals_ref);
+    RUN(test_fp16_fast_specials);
     RUN(test_save_load_shards);
     RUN(test_skip_nonfinite);
     RUN(test_fp16_rounding);

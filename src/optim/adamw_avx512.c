@@ -12,6 +12,7 @@
 #define QDEQUANT_NAME collage__qblock_dequantize_avx512
 #define VSQRT(x) ((vf)_mm512_sqrt_ps((__m512)(x)))
 #include "adamw_kernel.inc"
+#include "adamw_fp16.inc"
 #include "adamw_q8.inc"
 #else
 void collage__adamw_block_avx512(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
