@@ -325,6 +325,39 @@ static void test_qcode_vector_equals_scalar(void) {
     }
 }
 
+/* The magnitude buckets (qcode.h) count the code's positive thresholds and values below and up to m
+ * as a search over the sorted list does: m on every threshold and value, their fp32 neighbours, and
+ * every bucket's edges and their neighbours. */
+static int bucket_check(const int32_t *below, const float *bthr, const float *P, int np, float m) {
+    int lt = 0, le = 0;
+    for (int i = 0; i < np; i++) { lt += P[i] < m; le += P[i] <= m; }
+    const uint32_t b = q_bucket(m);
+    return below[b] + (bthr[b] < m) == lt && below[b] + (bthr[b] <= m) == le;
+}
+static void test_qcode_buckets(void) {
+    const q_tables *T = collage__q_tables();
+    int bad = 0;
+    for (int u = 0; u < 2; u++)
+        for (int kind = 0; kind < 2; kind++) { /* thresholds, values */
+            const float *V = T->value[u ? COLLAGE_QCODE_DYN_UNSIGNED : COLLAGE_QCODE_DYN_SIGNED];
+            const float *P = kind ? (u ? V + 1 : V + 128) : (u ? T->thr[1] : T->thr[0] + 127);
+            const int np = u ? 255 : 128;
+            const int32_t *below = kind ? T->vbelow[u] : T->below[u];
+            const float *bthr = kind ? T->vbthr[u] : T->bthr[u];
+            for (int i = 0; i < np; i++)
+                for (int d = -2; d <= 2; d++)
+                    bad += !bucket_check(below, bthr, P, np, bitsf(fbits(P[i]) + (uint32_t)d));
+            for (uint32_t b = 0; b < Q_NB; b++)
+                for (int d = -1; d <= 1; d++) {
+                    const uint32_t e = ((b + Q_B0) << 16) + (uint32_t)d;
+                    if (e <= 0x3F800000u + 1u) bad += !bucket_check(below, bthr, P, np, bitsf(e));
+                }
+            bad += !bucket_check(below, bthr, P, np, 0.0f) + !bucket_check(below, bthr, P, np, 0x1p-149f);
+            CHECK(bad == 0, "%s %s: %d counts differ from the sorted list's", u ? "uint8" : "int8", kind ? "values" : "thresholds",
+                  bad);
+        }
+}
+
 /* The stochastic rows through the vector quantizer and the scalar one, bit for bit (codes, scales), for
  * index0 whose elements cross a 2^32 page inside a vector (and 2^64), two keys, and lengths that leave a
  * tail of every size modulo the lanes. Rows, blocks of 256 led by their absmax: (1) every code value,
@@ -1254,6 +1287,7 @@ int main(void) {
     RUN(test_qcode_random_blocks);
     RUN(test_qcode_special_blocks);
     RUN(test_qcode_vector_equals_scalar);
+    RUN(test_qcode_buckets);
     RUN(test_qcode_sr_vector_equals_scalar);
     RUN(test_qcode_sr);
     RUN(test_names_and_table);
