@@ -42,6 +42,9 @@ static const char *const COMPOSED[] = {
     "fp16-collage-light",          "fp16-collage-plus",        "fp16-master",
     "fp16-master+m=int8,v=int8",   "collage-light+m=int8,v=int8,q=sr", "bf16-sr+m=int8,v=int8,q=sr"};
 #define N_COMPOSED ((int)(sizeof COMPOSED / sizeof *COMPOSED))
+/* and, for the fast step against the reference only, the other fused loops with q=sr (e4m3's codes) */
+static const char *const FAST_EXTRA[] = {"collage-light+m=e4m3,v=e4m3,q=sr", "bf16-kahan+m=e4m3,v=e4m3,q=sr"};
+#define N_FAST (N_COMPOSED + (int)(sizeof FAST_EXTRA / sizeof *FAST_EXTRA))
 
 static collage_strategy strat(const char *name) {
     collage_strategy s = COLLAGE_STRATEGY_COUNT;
@@ -259,12 +262,13 @@ static void test_qcode_special_blocks(void) {
 }
 
 /* Rows through the vector quantizer and the scalar one, bit for bit, on every ISA and thread count:
- * every threshold and its fp32 neighbours (blocks with absmax 1: y = x), and random rows. */
-static void row_compare(collage_qcode c, const float *x, size_t n, const char *what) {
+ * every threshold and its fp32 neighbours (blocks with absmax 1: y = x), and random rows; to nearest
+ * (sr = 0) or stochastically with key and index0. */
+static void row_compare_sr(collage_qcode c, const float *x, size_t n, const char *what, int sr, uint64_t key, uint64_t index0) {
     const size_t nb = (n + COLLAGE_QBLOCK - 1) / COLLAGE_QBLOCK;
     uint8_t *qa = malloc(n), *qb = malloc(n);
     float *sa = malloc(nb * 4), *sb = malloc(nb * 4), *da = malloc(n * 4), *db = malloc(n * 4);
-    collage_qrow_quantize_ref(c, x, n, qa, sa, 0, 0, 0);
+    collage_qrow_quantize_ref(c, x, n, qa, sa, sr, key, index0);
     collage_qrow_dequantize_ref(c, qa, sa, n, da);
     const collage_isa isa0 = collage_get_isa();
     for (int isa = COLLAGE_ISA_SCALAR; isa <= COLLAGE_ISA_AVX512; isa++) {
@@ -272,19 +276,21 @@ static void row_compare(collage_qcode c, const float *x, size_t n, const char *w
         collage_set_isa((collage_isa)isa);
         for (int nt = 1; nt <= 2; nt++) {
             collage_set_threads(nt);
-            collage_qrow_quantize(c, x, n, qb, sb, 0, 0, 0);
+            collage_qrow_quantize(c, x, n, qb, sb, sr, key, index0);
             collage_qrow_dequantize(c, qb, sb, n, db);
             size_t i = 0;
             while (i < n && qa[i] == qb[i] && fbits(da[i]) == fbits(db[i])) i++;
-            CHECK(i == n && !memcmp(sa, sb, nb * 4), "%s %s isa %s threads %d: first difference at %zu (x %a: code %d vs ref %d)",
-                  collage_qcode_name(c), what, collage_isa_name((collage_isa)isa), nt, i, i < n ? (double)x[i] : 0.0,
-                  i < n ? qb[i] : 0, i < n ? qa[i] : 0);
+            CHECK(i == n && !memcmp(sa, sb, nb * 4),
+                  "%s %s sr %d key %#llx index0 %#llx n %zu isa %s threads %d: first difference at %zu (x %a: code %d vs ref %d)",
+                  collage_qcode_name(c), what, sr, (unsigned long long)key, (unsigned long long)index0, n,
+                  collage_isa_name((collage_isa)isa), nt, i, i < n ? (double)x[i] : 0.0, i < n ? qb[i] : 0, i < n ? qa[i] : 0);
         }
     }
     collage_set_isa(isa0);
     collage_set_threads(0);
     free(qa); free(qb); free(sa); free(sb); free(da); free(db);
 }
+static void row_compare(collage_qcode c, const float *x, size_t n, const char *what) { row_compare_sr(c, x, n, what, 0, 0, 0); }
 
 static void test_qcode_vector_equals_scalar(void) {
     for (int c = 0; c < COLLAGE_QCODE_COUNT; c++) {
@@ -318,6 +324,119 @@ static void test_qcode_vector_equals_scalar(void) {
         row_compare((collage_qcode)c, x, rn, "random");
         free(x);
     }
+}
+
+/* The magnitude buckets (qcode.h) count the code's positive thresholds and values below and up to m
+ * as a search over the sorted list does: m on every threshold and value, their fp32 neighbours, and
+ * every bucket's edges and their neighbours. */
+static int bucket_check(const int32_t *below, const float *bthr, const float *P, int np, float m) {
+    int lt = 0, le = 0;
+    for (int i = 0; i < np; i++) { lt += P[i] < m; le += P[i] <= m; }
+    const uint32_t b = q_bucket(m);
+    return below[b] + (bthr[b] < m) == lt && below[b] + (bthr[b] <= m) == le;
+}
+static void test_qcode_buckets(void) {
+    const q_tables *T = collage__q_tables();
+    int bad = 0;
+    for (int u = 0; u < 2; u++)
+        for (int kind = 0; kind < 2; kind++) { /* thresholds, values */
+            const float *V = T->value[u ? COLLAGE_QCODE_DYN_UNSIGNED : COLLAGE_QCODE_DYN_SIGNED];
+            const float *P = kind ? (u ? V + 1 : V + 128) : (u ? T->thr[1] : T->thr[0] + 127);
+            const int np = u ? 255 : 128;
+            const int32_t *below = kind ? T->vbelow[u] : T->below[u];
+            const float *bthr = kind ? T->vbthr[u] : T->bthr[u];
+            for (int i = 0; i < np; i++)
+                for (int d = -2; d <= 2; d++)
+                    bad += !bucket_check(below, bthr, P, np, bitsf(fbits(P[i]) + (uint32_t)d));
+            for (uint32_t b = 0; b < Q_NB; b++)
+                for (int d = -1; d <= 1; d++) {
+                    const uint32_t e = ((b + Q_B0) << 16) + (uint32_t)d;
+                    if (e <= 0x3F800000u + 1u) bad += !bucket_check(below, bthr, P, np, bitsf(e));
+                }
+            bad += !bucket_check(below, bthr, P, np, 0.0f) + !bucket_check(below, bthr, P, np, 0x1p-149f);
+            CHECK(bad == 0, "%s %s: %d counts differ from the sorted list's", u ? "uint8" : "int8", kind ? "values" : "thresholds",
+                  bad);
+        }
+}
+
+/* The stochastic rows through the vector quantizer and the scalar one, bit for bit (codes, scales), for
+ * index0 whose elements cross a 2^32 page inside a vector (and 2^64), two keys, and lengths that leave a
+ * tail of every size modulo the lanes. Rows, blocks of 256 led by their absmax: (1) every code value,
+ * its fp32 neighbours and points inside each gap, both signs, and the clamps (V[0], ±1, ±448); (2) tiny
+ * values: fp32 subnormals, e4m3's subnormal grid and points between, blocks with absmax near 2^-100;
+ * (3) random values over 30 binades, with zeros, a zero block, a block below 2^-100, one huge value
+ * among small ones, a NaN block and an Inf block. */
+static size_t sr_rows_values(collage_qcode c, float *x) {
+    double vals[256];
+    const int nv = sorted_values(c, vals);
+    const float unit = c == COLLAGE_QCODE_E4M3 ? 448.0f : 1.0f;
+    size_t n = 0;
+    for (int j = 0; j < nv; j++) {
+        const float v = (float)vals[j], nx = j + 1 < nv ? (float)vals[j + 1] : v;
+        const float cand[6] = {v, nextafterf(v, -INFINITY), nextafterf(v, INFINITY), v + (nx - v) * 0.25f, v + (nx - v) * 0.5f,
+                               v + (nx - v) * 0.8125f};
+        for (int k = 0; k < 6; k++)
+            for (int sgn = 0; sgn < 2; sgn++) {
+                if (n % COLLAGE_QBLOCK == 0) x[n++] = sgn ? -unit : unit;
+                x[n++] = sgn && c != COLLAGE_QCODE_DYN_UNSIGNED ? -cand[k] : cand[k];
+            }
+    }
+    const float clamps[6] = {-unit, unit, nextafterf(-unit, 0.0f), nextafterf(unit, 0.0f), -0.0f, 0.0f};
+    for (int k = 0; k < 6; k++) x[n++] = clamps[k];
+    return n;
+}
+static size_t sr_rows_tiny(collage_qcode c, float *x) {
+    const float unit = c == COLLAGE_QCODE_E4M3 ? 448.0f : 1.0f;
+    size_t n = 0;
+    for (int b = 0; b < 24; b++) {
+        x[n++] = b % 3 == 2 ? 0x1.8p-99f : unit; /* absmax: recip 1, or about 2^99 */
+        for (int i = 1; i < COLLAGE_QBLOCK; i++) {
+            const uint32_t r = h_rand32();
+            float v;
+            switch (i % 4) {
+            case 0: v = bitsf(r % 0x00800000u); break;                              /* fp32 subnormal */
+            case 1: v = (float)(r % 9) * 0x1p-9f; break;                            /* e4m3's grid below 2^-6 */
+            case 2: v = ldexpf((float)(r >> 8) * 0x1p-24f, -(int)(r % 40)); break;  /* down from 2^-6 by 40 binades */
+            default: v = ldexpf((float)(r >> 8) * 0x1p-24f, -6 - (int)(r % 120)); break;
+            }
+            if (b % 3 == 2) v = ldexpf(v, -100 + (int)(r % 4)); /* inside a tiny block, relative to its absmax */
+            x[n++] = (r >> 31) && c != COLLAGE_QCODE_DYN_UNSIGNED ? -v : v;
+        }
+    }
+    return n;
+}
+static size_t sr_rows_random(collage_qcode c, float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const double m = ldexp(gauss(), -(int)(h_rand32() % 30));
+        x[i] = i % 997 == 5 ? 0.0f : (float)(c == COLLAGE_QCODE_DYN_UNSIGNED ? fabs(m) : m);
+    }
+    memset(x + 512, 0, COLLAGE_QBLOCK * 4); /* block 2 zero, block 3 below 2^-100 */
+    for (size_t i = 768; i < 1024; i++) x[i] = 0x1p-110f * (float)(i % 5);
+    x[1100] = 3e30f;    /* block 4: one huge value */
+    x[1300] = (float)NAN; /* block 5 NaN, block 6 Inf */
+    x[1600] = (float)-INFINITY;
+    return n;
+}
+
+static void test_qcode_sr_vector_equals_scalar(void) {
+    const uint64_t index0s[4] = {0, 0xFFFFFFFFull - 1028, 0x1FFFFFFFFull - 4 * COLLAGE_QBLOCK + 1, 0xFFFFFFFFFFFFFFFFull - 600};
+    const uint64_t keys[2] = {0x9e3779b97f4a7c15ull, 42};
+    const size_t rn = g_quick ? 20011 : 100003;
+    float *x = malloc(rn * 4);
+    h_seed(4242);
+    for (int c = 0; c < COLLAGE_QCODE_COUNT; c++)
+        for (int row = 0; row < 3; row++) {
+            const size_t n = row == 0 ? sr_rows_values((collage_qcode)c, x)
+                             : row == 1 ? sr_rows_tiny((collage_qcode)c, x) : sr_rows_random((collage_qcode)c, x, rn);
+            const char *what = row == 0 ? "values" : row == 1 ? "tiny" : "random";
+            for (int ix = 0; ix < 4; ix++)
+                for (int k = 0; k < 2; k++) {
+                    const size_t len = n - (size_t)(ix * 5 + k * 3) % 16; /* tails of 0..15 modulo 16 */
+                    row_compare_sr((collage_qcode)c, x, len, what, 1, keys[k], index0s[ix]);
+                }
+            row_compare_sr((collage_qcode)c, x, 1 + (size_t)c * 7, what, 1, keys[0], index0s[1]); /* a row shorter than VL */
+        }
+    free(x);
 }
 
 /* Stochastic rounding: the mean over draws of the dequantized value is the value (within SIGMAS
@@ -653,8 +772,8 @@ static void test_fast_equals_ref(void) {
     const collage_isa isa0 = collage_get_isa();
     printf("    n %d, %d steps, 4 groups and a gap, boundaries inside scale blocks; edq x clip; threads 1/2/3, every ISA\n",
            FAST_N, FAST_STEPS);
-    for (int si = 0; si < N_COMPOSED; si++) {
-        const collage_strategy s = strat(COMPOSED[si]);
+    for (int si = 0; si < N_FAST; si++) {
+        const collage_strategy s = strat(si < N_COMPOSED ? COMPOSED[si] : FAST_EXTRA[si - N_COMPOSED]);
         for (int cfg = 0; cfg < 4; cfg++) {
             if (g_quick && (cfg == 1 || cfg == 2)) continue; /* quick: neither, and both */
             const int edq = cfg & 1;
@@ -1298,6 +1417,8 @@ int main(void) {
     RUN(test_qcode_random_blocks);
     RUN(test_qcode_special_blocks);
     RUN(test_qcode_vector_equals_scalar);
+    RUN(test_qcode_buckets);
+    RUN(test_qcode_sr_vector_equals_scalar);
     RUN(test_qcode_sr);
     RUN(test_names_and_table);
     RUN(test_generic_equals_presets);

@@ -1,7 +1,7 @@
 /* qcode.c — the 8-bit block codes (collage.h collage_qcode, numerics.md §11): the dynamic code's values
  * as the fp32 nearest to their decimal definition, its thresholds, the magnitude buckets its vector
  * quantizer reads, the block's scale, rounding a value to a code, and the public block and row calls
- * (the rows' vector twins are in the optimizer's kernel units, adamw_kernel.inc). */
+ * (the rows' vector twins are in the optimizer's kernel units, adamw_q8.inc). */
 #include "qcode.h"
 #include <math.h>
 #include <pthread.h>
@@ -56,6 +56,8 @@ static void build_tables(void) {
         for (int k = 0; k < 255; k++) g_qt.thr[u][k] = (float)(((double)V[k] + (double)V[k + 1]) * 0.5);
         /* the positive thresholds the buckets count: the signed code's upper 128, all 255 unsigned */
         build_buckets(u ? g_qt.thr[1] : g_qt.thr[0] + 127, u ? 255 : 128, g_qt.below[u], g_qt.bthr[u]);
+        /* and the positive values the stochastic rounding's search counts */
+        build_buckets(u ? V + 1 : V + 128, u ? 255 : 128, g_qt.vbelow[u], g_qt.vbthr[u]);
     }
     for (int q = 0; q < 256; q++) g_qt.value[COLLAGE_QCODE_E4M3][q] = collage_lp_to_f32(COLLAGE_FMT_E4M3, (uint16_t)q);
 }
@@ -170,8 +172,8 @@ collage_status collage_qrow_dequantize_ref(collage_qcode c, const uint8_t *q, co
     return st;
 }
 
-/* The vector rows: whole blocks per call, threaded over blocks. Stochastic rounding takes the scalar
- * steps (as the optimizer's fused kernels do for q=sr). */
+/* The vector rows: whole blocks per call, threaded over blocks, to nearest or stochastically (the
+ * vector twins in the kernel units; the scalar steps without AVX2). */
 collage_status collage_qrow_quantize(collage_qcode c, const float *x, size_t n, uint8_t *q, float *scales, int sr,
                                      uint64_t key, uint64_t index0) {
     collage_status st = row_check(c, x, q, scales, n, sr);
@@ -183,9 +185,13 @@ collage_status collage_qrow_quantize(collage_qcode c, const float *x, size_t n, 
 #pragma omp parallel for schedule(static) num_threads(nt) if (nb >= 64)
     for (long b = 0; b < nb; b++) {
         const size_t a = (size_t)b * COLLAGE_QBLOCK, len = n - a < COLLAGE_QBLOCK ? n - a : COLLAGE_QBLOCK;
-        if (!sr && isa == COLLAGE_ISA_AVX512) collage__qblock_quantize_avx512(c, x + a, len, q + a, &scales[b]);
-        else if (!sr && isa == COLLAGE_ISA_AVX2) collage__qblock_quantize_avx2(c, x + a, len, q + a, &scales[b]);
-        else collage_qblock_quantize(c, x + a, len, q + a, &scales[b], sr, key, index0 + a);
+        if (isa == COLLAGE_ISA_AVX512) {
+            if (sr) collage__qblock_quantize_sr_avx512(c, x + a, len, q + a, &scales[b], key, index0 + a);
+            else collage__qblock_quantize_avx512(c, x + a, len, q + a, &scales[b]);
+        } else if (isa == COLLAGE_ISA_AVX2) {
+            if (sr) collage__qblock_quantize_sr_avx2(c, x + a, len, q + a, &scales[b], key, index0 + a);
+            else collage__qblock_quantize_avx2(c, x + a, len, q + a, &scales[b]);
+        } else collage_qblock_quantize(c, x + a, len, q + a, &scales[b], sr, key, index0 + a);
     }
     return COLLAGE_OK;
 }
