@@ -2381,11 +2381,16 @@ static void test_sharded_equals_whole(void) {
 
 /* collage_sumsq_chunks against this file's transcription of its contract (16 interleaved double lanes,
  * element i of a chunk into lane i mod 16, then the pairwise tree 8, 4, 2, 1), bit for bit, on every ISA
- * and thread count, bf16 and fp32, chunks with tails; a NaN/Inf makes its chunk's sum non-finite. */
-static double sumsq_oracle(const void *x, int bf16, size_t a, size_t b) {
+ * and thread count, fp32, bf16 and fp16 (kind 0, 1, 2), chunks with tails; a NaN/Inf makes its chunk's sum
+ * non-finite. */
+static double sumsq_elem(const void *x, int kind, size_t i) {
+    const uint16_t *h = x;
+    return kind == 2 ? (double)collage_lp_to_f32(COLLAGE_FMT_FP16, h[i]) : kind ? (double)bf(h[i]) : (double)((const float *)x)[i];
+}
+static double sumsq_oracle(const void *x, int kind, size_t a, size_t b) {
     double l[16] = {0};
     for (size_t i = a; i < b; i++) {
-        double d = bf16 ? (double)bf(((const uint16_t *)x)[i]) : (double)((const float *)x)[i];
+        const double d = sumsq_elem(x, kind, i);
         l[(i - a) % 16] += d * d;
     }
     for (int w = 8; w; w >>= 1)
@@ -2395,31 +2400,33 @@ static double sumsq_oracle(const void *x, int bf16, size_t a, size_t b) {
 
 static void test_sumsq_chunks(void) {
     const size_t n = 200003;
-    uint16_t *h = malloc(n * sizeof *h);
+    uint16_t *h = malloc(n * sizeof *h), *h16 = malloc(n * sizeof *h16);
     float *f = malloc(n * sizeof *f);
     double *got = malloc((n + 1) * sizeof *got), *want = malloc((n + 1) * sizeof *want);
     for (size_t i = 0; i < n; i++) {
         h[i] = rnd_bf16(-30, 20);
         f[i] = (float)(gauss() * ldexp(1.0, (int)(h_rand32() % 40) - 20));
+        h16[i] = collage_lp_from_f32(COLLAGE_FMT_FP16, (float)(gauss() * ldexp(1.0, (int)(h_rand32() % 36) - 26)));
     }
     const size_t chunks[] = {1, 15, 16, 17, 4096, 65536, 300000};
     const collage_isa isa0 = collage_get_isa();
-    for (int bf16 = 0; bf16 <= 1; bf16++) {
-        const void *x = bf16 ? (const void *)h : (const void *)f;
+    static const char *const kinds[3] = {"fp32", "bf16", "fp16"};
+    for (int kind = 0; kind <= 2; kind++) {
+        const void *x = kind == 2 ? (const void *)h16 : kind ? (const void *)h : (const void *)f;
         for (size_t ci = 0; ci < sizeof chunks / sizeof *chunks; ci++) {
             const size_t ch = chunks[ci], nc = (n + ch - 1) / ch;
-            for (size_t c = 0; c < nc; c++) want[c] = sumsq_oracle(x, bf16, c * ch, c * ch + ch < n ? c * ch + ch : n);
+            for (size_t c = 0; c < nc; c++) want[c] = sumsq_oracle(x, kind, c * ch, c * ch + ch < n ? c * ch + ch : n);
             for (int isa = COLLAGE_ISA_SCALAR; isa <= COLLAGE_ISA_AVX512; isa++) {
                 if (!collage_isa_supported((collage_isa)isa)) continue;
                 collage_set_isa((collage_isa)isa);
                 for (int nt = 1; nt <= 3; nt++) {
                     collage_set_threads(nt);
                     got[nc] = 12345.0; /* must stay untouched */
-                    CHECK(collage_sumsq_chunks(x, bf16, n, ch, got) == COLLAGE_OK, "status");
+                    CHECK(collage_sumsq_chunks(x, kind, n, ch, got) == COLLAGE_OK, "status");
                     int bad = 0;
                     for (size_t c = 0; c < nc; c++) bad += !same_double_bits(got[c], want[c]);
                     CHECK(bad == 0, "%s chunk %zu isa %s threads %d: %d chunk sums differ from the contract's order",
-                          bf16 ? "bf16" : "fp32", ch, collage_isa_name((collage_isa)isa), nt, bad);
+                          kinds[kind], ch, collage_isa_name((collage_isa)isa), nt, bad);
                     CHECK(got[nc] == 12345.0, "wrote past the last chunk (chunk %zu)", ch);
                 }
             }
@@ -2428,12 +2435,12 @@ static void test_sumsq_chunks(void) {
         }
         /* the whole sum is the sum of squares to double's precision */
         double one, ld = 0;
-        collage_sumsq_chunks(x, bf16, n, n, &one);
+        collage_sumsq_chunks(x, kind, n, n, &one);
         for (size_t i = 0; i < n; i++) {
-            double d = bf16 ? (double)bf(h[i]) : (double)f[i];
+            const double d = sumsq_elem(x, kind, i);
             ld += d * d;
         }
-        CHECK(close_rel(one, ld, 1e-12), "%s: sum %.17g vs serial %.17g", bf16 ? "bf16" : "fp32", one, ld);
+        CHECK(close_rel(one, ld, 1e-12), "%s: sum %.17g vs serial %.17g", kinds[kind], one, ld);
     }
     /* a NaN or Inf: its chunk only turns non-finite */
     const uint16_t specials[] = {0x7fc0, 0x7f80, 0xff80};
@@ -2449,7 +2456,7 @@ static void test_sumsq_chunks(void) {
     CHECK(collage_sumsq_chunks(h, 1, 10, 4, NULL) == COLLAGE_ERR_NULL, "NULL out");
     CHECK(collage_sumsq_chunks(h, 1, 10, 0, got) == COLLAGE_ERR_SIZE, "chunk 0");
     CHECK(collage_sumsq_chunks(NULL, 1, 0, 4, NULL) == COLLAGE_OK, "n = 0 is nothing to do");
-    free(h); free(f); free(got); free(want);
+    free(h); free(h16); free(f); free(got); free(want);
 }
 
 /* collage_sumsq_chunks_many over slabs of many sizes (empty ones, NULL where empty, one chunk, many, a

@@ -147,11 +147,12 @@ void collage__fp16_from_f32_sr_avx2(uint16_t *dst, const float *src, size_t n, u
 void collage__fp16_from_f32_sr_avx512(uint16_t *dst, const float *src, size_t n, uint64_t key, uint64_t i0);
 void collage__fp16_to_f32_avx2(float *dst, const uint16_t *src, size_t n);
 void collage__fp16_to_f32_avx512(float *dst, const uint16_t *src, size_t n);
-/* Σ x² of x[a, b) in double, in a fixed order (adamw.c: the contract). bf16: x holds bf16 bits. */
-double collage__sumsq(const void *x, int bf16, size_t a, size_t b);         /* the chosen ISA */
-double collage__sumsq_ref(const void *x, int bf16, size_t a, size_t b);     /* scalar twin */
-void collage__sumsq16_avx2(const void *x, int bf16, size_t a, size_t groups, double l[16]);
-void collage__sumsq16_avx512(const void *x, int bf16, size_t a, size_t groups, double l[16]);
+/* Σ x² of x[a, b) in double, in a fixed order (adamw.c: the contract). kind: x holds fp32 values (0),
+ * bf16 bits (1) or fp16 bits (2). */
+double collage__sumsq(const void *x, int kind, size_t a, size_t b);         /* the chosen ISA */
+double collage__sumsq_ref(const void *x, int kind, size_t a, size_t b);     /* scalar twin */
+void collage__sumsq16_avx2(const void *x, int kind, size_t a, size_t groups, double l[16]);
+void collage__sumsq16_avx512(const void *x, int kind, size_t a, size_t groups, double l[16]);
 int  collage__cpu_has_avx2(void);
 int  collage__cpu_has_avx512(void);
 

@@ -251,15 +251,18 @@ static inline const char *sumsq_ahead(const void *x, size_t i, size_t es) {
 
 /* l[j] += Σ_k x[a + 16k + j]² for k < groups, j < 16: the lanes of collage__sumsq_ref (adamw.c), each
  * square exact in double, so the lanes hold the same bits as the scalar loop's. */
-T_AVX2 void collage__sumsq16_avx2(const void *x, int bf16, size_t a, size_t groups, double l[16]) {
+T_AVX2 void collage__sumsq16_avx2(const void *x, int kind, size_t a, size_t groups, double l[16]) {
     __m256d acc[4];
     for (int q = 0; q < 4; q++) acc[q] = _mm256_loadu_pd(l + 4 * q);
-    const size_t es = bf16 ? 2 : 4;
+    const size_t es = kind ? 2 : 4;
     for (size_t k = 0; k < groups; k++) {
         const size_t i = a + 16 * k;
         _mm_prefetch(sumsq_ahead(x, i, es), _MM_HINT_T0);
         __m256 f[2];
-        if (bf16) {
+        if (kind == 2) { /* fp16: F16C widens exactly */
+            const uint16_t *h = x;
+            for (int p = 0; p < 2; p++) f[p] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i + 8 * p)));
+        } else if (kind) {
             const uint16_t *h = x;
             for (int p = 0; p < 2; p++) {
                 __m128i w = _mm_loadu_si128((const __m128i *)(h + i + 8 * p));
@@ -277,15 +280,16 @@ T_AVX2 void collage__sumsq16_avx2(const void *x, int bf16, size_t a, size_t grou
     for (int q = 0; q < 4; q++) _mm256_storeu_pd(l + 4 * q, acc[q]);
 }
 
-T_AVX512 void collage__sumsq16_avx512(const void *x, int bf16, size_t a, size_t groups, double l[16]) {
+T_AVX512 void collage__sumsq16_avx512(const void *x, int kind, size_t a, size_t groups, double l[16]) {
     __m512d lo = _mm512_loadu_pd(l), hi = _mm512_loadu_pd(l + 8);
-    const size_t es = bf16 ? 2 : 4;
+    const size_t es = kind ? 2 : 4;
     for (size_t k = 0; k < groups; k++) {
         const size_t i = a + 16 * k;
         _mm_prefetch(sumsq_ahead(x, i, es), _MM_HINT_T0);
-        __m512 f = bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(
-                              _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)x + i))), 16))
-                        : _mm512_loadu_ps((const float *)x + i);
+        const __m256i *h = (const __m256i *)((const uint16_t *)x + i);
+        __m512 f = kind == 2 ? _mm512_cvtph_ps(_mm256_loadu_si256(h)) /* fp16: F16C widens exactly */
+                   : kind ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(h)), 16))
+                          : _mm512_loadu_ps((const float *)x + i);
         __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
         __m512d d1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
         lo = _mm512_add_pd(lo, _mm512_mul_pd(d0, d0));

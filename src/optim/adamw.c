@@ -382,16 +382,16 @@ static double sq_elem(const void *x, int kind, size_t i) {
                        : (double)((const float *)x)[i];
 }
 
-/* Σ x² of x[a, b) (bf16 or fp16 bits, or fp32: sq_elem's kind), in double. Each square is exact (8- or 24-bit significands
+/* Σ x² of x[a, b) (bf16 or fp16 bits, or fp32: sq_elem's kind), in double. Each square is exact (8-, 11- or 24-bit significands
  * squared fit double's 53), summed into 16 interleaved partial sums (element i into lane (i − a) mod 16)
  * that are then added as a fixed pairwise tree: the bits depend only on (x, a, b), never on the threads
  * or the compiler's vectoriser, and the 16 independent chains keep the loop at memory speed instead of
  * one add's latency per element. Non-finite elements give a non-finite sum (the squares are ≥ 0, so
  * +Inf cannot cancel). collage__sumsq_ref is the scalar loop; collage__sumsq has the SIMD kernels
  * (lowp_x86.c) fill the same 16 lanes whole groups at a time, then the same tail and tree. */
-static double sumsq_tail(const void *x, int bf16, size_t i, size_t b, double l[16]) {
+static double sumsq_tail(const void *x, int kind, size_t i, size_t b, double l[16]) {
     for (int j = 0; i < b; i++, j++) {
-        const double d = sq_elem(x, bf16, i);
+        const double d = sq_elem(x, kind, i);
         l[j] += d * d;
     }
     for (int w = 8; w; w >>= 1)
@@ -399,25 +399,25 @@ static double sumsq_tail(const void *x, int bf16, size_t i, size_t b, double l[1
     return l[0];
 }
 
-double collage__sumsq_ref(const void *x, int bf16, size_t a, size_t b) {
+double collage__sumsq_ref(const void *x, int kind, size_t a, size_t b) {
     double l[16] = {0};
     size_t i = a;
     for (; b - i >= 16; i += 16)
         for (int j = 0; j < 16; j++) {
-            const double d = sq_elem(x, bf16, i + j);
+            const double d = sq_elem(x, kind, i + j);
             l[j] += d * d;
         }
-    return sumsq_tail(x, bf16, i, b, l);
+    return sumsq_tail(x, kind, i, b, l);
 }
 
-double collage__sumsq(const void *x, int bf16, size_t a, size_t b) {
+double collage__sumsq(const void *x, int kind, size_t a, size_t b) {
     collage_isa isa = collage_get_isa();
-    if (isa == COLLAGE_ISA_SCALAR || b - a < 16 || bf16 == 2) return collage__sumsq_ref(x, bf16, a, b); /* fp16: scalar */
+    if (isa == COLLAGE_ISA_SCALAR || b - a < 16) return collage__sumsq_ref(x, kind, a, b);
     double l[16] = {0};
     const size_t groups = (b - a) / 16;
-    if (isa == COLLAGE_ISA_AVX512) collage__sumsq16_avx512(x, bf16, a, groups, l);
-    else collage__sumsq16_avx2(x, bf16, a, groups, l);
-    return sumsq_tail(x, bf16, a + 16 * groups, b, l);
+    if (isa == COLLAGE_ISA_AVX512) collage__sumsq16_avx512(x, kind, a, groups, l);
+    else collage__sumsq16_avx2(x, kind, a, groups, l);
+    return sumsq_tail(x, kind, a + 16 * groups, b, l);
 }
 
 /* The tensor that holds chunk c of all the tensors' chunks: the last j with first[j] <= c (an empty
