@@ -1264,57 +1264,65 @@ static void test_fp16_rounding(void) {
     CHECK(bad == 0, "%d inputs rounded wrongly", bad);
 }
 
-/* The fp16-emulated model: its gradient slab is fp16, its loss and gradients are near the fp32 model's,
- * and the fp32 model's gradients scale exactly with the loss scale (a power of two). */
-static void test_fp16_model(void) {
-    collage_gpt_config cfg;
-    collage_gpt_preset("tiny", &cfg);
-    cfg.num_layers = 1; cfg.channels = 32; cfg.num_heads = 2; cfg.max_seq_len = 16;
+/* The fp16-storage model of a family (collage_model.h), GPT-2 and LLaMA: its gradient slab is fp16, its
+ * loss and gradients are near the fp32 model's, and the fp32 model's gradients scale exactly with the
+ * loss scale (a power of two); the bf16 model takes no loss scale. */
+static void fp16_model_case(const char *preset) {
+    collage_model_config cfg;
+    CHECK(collage_model_preset(preset, &cfg) == COLLAGE_OK, "%s", preset);
+    cfg.num_layers = 1; cfg.max_seq_len = 16;
+    if (cfg.family == COLLAGE_FAMILY_GPT2) { cfg.channels = 32; cfg.num_heads = 2; }
     const int B = 2, T = 16;
-    collage_gpt *m32 = NULL, *m16 = NULL;
-    CHECK(collage_gpt_create(&cfg, COLLAGE_GPT_FP32, B, T, &m32) == COLLAGE_OK &&
-              collage_gpt_create(&cfg, COLLAGE_GPT_FP16_EMULATED, B, T, &m16) == COLLAGE_OK, "create");
-    if (!m32 || !m16) { collage_gpt_free(m32); collage_gpt_free(m16); return; }
-    const size_t n = collage_gpt_size(m32);
+    collage_model *m32 = NULL, *m16 = NULL;
+    CHECK(collage_model_create(&cfg, COLLAGE_REAL_FP32, B, T, &m32) == COLLAGE_OK &&
+              collage_model_create(&cfg, COLLAGE_REAL_FP16, B, T, &m16) == COLLAGE_OK, "%s: create", preset);
+    if (!m32 || !m16) { collage_model_free(m32); collage_model_free(m16); return; }
+    const size_t n = collage_model_size(m32);
     float *w = malloc(n * 4), *g1 = malloc(n * 4);
     uint16_t *w16 = malloc(n * 2);
     int tok[32], tgt[32];
     for (int i = 0; i < B * T; i++) { tok[i] = (i * 37 + 11) % 256; tgt[i] = (i * 53 + 3) % 256; }
-    collage_gpt_init_weights(&cfg, 7, w, n);
+    collage_model_init_weights(&cfg, 7, w, n);
     for (size_t i = 0; i < n; i++) { w16[i] = collage_lp_from_f32(COLLAGE_FMT_FP16, w[i]); w[i] = collage_lp_to_f32(COLLAGE_FMT_FP16, w16[i]); }
-    double l32, l16;
-    collage_gpt_zero_grad(m32);
-    collage_gpt_forward(m32, w, tok, tgt, B, T, &l32);
-    collage_gpt_backward(m32);
-    memcpy(g1, collage_gpt_grads(m32), n * 4);
-    CHECK(collage_gpt_set_loss_scale(m32, 1024.0) == COLLAGE_OK, "set_loss_scale");
-    collage_gpt_zero_grad(m32);
-    collage_gpt_forward(m32, w, tok, tgt, B, T, NULL);
-    collage_gpt_backward(m32);
-    const float *g2 = collage_gpt_grads(m32);
+    double l32 = 0, l16 = 0;
+    collage_model_zero_grad(m32);
+    collage_model_forward(m32, w, tok, tgt, B, T, &l32);
+    collage_model_backward(m32);
+    memcpy(g1, collage_model_grads(m32), n * 4);
+    CHECK(collage_model_set_loss_scale(m32, 1024.0) == COLLAGE_OK, "%s: set_loss_scale", preset);
+    collage_model_zero_grad(m32);
+    collage_model_forward(m32, w, tok, tgt, B, T, NULL);
+    collage_model_backward(m32);
+    const float *g2 = collage_model_grads(m32);
     size_t off = 0;
     for (size_t i = 0; i < n; i++) off += fbits(g2[i]) != fbits(g1[i] * 1024.0f);
-    CHECK(off == 0, "fp32 model: %zu gradients are not exactly 1024x the unscaled ones", off);
-    collage_gpt_set_loss_scale(m16, 1024.0);
-    collage_gpt_zero_grad(m16);
-    collage_gpt_forward(m16, w16, tok, tgt, B, T, &l16);
-    collage_gpt_backward(m16);
-    const uint16_t *h = collage_gpt_grads(m16);
+    CHECK(off == 0, "%s fp32 model: %zu gradients are not exactly 1024x the unscaled ones", preset, off);
+    collage_model_set_loss_scale(m16, 1024.0);
+    collage_model_zero_grad(m16);
+    collage_model_forward(m16, w16, tok, tgt, B, T, &l16);
+    collage_model_backward(m16);
+    const uint16_t *h = collage_model_grads(m16);
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
         const double a = (double)collage_lp_to_f32(COLLAGE_FMT_FP16, h[i]) / 1024.0, b = (double)g1[i];
         num += (a - b) * (a - b);
         den += b * b;
     }
-    printf("    fp16-emulated vs fp32 (fp16 weights): loss %.6f vs %.6f; gradient relative RMS difference %.2e (scale 1024)\n",
-           l16, l32, sqrt(num / den));
-    CHECK(fabs(l16 - l32) < 5e-3 && sqrt(num / den) < 2e-2, "fp16 loss %.6f vs %.6f, gradients %.2e apart", l16, l32, sqrt(num / den));
-    collage_gpt *mb = NULL;
-    if (collage_gpt_create(&cfg, COLLAGE_GPT_BF16, B, T, &mb) == COLLAGE_OK)
-        CHECK(collage_gpt_set_loss_scale(mb, 2.0) == COLLAGE_ERR_UNSUPPORTED, "the bf16 model takes no loss scale");
-    collage_gpt_free(mb);
+    printf("    %s: fp16 storage vs fp32 (fp16 weights): loss %.6f vs %.6f; gradient relative RMS difference %.2e "
+           "(scale 1024)\n", preset, l16, l32, sqrt(num / den));
+    CHECK(fabs(l16 - l32) < 5e-3 && sqrt(num / den) < 2e-2, "%s: fp16 loss %.6f vs %.6f, gradients %.2e apart", preset,
+          l16, l32, sqrt(num / den));
+    collage_model *mb = NULL;
+    if (collage_model_create(&cfg, COLLAGE_REAL_BF16, B, T, &mb) == COLLAGE_OK)
+        CHECK(collage_model_set_loss_scale(mb, 2.0) == COLLAGE_ERR_UNSUPPORTED, "%s: the bf16 model takes no loss scale",
+              preset);
+    collage_model_free(mb);
     free(w); free(g1); free(w16);
-    collage_gpt_free(m32); collage_gpt_free(m16);
+    collage_model_free(m32); collage_model_free(m16);
+}
+static void test_fp16_model(void) {
+    fp16_model_case("tiny");
+    fp16_model_case("llama-tiny");
 }
 
 static collage_run_config fp16_cfg(void) {

@@ -360,7 +360,7 @@ static void test_bert_matches_family(void) {
     for (int p = 0; p < COLLAGE_REAL_COUNT; p++) {
         collage_model *m = NULL;
         bert_model *f = NULL;
-        if (p == COLLAGE_REAL_FP16) { /* GPT-2 only */
+        if (p == COLLAGE_REAL_FP16) { /* GPT-2 and LLaMA only */
             CHECK(collage_model_create(&c, COLLAGE_REAL_FP16, B_TEST, T_TEST, &m) == COLLAGE_ERR_UNSUPPORTED && !m,
                   "a BERT in fp16 storage is refused");
             continue;

@@ -15,12 +15,12 @@ struct gm_model {
     int maxB, maxT;
     void *plan;
     gm_sizes sz;
-    size_t esize;           /* bytes per element of acts and grads: 4 (fp32, bf16-emulated) or 8 (fp64) */
+    size_t esize;           /* bytes per element of acts and grads: 4 (fp32, bf16- and fp16-emulated) or 8 (fp64) */
     void *acts;             /* float or double; in bf16 the float part */
-    void *grads;            /* float or double (bf16-emulated: its fp32 accumulator); NULL in bf16 */
-    collage_bf16 *grads16;  /* bf16 and bf16-emulated: the gradient slab handed out */
+    void *grads;            /* float or double (emulated: its fp32 accumulator); NULL in bf16 */
+    collage_bf16 *grads16;  /* bf16 and emulated: the gradient slab handed out (fp16 bits in fp16-emulated) */
     int grads16_zero;       /* zero_grad ran since the last backward: grads16 reads as zero */
-    float *w32;             /* bf16-emulated: the weights widened at each forward */
+    float *w32;             /* emulated: the weights widened at each forward */
     uint16_t *acts16;       /* bf16: the bf16 activations */
     float *gsums;           /* bf16: the float sums of the gradients no product writes */
     nn_ws ws;               /* bf16: the products' tile scratch */
@@ -50,9 +50,14 @@ static collage_status bf16_env(gm_model *m, gm_env *e) {
     return COLLAGE_OK;
 }
 
+/* The float graphs' rounding (nn.h nn_rnd_f32's bf): 1 in bf16-emulated, 2 in fp16-emulated, 0 otherwise. */
+static int emulated(const gm_model *m) {
+    return m->prec == GM_BF16_EMULATED ? 1 : m->prec == GM_FP16_EMULATED ? 2 : 0;
+}
+
 static collage_status alloc_slabs(gm_model *m) {
     const size_t n = m->sz.nparams, bt = (size_t)m->maxB * (size_t)m->maxT;
-    const int bf16 = m->prec == GM_BF16, emu = m->prec == GM_BF16_EMULATED;
+    const int bf16 = m->prec == GM_BF16, emu = emulated(m) != 0;
     m->tok = calloc(bt, sizeof(int));
     m->tgt = calloc(bt, sizeof(int));
     m->acts = calloc(m->sz.nacts, m->esize);
@@ -124,7 +129,7 @@ static collage_status take_input(gm_model *m, const void *params, const int *tok
                                m->err, sizeof m->err);
 }
 
-/* The input checked, the bf16 build chosen, and the weights the graph reads (bf16-emulated: widened). */
+/* The input checked, the bf16 build chosen, and the weights the graph reads (emulated: widened). */
 static collage_status begin_call(gm_model *m, const void *params, const int *tokens, const int *targets, int B, int T,
                                  gm_env *e, const void **w) {
     m->ready = 0;
@@ -133,10 +138,9 @@ static collage_status begin_call(gm_model *m, const void *params, const int *tok
     if (st == COLLAGE_OK && m->prec == GM_BF16) st = bf16_env(m, e);
     if (st != COLLAGE_OK) return st;
     *w = params;
-    if (m->prec == GM_BF16_EMULATED) {
-        collage_bf16_to_f32_row(m->w32, params, m->sz.nparams);
-        *w = m->w32;
-    }
+    if (emulated(m) == 1) collage_bf16_to_f32_row(m->w32, params, m->sz.nparams);
+    if (emulated(m) == 2) collage_fp16_to_f32_row(m->w32, params, m->sz.nparams);
+    if (emulated(m)) *w = m->w32;
     return COLLAGE_OK;
 }
 
@@ -152,7 +156,7 @@ collage_status gm_forward(gm_model *m, const void *params, const int *tokens, co
     double L;
     if (m->prec == GM_BF16) L = m->graph->forward(m->plan, w, m->acts16, m->acts, m->tok, tgt, B, T, &e);
     else if (m->prec == GM_FP64) L = m->g->forward_f64(m->plan, w, m->acts, m->tok, tgt, B, T, 0, nt);
-    else L = m->g->forward_f32(m->plan, w, m->acts, m->tok, tgt, B, T, m->prec == GM_BF16_EMULATED, nt);
+    else L = m->g->forward_f32(m->plan, w, m->acts, m->tok, tgt, B, T, emulated(m), nt);
     nn_blas_end();
     m->w_used = w;
     m->B = B;
@@ -176,10 +180,10 @@ collage_status gm_backward(gm_model *m) {
     else if (m->prec == GM_FP64)
         m->g->backward_f64(m->plan, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, 0, nt);
     else
-        m->g->backward_f32(m->plan, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T,
-                           m->prec == GM_BF16_EMULATED, nt);
+        m->g->backward_f32(m->plan, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, emulated(m), nt);
     nn_blas_end();
-    if (m->prec == GM_BF16_EMULATED) collage_bf16_from_f32_row(m->grads16, m->grads, m->sz.nparams);
+    if (emulated(m) == 1) collage_bf16_from_f32_row(m->grads16, m->grads, m->sz.nparams);
+    if (emulated(m) == 2) collage_fp16_from_f32_row((uint16_t *)m->grads16, m->grads, m->sz.nparams);
     m->grads16_zero = 0;
     return COLLAGE_OK;
 }
@@ -215,16 +219,28 @@ collage_status gm_next_logits(gm_model *m, const void *params, const int *tokens
         for (int i = 0; i < V; i++) logits[i] = (float)x[i];
     } else {
         if (m->prec == GM_BF16) m->graph->last_logits(m->plan, w, m->acts16, m->acts, m->tok, T, &e);
-        else m->g->last_logits_f32(m->plan, w, m->acts, m->tok, T, m->prec == GM_BF16_EMULATED, nt);
+        else m->g->last_logits_f32(m->plan, w, m->acts, m->tok, T, emulated(m), nt);
         memcpy(logits, (const float *)m->acts + m->sz.logits, (size_t)V * sizeof(float));
     }
     nn_blas_end();
     return COLLAGE_OK;
 }
 
+collage_status gm_set_loss_scale(gm_model *m, double scale) {
+    if (!m) return COLLAGE_ERR_NULL;
+    if (!(scale > 0) || !isfinite(scale)) return fail(m, COLLAGE_ERR_ARG, "loss scale %g is not finite and positive", scale);
+    if (m->prec == GM_BF16 || !m->g->set_loss_scale)
+        return fail(m, COLLAGE_ERR_UNSUPPORTED, "this model takes no loss scale");
+    m->g->set_loss_scale(m->plan, (float)scale);
+    return COLLAGE_OK;
+}
+
 /* ---------------------------------------------------------------- a family row's model calls */
 gm_precision gm_precision_of(collage_real r) {
-    return r == COLLAGE_REAL_BF16 ? GM_BF16 : r == COLLAGE_REAL_FP64 ? GM_FP64 : GM_FP32;
+    return r == COLLAGE_REAL_BF16   ? GM_BF16
+           : r == COLLAGE_REAL_FP64 ? GM_FP64
+           : r == COLLAGE_REAL_FP16 ? GM_FP16_EMULATED
+                                    : GM_FP32;
 }
 void gm_row_free(void *m) { gm_free(m); }
 size_t gm_row_size(const void *m) { return gm_size(m); }
@@ -239,6 +255,7 @@ void gm_row_zero_grad(void *m) { gm_zero_grad(m); }
 collage_status gm_row_next_logits(void *m, const void *params, const int *tokens, int T, float *logits) {
     return gm_next_logits(m, params, tokens, T, logits);
 }
+collage_status gm_row_set_loss_scale(void *m, double scale) { return gm_set_loss_scale(m, scale); }
 const char *gm_row_products(const void *m) { return gm_products(m); }
 collage_status gm_row_memory(const void *m, collage_model_memory *out) { return gm_memory(m, out); }
 

@@ -19,6 +19,8 @@ typedef enum {
     GM_BF16_EMULATED, /* the float graph with bf = 1 on the bf16 weights widened into a float copy, its
                          gradients summed in a float slab and rounded into the bf16 one after each
                          backward: what GM_BF16 computes on the widening path, bit for bit */
+    GM_FP16_EMULATED, /* the same with fp16 (IEEE half) storage: bf = 2, fp16 weights and gradients (the
+                         CPU has no fp16 arithmetic: fp32 operations on fp16-rounded values) */
     GM_PRECISION_COUNT
 } gm_precision;
 
@@ -68,6 +70,9 @@ typedef struct {
     void (*last_logits_f32)(const void *plan, const float *w, float *a, const int *tok, int T, int bf, int nt);
     void (*last_logits_f64)(const void *plan, const double *w, double *a, const int *tok, int T, int bf, int nt);
     gm_bf16_graph bf16[2];
+    /* The float and double backwards seed the loss's gradient with scale / N instead of 1 / N (loss
+     * scaling for fp16 storage; 1 at plan_new). NULL: the family takes no loss scale. */
+    void (*set_loss_scale)(void *plan, float scale);
 } gm_graph;
 
 typedef struct gm_model gm_model;
@@ -85,6 +90,9 @@ collage_status gm_backward(gm_model *m);
 void          *gm_grads(gm_model *m);
 void           gm_zero_grad(gm_model *m);
 collage_status gm_next_logits(gm_model *m, const void *params, const int *tokens, int T, float *logits);
+/* The loss scale of the following backwards (collage_model_set_loss_scale): any finite scale > 0 except in
+ * GM_BF16 (its graph has none: COLLAGE_ERR_UNSUPPORTED), nor where the family takes none. */
+collage_status gm_set_loss_scale(gm_model *m, double scale);
 const char    *gm_products(const gm_model *m);
 collage_status gm_memory(const gm_model *m, collage_model_memory *out);
 
@@ -100,12 +108,14 @@ collage_status gm_row_backward(void *m);
 void          *gm_row_grads(void *m);
 void           gm_row_zero_grad(void *m);
 collage_status gm_row_next_logits(void *m, const void *params, const int *tokens, int T, float *logits);
+collage_status gm_row_set_loss_scale(void *m, double scale);
 const char    *gm_row_products(const void *m);
 collage_status gm_row_memory(const void *m, collage_model_memory *out);
 #define GM_ROW_CALLS                                                                                          \
     .free = gm_row_free, .size = gm_row_size, .error = gm_row_error, .forward = gm_row_forward,                 \
     .backward = gm_row_backward, .grads = gm_row_grads, .zero_grad = gm_row_zero_grad,                          \
-    .next_logits = gm_row_next_logits, .products = gm_row_products, .memory = gm_row_memory
+    .next_logits = gm_row_next_logits, .set_loss_scale = gm_row_set_loss_scale, .products = gm_row_products,   \
+    .memory = gm_row_memory
 
 /* x[0..n) = sd · N(0,1), deterministic in key and the same for any thread count: elements 2p and 2p+1
  * from the counter-based words 2p and 2p+1 of key (Box–Muller). */

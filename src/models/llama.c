@@ -199,7 +199,7 @@ static void *llama_plan_new(const collage_model_config *c, int maxB, int maxT, i
     const int nt = llama_tensors(c, t, LT_COUNT), hs = c->channels / c->num_heads;
     *P = (llama_plan){.V = c->vocab_size, .Vp = c->padded_vocab_size, .L = c->num_layers, .NH = c->num_heads, .NKV = c->num_kv_heads, .hs = hs,
                       .C = c->channels, .H = c->hidden_dim, .QKV = (c->num_heads + 2 * c->num_kv_heads) * hs,
-                      .tied = !c->untied, .eps32 = (float)c->norm_eps, .eps64 = c->norm_eps};
+                      .tied = !c->untied, .eps32 = (float)c->norm_eps, .eps64 = c->norm_eps, .loss_scale = 1.0f};
     size_t ngs = 0;
     for (int k = 0; k < LT_COUNT; k++) {
         P->p[k] = k < nt ? t[k].offset : t[LT_EMB].offset; /* tied: the output is the embedding */
@@ -222,6 +222,8 @@ static void *llama_plan_new(const collage_model_config *c, int maxB, int maxT, i
     return P;
 }
 
+static void llama_set_loss_scale(void *plan, float scale) { ((llama_plan *)plan)->loss_scale = scale; }
+
 const gm_graph collage__llama_graph = {
     .plan_new = llama_plan_new, .plan_free = llama_plan_free,
     .forward_f32 = llama_forward_f32, .forward_f64 = llama_forward_f64,
@@ -229,13 +231,13 @@ const gm_graph collage__llama_graph = {
     .last_logits_f32 = llama_last_logits_f32, .last_logits_f64 = llama_last_logits_f64,
     .bf16 = {{llama_bf16_reserve, llama_forward_bf16, llama_backward_bf16, llama_last_logits_bf16},
              {llama_bf16_reserve_avx512, llama_forward_bf16_avx512, llama_backward_bf16_avx512,
-              llama_last_logits_bf16_avx512}}};
+              llama_last_logits_bf16_avx512}},
+    .set_loss_scale = llama_set_loss_scale};
 
 /* ---------------------------------------------------------------- the family's row of the model table */
 static collage_status fam_create(const collage_model_config *cfg, collage_real prec, int maxB, int maxT, void **impl) {
     *impl = NULL;
     if ((unsigned)prec >= COLLAGE_REAL_COUNT) return COLLAGE_ERR_ARG;
-    if (prec == COLLAGE_REAL_FP16) return COLLAGE_ERR_UNSUPPORTED; /* no fp16-storage graph */
     collage_status st = llama_check(cfg, maxB, maxT, NULL, 0);
     if (st != COLLAGE_OK) return st;
     gm_model *m = NULL;

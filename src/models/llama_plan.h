@@ -24,6 +24,7 @@ typedef struct {
     int V, Vp, L, NH, NKV, hs, C, H, QKV, tied; /* C = NH·hs, QKV = (NH + 2·NKV)·hs; Vp: embedding rows */
     float eps32;
     double eps64;
+    float loss_scale;                       /* the float and double backwards seed loss_scale / N (gm_graph) */
     size_t p[LT_COUNT], pl[LT_COUNT];       /* parameter offset, per-layer stride (tied: out = emb) */
     size_t n[LT_COUNT];                     /* elements of each tensor (tied: out 0) */
     size_t a[LA_COUNT], al[LA_COUNT];       /* activation offset in its slab, per-layer stride */
