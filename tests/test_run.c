@@ -320,15 +320,16 @@ static void test_llama_every_strategy_learns(void) {
     }
 }
 
-/* Save after 3 steps, resume for 5: the weights and losses of 8 uninterrupted steps, bit for bit; the
- * resumed run takes its shape from the checkpoint's llama2.c file. */
+/* Save after 3 steps, resume for 5: the weights and losses of 8 uninterrupted steps, bit for bit (fp32,
+ * collage-light, fp16-collage-light); the resumed run takes its shape from the checkpoint's llama2.c file. */
 static void test_llama_save_resume(void) {
     char err[1024], dir[512];
     snprintf(dir, sizeof dir, "%s/llama-ck", g_dir);
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < 3; s++) {
         collage_run_config c = llama_small_run();
         c.dim = 32; c.batch = 4; c.seq = 16; c.steps = 8; c.data = g_text;
-        c.strategy = s ? COLLAGE_LIGHT : COLLAGE_FP32;
+        c.strategy = s == 2 ? COLLAGE_FP16_LIGHT : s ? COLLAGE_LIGHT : COLLAGE_FP32;
+        if (s == 2) c.eps = 1e-4; /* fp16 storage: its loss scale is saved and resumed too */
         collage_family f = COLLAGE_FAMILY_COUNT;
         save_resume(c, dir, &f);
         CHECK(f == COLLAGE_FAMILY_LLAMA, "resumed as family %d", (int)f);
