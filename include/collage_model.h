@@ -115,7 +115,7 @@ typedef enum {
     COLLAGE_REAL_FP16,     /* weights and gradients fp16 (IEEE half, uint16_t), stored activations rounded to
                               fp16, computed in fp32 on those values: an accuracy study of fp16 storage (this
                               CPU path has no fp16 arithmetic), with loss scaling (collage_model_set_loss_scale);
-                              GPT-2 and LLaMA: another family's create returns COLLAGE_ERR_UNSUPPORTED */
+                              every family has it (a family without it returns COLLAGE_ERR_UNSUPPORTED) */
     COLLAGE_REAL_COUNT
 } collage_real;
 const char    *collage_real_name(collage_real r);                      /* "fp32", "bf16", "fp64", "fp16" */

@@ -1264,7 +1264,7 @@ static void test_fp16_rounding(void) {
     CHECK(bad == 0, "%d inputs rounded wrongly", bad);
 }
 
-/* The fp16-storage model of a family (collage_model.h), GPT-2 and LLaMA: its gradient slab is fp16, its
+/* The fp16-storage model of each family (collage_model.h): its gradient slab is fp16, its
  * loss and gradients are near the fp32 model's, and the fp32 model's gradients scale exactly with the
  * loss scale (a power of two); the bf16 model takes no loss scale. */
 static void fp16_model_case(const char *preset) {
@@ -1323,6 +1323,7 @@ static void fp16_model_case(const char *preset) {
 static void test_fp16_model(void) {
     fp16_model_case("tiny");
     fp16_model_case("llama-tiny");
+    fp16_model_case("bert-tiny");
 }
 
 static collage_run_config fp16_cfg(void) {

@@ -41,7 +41,7 @@ static const unsigned char ACT_BF16[BA_COUNT] = {1, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0
 
 /* ---------------------------------------------------------------- configuration */
 const char *bert_precision_name(bert_precision p) {
-    static const char *const names[BERT_PRECISION_COUNT] = {"fp32", "bf16", "fp64", "bf16-emulated"};
+    static const char *const names[BERT_PRECISION_COUNT] = {"fp32", "bf16", "fp64", "bf16-emulated", "fp16-emulated"};
     return (unsigned)p < BERT_PRECISION_COUNT ? names[p] : "unknown";
 }
 
@@ -124,12 +124,12 @@ struct bert_model {
     bert_precision prec;
     int maxB, maxT;
     bert_plan P;
-    size_t esize;           /* bytes per element of acts and grads: 4 (fp32, bf16-emulated) or 8 (fp64) */
+    size_t esize;           /* bytes per element of acts and grads: 4 (fp32, emulated) or 8 (fp64) */
     void *acts;             /* float or double; in bf16 the float part (statistics, logits, scratch) */
-    void *grads;            /* float or double: the gradient slab (bf16-emulated: its fp32 accumulator) */
-    collage_bf16 *grads16;  /* bf16 and bf16-emulated: the gradient slab handed out */
+    void *grads;            /* float or double: the gradient slab (emulated: its fp32 accumulator) */
+    collage_bf16 *grads16;  /* bf16 and emulated: the gradient slab handed out (fp16 bits in fp16-emulated) */
     int grads16_zero;       /* zero_grad ran since the last backward: grads16 reads as zero */
-    float *w32;             /* bf16-emulated: the weights widened to fp32 at each forward */
+    float *w32;             /* emulated: the weights widened to fp32 at each forward */
     uint16_t *acts16;       /* bf16: the bf16 activations */
     float *gsums;           /* bf16: the float sums of the gradients no product writes (P.ngs) */
     nn_ws ws;               /* bf16: the products' tile scratch */
@@ -172,7 +172,7 @@ static void plan_build(bert_plan *P, const collage_model_config *c, int maxB, in
     collage_tensor_info t[BERT_NTENSORS];
     bert_tensors(c, t, BERT_NTENSORS);
     *P = (bert_plan){.V = c->vocab_size, .Vp = c->padded_vocab_size, .maxT = c->max_seq_len, .L = c->num_layers,
-                     .NH = c->num_heads, .C = c->channels};
+                     .NH = c->num_heads, .C = c->channels, .loss_scale = 1.0f};
     for (int k = 0; k < BERT_NTENSORS; k++) {
         P->p[k] = t[k].offset;
         P->pl[k] = k >= BERT_QKVW && k <= BERT_LN2B ? t[k].count / (size_t)P->L : 0;
@@ -195,6 +195,11 @@ static const bert_graph16 BF16_GRAPHS[2] = {{bert_bf16_reserve, bert_forward_bf1
                                             {bert_bf16_reserve_avx512, bert_forward_bf16_avx512,
                                              bert_backward_bf16_avx512}};
 
+/* The float graphs' rounding (nn.h nn_rnd_f32's bf): 1 in bf16-emulated, 2 in fp16-emulated, 0 otherwise. */
+static int emulated(const bert_model *m) {
+    return m->prec == BERT_BF16_EMULATED ? 1 : m->prec == BERT_FP16_EMULATED ? 2 : 0;
+}
+
 /* The slabs of each precision; 0 or COLLAGE_ERR_NOMEM. */
 static collage_status model_alloc(bert_model *m) {
     const size_t n = m->P.nparams, bt = (size_t)m->maxB * (size_t)m->maxT;
@@ -205,8 +210,8 @@ static collage_status model_alloc(bert_model *m) {
     m->acts = calloc(m->P.nacts, m->esize);
     int ok = m->tok && m->rows && m->tgt && m->len && m->acts;
     if (m->prec != BERT_BF16) ok = ok && (m->grads = calloc(n, m->esize));
-    if (m->prec == BERT_BF16 || m->prec == BERT_BF16_EMULATED) ok = ok && (m->grads16 = calloc(n, sizeof(collage_bf16)));
-    if (m->prec == BERT_BF16_EMULATED) ok = ok && (m->w32 = calloc(n, sizeof(float)));
+    if (m->prec == BERT_BF16 || emulated(m)) ok = ok && (m->grads16 = calloc(n, sizeof(collage_bf16)));
+    if (emulated(m)) ok = ok && (m->w32 = calloc(n, sizeof(float)));
     if (m->prec == BERT_BF16) {
         m->acts16 = calloc(m->P.nacts16, sizeof(uint16_t));
         m->gsums = calloc(m->P.ngs, sizeof(float));
@@ -315,16 +320,17 @@ static collage_status bf16_env(bert_model *m, bert_bf16_env *e) {
     return COLLAGE_OK;
 }
 
-/* The float weights the float kernels read: the caller's slab, or in bf16-emulated the slab widened. */
+/* The float weights the float kernels read: the caller's slab, or in an emulated model the slab widened. */
 static const void *weights(bert_model *m, const void *params) {
-    if (m->prec != BERT_BF16_EMULATED) return params;
-    collage_bf16_to_f32_row(m->w32, params, m->P.nparams);
+    if (!emulated(m)) return params;
+    if (emulated(m) == 1) collage_bf16_to_f32_row(m->w32, params, m->P.nparams);
+    else collage_fp16_to_f32_row(m->w32, params, m->P.nparams);
     return m->w32;
 }
 
 /* The graph of the model's precision on m->io: Σ losses; *hits: the scored rows predicted right. */
 static double forward_any(bert_model *m, const void *w, const bert_bf16_env *e, long *hits) {
-    const int nt = collage__threads(), K = m->io.K, V = m->P.V, Vp = m->P.Vp, bf = m->prec == BERT_BF16_EMULATED;
+    const int nt = collage__threads(), K = m->io.K, V = m->P.V, Vp = m->P.Vp, bf = emulated(m);
     const int scored = K > 0 && m->io.tgt;
     double sum;
     switch (m->prec) {
@@ -372,9 +378,18 @@ collage_status bert_backward(bert_model *m) {
         m->graph->backward(&m->P, m->w_used, (uint16_t *)m->grads16, m->gsums, !m->grads16_zero, m->acts16, m->acts,
                            &m->io, &e);
     else if (m->prec == BERT_FP64) bert_backward_f64(&m->P, m->w_used, m->grads, m->acts, &m->io, 0, nt);
-    else bert_backward_f32(&m->P, m->w_used, m->grads, m->acts, &m->io, m->prec == BERT_BF16_EMULATED, nt);
-    if (m->prec == BERT_BF16_EMULATED) collage_bf16_from_f32_row(m->grads16, m->grads, m->P.nparams);
+    else bert_backward_f32(&m->P, m->w_used, m->grads, m->acts, &m->io, emulated(m), nt);
+    if (emulated(m) == 1) collage_bf16_from_f32_row(m->grads16, m->grads, m->P.nparams);
+    if (emulated(m) == 2) collage_fp16_from_f32_row((uint16_t *)m->grads16, m->grads, m->P.nparams);
     m->grads16_zero = 0;
+    return COLLAGE_OK;
+}
+
+collage_status bert_set_loss_scale(bert_model *m, double scale) {
+    if (!m) return COLLAGE_ERR_NULL;
+    if (!(scale > 0) || !isfinite(scale)) return fail(m, COLLAGE_ERR_ARG, "loss scale %g is not finite and positive", scale);
+    if (m->prec == BERT_BF16) return fail(m, COLLAGE_ERR_UNSUPPORTED, "the bf16 model takes no loss scale");
+    m->P.loss_scale = (float)scale;
     return COLLAGE_OK;
 }
 
@@ -434,10 +449,10 @@ collage_status bert_logits_at(bert_model *m, const void *params, const int *toke
 
 /* ---------------------------------------------------------------- the family's row of the model table */
 static collage_status fam_create(const collage_model_config *cfg, collage_real prec, int maxB, int maxT, void **impl) {
-    static const bert_precision P[COLLAGE_REAL_COUNT] = {
-        [COLLAGE_REAL_FP32] = BERT_FP32, [COLLAGE_REAL_BF16] = BERT_BF16, [COLLAGE_REAL_FP64] = BERT_FP64};
+    static const bert_precision P[COLLAGE_REAL_COUNT] = {[COLLAGE_REAL_FP32] = BERT_FP32, [COLLAGE_REAL_BF16] = BERT_BF16,
+                                                         [COLLAGE_REAL_FP64] = BERT_FP64,
+                                                         [COLLAGE_REAL_FP16] = BERT_FP16_EMULATED};
     if ((unsigned)prec >= COLLAGE_REAL_COUNT) return COLLAGE_ERR_ARG;
-    if (prec == COLLAGE_REAL_FP16) return COLLAGE_ERR_UNSUPPORTED; /* no fp16-storage graph */
     bert_model *m = NULL;
     collage_status st = bert_create(cfg, P[prec], maxB, maxT, &m);
     *impl = m;
@@ -445,6 +460,7 @@ static collage_status fam_create(const collage_model_config *cfg, collage_real p
 }
 
 static void fam_free(void *m) { bert_free(m); }
+static collage_status fam_set_loss_scale(void *m, double scale) { return bert_set_loss_scale(m, scale); }
 static size_t fam_size(const void *m) { return bert_size(m); }
 static const char *fam_error(const void *m) { return bert_error(m); }
 static collage_status fam_forward(void *m, const void *params, const int *tokens, const int *targets, int B, int T,
@@ -478,6 +494,7 @@ const collage_model_family collage__bert_family = {
     .preset = bert_preset, .pad_vocab = bert_pad_vocab, .check = bert_check, .tensors = bert_tensors,
     .init_weights = bert_init_weights, .create = fam_create, .free = fam_free, .size = fam_size, .error = fam_error,
     .forward = fam_forward, .backward = fam_backward, .grads = fam_grads, .zero_grad = fam_zero_grad,
+    .set_loss_scale = fam_set_loss_scale,
     .next_logits = fam_next_logits, .products = fam_products, .memory = fam_memory,
     .forward_batch = fam_forward_batch, .logits_at = fam_logits_at,
     .ckpt_probe = bert_ckpt_probe, .ckpt_what = "collage BERT: magic \"collbert\"", .ckpt_save = bert_ckpt_save,

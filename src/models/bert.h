@@ -28,8 +28,9 @@ enum {
     BERT_NTENSORS
 };
 
-typedef enum { BERT_FP32 = 0, BERT_BF16, BERT_FP64, BERT_BF16_EMULATED, BERT_PRECISION_COUNT } bert_precision;
-const char *bert_precision_name(bert_precision p); /* "fp32", "bf16", "fp64", "bf16-emulated" */
+/* BERT_FP16_EMULATED: the float model with fp16 (IEEE half) storage (bf = 2), fp16 weights and gradients. */
+typedef enum { BERT_FP32 = 0, BERT_BF16, BERT_FP64, BERT_BF16_EMULATED, BERT_FP16_EMULATED, BERT_PRECISION_COUNT } bert_precision;
+const char *bert_precision_name(bert_precision p); /* "fp32", "bf16", "fp64", "bf16-emulated", "fp16-emulated" */
 
 /* Presets "bert-tiny" (L2 NH2 C128, context 128; the 256 bytes and the mask: V 257 → 320) and "bert-base"
  * (L12 NH12 C768, context 512; GPT-2's BPE and the mask: V 50258 → 50304); collage_model_config_set_vocab
@@ -54,6 +55,8 @@ const char    *bert_error(const bert_model *m);
  * (bert_logits_at gives the logits of chosen positions). */
 collage_status bert_forward(bert_model *m, const void *params, const collage_batch *b, collage_forward_info *out);
 collage_status bert_backward(bert_model *m);
+/* The following backwards' loss scale (collage_model_set_loss_scale): COLLAGE_ERR_UNSUPPORTED in BERT_BF16. */
+collage_status bert_set_loss_scale(bert_model *m, double scale);
 void          *bert_grads(bert_model *m);
 void           bert_zero_grad(bert_model *m);
 collage_status bert_logits_at(bert_model *m, const void *params, const int *tokens, int T, const int *pos, int npos,

@@ -32,6 +32,7 @@ typedef struct {
     /* bf16 model: the float sums of the gradients no product writes (biases, norms, wpe, wtt), per tensor */
     size_t gs[BERT_NTENSORS];
     size_t ngs;
+    float loss_scale; /* the float and double backwards seed loss_scale / divisor (bert_set_loss_scale) */
 } bert_plan;
 
 /* What one forward works on: the tokens (padded positions read as id 0), the rows' lengths (NULL: all

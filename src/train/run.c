@@ -156,7 +156,7 @@ static collage_status make_model(collage_run *r) {
     collage_real prec = r->bf16 == 2 ? COLLAGE_REAL_FP16 : r->bf16 ? COLLAGE_REAL_BF16 : COLLAGE_REAL_FP32;
     collage_status mst = collage_model_create(&r->mc, prec, r->Bm, c->seq, &r->m);
     if (mst == COLLAGE_ERR_UNSUPPORTED)
-        return run_fail(r, COLLAGE_ERR_ARG, "the %s family has no %s model: %s needs a family that has one (GPT-2, LLaMA)",
+        return run_fail(r, COLLAGE_ERR_ARG, "the %s family has no %s model: %s needs a family that has one",
                         collage_family_name(r->mc.family), collage_real_name(prec), collage_strategy_name(c->strategy));
     if (mst != COLLAGE_OK)
         return run_fail(r, COLLAGE_ERR_NOMEM, "cannot create the model (%zu parameters)", collage_model_num_params(&r->mc));
