@@ -307,8 +307,9 @@ static collage_run_config llama_small_run(void) {
     return c;
 }
 
-/* Every strategy, fp32 included, trains the small LLaMA on the default corpus, ending below the bytes'
- * unigram entropy by LLAMA_LEARN_MARGIN (measured: 0.22 to 0.32 nats below). */
+/* Every strategy, fp32 included (of the fp16 ones, fp16-collage-light: test_every_bf16_strategy_learns runs
+ * all four on GPT-2, and they share the fp16 model), trains the small LLaMA on the default corpus, ending
+ * below the bytes' unigram entropy by LLAMA_LEARN_MARGIN (measured: 0.22 to 0.32 nats below). */
 #define LLAMA_LEARN_MARGIN 0.1
 static void test_llama_every_strategy_learns(void) {
     const double h1 = val_unigram_entropy(NULL);
@@ -317,7 +318,10 @@ static void test_llama_every_strategy_learns(void) {
         if (quick && s != COLLAGE_LIGHT) continue; /* the sanitizer suites: one strategy */
         collage_run_config c = llama_small_run();
         c.strategy = (collage_strategy)s;
-        if (collage_strategy_is_fp16(c.strategy)) c.eps = 1e-4; /* the fp16 lines: 1e-8 is 0 in fp16 */
+        if (collage_strategy_is_fp16(c.strategy)) {
+            if (s != COLLAGE_FP16_LIGHT) continue; /* one fp16 strategy: the others run the same fp16 model */
+            c.eps = 1e-4; /* the fp16 lines: 1e-8 is 0 in fp16 */
+        }
         learns(c, h1, LLAMA_LEARN_MARGIN);
     }
 }
