@@ -2,6 +2,7 @@
  * the failing input, and the closing line "N passed, N failed" with a non-zero exit on failure. */
 #ifndef COLLAGE_HARNESS_H
 #define COLLAGE_HARNESS_H
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,14 +213,28 @@ static void h_fd_tensor(const char *name, double *w, const double *g, size_t off
         double f[4];
         for (int s = 0; s < 4; s++) { w[i] = x + d[s]; f[s] = loss(ctx, w); }
         w[i] = x;
-        const double fd = (8.0 * (f[0] - f[1]) - (f[2] - f[3])) / (12.0 * h), err = g[i] - fd;
-        const double e = err < 0 ? -err : err, ag = g[i] < 0 ? -g[i] : g[i], tol = rel * ag + abs_tol;
+        const double fd = (8.0 * (f[0] - f[1]) - (f[2] - f[3])) / (12.0 * h), e = fabs(g[i] - fd);
+        const double tol = rel * fabs(g[i]) + abs_tol;
         if (e > tol && bad++ < 3) CHECK(0, "%s[%zu]: backward %.12e, finite difference %.12e", name, i - off, g[i], fd);
-        gmax = ag > gmax ? ag : gmax;
-        worst = e / tol > worst ? e / tol : worst;
+        gmax = fmax(gmax, fabs(g[i]));
+        worst = fmax(worst, e / tol);
     }
     printf("    %-15s max|g| %.2e  worst error / tolerance %.1e%s\n", name, gmax, worst, bad ? "  FAIL" : "");
     CHECK(gmax > 0, "%s: zero gradient", name);
+}
+
+/* A tensor's float gradient gf[off, off + count) against the double one gd: max |gf − gd| within
+ * tol · max |gd|. Returns max |gf − gd| / max |gd| (0 for an all-zero gd). */
+static double h_f32_grad_gap(const char *name, const float *gf, const double *gd, size_t off, size_t count, double tol)
+    __attribute__((unused));
+static double h_f32_grad_gap(const char *name, const float *gf, const double *gd, size_t off, size_t count, double tol) {
+    double gmax = 0, dmax = 0;
+    for (size_t j = off; j < off + count; j++) {
+        gmax = fmax(gmax, fabs(gd[j]));
+        dmax = fmax(dmax, fabs((double)gf[j] - gd[j]));
+    }
+    CHECK(dmax <= tol * gmax, "%s: max |g32 - g64| %.3e, max |g64| %.3e", name, dmax, gmax);
+    return gmax > 0 ? dmax / gmax : 0.0;
 }
 
 #endif

@@ -199,15 +199,8 @@ static double check_f32_grads(const collage_model_config *c, const float *gf, co
     collage_tensor_info t[BERT_NTENSORS];
     bert_tensors(c, t, BERT_NTENSORS);
     double worst = 0;
-    for (int k = 0; k < BERT_NTENSORS; k++) {
-        double gmax = 0, dmax = 0;
-        for (size_t j = t[k].offset; j < t[k].offset + t[k].count; j++) {
-            gmax = fmax(gmax, fabs(gd[j]));
-            dmax = fmax(dmax, fabs((double)gf[j] - gd[j]));
-        }
-        CHECK(dmax <= F32_GRAD_TOL * gmax, "%s: max |g32 - g64| %.3e, max |g64| %.3e", t[k].name, dmax, gmax);
-        if (gmax > 0) worst = fmax(worst, dmax / gmax);
-    }
+    for (int k = 0; k < BERT_NTENSORS; k++)
+        worst = fmax(worst, h_f32_grad_gap(t[k].name, gf, gd, t[k].offset, t[k].count, F32_GRAD_TOL));
     return worst;
 }
 
