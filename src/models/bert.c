@@ -19,25 +19,8 @@ static const unsigned char ACT_BF16[BA_COUNT] = {1, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0
                                                  1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0};
 
 /* ---------------------------------------------------------------- the graph, twice */
-#define PW(k, l) (w + P->p[k] + (size_t)(l) * P->pl[k])   /* parameter tensor k of layer l */
-#define PG(k, l) (g + P->p[k] + (size_t)(l) * P->pl[k])   /* its gradient */
-#define AC(k, l) (a + P->a[k] + (size_t)(l) * P->al[k])   /* activation k of layer l */
-
-#define real float
-#define SUF(name) name##_f32
-#define NN(op) nn_##op##_f32
-#include "bert_graph.inc"
-#undef real
-#undef SUF
-#undef NN
-
-#define real double
-#define SUF(name) name##_f64
-#define NN(op) nn_##op##_f64
-#include "bert_graph.inc"
-#undef real
-#undef SUF
-#undef NN
+#define GRAPH_INC "bert_graph.inc"
+#include "graph_twice.h"
 
 /* ---------------------------------------------------------------- configuration */
 const char *bert_precision_name(bert_precision p) {

@@ -8,31 +8,10 @@
 #include <math.h>
 
 /* ---------------------------------------------------------------- the graph, twice */
-#define PW(k, l) (w + P->p[k] + (size_t)(l) * P->pl[k])   /* parameter tensor k of layer l */
-#define PG(k, l) (g + P->p[k] + (size_t)(l) * P->pl[k])   /* its gradient */
-#define AC(k, l) (a + P->a[k] + (size_t)(l) * P->al[k])   /* activation k of layer l */
-
-#define real float
-#define SUF(name) name##_f32
-#define NN(op) nn_##op##_f32
-#define EPS (P->eps32)
-#define ROPE (P->rope32)
-#include "llama_graph.inc"
-#undef real
-#undef SUF
-#undef NN
-#undef EPS
-#undef ROPE
-
-#define real double
-#define SUF(name) name##_f64
-#define NN(op) nn_##op##_f64
-#define EPS (P->eps64)
-#define ROPE (P->rope64)
-#include "llama_graph.inc"
-#undef real
-#undef SUF
-#undef NN
+#define EPS (P->TW(eps))   /* the plan's ε and rotary table in real */
+#define ROPE (P->TW(rope))
+#define GRAPH_INC "llama_graph.inc"
+#include "graph_twice.h"
 #undef EPS
 #undef ROPE
 
