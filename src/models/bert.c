@@ -306,8 +306,7 @@ static collage_status bf16_env(bert_model *m, bert_bf16_env *e) {
 /* The float weights the float kernels read: the caller's slab, or in an emulated model the slab widened. */
 static const void *weights(bert_model *m, const void *params) {
     if (!emulated(m)) return params;
-    if (emulated(m) == 1) collage_bf16_to_f32_row(m->w32, params, m->P.nparams);
-    else collage_fp16_to_f32_row(m->w32, params, m->P.nparams);
+    collage__widen16(m->w32, params, m->P.nparams, emulated(m));
     return m->w32;
 }
 
@@ -362,8 +361,7 @@ collage_status bert_backward(bert_model *m) {
                            &m->io, &e);
     else if (m->prec == BERT_FP64) bert_backward_f64(&m->P, m->w_used, m->grads, m->acts, &m->io, 0, nt);
     else bert_backward_f32(&m->P, m->w_used, m->grads, m->acts, &m->io, emulated(m), nt);
-    if (emulated(m) == 1) collage_bf16_from_f32_row(m->grads16, m->grads, m->P.nparams);
-    if (emulated(m) == 2) collage_fp16_from_f32_row((uint16_t *)m->grads16, m->grads, m->P.nparams);
+    if (emulated(m)) collage__round16(m->grads16, m->grads, m->P.nparams, emulated(m));
     m->grads16_zero = 0;
     return COLLAGE_OK;
 }

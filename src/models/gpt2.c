@@ -334,8 +334,7 @@ static collage_status bf16_env(collage_gpt *m, gpt_bf16_env *e) {
 /* The float weights the float kernels read: the caller's slab, or in the emulated models the slab widened. */
 static const void *weights(collage_gpt *m, const void *params) {
     if (!emulated(m)) return params;
-    if (emulated(m) == 2) collage_fp16_to_f32_row(m->w32, params, m->P.nparams);
-    else collage_bf16_to_f32_row(m->w32, params, m->P.nparams);
+    collage__widen16(m->w32, params, m->P.nparams, emulated(m));
     return m->w32;
 }
 
@@ -387,8 +386,7 @@ collage_status collage_gpt_backward(collage_gpt *m) {
     else
         gpt_backward_f32(&m->P, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, emulated(m), nt);
     nn_blas_end();
-    if (emulated(m) == 1) collage_bf16_from_f32_row(m->grads16, m->grads, m->P.nparams);
-    if (emulated(m) == 2) collage_fp16_from_f32_row((uint16_t *)m->grads16, m->grads, m->P.nparams);
+    if (emulated(m)) collage__round16(m->grads16, m->grads, m->P.nparams, emulated(m));
     m->grads16_zero = 0;
     return COLLAGE_OK;
 }

@@ -138,9 +138,10 @@ static collage_status begin_call(gm_model *m, const void *params, const int *tok
     if (st == COLLAGE_OK && m->prec == GM_BF16) st = bf16_env(m, e);
     if (st != COLLAGE_OK) return st;
     *w = params;
-    if (emulated(m) == 1) collage_bf16_to_f32_row(m->w32, params, m->sz.nparams);
-    if (emulated(m) == 2) collage_fp16_to_f32_row(m->w32, params, m->sz.nparams);
-    if (emulated(m)) *w = m->w32;
+    if (emulated(m)) {
+        collage__widen16(m->w32, params, m->sz.nparams, emulated(m));
+        *w = m->w32;
+    }
     return COLLAGE_OK;
 }
 
@@ -182,8 +183,7 @@ collage_status gm_backward(gm_model *m) {
     else
         m->g->backward_f32(m->plan, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, emulated(m), nt);
     nn_blas_end();
-    if (emulated(m) == 1) collage_bf16_from_f32_row(m->grads16, m->grads, m->sz.nparams);
-    if (emulated(m) == 2) collage_fp16_from_f32_row((uint16_t *)m->grads16, m->grads, m->sz.nparams);
+    if (emulated(m)) collage__round16(m->grads16, m->grads, m->sz.nparams, emulated(m));
     m->grads16_zero = 0;
     return COLLAGE_OK;
 }

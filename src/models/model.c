@@ -151,6 +151,15 @@ collage_status collage_model_init_weights(const collage_model_config *cfg, uint6
     return fam->init_weights(cfg, seed, w, n);
 }
 
+void collage__widen16(float *w32, const void *w16, size_t n, int kind) {
+    if (kind == 2) collage_fp16_to_f32_row(w32, w16, n);
+    else collage_bf16_to_f32_row(w32, w16, n);
+}
+void collage__round16(void *g16, const float *g32, size_t n, int kind) {
+    if (kind == 2) collage_fp16_from_f32_row(g16, g32, n);
+    else collage_bf16_from_f32_row(g16, g32, n);
+}
+
 collage_status collage__take_batch(const void *params, const int *tokens, const int *targets, int B, int T, int maxB,
                                    int maxT, int V, int *tok, int *tgt, char *err, size_t cap) {
     if (cap) err[0] = 0;

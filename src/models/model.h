@@ -107,6 +107,11 @@ extern const collage_model_family collage__bert_family;
  * 2p+1 depend only on (key, p), so the tensor is the same for any thread count. */
 void collage__fill_normal(float *x, size_t count, size_t live, double sd, uint64_t key);
 
+/* The emulated 16-bit models' slabs (gpt2.c, bert.c, graph_model.c), by nn_rnd_f32's kind (1 bf16, 2
+ * fp16): the weights widened exactly into w32, the fp32 gradient sums rounded to nearest into g16. */
+void collage__widen16(float *w32, const void *w16, size_t n, int kind);
+void collage__round16(void *g16, const float *g32, size_t n, int kind);
+
 /* A model call's batch (gpt2.c, graph_model.c): params and tokens given, B × T within maxB × maxT of
  * create, every token and target id in [0, V); the ids copied into tok and tgt (targets may be NULL).
  * Otherwise a status with the message in err (cap bytes), nothing copied. */
