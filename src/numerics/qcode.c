@@ -185,13 +185,9 @@ collage_status collage_qrow_quantize(collage_qcode c, const float *x, size_t n, 
 #pragma omp parallel for schedule(static) num_threads(nt) if (nb >= 64)
     for (long b = 0; b < nb; b++) {
         const size_t a = (size_t)b * COLLAGE_QBLOCK, len = n - a < COLLAGE_QBLOCK ? n - a : COLLAGE_QBLOCK;
-        if (isa == COLLAGE_ISA_AVX512) {
-            if (sr) collage__qblock_quantize_sr_avx512(c, x + a, len, q + a, &scales[b], key, index0 + a);
-            else collage__qblock_quantize_avx512(c, x + a, len, q + a, &scales[b]);
-        } else if (isa == COLLAGE_ISA_AVX2) {
-            if (sr) collage__qblock_quantize_sr_avx2(c, x + a, len, q + a, &scales[b], key, index0 + a);
-            else collage__qblock_quantize_avx2(c, x + a, len, q + a, &scales[b]);
-        } else collage_qblock_quantize(c, x + a, len, q + a, &scales[b], sr, key, index0 + a);
+        if (isa == COLLAGE_ISA_AVX512) collage__qblock_quantize_avx512(c, x + a, len, q + a, &scales[b], sr, key, index0 + a);
+        else if (isa == COLLAGE_ISA_AVX2) collage__qblock_quantize_avx2(c, x + a, len, q + a, &scales[b], sr, key, index0 + a);
+        else collage_qblock_quantize(c, x + a, len, q + a, &scales[b], sr, key, index0 + a);
     }
     return COLLAGE_OK;
 }

@@ -38,14 +38,12 @@ int collage__q_scale(collage_qcode c, float absmax, int has_nan, float *scale, f
 uint8_t collage__q_code_rn(const q_tables *T, collage_qcode c, float y);
 uint8_t collage__q_code_sr(const q_tables *T, collage_qcode c, float y, uint32_t r);
 /* The vector twins of the block quantizer, to nearest and stochastically, and of the dequantizer (the
- * optimizer's kernel units): the same bits as collage_qblock_quantize (sr = 0; sr = 1 with key, index0)
+ * optimizer's kernel units): the same bits as collage_qblock_quantize (sr, key and index0 as there)
  * and collage_qblock_dequantize, for every input. */
-void collage__qblock_quantize_avx512(collage_qcode c, const float *x, size_t n, uint8_t *q, float *scale);
-void collage__qblock_quantize_avx2(collage_qcode c, const float *x, size_t n, uint8_t *q, float *scale);
-void collage__qblock_quantize_sr_avx512(collage_qcode c, const float *x, size_t n, uint8_t *q, float *scale, uint64_t key,
-                                        uint64_t index0);
-void collage__qblock_quantize_sr_avx2(collage_qcode c, const float *x, size_t n, uint8_t *q, float *scale, uint64_t key,
-                                      uint64_t index0);
+void collage__qblock_quantize_avx512(collage_qcode c, const float *x, size_t n, uint8_t *q, float *scale, int sr,
+                                     uint64_t key, uint64_t index0);
+void collage__qblock_quantize_avx2(collage_qcode c, const float *x, size_t n, uint8_t *q, float *scale, int sr,
+                                   uint64_t key, uint64_t index0);
 void collage__qblock_dequantize_avx512(collage_qcode c, const uint8_t *q, float scale, size_t n, float *x);
 void collage__qblock_dequantize_avx2(collage_qcode c, const uint8_t *q, float scale, size_t n, float *x);
 /* The random-bit key of the stochastic re-quantization of the optimizer's m (role 1) or v (role 2)

@@ -9,7 +9,6 @@
 #define TIE_FREE_NAME collage__adamw_tie_free_avx2
 #define Q8_NAME collage__adamw_q8_avx2
 #define QQUANT_NAME collage__qblock_quantize_avx2
-#define QQUANT_SR_NAME collage__qblock_quantize_sr_avx2
 #define QDEQUANT_NAME collage__qblock_dequantize_avx2
 #define VSQRT(x) ((vf)_mm256_sqrt_ps((__m256)(x)))
 #include "adamw_kernel.inc"
@@ -23,12 +22,9 @@ int collage__adamw_tie_free_avx2(int kind, float c) { (void)kind; (void)c; retur
 void collage__adamw_q8_avx2(collage_strategy s, const adamw_slabs *S, const adamw_piece *P, int np, const adamw_k *k) {
     collage__adamw_q8_ref(s, S, P, np, k);
 }
-void collage__qblock_quantize_avx2(collage_qcode c, const float *x, size_t n, uint8_t *q, float *scale) {
-    collage_qblock_quantize(c, x, n, q, scale, 0, 0, 0);
-}
-void collage__qblock_quantize_sr_avx2(collage_qcode c, const float *x, size_t n, uint8_t *q, float *scale, uint64_t key,
-                                      uint64_t index0) {
-    collage_qblock_quantize(c, x, n, q, scale, 1, key, index0);
+void collage__qblock_quantize_avx2(collage_qcode c, const float *x, size_t n, uint8_t *q, float *scale, int sr,
+                                   uint64_t key, uint64_t index0) {
+    collage_qblock_quantize(c, x, n, q, scale, sr, key, index0);
 }
 void collage__qblock_dequantize_avx2(collage_qcode c, const uint8_t *q, float scale, size_t n, float *x) {
     collage_qblock_dequantize(c, q, scale, n, x);
