@@ -94,6 +94,8 @@ AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c
 $(BUILD)/obj/nn/ops_bf16_avx512.o $(BUILD)/obj/nn/matmul_bf16_avx512.o $(BUILD)/obj/models/gpt2_bf16_avx512.o \
   $(BUILD)/obj/models/llama_bf16_avx512.o: ISA_FLAGS = $(AVX512_FLAGS)
 $(BUILD)/obj/nn/ops_bf16_avx512.o: src/nn/ops_bf16.c
+$(BUILD)/obj/nn/gemm_ref_avx512.o: ISA_FLAGS = $(AVX512_FLAGS)
+$(BUILD)/obj/nn/gemm_ref_avx512.o: src/nn/gemm_ref.c
 $(BUILD)/obj/nn/matmul_bf16_avx512.o: src/nn/matmul_bf16.c
 $(BUILD)/obj/models/gpt2_bf16_avx512.o: src/models/gpt2_bf16.c
 $(BUILD)/obj/nn/matmul_bert_bf16_avx512.o $(BUILD)/obj/models/bert_bf16_avx512.o: ISA_FLAGS = $(AVX512_FLAGS)

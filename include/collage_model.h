@@ -173,14 +173,41 @@ void           collage_model_zero_grad(collage_model *m);
 /* Loss scaling: the following backwards compute the gradients of scale × the mean loss (1 by default).
  * COLLAGE_ERR_UNSUPPORTED where the model's family or precision has none (the bf16 model). */
 collage_status collage_model_set_loss_scale(collage_model *m, double scale);
-/* What the model's products run on: "fp32 sgemm", "fp64 dgemm", "oneDNN bf16 GEMM (AMX)", "oneDNN bf16
- * GEMM (AVX512_BF16)" or "widening to fp32 sgemm" (a bf16 model on a CPU or build without bf16
- * products: the same values to fp32 rounding, slower; docs/numerics.md §10). */
+/* ---- the kernels of the products (docs/numerics.md §10)
+ * A product runs on one of the kernels this build has: fp32 on OpenBLAS's sgemm, oneDNN's sgemm or
+ * collage's reference sgemm (a fixed order: the same bits on every x86-64 CPU); bf16 operands on
+ * oneDNN's bf16 GEMM (CPUs with AVX512_BF16 or AMX) or widened exactly to fp32 and multiplied by the
+ * fp32 kernel. A model chooses at create, for its own product shapes: the pinned kernels if any, else
+ * the ones remembered for this machine and these shapes in the products file, else it times each kernel
+ * on one thread, takes the fastest and remembers it there. The file: $COLLAGE_PRODUCTS_FILE, else
+ * $XDG_CACHE_HOME/collage/products, else ~/.cache/collage/products ("off": none, measured each time).
+ * The bits of a model depend on its kernels and the CPU, never on the thread count: pin the kernels
+ * (or resume a run, which pins what it recorded) to rerun bit for bit.
+ * OpenBLAS picks its own kernels when it loads, by the CPU it knows: a build that does not know the CPU
+ * falls back to slower ones (collage_products_machine says so). A host program sets OPENBLAS_CORETYPE
+ * (SkylakeX on AVX-512 CPUs, Haswell on AVX2) before OpenBLAS loads, or lets the measurement choose
+ * another kernel; the collage CLI does the former itself. */
+/* Pin the kernels of the models created from now on: "fp32=K,bf16=P" (K: openblas | onednn | ref | auto;
+ * P: onednn | widen | auto; either part may be left out) or "ref" (fp32=ref,bf16=widen). NULL unpins:
+ * the environment's COLLAGE_GEMM (same syntax) applies again, and COLLAGE_BF16_GEMM=widen pins the bf16
+ * path. COLLAGE_ERR_ARG with a message naming the part that is wrong (nothing changed). */
+collage_status collage_products_pin(const char *spec, char *err, size_t cap);
+/* Whether spec is a valid pin here (as collage_products_pin, without pinning). */
+collage_status collage_products_check(const char *spec, char *err, size_t cap);
+/* What the model's products run on and how it was chosen: "oneDNN sgemm (measured, 142 GFLOP/s)",
+ * "oneDNN bf16 GEMM (AVX512_BF16) (remembered, 180 GFLOP/s)", "collage's reference sgemm (pinned)",
+ * "OpenBLAS dgemm (…)" for fp64. */
 const char    *collage_model_products(const collage_model *m);
-/* The path a bf16 model created now would take (the CPU, the build, COLLAGE_BF16_GEMM=widen). */
+/* The pin that gives m's kernels again ("fp32=onednn,bf16=widen"): what a run records. */
+const char    *collage_model_products_spec(const collage_model *m);
+/* The kernels of this build and CPU, OpenBLAS's core type (and whether it is below the CPU's), and the
+ * pin in force, in a few lines. */
+void           collage_products_machine(char *out, size_t cap);
+/* The bf16 path where no model chose (collage_bf16_matmul's): the pinned one, else oneDNN's bf16 GEMM
+ * where the CPU has it, else the widening path. */
 const char    *collage_bf16_products(void);
 /* C (M,N) = op(A)·op(B) in fp32 from bf16 operands (row-major; ta, tb: 1 = transposed; op(A) (M,K),
- * op(B) (K,N)), computed as the bf16 model computes its products: the path above, a fixed grid of
+ * op(B) (K,N)), computed on the pinned kernels (else the path above and OpenBLAS), a fixed grid of
  * single-threaded tiles on collage_set_threads threads. For benchmarks and for checking the path.
  * C NULL: each tile is computed into the scratch and left there (what the model's products cost before
  * their epilogues: the products-alone rate `collage bench model` compares the model with). */

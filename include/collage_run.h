@@ -112,6 +112,8 @@ typedef struct {
                                    did not count them) */
     uint64_t run_id;            /* the run's lineage: the same over its checkpoints and its resumed runs */
     int version;                /* of train.state: 2, or 1 for the older layout (no checksums) */
+    char products[48];          /* the kernels its model's products ran on, as a pin (collage_products_pin):
+                                   a resume takes them unless the process pins others; "" in older runs */
 } collage_run_saved;
 /* The checkpoint a path names: a checkpoint folder itself, or a run folder's newest checkpoint (by
  * step). Errors name the path and say what it holds. */

@@ -116,7 +116,7 @@ struct bert_model {
     uint16_t *acts16;       /* bf16: the bf16 activations */
     float *gsums;           /* bf16: the float sums of the gradients no product writes (P.ngs) */
     nn_ws ws;               /* bf16: the products' tile scratch */
-    nn_bf16_path path;      /* chosen at create */
+    collage__products pp;   /* the kernels of its products, chosen at create */
     const struct bert_graph16 *graph; /* the bf16 graph of the last call: baseline or AVX-512 */
     const void *w_used;     /* the weights of the last forward (caller's slab or w32) */
     int *tok, *len, *rows, *tgt; /* the last forward's tokens (padding as 0), lengths, scored rows, targets */
@@ -179,6 +179,11 @@ static const bert_graph16 BF16_GRAPHS[2] = {{bert_bf16_reserve, bert_forward_bf1
                                              bert_backward_bf16_avx512}};
 
 /* The float graphs' rounding (nn.h nn_rnd_f32's bf): 1 in bf16-emulated, 2 in fp16-emulated, 0 otherwise. */
+/* The library's precision of a BERT precision, for the choice of kernels. */
+static collage_real real_of(bert_precision p) {
+    return p == BERT_BF16 ? COLLAGE_REAL_BF16 : p == BERT_FP64 ? COLLAGE_REAL_FP64 : COLLAGE_REAL_FP32;
+}
+
 static int emulated(const bert_model *m) {
     return m->prec == BERT_BF16_EMULATED ? 1 : m->prec == BERT_FP16_EMULATED ? 2 : 0;
 }
@@ -186,6 +191,7 @@ static int emulated(const bert_model *m) {
 /* The slabs of each precision; 0 or COLLAGE_ERR_NOMEM. */
 static collage_status model_alloc(bert_model *m) {
     const size_t n = m->P.nparams, bt = (size_t)m->maxB * (size_t)m->maxT;
+    collage__products_for(&m->cfg, real_of(m->prec), (int)bt, &m->pp);
     m->tok = calloc(bt, sizeof(int));
     m->rows = calloc(bt, sizeof(int));
     m->tgt = calloc(bt, sizeof(int));
@@ -198,8 +204,7 @@ static collage_status model_alloc(bert_model *m) {
     if (m->prec == BERT_BF16) {
         m->acts16 = calloc(m->P.nacts16, sizeof(uint16_t));
         m->gsums = calloc(m->P.ngs, sizeof(float));
-        m->path = nn_bf16_path_chosen();
-        const bert_bf16_env e = {.ws = &m->ws, .path = m->path, .nt = collage__threads()};
+        const bert_bf16_env e = {.ws = &m->ws, .path = m->pp.prod.bf16, .nt = collage__threads()};
         ok = ok && m->acts16 && m->gsums && bert_bf16_reserve(&m->P, (int)bt, &e) == 0;
     }
     return ok ? COLLAGE_OK : COLLAGE_ERR_NOMEM;
@@ -234,7 +239,9 @@ size_t bert_size(const bert_model *m) { return m ? m->P.nparams : 0; }
 const char *bert_error(const bert_model *m) { return m ? m->err : "no model"; }
 const char *bert_products(const bert_model *m) {
     if (!m) return "none";
-    return m->prec == BERT_BF16 ? nn_bf16_path_name(m->path) : m->prec == BERT_FP64 ? "fp64 dgemm" : "fp32 sgemm";
+    static _Thread_local char s[160];
+    collage__products_describe(&m->pp, real_of(m->prec), s, sizeof s);
+    return s;
 }
 
 collage_status bert_memory(const bert_model *m, collage_model_memory *out) {
@@ -296,7 +303,7 @@ static collage_status take_batch(bert_model *m, const void *params, const collag
 
 /* The bf16 graph's environment for this call, its scratch grown for the current thread count. */
 static collage_status bf16_env(bert_model *m, bert_bf16_env *e) {
-    *e = (bert_bf16_env){.ws = &m->ws, .path = m->path, .nt = collage__threads()};
+    *e = (bert_bf16_env){.ws = &m->ws, .path = m->pp.prod.bf16, .nt = collage__threads()};
     m->graph = &BF16_GRAPHS[collage_get_isa() == COLLAGE_ISA_AVX512];
     if (m->graph->reserve(&m->P, m->maxB * m->maxT, e))
         return fail(m, COLLAGE_ERR_NOMEM, "out of memory for the products' scratch (%d threads)", e->nt);
@@ -340,7 +347,9 @@ collage_status bert_forward(bert_model *m, const void *params, const collage_bat
     if (st != COLLAGE_OK) return st;
     const void *w = weights(m, params);
     long hits = 0;
+    const int btok = nn_blas_begin(m->pp.prod.f32);
     const double sum = forward_any(m, w, &e, &hits);
+    nn_blas_end(btok);
     m->w_used = w;
     m->ready = b->targets != NULL;
     if (out)
@@ -355,12 +364,13 @@ collage_status bert_backward(bert_model *m) {
     bert_bf16_env e = {0};
     if (m->prec == BERT_BF16 && bf16_env(m, &e) != COLLAGE_OK) return COLLAGE_ERR_NOMEM;
     m->ready = 0;
-    const int nt = collage__threads();
+    const int nt = collage__threads(), btok = nn_blas_begin(m->pp.prod.f32);
     if (m->prec == BERT_BF16)
         m->graph->backward(&m->P, m->w_used, (uint16_t *)m->grads16, m->gsums, !m->grads16_zero, m->acts16, m->acts,
                            &m->io, &e);
     else if (m->prec == BERT_FP64) bert_backward_f64(&m->P, m->w_used, m->grads, m->acts, &m->io, 0, nt);
     else bert_backward_f32(&m->P, m->w_used, m->grads, m->acts, &m->io, emulated(m), nt);
+    nn_blas_end(btok);
     if (emulated(m)) collage__round16(m->grads16, m->grads, m->P.nparams, emulated(m));
     m->grads16_zero = 0;
     return COLLAGE_OK;

@@ -158,7 +158,7 @@ struct collage_gpt {
     uint16_t *acts16;       /* the bf16 activations */
     float *gsums;           /* the float sums of the bias and norm gradients (P.ngs) */
     nn_ws ws;               /* the products' tile scratch */
-    nn_bf16_path path;      /* chosen at create */
+    collage__products pp;   /* the kernels of its products, chosen at create */
     const struct bf16_graph *graph; /* the bf16 graph of the last call: baseline or AVX-512 */
     const void *w_used;     /* the weights of the last forward (caller's slab or w32) */
     int *tok, *tgt;         /* copies of the last forward's input */
@@ -167,6 +167,11 @@ struct collage_gpt {
 };
 
 /* The float ops' rounding of an emulated 16-bit model (nn.h nn_rnd_f32's bf): 1 bf16, 2 fp16, 0 none. */
+/* The library's precision of a GPT-2 precision, for the choice of kernels. */
+static collage_real real_of(collage_gpt_precision p) {
+    return p == COLLAGE_GPT_BF16 ? COLLAGE_REAL_BF16 : p == COLLAGE_GPT_FP64 ? COLLAGE_REAL_FP64 : COLLAGE_REAL_FP32;
+}
+
 static int emulated(const collage_gpt *m) {
     return m->prec == COLLAGE_GPT_BF16_EMULATED ? 1 : m->prec == COLLAGE_GPT_FP16_EMULATED ? 2 : 0;
 }
@@ -212,6 +217,11 @@ static void plan_build(gpt_plan *P, const collage_gpt_config *c, int maxB, int m
 /* The slabs of each precision; 0 or COLLAGE_ERR_NOMEM. */
 static collage_status model_alloc(collage_gpt *m) {
     const size_t n = m->P.nparams, bt = (size_t)m->maxB * (size_t)m->maxT;
+    const collage_model_config mc = {.family = COLLAGE_FAMILY_GPT2, .vocab_size = m->cfg.vocab_size,
+                                     .padded_vocab_size = m->cfg.padded_vocab_size, .max_seq_len = m->cfg.max_seq_len,
+                                     .num_layers = m->cfg.num_layers, .num_heads = m->cfg.num_heads,
+                                     .channels = m->cfg.channels};
+    collage__products_for(&mc, real_of(m->prec), (int)bt, &m->pp);
     m->tok = calloc(bt, sizeof(int));
     m->tgt = calloc(bt, sizeof(int));
     m->acts = calloc(m->P.nacts, m->esize);
@@ -231,8 +241,7 @@ static collage_status model_alloc(collage_gpt *m) {
     if (m->prec == COLLAGE_GPT_BF16) {
         m->acts16 = calloc(m->P.nacts16, sizeof(uint16_t));
         m->gsums = calloc(m->P.ngs, sizeof(float));
-        m->path = nn_bf16_path_chosen();
-        const gpt_bf16_env e = {.ws = &m->ws, .path = m->path, .nt = collage__threads()};
+        const gpt_bf16_env e = {.ws = &m->ws, .path = m->pp.prod.bf16, .nt = collage__threads()};
         ok = ok && m->acts16 && m->gsums && gpt_bf16_reserve(&m->P, (int)bt, &e) == 0;
     }
     return ok ? COLLAGE_OK : COLLAGE_ERR_NOMEM;
@@ -273,11 +282,9 @@ size_t collage_gpt_size(const collage_gpt *m) { return m ? m->P.nparams : 0; }
 const char *collage_gpt_error(const collage_gpt *m) { return m ? m->err : "no model"; }
 const char *collage_gpt_products(const collage_gpt *m) {
     if (!m) return "none";
-    switch (m->prec) {
-    case COLLAGE_GPT_BF16: return nn_bf16_path_name(m->path);
-    case COLLAGE_GPT_FP64: return "fp64 dgemm";
-    default: return "fp32 sgemm";
-    }
+    static _Thread_local char s[160];
+    collage__products_describe(&m->pp, real_of(m->prec), s, sizeof s);
+    return s;
 }
 
 collage_status collage_gpt_memory(const collage_gpt *m, collage_gpt_mem *out) {
@@ -324,7 +331,7 @@ static const bf16_graph BF16_GRAPHS[2] = {
 
 /* The bf16 graph's environment for this call, its scratch grown for the current thread count. */
 static collage_status bf16_env(collage_gpt *m, gpt_bf16_env *e) {
-    *e = (gpt_bf16_env){.ws = &m->ws, .path = m->path, .nt = collage__threads()};
+    *e = (gpt_bf16_env){.ws = &m->ws, .path = m->pp.prod.bf16, .nt = collage__threads()};
     m->graph = &BF16_GRAPHS[collage_get_isa() == COLLAGE_ISA_AVX512];
     if (m->graph->reserve(&m->P, m->maxB * m->maxT, e))
         return fail(m, COLLAGE_ERR_NOMEM, "out of memory for the products' scratch (%d threads)", e->nt);
@@ -357,9 +364,9 @@ collage_status collage_gpt_forward(collage_gpt *m, const void *params, const int
     if (st == COLLAGE_OK && m->prec == COLLAGE_GPT_BF16) st = bf16_env(m, &e);
     if (st != COLLAGE_OK) return st;
     const void *w = weights(m, params);
-    nn_blas_begin();
+    const int btok = nn_blas_begin(m->pp.prod.f32);
     double L = forward_any(m, w, targets ? m->tgt : NULL, B, T, &e);
-    nn_blas_end();
+    nn_blas_end(btok);
     m->w_used = w;
     m->B = B;
     m->T = T;
@@ -377,7 +384,7 @@ collage_status collage_gpt_backward(collage_gpt *m) {
     if (m->prec == COLLAGE_GPT_BF16 && bf16_env(m, &e) != COLLAGE_OK) return COLLAGE_ERR_NOMEM;
     m->ready = 0;
     const int nt = collage__threads();
-    nn_blas_begin();
+    const int btok = nn_blas_begin(m->pp.prod.f32);
     if (m->prec == COLLAGE_GPT_BF16)
         m->graph->backward(&m->P, m->w_used, (uint16_t *)m->grads16, m->gsums, !m->grads16_zero, m->acts16,
                            m->acts, m->tok, m->tgt, m->B, m->T, &e);
@@ -385,7 +392,7 @@ collage_status collage_gpt_backward(collage_gpt *m) {
         gpt_backward_f64(&m->P, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, 0, nt);
     else
         gpt_backward_f32(&m->P, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, emulated(m), nt);
-    nn_blas_end();
+    nn_blas_end(btok);
     if (emulated(m)) collage__round16(m->grads16, m->grads, m->P.nparams, emulated(m));
     m->grads16_zero = 0;
     return COLLAGE_OK;
@@ -437,7 +444,7 @@ collage_status collage_gpt_next_logits(collage_gpt *m, const void *params, const
     if (st != COLLAGE_OK) return st;
     const int nt = collage__threads(), V = m->cfg.vocab_size;
     const void *w = weights(m, params);
-    nn_blas_begin();
+    const int btok = nn_blas_begin(m->pp.prod.f32);
     if (m->prec == COLLAGE_GPT_FP64) {
         gpt_last_logits_f64(&m->P, w, m->acts, m->tok, T, 0, nt);
         const double *x = (const double *)m->acts + m->P.a[A_LOGITS];
@@ -447,7 +454,7 @@ collage_status collage_gpt_next_logits(collage_gpt *m, const void *params, const
         else gpt_last_logits_f32(&m->P, w, m->acts, m->tok, T, emulated(m), nt);
         memcpy(logits, (const float *)m->acts + m->P.a[A_LOGITS], (size_t)V * sizeof(float));
     }
-    nn_blas_end();
+    nn_blas_end(btok);
     return COLLAGE_OK;
 }
 

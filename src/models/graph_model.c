@@ -24,7 +24,7 @@ struct gm_model {
     uint16_t *acts16;       /* bf16: the bf16 activations */
     float *gsums;           /* bf16: the float sums of the gradients no product writes */
     nn_ws ws;               /* bf16: the products' tile scratch */
-    nn_bf16_path path;      /* chosen at create */
+    collage__products pp;   /* the kernels of its products, chosen at create */
     const gm_bf16_graph *graph; /* the bf16 build of the last call */
     const void *w_used;     /* the weights of the last forward (the caller's slab or w32) */
     int *tok, *tgt;
@@ -43,7 +43,7 @@ static collage_status fail(gm_model *m, collage_status st, const char *fmt, ...)
 
 /* The bf16 build for this call (collage_get_isa) and its scratch grown for the current thread count. */
 static collage_status bf16_env(gm_model *m, gm_env *e) {
-    *e = (gm_env){.ws = &m->ws, .path = m->path, .nt = collage__threads()};
+    *e = (gm_env){.ws = &m->ws, .path = m->pp.prod.bf16, .nt = collage__threads()};
     m->graph = &m->g->bf16[collage_get_isa() == COLLAGE_ISA_AVX512];
     if (m->graph->reserve(m->plan, m->maxB * m->maxT, e))
         return fail(m, COLLAGE_ERR_NOMEM, "out of memory for the products' scratch (%d threads)", e->nt);
@@ -51,12 +51,18 @@ static collage_status bf16_env(gm_model *m, gm_env *e) {
 }
 
 /* The float graphs' rounding (nn.h nn_rnd_f32's bf): 1 in bf16-emulated, 2 in fp16-emulated, 0 otherwise. */
+/* The library's precision of a graph-model precision, for the choice of kernels. */
+static collage_real real_of(gm_precision p) {
+    return p == GM_BF16 ? COLLAGE_REAL_BF16 : p == GM_FP64 ? COLLAGE_REAL_FP64 : COLLAGE_REAL_FP32;
+}
+
 static int emulated(const gm_model *m) {
     return m->prec == GM_BF16_EMULATED ? 1 : m->prec == GM_FP16_EMULATED ? 2 : 0;
 }
 
 static collage_status alloc_slabs(gm_model *m) {
     const size_t n = m->sz.nparams, bt = (size_t)m->maxB * (size_t)m->maxT;
+    collage__products_for(&m->cfg, real_of(m->prec), (int)bt, &m->pp);
     const int bf16 = m->prec == GM_BF16, emu = emulated(m) != 0;
     m->tok = calloc(bt, sizeof(int));
     m->tgt = calloc(bt, sizeof(int));
@@ -68,7 +74,6 @@ static collage_status alloc_slabs(gm_model *m) {
     if (bf16) {
         m->acts16 = calloc(m->sz.nacts16, sizeof(uint16_t));
         m->gsums = calloc(m->sz.ngs ? m->sz.ngs : 1, sizeof(float));
-        m->path = nn_bf16_path_chosen();
         gm_env e;
         ok = ok && m->acts16 && m->gsums && bf16_env(m, &e) == COLLAGE_OK;
     }
@@ -108,7 +113,9 @@ const char *gm_error(const gm_model *m) { return m ? m->err : "no model"; }
 
 const char *gm_products(const gm_model *m) {
     if (!m) return "none";
-    return m->prec == GM_BF16 ? nn_bf16_path_name(m->path) : m->prec == GM_FP64 ? "fp64 dgemm" : "fp32 sgemm";
+    static _Thread_local char s[160];
+    collage__products_describe(&m->pp, real_of(m->prec), s, sizeof s);
+    return s;
 }
 
 collage_status gm_memory(const gm_model *m, collage_model_memory *out) {
@@ -153,12 +160,12 @@ collage_status gm_forward(gm_model *m, const void *params, const int *tokens, co
     collage_status st = begin_call(m, params, tokens, targets, B, T, &e, &w);
     if (st != COLLAGE_OK) return st;
     const int nt = collage__threads(), *tgt = targets ? m->tgt : NULL;
-    nn_blas_begin();
+    const int btok = nn_blas_begin(m->pp.prod.f32);
     double L;
     if (m->prec == GM_BF16) L = m->graph->forward(m->plan, w, m->acts16, m->acts, m->tok, tgt, B, T, &e);
     else if (m->prec == GM_FP64) L = m->g->forward_f64(m->plan, w, m->acts, m->tok, tgt, B, T, 0, nt);
     else L = m->g->forward_f32(m->plan, w, m->acts, m->tok, tgt, B, T, emulated(m), nt);
-    nn_blas_end();
+    nn_blas_end(btok);
     m->w_used = w;
     m->B = B;
     m->T = T;
@@ -174,7 +181,7 @@ collage_status gm_backward(gm_model *m) {
     if (m->prec == GM_BF16 && bf16_env(m, &e) != COLLAGE_OK) return COLLAGE_ERR_NOMEM;
     m->ready = 0;
     const int nt = collage__threads();
-    nn_blas_begin();
+    const int btok = nn_blas_begin(m->pp.prod.f32);
     if (m->prec == GM_BF16)
         m->graph->backward(m->plan, m->w_used, (uint16_t *)m->grads16, m->gsums, !m->grads16_zero, m->acts16, m->acts,
                            m->tok, m->tgt, m->B, m->T, &e);
@@ -182,7 +189,7 @@ collage_status gm_backward(gm_model *m) {
         m->g->backward_f64(m->plan, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, 0, nt);
     else
         m->g->backward_f32(m->plan, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, emulated(m), nt);
-    nn_blas_end();
+    nn_blas_end(btok);
     if (emulated(m)) collage__round16(m->grads16, m->grads, m->sz.nparams, emulated(m));
     m->grads16_zero = 0;
     return COLLAGE_OK;
@@ -212,7 +219,7 @@ collage_status gm_next_logits(gm_model *m, const void *params, const int *tokens
     collage_status st = begin_call(m, params, tokens, NULL, 1, T, &e, &w);
     if (st != COLLAGE_OK) return st;
     const int nt = collage__threads(), V = m->cfg.vocab_size;
-    nn_blas_begin();
+    const int btok = nn_blas_begin(m->pp.prod.f32);
     if (m->prec == GM_FP64) {
         m->g->last_logits_f64(m->plan, w, m->acts, m->tok, T, 0, nt);
         const double *x = (const double *)m->acts + m->sz.logits;
@@ -222,7 +229,7 @@ collage_status gm_next_logits(gm_model *m, const void *params, const int *tokens
         else m->g->last_logits_f32(m->plan, w, m->acts, m->tok, T, emulated(m), nt);
         memcpy(logits, (const float *)m->acts + m->sz.logits, (size_t)V * sizeof(float));
     }
-    nn_blas_end();
+    nn_blas_end(btok);
     return COLLAGE_OK;
 }
 

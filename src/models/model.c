@@ -279,6 +279,8 @@ struct collage_model {
     collage_model_config cfg;
     collage_real prec;
     void *impl;  /* the family's own object */
+    collage__products pp; /* the kernels of its products (the family's create chose the same) */
+    char products[160], spec[48];
     char err[200]; /* a refusal of model.c's own (own_err 1), else the family's message is the error */
     int own_err;
 };
@@ -294,7 +296,11 @@ collage_status collage_model_create(const collage_model_config *cfg, collage_rea
     if (!m) return COLLAGE_ERR_NOMEM;
     *m = (collage_model){.fam = fam, .cfg = *cfg, .prec = prec};
     collage_status st = fam->create(cfg, prec, maxB, maxT, &m->impl);
+    if (st == COLLAGE_OK) st = collage__products_for(cfg, prec, maxB * maxT, &m->pp);
+    if (st != COLLAGE_OK && m->impl) fam->free(m->impl);
     if (st != COLLAGE_OK) { free(m); return st; }
+    collage__products_describe(&m->pp, prec, m->products, sizeof m->products);
+    collage__products_spec(&m->pp, prec, m->spec, sizeof m->spec);
     *out = m;
     return COLLAGE_OK;
 }
@@ -329,9 +335,9 @@ collage_status collage_model_forward(collage_model *m, const void *params, const
                                      int B, int T, double *loss) {
     if (!m) return COLLAGE_ERR_NULL;
     m->own_err = 0;
-    nn_blas_begin();
+    const int tok = nn_blas_begin(m->pp.prod.f32);
     collage_status st = m->fam->forward(m->impl, params, tokens, targets, B, T, loss);
-    nn_blas_end();
+    nn_blas_end(tok);
     return st;
 }
 
@@ -356,31 +362,61 @@ collage_status collage_model_forward_batch(collage_model *m, const void *params,
                                            collage_forward_info *out) {
     if (!m || !b) return COLLAGE_ERR_NULL;
     m->own_err = 0;
-    nn_blas_begin();
+    const int tok = nn_blas_begin(m->pp.prod.f32);
     collage_status st = m->fam->forward_batch ? m->fam->forward_batch(m->impl, params, b, out)
                                               : forward_full_rows(m, params, b, out);
-    nn_blas_end();
+    nn_blas_end(tok);
     return st;
 }
 
 collage_status collage_model_backward(collage_model *m) {
     if (!m) return COLLAGE_ERR_NULL;
     m->own_err = 0;
-    nn_blas_begin();
+    const int tok = nn_blas_begin(m->pp.prod.f32);
     collage_status st = m->fam->backward(m->impl);
-    nn_blas_end();
+    nn_blas_end(tok);
     return st;
 }
 
 void *collage_model_grads(collage_model *m) { return m ? m->fam->grads(m->impl) : NULL; }
-const char *collage_model_products(const collage_model *m) { return m ? m->fam->products(m->impl) : "none"; }
+const char *collage_model_products(const collage_model *m) { return m ? m->products : "none"; }
+const char *collage_model_products_spec(const collage_model *m) { return m ? m->spec : ""; }
 
 collage_status collage_model_memory_get(const collage_model *m, collage_model_memory *out) {
     if (!m || !out) return COLLAGE_ERR_NULL;
     return m->fam->memory(m->impl, out);
 }
 
-const char *collage_bf16_products(void) { return nn_bf16_path_name(nn_bf16_path_chosen()); }
+/* The kernels in force where no model chose: the pinned ones, else oneDNN's bf16 path where the CPU has
+ * it and OpenBLAS's sgemm. */
+static nn_products default_products(void) {
+    int f32, bf16;
+    nn_products_pinned(&f32, &bf16);
+    return (nn_products){.f32 = f32 >= 0 ? (nn_sgemm)f32 : NN_SGEMM_OPENBLAS,
+                         .bf16 = bf16 >= 0 ? (nn_bf16_path)bf16 : nn_bf16_available(NN_BF16_ONEDNN) ? NN_BF16_ONEDNN : NN_BF16_WIDEN};
+}
+
+const char *collage_bf16_products(void) {
+    const nn_products p = default_products();
+    return p.bf16 == NN_BF16_ONEDNN ? nn_bf16_label(p.bf16) : "bf16 widened to fp32 sgemm";
+}
+
+void collage_products_machine(char *out, size_t cap) {
+    const char *want = NULL;
+    const int below = nn_openblas_below(&want);
+    int f32, bf16;
+    nn_products_pinned(&f32, &bf16);
+    snprintf(out, cap,
+             "fp32 kernels: OpenBLAS sgemm (%s kernels%s%s%s), oneDNN sgemm%s, collage's reference sgemm\n"
+             "bf16 paths: %s, widened to the fp32 kernel\n"
+             "chosen per model: %s%s%s%s",
+             nn_openblas_core(), below ? "; below this CPU's " : "", below ? want : "", below ? ": set OPENBLAS_CORETYPE" : "",
+             nn_sgemm_available(NN_SGEMM_ONEDNN) ? "" : " (not in this build)",
+             nn_bf16_available(NN_BF16_ONEDNN) ? nn_bf16_label(NN_BF16_ONEDNN) : "oneDNN bf16 GEMM (not on this CPU or build)",
+             f32 >= 0 || bf16 >= 0 ? "pinned" : "the fastest measured on its shapes",
+             f32 >= 0 ? " fp32=" : "", f32 >= 0 ? nn_sgemm_name((nn_sgemm)f32) : "",
+             bf16 >= 0 ? (bf16 == NN_BF16_ONEDNN ? " bf16=onednn" : " bf16=widen") : "");
+}
 
 typedef struct { float *C; int ldc; } copy_ctx;
 
@@ -397,15 +433,16 @@ collage_status collage_bf16_matmul(int ta, int tb, int M, int N, int K, const co
     /* one scratch for every call, kept (as a model keeps its own), so repeated calls time the products */
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     static nn_ws ws;
-    const nn_bf16_path path = nn_bf16_path_chosen();
+    const nn_products p = default_products();
+    const nn_bf16_path path = p.bf16;
     const int nt = collage__threads();
     pthread_mutex_lock(&lock);
     collage_status st = COLLAGE_ERR_NOMEM;
     if (nn_gemm_bf16_reserve(&ws, M, N, K, nt, path) == 0) {
         copy_ctx c = {.C = C, .ldc = ldc};
-        nn_blas_begin();
+        const int tok = nn_blas_begin(p.f32);
         nn_gemm_bf16(ta, tb, M, N, K, (const uint16_t *)A, lda, (const uint16_t *)B, ldb, copy_tile, &c, &ws, path, nt);
-        nn_blas_end();
+        nn_blas_end(tok);
         st = COLLAGE_OK;
     }
     pthread_mutex_unlock(&lock);
@@ -425,9 +462,9 @@ collage_status collage_model_next_logits(collage_model *m, const void *params, c
                                          float *logits) {
     if (!m) return COLLAGE_ERR_NULL;
     m->own_err = 0;
-    nn_blas_begin();
+    const int tok = nn_blas_begin(m->pp.prod.f32);
     collage_status st = m->fam->next_logits(m->impl, params, tokens, T, logits);
-    nn_blas_end();
+    nn_blas_end(tok);
     return st;
 }
 
@@ -438,9 +475,9 @@ collage_status collage_model_logits_at(collage_model *m, const void *params, con
     if (!m->fam->logits_at)
         return refuse(m, COLLAGE_ERR_UNSUPPORTED, "a %s model predicts the next token, not masked positions",
                       m->fam->name);
-    nn_blas_begin();
+    const int tok = nn_blas_begin(m->pp.prod.f32);
     collage_status st = m->fam->logits_at(m->impl, params, tokens, T, pos, npos, logits);
-    nn_blas_end();
+    nn_blas_end(tok);
     return st;
 }
 

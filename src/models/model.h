@@ -7,6 +7,7 @@
 #define COLLAGE_MODELS_MODEL_H
 
 #include "collage_model.h"
+#include "nn.h"
 
 /* The first bytes of a checkpoint file handed to every family's probe (fewer when the file is shorter). */
 #define COLLAGE_CKPT_PROBE_BYTES 64
@@ -129,6 +130,24 @@ collage_status collage__check_dims(const collage_model_config *cfg, int min_voca
 collage_status collage__ckpt_same_shape(const char *path, const collage_model_config *have,
                                         const collage_model_config *want, char *err, size_t cap);
 extern const collage_model_family collage__llama_family;
+
+/* The kernels of a model's products (products.c): chosen once per model at create, from the pin, the
+ * products file or a measurement on the model's own shapes (cfg's product tensors on N = maxB·maxT rows);
+ * how[k] says which ("pinned", "remembered", "measured") and gflops[k] the measured rate (0: none) of
+ * its fp32 (k = 0) and bf16 (k = 1) products. Every family's create calls it with the same arguments and
+ * gets the same answer in one process (remembered there). */
+typedef struct {
+    nn_products prod;
+    double gflops[2];
+    char how[2][12];
+} collage__products;
+collage_status collage__products_for(const collage_model_config *cfg, collage_real prec, int N, collage__products *out);
+/* Forget the choices remembered in this process (tests: as a new process would start). */
+void collage__products_forget(void);
+/* "oneDNN sgemm (measured, 142 GFLOP/s)": what the products of a model of precision prec run on. */
+void collage__products_describe(const collage__products *p, collage_real prec, char *out, size_t cap);
+/* The pin that reproduces the choice ("fp32=onednn,bf16=widen"), for a rerun or a resume. */
+void collage__products_spec(const collage__products *p, collage_real prec, char *out, size_t cap);
 
 /* The row of family f; NULL if f is out of range. */
 const collage_model_family *collage__model_family(collage_family f);

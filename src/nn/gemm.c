@@ -1,17 +1,233 @@
-/* gemm.c — the one door every matrix product of the layer ops goes through: a fixed grid of
- * single-threaded OpenBLAS tiles (sgemm for float, dgemm for double) spread over the OpenMP threads,
- * and the guard that keeps OpenBLAS at one thread for the length of a library call. */
+/* gemm.c — the one door every matrix product of the layer ops goes through: the table of kernels a
+ * product can run on (OpenBLAS's sgemm, oneDNN's sgemm, gemm_ref.c's; oneDNN's bf16 GEMM or the widening
+ * path for bf16 operands), a fixed grid of single-threaded tiles spread over the OpenMP threads, the
+ * guard that keeps OpenBLAS at one thread, and the timing of a model's products (products.c chooses). */
 #include "nn.h"
 #include <cblas.h>
 #include <pthread.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef COLLAGE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+/* Exported by libdnnl (2.x) but declared only in its internal headers: C = alpha·op(A)·op(B) + beta·C,
+ * row-major, A and B bf16, C fp32. */
+dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N, dnnl_dim_t K,
+                                    float alpha, const uint16_t *A, dnnl_dim_t lda, const uint16_t *B,
+                                    dnnl_dim_t ldb, float beta, float *C, dnnl_dim_t ldc);
+#endif
 
 #define GEMM_TILES 8            /* tiles per product, about */
 #define GEMM_MIN_TILE 128       /* rows or columns per tile, at least (a multiple of 64) */
 #define GEMM_PAR_MIN (1 << 21)  /* multiply-adds below which the tiles run on one thread */
 
+/* ---------------------------------------------------------------- the kernels */
+char *openblas_get_corename(void);
+
+static void sgemm_openblas(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                           float beta, float *C, int ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A, lda,
+                B, ldb, beta, C, ldc);
+}
+
+#ifdef COLLAGE_DNNL
+static void sgemm_onednn(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                         float beta, float *C, int ldc) {
+    dnnl_status_t s = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    COLLAGE_ASSERT(s == dnnl_success);
+}
+#endif
+
+static void sgemm_ref(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc) {
+    if (collage_get_isa() == COLLAGE_ISA_AVX512) nn_sgemm_ref_avx512(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    else nn_sgemm_ref(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
+typedef void (*sgemm_fn)(int, int, int, int, int, const float *, int, const float *, int, float, float *, int);
+static char g_openblas_label[96];
+
+static const struct {
+    const char *name, *label;
+    sgemm_fn fn;
+} k_sgemm[NN_SGEMM_COUNT] = {
+    [NN_SGEMM_OPENBLAS] = {"openblas", g_openblas_label, sgemm_openblas},
+#ifdef COLLAGE_DNNL
+    [NN_SGEMM_ONEDNN] = {"onednn", "oneDNN sgemm", sgemm_onednn},
+#else
+    [NN_SGEMM_ONEDNN] = {"onednn", "oneDNN sgemm", NULL},
+#endif
+    [NN_SGEMM_REF] = {"ref", "collage's reference sgemm", sgemm_ref},
+};
+
+const char *nn_sgemm_name(nn_sgemm k) { return (unsigned)k < NN_SGEMM_COUNT ? k_sgemm[k].name : NULL; }
+const char *nn_sgemm_label(nn_sgemm k) {
+    if ((unsigned)k >= NN_SGEMM_COUNT) return "?";
+    if (k == NN_SGEMM_OPENBLAS && !g_openblas_label[0])
+        snprintf(g_openblas_label, sizeof g_openblas_label, "OpenBLAS sgemm (%s kernels)", nn_openblas_core());
+    return k_sgemm[k].label;
+}
+int nn_sgemm_available(nn_sgemm k) { return (unsigned)k < NN_SGEMM_COUNT && k_sgemm[k].fn; }
+
+/* The hardware behind oneDNN's bf16 path, asked of oneDNN once: "AMX", "AVX512_BF16", or NULL (none). */
+static pthread_once_t g_hw_once = PTHREAD_ONCE_INIT;
+static const char *g_hw;
+
+static void detect_hw(void) {
+#ifdef COLLAGE_DNNL
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    const unsigned bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16, amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
+    if ((isa & amx) == amx) g_hw = "AMX";
+    else if ((isa & bf16) == bf16) g_hw = "AVX512_BF16";
+#endif
+}
+
+int nn_bf16_available(nn_bf16_path p) {
+    pthread_once(&g_hw_once, detect_hw);
+    return p == NN_BF16_WIDEN || (p == NN_BF16_ONEDNN && g_hw);
+}
+const char *nn_bf16_name(nn_bf16_path p) { return p == NN_BF16_ONEDNN ? "onednn" : p == NN_BF16_WIDEN ? "widen" : NULL; }
+const char *nn_bf16_label(nn_bf16_path p) {
+    pthread_once(&g_hw_once, detect_hw);
+    if (p != NN_BF16_ONEDNN) return "widened to fp32 sgemm";
+    return g_hw && g_hw[1] == 'M' ? "oneDNN bf16 GEMM (AMX)" : "oneDNN bf16 GEMM (AVX512_BF16)";
+}
+
+/* ---------------------------------------------------------------- pins */
+static int parse_part(const char *v, size_t n, int bf16) {
+    if (n == 4 && !strncmp(v, "auto", 4)) return -1;
+    for (int k = 0; k < (bf16 ? NN_BF16_COUNT : NN_SGEMM_COUNT); k++) {
+        const char *name = bf16 ? nn_bf16_name((nn_bf16_path)k) : nn_sgemm_name((nn_sgemm)k);
+        if (strlen(name) == n && !strncmp(v, name, n)) return k;
+    }
+    return -2;
+}
+
+int nn_products_parse(const char *spec, int *f32, int *bf16, char *err, size_t cap) {
+    *f32 = *bf16 = -1;
+    if (!spec || !*spec) return snprintf(err, cap, "empty (give fp32=K,bf16=P, or ref)"), -1;
+    if (!strcmp(spec, "ref")) return *f32 = NN_SGEMM_REF, *bf16 = NN_BF16_WIDEN, 0;
+    for (const char *p = spec; *p;) {
+        const size_t len = strcspn(p, ",");
+        const char *eq = memchr(p, '=', len);
+        const int isbf = eq && eq - p == 4 && !strncmp(p, "bf16", 4), isf = eq && eq - p == 4 && !strncmp(p, "fp32", 4);
+        const int k = eq && (isbf || isf) ? parse_part(eq + 1, len - (size_t)(eq + 1 - p), isbf) : -3;
+        if (k == -3)
+            return snprintf(err, cap, "'%.*s' is not fp32=KERNEL or bf16=PATH", (int)len, p), -1;
+        if (k == -2)
+            return snprintf(err, cap, "'%.*s': %s", (int)len, p,
+                            isbf ? "the bf16 paths are onednn, widen, auto" : "the fp32 kernels are openblas, onednn, ref, auto"), -1;
+        if (k >= 0 && (isbf ? !nn_bf16_available((nn_bf16_path)k) : !nn_sgemm_available((nn_sgemm)k)))
+            return snprintf(err, cap, "'%.*s': not available in this build on this CPU", (int)len, p), -1;
+        *(isbf ? bf16 : f32) = k;
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
+/* The process's pin: collage_products_pin's spec (set: 1), else the environment's. */
+static pthread_mutex_t g_pin_lock = PTHREAD_MUTEX_INITIALIZER;
+static char g_pin[64];
+static int g_pin_set;
+
+int nn_products_pin(const char *spec, char *err, size_t cap) {
+    int f32, bf16;
+    if (spec && nn_products_parse(spec, &f32, &bf16, err, cap) != 0) return -1;
+    pthread_mutex_lock(&g_pin_lock);
+    g_pin_set = spec != NULL;
+    snprintf(g_pin, sizeof g_pin, "%s", spec ? spec : "");
+    pthread_mutex_unlock(&g_pin_lock);
+    return 0;
+}
+
+static _Thread_local char t_pin[64]; /* nn_products_pin_thread's; "" none */
+
+int nn_products_pin_thread(const char *spec, char *err, size_t cap) {
+    int f32, bf16;
+    if (spec && nn_products_parse(spec, &f32, &bf16, err, cap) != 0) return -1;
+    snprintf(t_pin, sizeof t_pin, "%s", spec ? spec : "");
+    return 0;
+}
+
+void nn_products_pinned(int *f32, int *bf16) {
+    char spec[64], err[160];
+    pthread_mutex_lock(&g_pin_lock);
+    int set = g_pin_set;
+    snprintf(spec, sizeof spec, "%s", g_pin);
+    pthread_mutex_unlock(&g_pin_lock);
+    if (t_pin[0]) set = 1, snprintf(spec, sizeof spec, "%s", t_pin);
+    *f32 = *bf16 = -1;
+    const char *e = set ? spec : getenv("COLLAGE_GEMM");
+    if (e && *e && nn_products_parse(e, f32, bf16, err, sizeof err) != 0) *f32 = *bf16 = -1;
+    const char *w = getenv("COLLAGE_BF16_GEMM"); /* the narrower knob: it wins over COLLAGE_GEMM's bf16 part */
+    if (!set && w && !strcmp(w, "widen")) *bf16 = NN_BF16_WIDEN;
+}
+
+/* ---------------------------------------------------------------- the guard and the kernel in use */
+static pthread_mutex_t g_blas_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_blas_depth, g_blas_saved;
+static _Thread_local int t_kernel = -1; /* this thread's bracket's kernel; -1: none */
+
+int nn_blas_begin(nn_sgemm k) {
+    pthread_mutex_lock(&g_blas_lock);
+    if (g_blas_depth++ == 0) {
+        g_blas_saved = openblas_get_num_threads();
+        if (g_blas_saved != 1) openblas_set_num_threads(1);
+    }
+    pthread_mutex_unlock(&g_blas_lock);
+    const int prev = t_kernel;
+    t_kernel = (int)k;
+    return prev;
+}
+
+void nn_blas_end(int token) {
+    t_kernel = token;
+    pthread_mutex_lock(&g_blas_lock);
+    COLLAGE_ASSERT(g_blas_depth > 0);
+    if (--g_blas_depth == 0 && g_blas_saved > 1) openblas_set_num_threads(g_blas_saved);
+    pthread_mutex_unlock(&g_blas_lock);
+}
+
+/* The sgemm kernel of this thread's products: its bracket's, else the pinned one, else OpenBLAS. */
+static nn_sgemm kernel_in_use(void) {
+    if (t_kernel >= 0) return (nn_sgemm)t_kernel;
+    int f32, bf16;
+    nn_products_pinned(&f32, &bf16);
+    return f32 >= 0 ? (nn_sgemm)f32 : NN_SGEMM_OPENBLAS;
+}
+
+/* Around a tile loop: OpenBLAS single-threaded (nn_blas_begin), and OpenMP's default team 1 on this
+ * thread, since oneDNN runs a call made outside a parallel region on omp_get_max_threads() threads:
+ * one thread per tile keeps every element's sum the same for any thread count. */
+typedef struct { int token, omp; } tiles_guard;
+
+static tiles_guard tiles_begin(nn_sgemm k) {
+    tiles_guard g = {.token = nn_blas_begin(k), .omp = 1};
+#ifdef _OPENMP
+    g.omp = omp_get_max_threads();
+    if (g.omp != 1) omp_set_num_threads(1);
+#endif
+    return g;
+}
+
+static void tiles_end(tiles_guard g) {
+#ifdef _OPENMP
+    if (g.omp != 1) omp_set_num_threads(g.omp);
+#endif
+    nn_blas_end(g.token);
+}
+
+void nn_sgemm_call(nn_sgemm k, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                   float beta, float *C, int ldc) {
+    COLLAGE_ASSERT(nn_sgemm_available(k));
+    k_sgemm[k].fn(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* ---------------------------------------------------------------- the fp32 and fp64 products */
 /* The tile grid of an (M,N) product: split along M when M ≥ N, else along N, in nb tiles of bs rows
  * or columns (the last one shorter). It depends on the shape only, so each element of C is computed
- * by the same BLAS call with the same operands for any thread count. */
+ * by the same kernel call with the same operands for any thread count. */
 typedef struct { int split_m, dim, bs, nb; } gemm_grid;
 
 static gemm_grid grid_of(int M, int N) {
@@ -25,85 +241,23 @@ static gemm_grid grid_of(int M, int N) {
     return g;
 }
 
+static void dgemm_openblas(int ta, int tb, int M, int N, int K, const double *A, int lda, const double *B, int ldb,
+                           double beta, double *C, int ldc) {
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0, A, lda, B,
+                ldb, beta, C, ldc);
+}
+
 #define GEMM_NAME nn_gemm_f32
 #define GEMM_REAL float
-#define GEMM_BLAS cblas_sgemm
-#define GEMM_ONE 1.0f
+#define GEMM_CALL(...) k_sgemm[k].fn(__VA_ARGS__)
 #include "gemm_tiles.inc"
 
 #define GEMM_NAME nn_gemm_f64
 #define GEMM_REAL double
-#define GEMM_BLAS cblas_dgemm
-#define GEMM_ONE 1.0
+#define GEMM_CALL(...) dgemm_openblas(__VA_ARGS__)
 #include "gemm_tiles.inc"
 
-/* OpenBLAS's thread count is process-wide, and model calls may run on several host threads at once (the
- * ranks of a run over threads): the first call in sets it to 1 and keeps the caller's value, the last
- * one out puts that value back. When the host keeps OpenBLAS at one thread, nothing is set. */
-static pthread_mutex_t g_blas_lock = PTHREAD_MUTEX_INITIALIZER;
-static int g_blas_depth, g_blas_saved;
-
-void nn_blas_begin(void) {
-    pthread_mutex_lock(&g_blas_lock);
-    if (g_blas_depth++ == 0) {
-        g_blas_saved = openblas_get_num_threads();
-        if (g_blas_saved != 1) openblas_set_num_threads(1);
-    }
-    pthread_mutex_unlock(&g_blas_lock);
-}
-
-void nn_blas_end(void) {
-    pthread_mutex_lock(&g_blas_lock);
-    COLLAGE_ASSERT(g_blas_depth > 0);
-    if (--g_blas_depth == 0 && g_blas_saved > 1) openblas_set_num_threads(g_blas_saved);
-    pthread_mutex_unlock(&g_blas_lock);
-}
-
 /* ---------------------------------------------------------------- bf16 operands, fp32 accumulation */
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-#ifdef COLLAGE_DNNL
-#include <oneapi/dnnl/dnnl.h>
-/* Exported by libdnnl (2.x) but declared only in its internal headers: C = alpha·op(A)·op(B) + beta·C,
- * row-major, A and B bf16, C fp32. */
-dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N, dnnl_dim_t K,
-                                    float alpha, const uint16_t *A, dnnl_dim_t lda, const uint16_t *B,
-                                    dnnl_dim_t ldb, float beta, float *C, dnnl_dim_t ldc);
-#endif
-
-/* The hardware behind the native path, asked of oneDNN once: AMX tiles, AVX512_BF16, or none. */
-static pthread_once_t g_hw_once = PTHREAD_ONCE_INIT;
-static nn_bf16_path g_hw = NN_BF16_WIDEN;
-
-static void detect_hw(void) {
-#ifdef COLLAGE_DNNL
-    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
-    const unsigned bf16 = (unsigned)dnnl_cpu_isa_avx512_core_bf16, amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
-    if ((isa & amx) == amx) g_hw = NN_BF16_AMX;
-    else if ((isa & bf16) == bf16) g_hw = NN_BF16_AVX512;
-#endif
-}
-
-nn_bf16_path nn_bf16_hardware(void) {
-    pthread_once(&g_hw_once, detect_hw);
-    return g_hw;
-}
-
-nn_bf16_path nn_bf16_path_chosen(void) {
-    const char *e = getenv("COLLAGE_BF16_GEMM");
-    if (e && strcmp(e, "widen") == 0) return NN_BF16_WIDEN;
-    return nn_bf16_hardware();
-}
-
-const char *nn_bf16_path_name(nn_bf16_path p) {
-    switch (p) {
-    case NN_BF16_AMX: return "oneDNN bf16 GEMM (AMX)";
-    case NN_BF16_AVX512: return "oneDNN bf16 GEMM (AVX512_BF16)";
-    default: return "widening to fp32 sgemm";
-    }
-}
-
 static int ws_reserve(nn_ws *ws, size_t floats) {
     if (floats <= ws->cap) return 0;
     float *p = realloc(ws->p, floats * sizeof(float));
@@ -176,23 +330,22 @@ static void widen_block(float *dst, const uint16_t *src, int ld, int rows, int c
 }
 
 /* One tile, C (m,n) = op(A)(m,K)·op(B)(K,n) into t (row stride n): oneDNN on bf16 operands, or the
- * operands widened (exact) and one sgemm with the shape of nn_gemm_f32's tile. */
+ * operands widened (exact) and one call of sgemm kernel k with the shape of nn_gemm_f32's tile. */
 static void tile_product(int ta, int tb, int m, int n, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                         float *t, nn_bf16_path path) {
+                         float *t, nn_bf16_path path, nn_sgemm k) {
 #ifdef COLLAGE_DNNL
-    if (path != NN_BF16_WIDEN) {
+    if (path == NN_BF16_ONEDNN) {
         dnnl_status_t s = dnnl_gemm_bf16bf16f32(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, K, 1.0f, A, lda, B, ldb,
                                                 0.0f, t, n);
         COLLAGE_ASSERT(s == dnnl_success);
         return;
     }
 #endif
-    (void)path;
+    COLLAGE_ASSERT(path == NN_BF16_WIDEN);
     float *a = t + (size_t)m * n, *b = a + (size_t)m * K;
     if (ta) widen_block(a, A, lda, K, m); else widen_block(a, A, lda, m, K);
     if (tb) widen_block(b, B, ldb, n, K); else widen_block(b, B, ldb, K, n);
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, K, 1.0f, a,
-                ta ? m : K, b, tb ? K : n, 0.0f, t, n);
+    k_sgemm[k].fn(ta, tb, m, n, K, a, ta ? m : K, b, tb ? K : n, 0.0f, t, n);
 }
 
 void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
@@ -201,12 +354,8 @@ void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int ld
     const int count = g.mb * g.nb, par = count > 1 && (double)M * N * K >= GEMM_PAR_MIN;
     const size_t per = tile_floats(&g, K, path == NN_BF16_WIDEN);
     COLLAGE_ASSERT(ws->cap >= (size_t)(par ? (nt < count ? nt : count) : 1) * per);
-#ifdef _OPENMP
-    /* oneDNN runs a call on omp_get_max_threads() threads unless it is made inside a parallel region:
-     * one thread per tile keeps every element's sum the same for any thread count. */
-    const int saved = omp_get_max_threads();
-    if (saved != 1) omp_set_num_threads(1);
-#endif
+    const nn_sgemm k = kernel_in_use();
+    const tiles_guard guard = tiles_begin(k);
 #pragma omp parallel for schedule(static) num_threads(nt) if (par)
     for (int j = 0; j < count; j++) {
         int me = 0;
@@ -217,10 +366,95 @@ void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int ld
         const int i0 = j / g.nb * g.tm, j0 = j % g.nb * g.tn;
         const int m = M - i0 < g.tm ? M - i0 : g.tm, n = N - j0 < g.tn ? N - j0 : g.tn;
         tile_product(ta, tb, m, n, K, ta ? A + i0 : A + (size_t)i0 * lda, lda, tb ? B + (size_t)j0 * ldb : B + j0,
-                     ldb, t, path);
+                     ldb, t, path, k);
         ep(ctx, t, n, i0, i0 + m, j0, j0 + n);
     }
-#ifdef _OPENMP
-    if (saved != 1) omp_set_num_threads(saved);
-#endif
+    tiles_end(guard);
+}
+
+/* ---------------------------------------------------------------- timing a model's products */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The first tile of shape s, timed (best of reps) on this thread: fp32 operands at a, b, c (each large
+ * enough), or bf16 ones at a16, b16 with ws for the result. Returns seconds × tiles. */
+static double time_tile(const nn_shape *s, int bf16, nn_sgemm k, nn_bf16_path path, const float *a, const float *b,
+                        float *c, const uint16_t *a16, const uint16_t *b16, float *t, int reps) {
+    int m, n, tiles;
+    if (bf16) {
+        const tile_grid g = tiles_of(s->M, s->N, path);
+        m = g.tm, n = g.tn, tiles = g.mb * g.nb;
+    } else {
+        const gemm_grid g = grid_of(s->M, s->N);
+        m = g.split_m ? g.bs : s->M, n = g.split_m ? s->N : g.bs, tiles = g.nb;
+    }
+    if (m > s->M) m = s->M; /* a grid's tile may be wider than the product */
+    if (n > s->N) n = s->N;
+    const int lda = s->ta ? m : s->K, ldb = s->tb ? s->K : n;
+    double best = INFINITY;
+    for (int r = 0; r <= reps; r++) { /* the first run warms the caches and the kernel's code */
+        const double t0 = now_s();
+        if (bf16) tile_product(s->ta, s->tb, m, n, s->K, a16, lda, b16, ldb, t, path, k);
+        else k_sgemm[k].fn(s->ta, s->tb, m, n, s->K, a, lda, b, ldb, 0.0f, c, n);
+        const double dt = now_s() - t0;
+        if (r > 0 && dt < best) best = dt;
+    }
+    return best * tiles;
+}
+
+double nn_products_seconds(const nn_shape *shapes, int n, int bf16, nn_sgemm f32, nn_bf16_path path, int reps,
+                           double limit) {
+    size_t amax = 1, bmax = 1, cmax = 1;
+    for (int i = 0; i < n; i++) {
+        const size_t M = (size_t)shapes[i].M, N = (size_t)shapes[i].N, K = (size_t)shapes[i].K;
+        if (M * K > amax) amax = M * K;
+        if (K * N > bmax) bmax = K * N;
+        if (M * N > cmax) cmax = M * N;
+    }
+    float *a = malloc(amax * 4), *b = malloc(bmax * 4), *c = malloc((cmax + amax + bmax) * 4);
+    uint16_t *a16 = malloc(amax * 2), *b16 = malloc(bmax * 2);
+    double total = INFINITY;
+    if (a && b && c && a16 && b16) {
+        for (size_t i = 0; i < amax; i++) a[i] = (float)((int)(i * 2654435761u % 2001u) - 1000) * 1e-3f;
+        for (size_t i = 0; i < bmax; i++) b[i] = (float)((int)(i * 40503u % 2001u) - 1000) * 1e-3f;
+        for (size_t i = 0; i < amax; i++) a16[i] = (uint16_t)(f32_bits(a[i]) >> 16);
+        for (size_t i = 0; i < bmax; i++) b16[i] = (uint16_t)(f32_bits(b[i]) >> 16);
+        const tiles_guard guard = tiles_begin(f32);
+        total = 0;
+        for (int i = 0; i < n && total <= limit; i++)
+            total += shapes[i].count * time_tile(&shapes[i], bf16, f32, path, a, b, c, a16, b16, c, reps);
+        tiles_end(guard);
+        if (total > limit) total = INFINITY;
+    }
+    free(a), free(b), free(c), free(a16), free(b16);
+    return total;
+}
+
+/* ---------------------------------------------------------------- OpenBLAS's core type */
+const char *nn_openblas_core(void) {
+    const char *s = openblas_get_corename();
+    return s ? s : "unknown";
+}
+
+/* The kernels' vector width by OpenBLAS's name for them (x86-64): 3 AVX-512, 2 AVX2 with FMA, 1 less. */
+static int core_level(const char *core) {
+    static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+    static const char *const avx2[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"};
+    for (size_t i = 0; i < sizeof avx512 / sizeof *avx512; i++)
+        if (!strcasecmp(core, avx512[i])) return 3;
+    for (size_t i = 0; i < sizeof avx2 / sizeof *avx2; i++)
+        if (!strcasecmp(core, avx2[i])) return 2;
+    return 1;
+}
+
+int nn_openblas_below(const char **want) {
+    const int cpu = collage_isa_supported(COLLAGE_ISA_AVX512) && __builtin_cpu_supports("avx512dq") ? 3
+                    : collage_isa_supported(COLLAGE_ISA_AVX2)                                       ? 2
+                                                                                                    : 1;
+    const int below = core_level(nn_openblas_core()) < cpu;
+    if (want) *want = !below ? NULL : cpu == 3 ? "SkylakeX" : "Haswell";
+    return below;
 }

@@ -102,25 +102,55 @@ static inline void nn_stream_fence(void) {}
 #endif
 
 /* ---------------------------------------------------------------- the matrix products' one door (gemm.c) */
+/* The kernels a product can run on (one table in gemm.c). An fp32 product is one of the sgemm kernels;
+ * a product of bf16 operands with fp32 sums is oneDNN's bf16 GEMM, or its operands widened to fp32
+ * (exact) and multiplied by the sgemm kernel in use, which gives that kernel's bits on the widened
+ * matrices (the bf16-emulated model's values). Each kernel's bits depend on the kernel and the CPU
+ * (OpenBLAS's and oneDNN's pick their code from the CPU; NN_SGEMM_REF is gemm_ref.c's fixed order, the
+ * same bits on every x86-64 CPU); never on the thread count (docs/numerics.md §10). */
+typedef enum { NN_SGEMM_OPENBLAS = 0, NN_SGEMM_ONEDNN, NN_SGEMM_REF, NN_SGEMM_COUNT } nn_sgemm;
+typedef enum { NN_BF16_WIDEN = 0, NN_BF16_ONEDNN, NN_BF16_COUNT } nn_bf16_path;
+/* A model's products: the sgemm kernel of its fp32 products (and of the widening path), and the path of
+ * its bf16 products. */
+typedef struct { nn_sgemm f32; nn_bf16_path bf16; } nn_products;
+const char *nn_sgemm_name(nn_sgemm k);           /* "openblas", "onednn", "ref"; NULL if out of range */
+const char *nn_sgemm_label(nn_sgemm k);          /* "OpenBLAS sgemm (SkylakeX kernels)", … */
+int         nn_sgemm_available(nn_sgemm k);      /* 1: in this build on this CPU */
+const char *nn_bf16_name(nn_bf16_path p);        /* "onednn", "widen" */
+const char *nn_bf16_label(nn_bf16_path p);       /* "oneDNN bf16 GEMM (AVX512_BF16)", "widened to fp32 sgemm" */
+int         nn_bf16_available(nn_bf16_path p);   /* oneDNN's: the build has oneDNN and the CPU bf16 instructions */
+/* "fp32=K,bf16=P" (either part may be left out; K: openblas | onednn | ref | auto, P: onednn | widen |
+ * auto), or "ref" alone (fp32=ref,bf16=widen: the same bits on every CPU). *f32, *bf16: the kernel, or
+ * -1 for auto (or not given). 0, or -1 with a message naming the part that is wrong. */
+int nn_products_parse(const char *spec, int *f32, int *bf16, char *err, size_t cap);
+/* Pin the products of the models created from now on (spec as above; NULL: unpin, the environment's
+ * again). 0, or -1 with a message (nothing changed). */
+int nn_products_pin(const char *spec, char *err, size_t cap);
+/* This thread's pin, over the process's (a run resuming with the kernels it recorded); NULL: none. */
+int nn_products_pin_thread(const char *spec, char *err, size_t cap);
+/* The pin in force: nn_products_pin_thread's, else nn_products_pin's, else the environment's COLLAGE_GEMM (COLLAGE_BF16_GEMM=widen
+ * pins bf16 to the widening path, as before). -1 where a part is auto. */
+void nn_products_pinned(int *f32, int *bf16);
+
 /* C = op(A)·op(B) + beta·C, row-major (ta, tb: 1 = transposed; op(A) (M,K), op(B) (K,N), C (M,N)), as a
  * grid of tiles over the larger of M and N that depends on the shape only; each tile is one
- * single-threaded BLAS call, the tiles spread over nt OpenMP threads. Every element of C is the same
- * for any nt. OpenBLAS must be single-threaded (nn_blas_begin) while this runs. C may not alias A, B. */
+ * single-threaded call of the sgemm kernel in use (nn_blas_begin's, else the pinned one, else OpenBLAS),
+ * the tiles spread over nt OpenMP threads. Every element of C is the same for any nt. C may not alias
+ * A, B. nn_gemm_f64: OpenBLAS's dgemm, the same grid. */
 void nn_gemm_f32(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta,
                  float *C, int ldc, int nt);
 void nn_gemm_f64(int ta, int tb, int M, int N, int K, const double *A, int lda, const double *B, int ldb,
                  double beta, double *C, int ldc, int nt);
-
-/* bf16 operands, fp32 accumulation. The path: oneDNN's bf16 GEMM where the CPU has bf16 instructions
- * (AMX tiles or AVX512_BF16) and the build has oneDNN, else the widening path: each tile's operands
- * widened to fp32 (exact) and multiplied by sgemm with nn_gemm_f32's tile shapes, which gives the bits
- * of nn_gemm_f32 on the widened matrices. COLLAGE_BF16_GEMM=widen in the environment forces it.
- * oneDNN's kernels treat subnormal bf16 inputs as zero and sum in their own order, so the two paths
- * agree to fp32 rounding, not bit for bit (docs/numerics.md §10). */
-typedef enum { NN_BF16_WIDEN = 0, NN_BF16_AVX512, NN_BF16_AMX } nn_bf16_path;
-nn_bf16_path nn_bf16_hardware(void);     /* what this CPU and build offer */
-nn_bf16_path nn_bf16_path_chosen(void);  /* that, unless the environment forces the widening path */
-const char  *nn_bf16_path_name(nn_bf16_path p);
+/* One call of kernel k on the calling thread alone (the tiles' unit; gemm_ref.c's contract for REF). */
+void nn_sgemm_call(nn_sgemm k, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                   float beta, float *C, int ldc);
+/* The reference sgemm (gemm_ref.c): every C element is s = Σ_k fl(a_ik·b_kj) summed in k order from +0, each product and sum rounded once to fp32 (no fused multiply-add), then C = s where
+ * beta = 0 (C not read), else fl(fl(beta·C) + s). The same bits on every CPU; the AVX-512 build vectorises
+ * across columns only, so it gives the baseline build's bits. */
+void nn_sgemm_ref(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta,
+                  float *C, int ldc);
+void nn_sgemm_ref_avx512(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                         float beta, float *C, int ldc);
 
 /* Scratch for the tiles of a product (fp32), grown by nn_gemm_bf16_reserve, owned by the caller. */
 typedef struct { float *p; size_t cap; } nn_ws;
@@ -131,16 +161,32 @@ int  nn_gemm_bf16_reserve(nn_ws *ws, int M, int N, int K, int nt, nn_bf16_path p
  * disjoint; they run on several threads at once. */
 typedef void (*nn_tile_fn)(void *ctx, const float *tile, int ldt, int i0, int i1, int j0, int j1);
 /* The product op(A)·op(B) (op(A) (M,K), op(B) (K,N), row-major bf16 bits, ta/tb: 1 = transposed) in the
- * tiles of nn_gemm_f32's grid, each computed by one thread in fp32 and handed to ep. Every element is
- * the same for any nt. ws: reserved for (M,N,K,nt,path). */
+ * tiles of the path's grid (the widening path: nn_gemm_f32's, with the sgemm kernel in use), each
+ * computed by one thread in fp32 and handed to ep. Every element is the same for any nt.
+ * ws: reserved for (M,N,K,nt,path). */
 void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                   nn_tile_fn ep, void *ctx, nn_ws *ws, nn_bf16_path path, int nt);
 
-/* OpenBLAS keeps one process-wide thread count. Every library call that reaches nn_gemm brackets its
- * work with nn_blas_begin / nn_blas_end: the count is 1 from the first begin until the last end (calls
- * may nest and run on several threads at once), then the caller's value again. */
-void nn_blas_begin(void);
-void nn_blas_end(void);
+/* Seconds the products of shapes take on one thread with these kernels (bf16 = 0: fp32 products on
+ * f32; 1: bf16 products on path, widening with f32), estimated from one timed tile of each product
+ * (the best of reps runs) times its tiles and its count; stops early and returns INFINITY once past
+ * limit seconds. */
+typedef struct { int ta, tb, M, N, K, count; } nn_shape;
+double nn_products_seconds(const nn_shape *shapes, int n, int bf16, nn_sgemm f32, nn_bf16_path path, int reps,
+                           double limit);
+
+/* The kernel every library call that reaches a product brackets its work with: nn_blas_begin sets the
+ * sgemm kernel of this thread's products (returned value: the one it replaces, for nn_blas_end) and keeps
+ * OpenBLAS's process-wide thread count at 1 from the first begin until the last end (calls may nest and
+ * run on several threads at once), then the caller's value again. The products also keep it themselves,
+ * so a call that does not bracket still gets single-threaded tiles. */
+int  nn_blas_begin(nn_sgemm k);
+void nn_blas_end(int token);
+/* What OpenBLAS runs on: its core type (openblas_get_corename) and whether it is below what this CPU
+ * offers (an AVX2 or AVX-512 CPU on SSE kernels: a build that does not know the CPU). The kernel type
+ * to set in OPENBLAS_CORETYPE before OpenBLAS loads is written to want (NULL where it is not below). */
+const char *nn_openblas_core(void);
+int         nn_openblas_below(const char **want);
 
 /* ---------------------------------------------------------------- layer ops */
 /* Each op exists as _f32 (float), _f64 (double; bf ignored) and _bf16 (bf16 storage: act = uint16_t bf16

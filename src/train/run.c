@@ -3,6 +3,7 @@
  * evaluation; the learning-rate schedule. Checkpoints: run_ckpt.c; the collectives' arithmetic:
  * shard.c. */
 #include "run_internal.h"
+#include "nn.h"
 #include <math.h>
 #include <stdarg.h>
 #include <time.h>
@@ -150,11 +151,40 @@ static collage_status open_data(collage_run *r, const char *resume_dir, const co
     return COLLAGE_OK;
 }
 
+/* The model on the kernels its products take: the process's pin if any (collage_products_pin,
+ * COLLAGE_GEMM), else a resumed run's recorded ones, else the ones measured on this machine, rank 0's on
+ * every rank (each rank measures; a rank that chose otherwise takes rank 0's), so that every rank
+ * computes the same bits. */
+static collage_status create_model(collage_run *r, collage_real prec, const char *recorded) {
+    int f32, bf16;
+    nn_products_pinned(&f32, &bf16);
+    const int pinned = f32 >= 0 || bf16 >= 0, take = !pinned && recorded && recorded[0];
+    char err[160];
+    if (take && nn_products_pin_thread(recorded, err, sizeof err) != 0)
+        return run_fail(r, COLLAGE_ERR_FORMAT, "the recorded products '%s': %s", recorded, err);
+    collage_status st = collage_model_create(&r->mc, prec, r->Bm, r->cfg.seq, &r->m);
+    if (st == COLLAGE_OK && !pinned && !take && r->has_comm) {
+        char mine[48] = {0}, *all = calloc((size_t)r->comm.size, sizeof mine);
+        snprintf(mine, sizeof mine, "%s", collage_model_products_spec(r->m));
+        if (!all || r->comm.allgather(r->comm.ctx, mine, sizeof mine, 1, all)) st = COLLAGE_ERR_IO;
+        if (st == COLLAGE_OK && strcmp(mine, all) != 0 && nn_products_pin_thread(all, err, sizeof err) == 0) {
+            collage_model_free(r->m);
+            r->m = NULL;
+            st = collage_model_create(&r->mc, prec, r->Bm, r->cfg.seq, &r->m);
+        }
+        free(all);
+    }
+    nn_products_pin_thread(NULL, err, sizeof err);
+    return st;
+}
+
 /* The model, this rank's optimizer shard over the weight slab, the step's buffers. */
-static collage_status make_model(collage_run *r) {
+static collage_status make_model(collage_run *r, const collage_run_saved *saved) {
     collage_run_config *c = &r->cfg;
     collage_real prec = r->bf16 == 2 ? COLLAGE_REAL_FP16 : r->bf16 ? COLLAGE_REAL_BF16 : COLLAGE_REAL_FP32;
-    collage_status mst = collage_model_create(&r->mc, prec, r->Bm, c->seq, &r->m);
+    collage_status mst = create_model(r, prec, saved ? saved->products : NULL);
+    if (mst == COLLAGE_ERR_IO) return run_fail(r, COLLAGE_ERR_IO, "the transport failed agreeing on the products' kernels");
+    if (mst == COLLAGE_ERR_FORMAT) return mst;
     if (mst == COLLAGE_ERR_UNSUPPORTED)
         return run_fail(r, COLLAGE_ERR_ARG, "the %s family has no %s model: %s needs a family that has one",
                         collage_family_name(r->mc.family), collage_real_name(prec), collage_strategy_name(c->strategy));
@@ -287,7 +317,7 @@ static collage_status setup(collage_run *r, const char *resume_dir) {
     if (!resume_dir) r->run_id = new_run_id(r);
     const collage_run_saved *sv = resume_dir ? &saved : NULL;
     if (!st) st = open_data(r, resume_dir, sv);
-    if (!st) st = make_model(r);
+    if (!st) st = make_model(r, sv);
     if (!st) st = first_weights(r, ckdir, sv);
     return st;
 }

@@ -105,6 +105,7 @@ static char *manifest_text(const collage_run *r, const mfile *files, int nfiles)
             c->steps, c->warmup, c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->clip, (unsigned long long)c->seed,
             (unsigned long long)r->fingerprint, r->P, r->A, collage_family_name(r->mc.family), c->kv_heads, c->hidden);
     if (r->bf16 == 2) fprintf(f, "loss_scale %.17g\nloss_scale_good %d\n", r->loss_scale, r->scale_good); /* fp16 */
+    fprintf(f, "products %s\n", collage_model_products_spec(r->m));
     for (int i = 0; i < nfiles; i++)
         fprintf(f, "file %s %llu %016llx\n", files[i].name, (unsigned long long)files[i].size,
                 (unsigned long long)files[i].sum);
@@ -256,6 +257,11 @@ static collage_status saved_from(const manifest *m, collage_run_saved *s, char *
     /* the fp16 strategies' loss scaler (absent for the others: 0 = the initial scale) */
     s->loss_scale = kv_get(m, "loss_scale") ? strtod(kv_get(m, "loss_scale"), NULL) : 0.0;
     s->loss_scale_good = kv_get(m, "loss_scale_good") ? atoi(kv_get(m, "loss_scale_good")) : 0;
+    /* the kernels of its products (absent before they were chosen by measurement) */
+    snprintf(s->products, sizeof s->products, "%.47s", kv_get(m, "products") ? kv_get(m, "products") : "");
+    char perr[160];
+    if (s->products[0] && collage_products_check(s->products, perr, sizeof perr) != COLLAGE_OK)
+        return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s': products '%s': %s", path, s->products, perr);
     c->accum = s->accum;
     if (s->ranks < 1 || s->accum < 1 || s->step < 0 || s->skipped < 0 || s->skipped > s->step)
         return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' has step %d, skipped %d, ranks %d, accum %d", path, s->step,

@@ -1,0 +1,232 @@
+/* test_products.c — the kernels of the products (collage_model.h, docs/numerics.md §10): every family in
+ * fp32, bf16 and fp16 storage gives the same bits on 1, 2 and 3 threads on every kernel this build has
+ * (each forced in turn by a pin); the reference sgemm's two builds and a plain triple loop agree bit for
+ * bit; a pin is taken whatever the timing says; a choice remembered in the products file is taken
+ * (and a damaged file is measured again); a resumed run takes the kernels its checkpoint recorded. */
+#include "harness.h"
+#include "model.h"
+#include "nn.h"
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define B_TEST 4
+#define T_TEST 32
+
+static char g_bin[1024], g_dir[256], g_text[512];
+
+/* ---------------------------------------------------------------- one forward + backward */
+typedef struct { double loss; size_t n, esize; unsigned char *g; } pass_out;
+
+static pass_out one_pass(const char *preset, collage_real prec, int threads) {
+    collage_model_config cfg;
+    collage_model_preset(preset, &cfg);
+    pass_out o = {.loss = NAN};
+    collage_model *m = NULL;
+    collage_set_threads(threads);
+    CHECK(collage_model_create(&cfg, prec, B_TEST, T_TEST, &m) == COLLAGE_OK, "%s %s: create", preset,
+          collage_real_name(prec));
+    if (!m) return o;
+    const size_t n = collage_model_size(m);
+    float *w = malloc(n * sizeof *w);
+    uint16_t *w16 = malloc(n * sizeof *w16);
+    collage_model_init_weights(&cfg, 7, w, n);
+    if (prec == COLLAGE_REAL_BF16) collage_bf16_from_f32_row((collage_bf16 *)w16, w, n);
+    if (prec == COLLAGE_REAL_FP16) collage_fp16_from_f32_row(w16, w, n);
+    int tok[B_TEST * T_TEST], tgt[B_TEST * T_TEST];
+    const int masked = collage_family_objective(cfg.family) == COLLAGE_OBJECTIVE_MASKED_LM;
+    for (int i = 0; i < B_TEST * T_TEST; i++) {
+        tok[i] = (int)((i * 2654435761u) % 200u);
+        tgt[i] = masked && i % 5 ? COLLAGE_TARGET_NONE : (int)((i * 40503u + 17u) % 200u);
+    }
+    const collage_batch b = {.tokens = tok, .targets = tgt, .B = B_TEST, .T = T_TEST};
+    collage_forward_info fi = {0};
+    CHECK(collage_model_forward_batch(m, prec == COLLAGE_REAL_FP32 ? (const void *)w : w16, &b, &fi) == COLLAGE_OK &&
+              collage_model_backward(m) == COLLAGE_OK,
+          "%s %s: %s", preset, collage_real_name(prec), collage_model_error(m));
+    o.loss = fi.loss;
+    o.n = n;
+    o.esize = collage_real_size(prec);
+    o.g = malloc(n * o.esize);
+    memcpy(o.g, collage_model_grads(m), n * o.esize);
+    free(w); free(w16);
+    collage_model_free(m);
+    return o;
+}
+
+/* Every family × {fp32, bf16, fp16} × every kernel (pinned in turn): the same loss and gradient bits on
+ * 1, 2 and 3 threads. */
+static void test_threads_every_kernel(void) {
+    static const char *const fams[] = {"tiny", "llama-tiny", "bert-tiny"};
+    static const collage_real precs[] = {COLLAGE_REAL_FP32, COLLAGE_REAL_BF16, COLLAGE_REAL_FP16};
+    const int quick = getenv("COLLAGE_TEST_QUICK") != NULL; /* the sanitizer suites: 1 and 3 threads */
+    int cases = 0;
+    for (int k = 0; k < NN_SGEMM_COUNT; k++)
+        for (int p = 0; p < NN_BF16_COUNT; p++) {
+            if (!nn_sgemm_available((nn_sgemm)k) || !nn_bf16_available((nn_bf16_path)p)) continue;
+            char spec[64], err[160];
+            snprintf(spec, sizeof spec, "fp32=%s,bf16=%s", nn_sgemm_name((nn_sgemm)k), nn_bf16_name((nn_bf16_path)p));
+            CHECK(collage_products_pin(spec, err, sizeof err) == COLLAGE_OK, "pin %s: %s", spec, err);
+            for (size_t f = 0; f < sizeof fams / sizeof *fams; f++)
+                for (size_t q = 0; q < sizeof precs / sizeof *precs; q++) {
+                    if (p == NN_BF16_ONEDNN && precs[q] != COLLAGE_REAL_BF16) continue; /* the same as widen */
+                    pass_out a = one_pass(fams[f], precs[q], 1);
+                    for (int th = 3; th >= (quick ? 3 : 2); th--) {
+                        pass_out b = one_pass(fams[f], precs[q], th);
+                        CHECK(a.g && b.g && a.loss == b.loss && !memcmp(a.g, b.g, a.n * a.esize),
+                              "%s %s %s: 1 and %d threads differ (loss %.17g vs %.17g)", spec, fams[f],
+                              collage_real_name(precs[q]), th, a.loss, b.loss);
+                        free(b.g);
+                    }
+                    free(a.g);
+                    cases++;
+                }
+        }
+    collage_products_pin(NULL, NULL, 0);
+    collage_set_threads(0);
+    printf("    %d cases (family, precision, kernels): the same bits on 1, 2 and 3 threads\n", cases);
+}
+
+/* ---------------------------------------------------------------- the reference sgemm */
+/* nn_sgemm_ref and its AVX-512 build against the contract written as a plain loop, on odd shapes, both
+ * transpositions, beta 0 and 1, subnormal and signed-zero inputs. */
+static void test_ref_kernel(void) {
+    const int shapes[][3] = {{1, 1, 1}, {3, 70, 5}, {17, 129, 300}, {64, 64, 513}, {5, 1, 260}};
+    int bad = 0, cases = 0;
+    h_seed(11);
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int t = 0; t < 8; t++) {
+            const int ta = t & 1, tb = t >> 1 & 1, beta1 = t >> 2, M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            float *A = malloc((size_t)M * K * 4), *B = malloc((size_t)K * N * 4), *C0 = malloc((size_t)M * N * 4);
+            float *C1 = malloc((size_t)M * N * 4), *C2 = malloc((size_t)M * N * 4);
+            for (int i = 0; i < M * K; i++) A[i] = i % 97 == 3 ? 1e-40f : i % 89 == 5 ? -0.0f : (float)(h_uniform() - 0.5);
+            for (int i = 0; i < K * N; i++) B[i] = (float)(h_uniform() - 0.5) * (i % 13 == 0 ? 1e-30f : 1.0f);
+            for (int i = 0; i < M * N; i++) C0[i] = C1[i] = C2[i] = (float)h_uniform();
+            const int lda = ta ? M : K, ldb = tb ? K : N;
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) {
+                    float acc = 0.0f;
+                    for (int k = 0; k < K; k++) {
+                        const float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                        const float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                        const float p = a * b;
+                        acc = acc + p;
+                    }
+                    C0[(size_t)i * N + j] = beta1 ? 1.0f * C0[(size_t)i * N + j] + acc : acc;
+                }
+            nn_sgemm_ref(ta, tb, M, N, K, A, lda, B, ldb, beta1 ? 1.0f : 0.0f, C1, N);
+            bad += memcmp(C0, C1, (size_t)M * N * 4) != 0;
+            if (collage_isa_supported(COLLAGE_ISA_AVX512)) {
+                nn_sgemm_ref_avx512(ta, tb, M, N, K, A, lda, B, ldb, beta1 ? 1.0f : 0.0f, C2, N);
+                bad += memcmp(C0, C2, (size_t)M * N * 4) != 0;
+            }
+            cases++;
+            free(A); free(B); free(C0); free(C1); free(C2);
+        }
+    CHECK(bad == 0, "%d of %d cases differ from the contract's loop", bad, cases);
+    printf("    %d cases: the reference sgemm (baseline%s) equals the contract's loop bit for bit\n", cases,
+           collage_isa_supported(COLLAGE_ISA_AVX512) ? " and AVX-512" : "");
+}
+
+/* ---------------------------------------------------------------- pins and the products file */
+static void test_pin_and_parse(void) {
+    char err[200];
+    static const char *const bad[] = {"", "fp32=", "fp32=mkl", "bf16=amx", "fp64=ref", "ref,", "fp32"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = 0;
+        CHECK(collage_products_pin(bad[i], err, sizeof err) == COLLAGE_ERR_ARG && err[0], "'%s' accepted", bad[i]);
+    }
+    CHECK(collage_products_pin("fp32=mkl", err, sizeof err) != COLLAGE_OK && strstr(err, "fp32=mkl") &&
+              strstr(err, "openblas, onednn, ref"), "message: %s", err);
+    collage_model_config cfg;
+    collage_model_preset("tiny", &cfg);
+    collage_model *m = NULL;
+    CHECK(collage_products_pin("ref", err, sizeof err) == COLLAGE_OK, "pin ref: %s", err);
+    CHECK(collage_model_create(&cfg, COLLAGE_REAL_BF16, 2, 16, &m) == COLLAGE_OK, "create");
+    CHECK(m && !strcmp(collage_model_products_spec(m), "fp32=ref,bf16=widen") && strstr(collage_model_products(m), "pinned"),
+          "pinned ref: %s / %s", m ? collage_model_products_spec(m) : "", m ? collage_model_products(m) : "");
+    collage_model_free(m);
+    collage_products_pin(NULL, NULL, 0);
+}
+
+/* A choice in the products file is taken as it is: its line rewritten to another kernel, a new process
+ * (here: the memory of the choice cleared) takes that kernel, "remembered"; a line naming no kernel
+ * is measured again and rewritten. */
+static void test_products_file(void) {
+    char path[400], err[200];
+    snprintf(path, sizeof path, "%s/products", g_dir);
+    setenv("COLLAGE_PRODUCTS_FILE", path, 1);
+    collage__products_forget();
+    collage_model_config cfg;
+    collage_model_preset("llama-tiny", &cfg);
+    collage_model *m = NULL;
+    CHECK(collage_model_create(&cfg, COLLAGE_REAL_FP32, 2, 16, &m) == COLLAGE_OK, "create");
+    CHECK(m && strstr(collage_model_products(m), "measured"), "first: %s", m ? collage_model_products(m) : "");
+    collage_model_free(m);
+    size_t len = 0;
+    char *text = (char *)h_read_file(path, &len);
+    char *fp = text ? strstr(text, " fp32 ") : NULL;
+    CHECK(fp != NULL, "no fp32 line in %s", path);
+    if (!fp) { free(text); return; }
+    /* the line's kernel: replaced by ref, the one a measurement would not choose */
+    char *name = fp + 6, *end = strchr(name, ' ');
+    char out[4096];
+    snprintf(out, sizeof out, "%.*sref%s", (int)(name - text), text, end);
+    FILE *f = fopen(path, "w");
+    fputs(out, f);
+    fclose(f);
+    collage__products_forget();
+    CHECK(collage_model_create(&cfg, COLLAGE_REAL_FP32, 2, 16, &m) == COLLAGE_OK, "create");
+    CHECK(m && !strcmp(collage_model_products_spec(m), "fp32=ref") && strstr(collage_model_products(m), "remembered"),
+          "remembered: %s / %s", m ? collage_model_products_spec(m) : "", m ? collage_model_products(m) : "");
+    collage_model_free(m);
+    /* damaged: the kernel's name unknown */
+    snprintf(out, sizeof out, "%.*sblas9%s", (int)(name - text), text, end);
+    f = fopen(path, "w");
+    fputs(out, f);
+    fclose(f);
+    collage__products_forget();
+    CHECK(collage_model_create(&cfg, COLLAGE_REAL_FP32, 2, 16, &m) == COLLAGE_OK, "create");
+    CHECK(m && strstr(collage_model_products(m), "measured"), "damaged line: %s", m ? collage_model_products(m) : "");
+    collage_model_free(m);
+    free(text);
+    text = (char *)h_read_file(path, &len);
+    CHECK(text && !strstr(text, "blas9"), "the damaged line was not rewritten");
+    free(text);
+    (void)err;
+}
+
+/* A run saved on pinned kernels resumes on them with nothing pinned; a pin given on resume wins. */
+static void test_resume_takes_recorded(void) {
+    char out[16384], run[400], st[1200];
+    snprintf(run, sizeof run, "%s/run", g_dir);
+    int rc = h_sh(out, sizeof out, "COLLAGE_GEMM=ref %s train --data %s --model tiny --layers 1 --dim 32 --heads 2 "
+                  "--batch 4 --seq 16 --threads 1 --steps 4 --stop-after 2 --save %s --precision collage-light", g_bin,
+                  g_text, run);
+    CHECK(rc == 0, "train: %s", out);
+    char ck[1024];
+    h_checkpoint(run, ck, sizeof ck);
+    snprintf(st, sizeof st, "%s/train.state", ck);
+    size_t len;
+    char *text = (char *)h_read_file(st, &len);
+    CHECK(text && strstr(text, "\nproducts fp32=ref,bf16=widen\n"), "train.state records no products line");
+    free(text);
+    rc = h_sh(out, sizeof out, "env -u COLLAGE_GEMM %s train --data %s --resume %s --save %s --threads 2", g_bin, g_text,
+              run, run);
+    CHECK(rc == 0 && strstr(out, "reference sgemm") && strstr(out, "pinned"), "resume: %s", out);
+    rc = h_sh(out, sizeof out, "COLLAGE_GEMM=fp32=openblas,bf16=widen %s train --data %s --resume %s --save %s", g_bin,
+              g_text, run, run);
+    CHECK(rc == 0 && strstr(out, "OpenBLAS sgemm"), "resume with a pin: %s", out);
+}
+
+int main(void) {
+    if (h_cli_setup("products", g_bin, g_dir, g_text, 5)) return 1;
+    setenv("COLLAGE_PRODUCTS_FILE", "off", 1);
+    RUN(test_ref_kernel);
+    RUN(test_pin_and_parse);
+    RUN(test_threads_every_kernel);
+    RUN(test_products_file);
+    RUN(test_resume_takes_recorded);
+    h_rm_rf(g_dir);
+    return h_end();
+}
