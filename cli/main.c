@@ -199,13 +199,35 @@ int cli_mkdir_p(const char *path) {
     return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* OpenBLAS picks its kernels when it loads, by the CPUs it knows: on one it does not know it falls back
+ * to SSE kernels. Then run again with OPENBLAS_CORETYPE set to what this CPU offers (once; a value the
+ * user set is kept), and the products' header says so (collage_products_machine). */
+static void openblas_coretype(char **argv) {
+    const char *want = collage_openblas_coretype_wanted();
+    if (!want || getenv("OPENBLAS_CORETYPE") || getenv("COLLAGE_OPENBLAS_PICKED")) return;
+    setenv("COLLAGE_OPENBLAS_PICKED", collage_openblas_core(), 1);
+    setenv("OPENBLAS_CORETYPE", want, 1);
+    execv("/proc/self/exe", argv); /* returns only on failure: go on, on the kernels OpenBLAS picked */
+    unsetenv("OPENBLAS_CORETYPE");
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
+    openblas_coretype(argv);
+    const char *pin = getenv("COLLAGE_GEMM");
+    char perr[200];
+    if (pin && *pin && collage_products_check(pin, perr, sizeof perr) != COLLAGE_OK) {
+        fprintf(stderr, "collage: COLLAGE_GEMM=%s: %s\nhint: fp32=openblas|onednn|ref|auto,bf16=onednn|widen|auto, "
+                        "or ref; unset it to choose by measurement\n", pin, perr);
+        return 2;
+    }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) { usage(stdout); return 0; }
     if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
-        printf("collage %s (%s MPI)\nbf16 products: %s\n", collage_version(), dist_built_with_mpi() ? "with" : "without",
-               collage_bf16_products());
+        char machine[1024];
+        collage_products_machine(machine, sizeof machine);
+        printf("collage %s (%s MPI)\nproducts (docs/numerics.md §10):\n%s\n", collage_version(),
+               dist_built_with_mpi() ? "with" : "without", machine);
         return 0;
     }
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);

@@ -203,6 +203,10 @@ const char    *collage_model_products_spec(const collage_model *m);
 /* The kernels of this build and CPU, OpenBLAS's core type (and whether it is below the CPU's), and the
  * pin in force, in a few lines. */
 void           collage_products_machine(char *out, size_t cap);
+/* OpenBLAS's core type (openblas_get_corename), and the OPENBLAS_CORETYPE to set before OpenBLAS loads
+ * when it is below what this CPU offers ("SkylakeX" or "Haswell"; NULL when it is not). */
+const char    *collage_openblas_core(void);
+const char    *collage_openblas_coretype_wanted(void);
 /* The bf16 path where no model chose (collage_bf16_matmul's): the pinned one, else oneDNN's bf16 GEMM
  * where the CPU has it, else the widening path. */
 const char    *collage_bf16_products(void);

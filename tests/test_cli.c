@@ -497,13 +497,14 @@ static void test_bench_json(void) {
 static void test_bf16_path_named(void) {
     char out[8192], want[256];
     int rc = h_sh(out, sizeof out, "%s --version", g_bin);
-    CHECK(rc == 0 && strstr(out, "bf16 products: "), "--version names no product path: %s", out);
+    CHECK(rc == 0 && strstr(out, "fp32 kernels: OpenBLAS sgemm (") && strstr(out, "bf16 paths: "),
+          "--version names no product kernels: %s", out);
     double loss[2] = {0, 0};
     for (int widen = 0; widen < 2; widen++) {
         rc = h_sh(out, sizeof out, "%s%s train --data %s --layers 1 --dim 32 --heads 2 --batch 4 --seq 16 --threads 1 "
                   "--steps 20 --eval-every 20 --precision collage-light", widen ? "COLLAGE_BF16_GEMM=widen " : "", g_bin,
                   g_text);
-        snprintf(want, sizeof want, "products: %s", widen ? "widening to fp32 sgemm" : "");
+        snprintf(want, sizeof want, "products: %s", widen ? "bf16 widened to fp32" : "");
         const char *fin = strstr(out, "final loss ");
         CHECK(rc == 0 && strstr(out, want) && fin && sscanf(fin, "final loss %lf", &loss[widen]) == 1,
               "train (%s path): rc %d, header or final loss missing: %s", widen ? "widening" : "its own", rc, out);

@@ -401,16 +401,25 @@ const char *collage_bf16_products(void) {
     return p.bf16 == NN_BF16_ONEDNN ? nn_bf16_label(p.bf16) : "bf16 widened to fp32 sgemm";
 }
 
+const char *collage_openblas_core(void) { return nn_openblas_core(); }
+const char *collage_openblas_coretype_wanted(void) {
+    const char *want = NULL;
+    return nn_openblas_below(&want) ? want : NULL;
+}
+
 void collage_products_machine(char *out, size_t cap) {
     const char *want = NULL;
     const int below = nn_openblas_below(&want);
     int f32, bf16;
     nn_products_pinned(&f32, &bf16);
+    const char *picked = getenv("COLLAGE_OPENBLAS_PICKED"); /* the CLI set OPENBLAS_CORETYPE (cli/main.c) */
+    char note[128] = "";
+    if (picked) snprintf(note, sizeof note, "; OPENBLAS_CORETYPE set by collage: this OpenBLAS picked %.32s here", picked);
     snprintf(out, cap,
-             "fp32 kernels: OpenBLAS sgemm (%s kernels%s%s%s), oneDNN sgemm%s, collage's reference sgemm\n"
+             "fp32 kernels: OpenBLAS sgemm (%s kernels%s%s%s%s), oneDNN sgemm%s, collage's reference sgemm\n"
              "bf16 paths: %s, widened to the fp32 kernel\n"
              "chosen per model: %s%s%s%s",
-             nn_openblas_core(), below ? "; below this CPU's " : "", below ? want : "", below ? ": set OPENBLAS_CORETYPE" : "",
+             nn_openblas_core(), below ? "; below this CPU's " : "", below ? want : "", below ? ": set OPENBLAS_CORETYPE" : "", note,
              nn_sgemm_available(NN_SGEMM_ONEDNN) ? "" : " (not in this build)",
              nn_bf16_available(NN_BF16_ONEDNN) ? nn_bf16_label(NN_BF16_ONEDNN) : "oneDNN bf16 GEMM (not on this CPU or build)",
              f32 >= 0 || bf16 >= 0 ? "pinned" : "the fastest measured on its shapes",
