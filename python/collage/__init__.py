@@ -42,6 +42,7 @@ class Word:
     format: str
     bytes: float
     derived: bool
+    block: int = 0             # 8-bit words: elements per fp32 scale (COLLAGE_QBLOCK); 0 for the others
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def _strategy_of(index):
             continue
         name = _lib.lib.collage_word_role_name(r).decode()
         words.append(Word(r, name, _ROLE_KEYS.get(name, name), _lib.lib.collage_word_format_name(w.format).decode(),
-                          w.bytes, bool(w.derived)))
+                          w.bytes, bool(w.derived), w.block))
     mem = _lib.lib.collage_strategy_memory(index)
     return Strategy(index, row.name.decode(), row.alias.decode() if row.alias else None,
                     _lib.lib.collage_word_format_name(row.arith).decode(), tuple(words),
@@ -97,13 +98,18 @@ def strategies():
 
 
 def strategy(name):
-    """The strategy named `name` (or its alias, e.g. "light"); a Strategy passes through."""
+    """The strategy named `name`: a preset, its alias (e.g. "light") or a composition
+    "PRESET+m=F,v=F[,q=sr]"; a Strategy passes through. A ValueError says what is wrong with the name
+    (the library's reason, as `collage train --precision` gives it) and lists the presets."""
     if isinstance(name, Strategy):
         return name
+    if not isinstance(name, str):
+        raise TypeError(f"precision must be a strategy's name (a str), not {type(name).__name__}")
     idx = ctypes.c_int()
-    if _lib.lib.collage_strategy_parse(str(name).encode(), ctypes.byref(idx)) != _lib.OK:
-        raise ValueError(f"unknown precision strategy {name!r}; the library has: " +
-                         ", ".join(s.name for s in strategies()))
+    if _lib.lib.collage_strategy_parse(name.encode(), ctypes.byref(idx)) != _lib.OK:
+        why = _lib.lib.collage_strategy_parse_error().decode(errors="replace")
+        raise ValueError(f"precision {name!r}: {why}; the presets are " + ", ".join(s.name for s in strategies()) +
+                         ", and a composition is PRESET+m=F,v=F[,q=sr] such as collage-light+m=int8,v=int8")
     return _strategy_of(idx.value)
 
 

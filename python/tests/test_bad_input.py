@@ -39,13 +39,14 @@ def test_non_contiguous_gradient():
 
 
 def test_unknown_precision_lists_the_strategies():
-    with pytest.raises(ValueError, match=r"unknown precision strategy 'collage-max'; the library has: fp32, bf16, "):
+    with pytest.raises(ValueError, match=r"precision 'collage-max': unknown strategy 'collage-max'; the presets are "
+                                         r"fp32, bf16, "):
         ct.AdamW([torch.zeros(2, dtype=torch.bfloat16)], precision="collage-max")
 
 
 def test_bad_hyperparameters():
     p = [torch.zeros(2, dtype=torch.bfloat16)]
-    with pytest.raises(ValueError, match=r"betas \(0.9, 1.0\) must lie in \(0, 1\)"):
+    with pytest.raises(ValueError, match=r"param group 0: betas \(0.9, 1.0\) must be two numbers in \(0, 1\)"):
         ct.AdamW(p, betas=(0.9, 1.0))
     with pytest.raises(ValueError, match="max_grad_norm must be a positive finite number"):
         ct.AdamW(p, max_grad_norm=float("inf"))
