@@ -11,6 +11,7 @@ one found by pkg-config); ``collage.torch`` also needs torch.
 """
 
 import ctypes
+import os
 from dataclasses import dataclass
 
 __version__ = "0.1.0"
@@ -114,8 +115,10 @@ def strategy(name):
 
 
 def _model_path(checkpoint):
+    """The model file of a checkpoint argument: a run folder's newest checkpoint's, a folder's model.bin,
+    or the file itself (collage_checkpoint_model_path; the readers check it against its manifest)."""
     buf = ctypes.create_string_buffer(4096)
-    _lib.lib.collage_checkpoint_model_path(str(checkpoint).encode(), buf, len(buf))
+    _lib.lib.collage_checkpoint_model_path(os.fsencode(checkpoint), buf, len(buf))
     return buf.value
 
 
@@ -123,7 +126,9 @@ def export(checkpoint, out_dir, dtype=None):
     """`collage export --checkpoint CHECKPOINT --out OUT_DIR [--dtype D]`: writes OUT_DIR/model.safetensors
     and OUT_DIR/config.json in the Hugging Face layout of the checkpoint's family. checkpoint: a model
     file (llm.c format) or a folder written by `collage train --save`; dtype: "bf16", "fp32" or None
-    (the checkpoint's own). Raises CollageError naming the file and the problem."""
+    (the checkpoint's own). A model file of a checkpoint is checked against the size and checksum its
+    train.state records first (collage_model_read_header). Raises CollageError naming the file and the
+    problem; out_dir is then left as it was."""
     if dtype not in (None, "bf16", "fp32"):
         raise ValueError(f"dtype must be 'bf16', 'fp32' or None, not {dtype!r}")
     path = _model_path(checkpoint)
@@ -136,7 +141,6 @@ def export(checkpoint, out_dir, dtype=None):
     buf = (ctypes.c_uint8 * (n * (2 if bf16 else 4)))()
     st = _lib.lib.collage_model_load_file(path, ctypes.byref(cfg), buf, bf16, err, len(err))
     if st == _lib.OK:
-        import os
         os.makedirs(out_dir, exist_ok=True)
         st = _lib.lib.collage_model_export_safetensors(str(out_dir).encode(), ctypes.byref(cfg), buf, bf16, err,
                                                        len(err))
