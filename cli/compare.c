@@ -69,7 +69,8 @@ static void compare_usage(FILE *f) {
             "  --eval-every N      validation interval (default steps/20)\n"
             "Other flags go to `collage train` unchanged; the defaults, docs/training.md:\n"
             "  --model tiny (2 layers, width 128, 4 heads), --seq 64, --batch 16, --lr 3e-4, warm-up steps/20,\n"
-            "  --wd 0.1, --clip 1.0, --eps 1e-8, on the fortunes corpus with 10%% held out;\n"
+            "  --wd 0.1, --clip 1.0, --eps 1e-8 (1e-4 for the strategies with fp16 arithmetic, which refuse an\n"
+            "  eps that is 0 in fp16), on the fortunes corpus with 10%% held out;\n"
             "  --model llama-tiny compares on the LLaMA family (docs/llama.md), --model bert-tiny on a BERT\n"
             "  encoder trained by masked LM.\n");
 }
@@ -202,6 +203,7 @@ static int passed(const compare_opts *o, const char *flag) {
 }
 
 #define MAX_ARGV 96
+#define FP16_EPS "1e-4"
 /* argv of the child `collage train` of one run, NULL-terminated; its strings live in a static store that
  * the next call overwrites. -1 when an argument does not fit. */
 static int run_argv(const compare_opts *o, const run_t *r, char **argv) {
@@ -210,8 +212,10 @@ static int run_argv(const compare_opts *o, const run_t *r, char **argv) {
 #define ARG(...) do { if (n + 1 >= MAX_ARGV || snprintf(store[n], sizeof store[n], __VA_ARGS__) >= (int)sizeof store[n]) return -1; \
                       argv[n] = store[n]; n++; } while (0)
     ARG("collage"); ARG("train");
-    static const char *defaults[][2] = {{"--model", "tiny"}, {"--seq", "64"}, {"--batch", "16"}, {"--lr", "3e-4"},
-                                        {"--wd", "0.1"}, {"--clip", "1.0"}, {"--eps", "1e-8"}};
+    /* eps: 1e-8 is 0 in fp16, which the strategies with fp16 arithmetic refuse; they take fp16's usual 1e-4 */
+    const int fp16 = collage_strategy_get(r->strategy)->arith == COLLAGE_WORD_FP16;
+    const char *defaults[][2] = {{"--model", "tiny"}, {"--seq", "64"}, {"--batch", "16"}, {"--lr", "3e-4"},
+                                 {"--wd", "0.1"}, {"--clip", "1.0"}, {"--eps", fp16 ? FP16_EPS : "1e-8"}};
     for (size_t d = 0; d < sizeof defaults / sizeof *defaults; d++)
         if (!passed(o, defaults[d][0])) {
             ARG("%s", defaults[d][0]); ARG("%s", defaults[d][1]);
