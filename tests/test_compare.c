@@ -2,6 +2,7 @@
  * parses and holds every (strategy, β2, seed) once, the report has a table per β2, the plots are PNGs,
  * and a rerun after deleting one result redoes only that one (and a changed command redoes all). */
 #include "harness.h"
+#include "collage.h"
 #include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -177,6 +178,38 @@ static void test_frontier_report(void) {
     CHECK(strstr(csv, "\"collage-light+m=int8,v=int8\",0.95,") != NULL, "the composition's name unquoted in %s", path);
 }
 
+/* --precision all (docs/training.md) runs every preset, the fp16 ones with eps 1e-4 (1e-8 is 0 in fp16,
+ * which they refuse) and the others with 1e-8, and writes the report; an --eps given goes to every run. */
+static void test_all_presets(void) {
+    static char out[65536];
+    char dir[700], path[1200], args[4096];
+    snprintf(dir, sizeof dir, "%s/all", g_dir);
+    int rc = h_sh(out, sizeof out, "%s compare --out %s --data %s --precision all --beta2 0.95 --steps 2 --eval-every 1 " SHAPE,
+                  g_bin, dir, g_text);
+    char last[64];
+    snprintf(last, sizeof last, "[%d/%d] done", (int)COLLAGE_STRATEGY_COUNT, (int)COLLAGE_STRATEGY_COUNT);
+    CHECK(rc == 0 && strstr(out, last), "compare --precision all exited %d: %s", rc, out);
+    for (int s = 0; s < COLLAGE_STRATEGY_COUNT; s++) {
+        const collage_strategy_info *row = collage_strategy_get((collage_strategy)s);
+        snprintf(path, sizeof path, "cat %s/runs/%s-b0.95-s1/args.txt", dir, row->name);
+        const char *eps = row->arith == COLLAGE_WORD_FP16 ? "--eps 1e-4 " : "--eps 1e-8 ";
+        CHECK(h_sh(args, sizeof args, "%s", path) == 0 && strstr(args, eps), "%s: want %s: %s", row->name, eps, args);
+        snprintf(path, sizeof path, "%s/runs/%s-b0.95-s1/summary.json", dir, row->name);
+        CHECK(access(path, F_OK) == 0, "%s: no summary", row->name);
+    }
+    snprintf(path, sizeof path, "%s/report.md", dir);
+    CHECK(access(path, F_OK) == 0, "no %s", path);
+    snprintf(dir, sizeof dir, "%s/eps", g_dir);
+    rc = h_sh(out, sizeof out, "%s compare --out %s --data %s --precision fp16,bf16 --beta2 0.95 --steps 1 --eval-every 1 "
+              "--eps 1e-3 " SHAPE, g_bin, dir, g_text);
+    CHECK(rc == 0, "compare --eps 1e-3 exited %d: %s", rc, out);
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "cat %s/runs/%s-b0.95-s1/args.txt", dir, i ? "bf16" : "fp16");
+        CHECK(h_sh(args, sizeof args, "%s", path) == 0 && strstr(args, "--eps 1e-3") && !strstr(args, "1e-4") &&
+              !strstr(args, "1e-8"), "--eps 1e-3 given: %s", args);
+    }
+}
+
 int main(void) {
     if (h_cli_setup("compare", g_bin, g_dir, g_text, 2)) return 1;
     snprintf(g_out, sizeof g_out, "%s/out", g_dir);
@@ -185,6 +218,7 @@ int main(void) {
     RUN(test_rerun_redoes_only_deleted);
     RUN(test_compare_bad_input);
     RUN(test_frontier_report);
+    RUN(test_all_presets);
     h_rm_rf(g_dir);
     return h_end();
 }
