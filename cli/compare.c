@@ -512,6 +512,15 @@ static void beta2_paragraph(sbuf *b, const compare_opts *o, const run_t *runs, i
     else sb_printf(b, "\n\n");
 }
 
+/* Whether the runs are masked-LM runs (their summaries have a masked-token accuracy): their losses are
+ * over the masked tokens, which the report and the plots say. */
+static int runs_mlm(const run_t *runs, int nruns) {
+    for (int i = 0; i < nruns; i++)
+        if (runs[i].done && isfinite(runs[i].val_acc)) return 1;
+    return 0;
+}
+#define VAL_LOSS(mlm) ((mlm) ? "masked-LM validation loss" : "validation loss")
+
 /* ------------------------------------------------------------------ the frontier */
 /* Whether s's gap to the reference at β2 is within the noise the paragraphs use (paired by seed). */
 static int matches(const compare_opts *o, const run_t *runs, int nruns, collage_strategy s, double b2) {
@@ -700,8 +709,7 @@ static int write_report(const compare_opts *o, const run_t *runs, int nruns, con
                   "reference's in the run of the same seed; bytes of training "
                   "state per parameter; tokens/s of one run (runs go side by side, %d thread%s each). Values are mean ± standard "
                   "deviation over seeds when there is more than one.\n\n", o->threads, o->threads > 1 ? "s" : "");
-    int mlm = 0; /* masked-LM runs: their validation's masked-token accuracy gets a column */
-    for (int i = 0; i < nruns; i++) mlm |= runs[i].done && isfinite(runs[i].val_acc);
+    const int mlm = runs_mlm(runs, nruns); /* their validation's masked-token accuracy gets a column */
     if (mlm) sb_printf(&b, "The model is trained by masked language modelling: its losses are over the masked tokens, and "
                            "val acc is the fraction of the validation's masked tokens (a fixed mask, the same for every run) "
                            "whose most probable prediction is the original token.\n\n");
@@ -813,7 +821,7 @@ static void plot_curves(sbuf *g, const compare_opts *o, const run_t *runs, int n
         int rows = plot == 0 ? 2 : 1;
         sb_printf(g, "set terminal pngcairo size %d,%d font ',10'\nset output '%s.png'\nset multiplot layout %d,%d\n"
                       "set xlabel 'step'\nset ylabel '%s'\n", 520 * o->n_beta2, 400 * rows, name, rows, o->n_beta2,
-                  plot == 0 ? "validation loss" : "EDQ ratio (moving average)");
+                  plot == 0 ? VAL_LOSS(runs_mlm(runs, nruns)) : "EDQ ratio (moving average)");
         sb_printf(g, "set key %s\n", plot == 0 ? "top right" : "bottom left");
         for (int row = 0; row < rows; row++) {
             if (row == 1) sb_printf(g, "set xrange [%d:*]\nset autoscale y\nset key top right\n", o->steps / 2);
@@ -839,9 +847,10 @@ static void plot_curves(sbuf *g, const compare_opts *o, const run_t *runs, int n
  * a label whose point shares its x with an earlier one of the same β2 goes on the left. */
 static void plot_loss_vs_bytes(sbuf *g, const compare_opts *o, const run_t *runs, int nruns) {
     char b2s[32];
-    sb_printf(g, "set terminal pngcairo size 640,440 font ',10'\nset output 'loss_vs_bytes.png'\nset title 'final validation loss "
-                  "against training-state bytes per parameter'\nset xlabel 'bytes per parameter'\nset ylabel 'validation loss "
-                  "(mean over seeds)'\nset offsets 2, 3, 0.02, 0.02\nset key top right\nplot ");
+    const char *val = VAL_LOSS(runs_mlm(runs, nruns));
+    sb_printf(g, "set terminal pngcairo size 640,440 font ',10'\nset output 'loss_vs_bytes.png'\nset title 'final %s "
+                  "against training-state bytes per parameter'\nset xlabel 'bytes per parameter'\nset ylabel '%s "
+                  "(mean over seeds)'\nset offsets 2, 3, 0.02, 0.02\nset key top right\nplot ", val, val);
     for (int j = 0; j < o->n_beta2; j++)
         sb_printf(g, "%s'-' using 1:2 with points pt %d ps 1.5 title 'beta2 = %s', '-' using 1:2:3 with labels left offset 1,0 "
                       "font ',8' notitle, '-' using 1:2:3 with labels right offset -1,0 font ',8' notitle",
@@ -874,9 +883,11 @@ static void plot_loss_vs_bytes(sbuf *g, const compare_opts *o, const run_t *runs
 static void plot_frontier(sbuf *g, const compare_opts *o, const run_t *runs, int nruns) {
     char b2s[32];
     const collage_strategy ref = reference(o);
+    /* loss_vs_bytes.png's offsets would widen this x range to -2: bytes start at 0 */
     sb_printf(g, "set terminal pngcairo size 1000,%d font ',10'\nset output 'frontier.png'\nset multiplot layout %d,1\n"
-                  "set xlabel 'training-state bytes per parameter (gradient included)'\nset ylabel 'val loss - %s'\n"
-                  "set key top right\n", 430 * o->n_beta2, o->n_beta2, collage_strategy_name(ref));
+                  "unset offsets\nset xlabel 'training-state bytes per parameter (gradient included)'\nset ylabel '%s - %s'\n"
+                  "set key top right\n", 430 * o->n_beta2, o->n_beta2, runs_mlm(runs, nruns) ? "masked-LM val loss" : "val loss",
+              collage_strategy_name(ref));
     for (int j = 0; j < o->n_beta2; j++) {
         const double b2 = o->beta2[j];
         int pareto[MAX_STRATEGIES], order[MAX_STRATEGIES], no = 0, done[MAX_STRATEGIES] = {0};

@@ -210,6 +210,29 @@ static void test_all_presets(void) {
     }
 }
 
+/* The plots say what was measured and start their byte axis at 0: frontier.png's x range (gnuplot's
+ * own GPVAL_X_MIN after the script, when gnuplot is here), and "masked-LM validation loss" on every loss
+ * axis of a BERT comparison, "validation loss" on a GPT's. */
+static void test_plot_axes_and_labels(void) {
+    static char out[65536], gp[65536];
+    char dir[700], bert[700];
+    snprintf(dir, sizeof dir, "%s/all", g_dir); /* test_all_presets' */
+    snprintf(bert, sizeof bert, "%s/bert", g_dir);
+    if (h_sh(NULL, 0, "command -v gnuplot") == 0) {
+        int rc = h_sh(out, sizeof out, "cd %s && gnuplot -e \"load 'plots.gp'\" -e 'print \"xmin \", GPVAL_X_MIN'", dir);
+        const char *x = strstr(out, "xmin ");
+        CHECK(rc == 0 && x && atof(x + 5) == 0.0, "frontier.png's x axis: rc %d: %s", rc, out);
+    } else printf("    skip the x range of frontier.png: no gnuplot\n");
+    h_sh(gp, sizeof gp, "cat %s/plots.gp", dir);
+    CHECK(strstr(gp, "set ylabel 'validation loss'") && !strstr(gp, "masked-LM"), "a GPT's plots: %.300s", gp);
+    int rc = h_sh(out, sizeof out, "%s compare --out %s --data %s --model bert-tiny --precision bf16,bf16-master --beta2 0.95 "
+                  "--steps 2 --eval-every 1 " SHAPE, g_bin, bert, g_text);
+    h_sh(gp, sizeof gp, "cat %s/plots.gp", bert);
+    CHECK(rc == 0 && strstr(gp, "set ylabel 'masked-LM validation loss'\n") && strstr(gp, "final masked-LM validation loss") &&
+          strstr(gp, "set ylabel 'masked-LM val loss - bf16-master'") && !strstr(gp, "'validation loss"),
+          "a BERT's plots: rc %d: %.2000s", rc, gp);
+}
+
 int main(void) {
     if (h_cli_setup("compare", g_bin, g_dir, g_text, 2)) return 1;
     snprintf(g_out, sizeof g_out, "%s/out", g_dir);
@@ -219,6 +242,7 @@ int main(void) {
     RUN(test_compare_bad_input);
     RUN(test_frontier_report);
     RUN(test_all_presets);
+    RUN(test_plot_axes_and_labels);
     h_rm_rf(g_dir);
     return h_end();
 }
