@@ -116,8 +116,10 @@ $(BUILD)/obj $(BUILD)/tests:
 	mkdir -p $@
 $(BUILD)/libcollage.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
+# The shared library's SONAME is libcollage.so.MAJOR.MINOR while MAJOR is 0 (a 0.x minor version may
+# change the ABI; the Python package refuses another major.minor too), as Debian names such libraries.
 $(BUILD)/libcollage.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDLIBS_ALL)
+	$(CC) -shared -Wl,-soname,$(SONAME) -o $@ $^ $(LDLIBS_ALL)
 $(BUILD)/collage: $(CLI_OBJ) $(BUILD)/libcollage.a
 	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libcollage.a $(LDLIBS_ALL) $(MPI_LIBS)
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libcollage.a $(HDRS) | $(BUILD)/tests
@@ -148,18 +150,40 @@ setup:
 check-headers:
 	@bash scripts/check-headers.sh
 
-# make install [PREFIX=/usr/local] [DESTDIR=]: the library (static and shared), the public headers,
-# collage.pc for pkg-config, and the collage command.
+# make install [PREFIX=/usr/local] [DESTDIR=]: the library (static, and shared as Debian installs one:
+# libcollage.so.X.Y.Z with the SONAME link libcollage.so.X.Y and the link libcollage.so that -lcollage
+# finds), the public headers, collage.pc for pkg-config, and the collage command. Where the loader
+# searches PREFIX/lib (/usr/local/lib, /usr/lib: ldconfig's directories), install runs ldconfig (not
+# under DESTDIR: a package's scripts do); elsewhere collage.pc's Libs carry -Wl,-rpath to it, so that a
+# program built with `pkg-config --libs collage` runs without LD_LIBRARY_PATH. Either way it says which.
 PREFIX  ?= /usr/local
+LIBDIR   = $(PREFIX)/lib
 VERSION := $(shell sed -n 's/^\#define COLLAGE_VERSION_STRING "\(.*\)"/\1/p' include/collage.h)
+SONAME  := libcollage.so.$(word 1,$(subst ., ,$(VERSION))).$(word 2,$(subst ., ,$(VERSION)))
+LDCONFIG ?= $(or $(firstword $(wildcard /sbin/ldconfig /usr/sbin/ldconfig)),ldconfig)
+# 1 when the loader searches LIBDIR (a directory listed by ldconfig, or one of its trusted /lib, /usr/lib)
+LOADER_DIR = $(if $(filter $(abspath $(LIBDIR)),/lib /usr/lib $(patsubst %:,%,$(shell $(LDCONFIG) -v -N -X 2>/dev/null \
+               | grep -o '^/[^:]*:'))),1,0)
+RPATH    = $(if $(filter 1,$(LOADER_DIR)),,-Wl,-rpath,$${libdir})
 install: all
-	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
-	install -m 644 $(BUILD)/libcollage.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/libcollage.so $(DESTDIR)$(PREFIX)/lib/
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(BUILD)/libcollage.a $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(BUILD)/libcollage.so $(DESTDIR)$(LIBDIR)/libcollage.so.$(VERSION)
+	ln -sf libcollage.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libcollage.so
 	install -m 644 include/*.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(BUILD)/collage $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(strip $(LDLIBS_ALL))|' \
-	    collage.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/collage.pc
+	    -e 's|@RPATH@|$(RPATH)|' collage.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/collage.pc
+ifeq ($(LOADER_DIR)$(DESTDIR),1)
+	$(LDCONFIG) || echo "note: ldconfig failed (not root?): run it as root before starting a program that uses libcollage"
+	@echo "note: $(LIBDIR) is a directory the loader searches: ldconfig has registered $(SONAME)"
+else ifeq ($(LOADER_DIR),1)
+	@echo "note: installed under DESTDIR: run ldconfig once the files are in $(LIBDIR)"
+else
+	@echo "note: the loader does not search $(LIBDIR): collage.pc links with -Wl,-rpath,$(LIBDIR), so programs built with"
+	@echo "      pkg-config --libs collage find the library; others need -Wl,-rpath,$(LIBDIR) or LD_LIBRARY_PATH=$(LIBDIR)"
+endif
 
 # The test command of the README: set-up, build, every test, one closing line "N passed, N failed".
 test: setup

@@ -32,6 +32,9 @@ int cli_parse_strategy(const char *cmd, const char *flag, const char *s, collage
 const char *cli_strategy_names(const char *sep, int indent);
 /* The model presets of every family, in table order, parted by sep. */
 const char *cli_preset_names(const char *sep);
+/* The hint after a checkpoint that cannot be read (export, eval, sample, fill). */
+#define CLI_CHECKPOINT_HINT "--checkpoint takes a model file (llm.c GPT-2, llama2.c, collbert) or a folder written by " \
+                            "train --save; a damaged checkpoint's older one is in the same run folder (step-N)"
 /* What the user can do about a failed library call, by its status (one line, no newline). */
 const char *cli_hint(collage_status st);
 /* mkdir -p: create path and every missing folder above it; 0 or -1 with errno. */

@@ -69,7 +69,8 @@ static void compare_usage(FILE *f) {
             "  --eval-every N      validation interval (default steps/20)\n"
             "Other flags go to `collage train` unchanged; the defaults, docs/training.md:\n"
             "  --model tiny (2 layers, width 128, 4 heads), --seq 64, --batch 16, --lr 3e-4, warm-up steps/20,\n"
-            "  --wd 0.1, --clip 1.0, --eps 1e-8, on the fortunes corpus with 10%% held out;\n"
+            "  --wd 0.1, --clip 1.0, --eps 1e-8 (1e-4 for the strategies with fp16 arithmetic, which refuse an\n"
+            "  eps that is 0 in fp16), on the fortunes corpus with 10%% held out;\n"
             "  --model llama-tiny compares on the LLaMA family (docs/llama.md), --model bert-tiny on a BERT\n"
             "  encoder trained by masked LM.\n");
 }
@@ -202,6 +203,7 @@ static int passed(const compare_opts *o, const char *flag) {
 }
 
 #define MAX_ARGV 96
+#define FP16_EPS "1e-4"
 /* argv of the child `collage train` of one run, NULL-terminated; its strings live in a static store that
  * the next call overwrites. -1 when an argument does not fit. */
 static int run_argv(const compare_opts *o, const run_t *r, char **argv) {
@@ -210,8 +212,10 @@ static int run_argv(const compare_opts *o, const run_t *r, char **argv) {
 #define ARG(...) do { if (n + 1 >= MAX_ARGV || snprintf(store[n], sizeof store[n], __VA_ARGS__) >= (int)sizeof store[n]) return -1; \
                       argv[n] = store[n]; n++; } while (0)
     ARG("collage"); ARG("train");
-    static const char *defaults[][2] = {{"--model", "tiny"}, {"--seq", "64"}, {"--batch", "16"}, {"--lr", "3e-4"},
-                                        {"--wd", "0.1"}, {"--clip", "1.0"}, {"--eps", "1e-8"}};
+    /* eps: 1e-8 is 0 in fp16, which the strategies with fp16 arithmetic refuse; they take fp16's usual 1e-4 */
+    const int fp16 = collage_strategy_get(r->strategy)->arith == COLLAGE_WORD_FP16;
+    const char *defaults[][2] = {{"--model", "tiny"}, {"--seq", "64"}, {"--batch", "16"}, {"--lr", "3e-4"},
+                                 {"--wd", "0.1"}, {"--clip", "1.0"}, {"--eps", fp16 ? FP16_EPS : "1e-8"}};
     for (size_t d = 0; d < sizeof defaults / sizeof *defaults; d++)
         if (!passed(o, defaults[d][0])) {
             ARG("%s", defaults[d][0]); ARG("%s", defaults[d][1]);
@@ -508,6 +512,15 @@ static void beta2_paragraph(sbuf *b, const compare_opts *o, const run_t *runs, i
     else sb_printf(b, "\n\n");
 }
 
+/* Whether the runs are masked-LM runs (their summaries have a masked-token accuracy): their losses are
+ * over the masked tokens, which the report and the plots say. */
+static int runs_mlm(const run_t *runs, int nruns) {
+    for (int i = 0; i < nruns; i++)
+        if (runs[i].done && isfinite(runs[i].val_acc)) return 1;
+    return 0;
+}
+#define VAL_LOSS(mlm) ((mlm) ? "masked-LM validation loss" : "validation loss")
+
 /* ------------------------------------------------------------------ the frontier */
 /* Whether s's gap to the reference at β2 is within the noise the paragraphs use (paired by seed). */
 static int matches(const compare_opts *o, const run_t *runs, int nruns, collage_strategy s, double b2) {
@@ -696,8 +709,7 @@ static int write_report(const compare_opts *o, const run_t *runs, int nruns, con
                   "reference's in the run of the same seed; bytes of training "
                   "state per parameter; tokens/s of one run (runs go side by side, %d thread%s each). Values are mean ± standard "
                   "deviation over seeds when there is more than one.\n\n", o->threads, o->threads > 1 ? "s" : "");
-    int mlm = 0; /* masked-LM runs: their validation's masked-token accuracy gets a column */
-    for (int i = 0; i < nruns; i++) mlm |= runs[i].done && isfinite(runs[i].val_acc);
+    const int mlm = runs_mlm(runs, nruns); /* their validation's masked-token accuracy gets a column */
     if (mlm) sb_printf(&b, "The model is trained by masked language modelling: its losses are over the masked tokens, and "
                            "val acc is the fraction of the validation's masked tokens (a fixed mask, the same for every run) "
                            "whose most probable prediction is the original token.\n\n");
@@ -809,7 +821,7 @@ static void plot_curves(sbuf *g, const compare_opts *o, const run_t *runs, int n
         int rows = plot == 0 ? 2 : 1;
         sb_printf(g, "set terminal pngcairo size %d,%d font ',10'\nset output '%s.png'\nset multiplot layout %d,%d\n"
                       "set xlabel 'step'\nset ylabel '%s'\n", 520 * o->n_beta2, 400 * rows, name, rows, o->n_beta2,
-                  plot == 0 ? "validation loss" : "EDQ ratio (moving average)");
+                  plot == 0 ? VAL_LOSS(runs_mlm(runs, nruns)) : "EDQ ratio (moving average)");
         sb_printf(g, "set key %s\n", plot == 0 ? "top right" : "bottom left");
         for (int row = 0; row < rows; row++) {
             if (row == 1) sb_printf(g, "set xrange [%d:*]\nset autoscale y\nset key top right\n", o->steps / 2);
@@ -835,9 +847,10 @@ static void plot_curves(sbuf *g, const compare_opts *o, const run_t *runs, int n
  * a label whose point shares its x with an earlier one of the same β2 goes on the left. */
 static void plot_loss_vs_bytes(sbuf *g, const compare_opts *o, const run_t *runs, int nruns) {
     char b2s[32];
-    sb_printf(g, "set terminal pngcairo size 640,440 font ',10'\nset output 'loss_vs_bytes.png'\nset title 'final validation loss "
-                  "against training-state bytes per parameter'\nset xlabel 'bytes per parameter'\nset ylabel 'validation loss "
-                  "(mean over seeds)'\nset offsets 2, 3, 0.02, 0.02\nset key top right\nplot ");
+    const char *val = VAL_LOSS(runs_mlm(runs, nruns));
+    sb_printf(g, "set terminal pngcairo size 640,440 font ',10'\nset output 'loss_vs_bytes.png'\nset title 'final %s "
+                  "against training-state bytes per parameter'\nset xlabel 'bytes per parameter'\nset ylabel '%s "
+                  "(mean over seeds)'\nset offsets 2, 3, 0.02, 0.02\nset key top right\nplot ", val, val);
     for (int j = 0; j < o->n_beta2; j++)
         sb_printf(g, "%s'-' using 1:2 with points pt %d ps 1.5 title 'beta2 = %s', '-' using 1:2:3 with labels left offset 1,0 "
                       "font ',8' notitle, '-' using 1:2:3 with labels right offset -1,0 font ',8' notitle",
@@ -870,9 +883,11 @@ static void plot_loss_vs_bytes(sbuf *g, const compare_opts *o, const run_t *runs
 static void plot_frontier(sbuf *g, const compare_opts *o, const run_t *runs, int nruns) {
     char b2s[32];
     const collage_strategy ref = reference(o);
+    /* loss_vs_bytes.png's offsets would widen this x range to -2: bytes start at 0 */
     sb_printf(g, "set terminal pngcairo size 1000,%d font ',10'\nset output 'frontier.png'\nset multiplot layout %d,1\n"
-                  "set xlabel 'training-state bytes per parameter (gradient included)'\nset ylabel 'val loss - %s'\n"
-                  "set key top right\n", 430 * o->n_beta2, o->n_beta2, collage_strategy_name(ref));
+                  "unset offsets\nset xlabel 'training-state bytes per parameter (gradient included)'\nset ylabel '%s - %s'\n"
+                  "set key top right\n", 430 * o->n_beta2, o->n_beta2, runs_mlm(runs, nruns) ? "masked-LM val loss" : "val loss",
+              collage_strategy_name(ref));
     for (int j = 0; j < o->n_beta2; j++) {
         const double b2 = o->beta2[j];
         int pareto[MAX_STRATEGIES], order[MAX_STRATEGIES], no = 0, done[MAX_STRATEGIES] = {0};

@@ -51,11 +51,11 @@ int cmd_export(int argc, char **argv) {
     export_opts o;
     if (parse_export(argc, argv, &o)) return 2;
     char path[4096], err[1024] = "";
-    collage_checkpoint_model_path(o.ck, path, sizeof path);
+    collage_checkpoint_model_path(o.ck, path, sizeof path); /* read_header checks a checkpoint's file */
     collage_model_config c;
     int file_bf16 = 0;
     if (collage_model_read_header(path, &c, &file_bf16, err, sizeof err) != COLLAGE_OK) {
-        fprintf(stderr, "collage export: %s\nhint: --checkpoint takes a model.bin (llm.c format) or a folder written by train --save\n", err);
+        fprintf(stderr, "collage export: %s\nhint: " CLI_CHECKPOINT_HINT "\n", err);
         return 1;
     }
     const int bf16 = o.dtype ? !strcmp(o.dtype, "bf16") : file_bf16;

@@ -16,13 +16,12 @@
 static collage_model *load_model(const char *arg, int maxB, int maxT, float **params, collage_model_config *c) {
     char path[4096], err[1024] = "";
     if (collage_checkpoint_model(arg, path, sizeof path, err, sizeof err) != COLLAGE_OK) {
-        fprintf(stderr, "collage: %s\nhint: --checkpoint takes a model.bin or a folder written by train --save; a damaged "
-                        "checkpoint's older one is in the same run folder (step-N)\n", err);
+        fprintf(stderr, "collage: %s\nhint: " CLI_CHECKPOINT_HINT "\n", err);
         return NULL;
     }
     int file_bf16;
     if (collage_model_read_header(path, c, &file_bf16, err, sizeof err) != COLLAGE_OK) {
-        fprintf(stderr, "collage: %s\nhint: --checkpoint takes a model file (llm.c GPT-2, llama2.c, collbert) or a folder written by train --save\n", err);
+        fprintf(stderr, "collage: %s\nhint: " CLI_CHECKPOINT_HINT "\n", err);
         return NULL;
     }
     if (maxT == 0) maxT = c->max_seq_len; /* the model's whole context */

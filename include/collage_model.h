@@ -252,6 +252,10 @@ int            collage_sample_logits(const float *logits, int V, float temperatu
  * collage_bf16 (bf16 = 1; a format without bf16 widens them); written atomically. */
 collage_status collage_model_save_file(const char *path, const collage_model_config *cfg, const void *params, int bf16,
                                        char *err, size_t cap);
+/* Both readers below first check a file that lies in a checkpoint folder (RUN/step-N/model.bin, beside
+ * the train.state that lists it) against the size and checksum recorded there: a damaged, truncated
+ * or swapped file is COLLAGE_ERR_FORMAT naming it, whoever reads it (export, eval, a resume, --init).
+ * A file outside a checkpoint folder is read as it is. */
 /* The config a checkpoint holds (its family found from the file's header), and whether its weights
  * are bf16. Errors name the file and the problem. */
 collage_status collage_model_read_header(const char *path, collage_model_config *cfg, int *bf16, char *err,

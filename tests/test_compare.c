@@ -2,6 +2,7 @@
  * parses and holds every (strategy, β2, seed) once, the report has a table per β2, the plots are PNGs,
  * and a rerun after deleting one result redoes only that one (and a changed command redoes all). */
 #include "harness.h"
+#include "collage.h"
 #include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -177,6 +178,61 @@ static void test_frontier_report(void) {
     CHECK(strstr(csv, "\"collage-light+m=int8,v=int8\",0.95,") != NULL, "the composition's name unquoted in %s", path);
 }
 
+/* --precision all (docs/training.md) runs every preset, the fp16 ones with eps 1e-4 (1e-8 is 0 in fp16,
+ * which they refuse) and the others with 1e-8, and writes the report; an --eps given goes to every run. */
+static void test_all_presets(void) {
+    static char out[65536];
+    char dir[700], path[1200], args[4096];
+    snprintf(dir, sizeof dir, "%s/all", g_dir);
+    int rc = h_sh(out, sizeof out, "%s compare --out %s --data %s --precision all --beta2 0.95 --steps 2 --eval-every 1 " SHAPE,
+                  g_bin, dir, g_text);
+    char last[64];
+    snprintf(last, sizeof last, "[%d/%d] done", (int)COLLAGE_STRATEGY_COUNT, (int)COLLAGE_STRATEGY_COUNT);
+    CHECK(rc == 0 && strstr(out, last), "compare --precision all exited %d: %s", rc, out);
+    for (int s = 0; s < COLLAGE_STRATEGY_COUNT; s++) {
+        const collage_strategy_info *row = collage_strategy_get((collage_strategy)s);
+        snprintf(path, sizeof path, "cat %s/runs/%s-b0.95-s1/args.txt", dir, row->name);
+        const char *eps = row->arith == COLLAGE_WORD_FP16 ? "--eps 1e-4 " : "--eps 1e-8 ";
+        CHECK(h_sh(args, sizeof args, "%s", path) == 0 && strstr(args, eps), "%s: want %s: %s", row->name, eps, args);
+        snprintf(path, sizeof path, "%s/runs/%s-b0.95-s1/summary.json", dir, row->name);
+        CHECK(access(path, F_OK) == 0, "%s: no summary", row->name);
+    }
+    snprintf(path, sizeof path, "%s/report.md", dir);
+    CHECK(access(path, F_OK) == 0, "no %s", path);
+    snprintf(dir, sizeof dir, "%s/eps", g_dir);
+    rc = h_sh(out, sizeof out, "%s compare --out %s --data %s --precision fp16,bf16 --beta2 0.95 --steps 1 --eval-every 1 "
+              "--eps 1e-3 " SHAPE, g_bin, dir, g_text);
+    CHECK(rc == 0, "compare --eps 1e-3 exited %d: %s", rc, out);
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "cat %s/runs/%s-b0.95-s1/args.txt", dir, i ? "bf16" : "fp16");
+        CHECK(h_sh(args, sizeof args, "%s", path) == 0 && strstr(args, "--eps 1e-3") && !strstr(args, "1e-4") &&
+              !strstr(args, "1e-8"), "--eps 1e-3 given: %s", args);
+    }
+}
+
+/* The plots say what was measured and start their byte axis at 0: frontier.png's x range (gnuplot's
+ * own GPVAL_X_MIN after the script, when gnuplot is here), and "masked-LM validation loss" on every loss
+ * axis of a BERT comparison, "validation loss" on a GPT's. */
+static void test_plot_axes_and_labels(void) {
+    static char out[65536], gp[65536];
+    char dir[700], bert[700];
+    snprintf(dir, sizeof dir, "%s/all", g_dir); /* test_all_presets' */
+    snprintf(bert, sizeof bert, "%s/bert", g_dir);
+    if (h_sh(NULL, 0, "command -v gnuplot") == 0) {
+        int rc = h_sh(out, sizeof out, "cd %s && gnuplot -e \"load 'plots.gp'\" -e 'print \"xmin \", GPVAL_X_MIN'", dir);
+        const char *x = strstr(out, "xmin ");
+        CHECK(rc == 0 && x && atof(x + 5) == 0.0, "frontier.png's x axis: rc %d: %s", rc, out);
+    } else printf("    skip the x range of frontier.png: no gnuplot\n");
+    h_sh(gp, sizeof gp, "cat %s/plots.gp", dir);
+    CHECK(strstr(gp, "set ylabel 'validation loss'") && !strstr(gp, "masked-LM"), "a GPT's plots: %.300s", gp);
+    int rc = h_sh(out, sizeof out, "%s compare --out %s --data %s --model bert-tiny --precision bf16,bf16-master --beta2 0.95 "
+                  "--steps 2 --eval-every 1 " SHAPE, g_bin, bert, g_text);
+    h_sh(gp, sizeof gp, "cat %s/plots.gp", bert);
+    CHECK(rc == 0 && strstr(gp, "set ylabel 'masked-LM validation loss'\n") && strstr(gp, "final masked-LM validation loss") &&
+          strstr(gp, "set ylabel 'masked-LM val loss - bf16-master'") && !strstr(gp, "'validation loss"),
+          "a BERT's plots: rc %d: %.2000s", rc, gp);
+}
+
 int main(void) {
     if (h_cli_setup("compare", g_bin, g_dir, g_text, 2)) return 1;
     snprintf(g_out, sizeof g_out, "%s/out", g_dir);
@@ -185,6 +241,8 @@ int main(void) {
     RUN(test_rerun_redoes_only_deleted);
     RUN(test_compare_bad_input);
     RUN(test_frontier_report);
+    RUN(test_all_presets);
+    RUN(test_plot_axes_and_labels);
     h_rm_rf(g_dir);
     return h_end();
 }

@@ -11,6 +11,7 @@ one found by pkg-config); ``collage.torch`` also needs torch.
 """
 
 import ctypes
+import os
 from dataclasses import dataclass
 
 __version__ = "0.1.0"
@@ -42,6 +43,7 @@ class Word:
     format: str
     bytes: float
     derived: bool
+    block: int = 0             # 8-bit words: elements per fp32 scale (COLLAGE_QBLOCK); 0 for the others
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ def _strategy_of(index):
             continue
         name = _lib.lib.collage_word_role_name(r).decode()
         words.append(Word(r, name, _ROLE_KEYS.get(name, name), _lib.lib.collage_word_format_name(w.format).decode(),
-                          w.bytes, bool(w.derived)))
+                          w.bytes, bool(w.derived), w.block))
     mem = _lib.lib.collage_strategy_memory(index)
     return Strategy(index, row.name.decode(), row.alias.decode() if row.alias else None,
                     _lib.lib.collage_word_format_name(row.arith).decode(), tuple(words),
@@ -97,19 +99,26 @@ def strategies():
 
 
 def strategy(name):
-    """The strategy named `name` (or its alias, e.g. "light"); a Strategy passes through."""
+    """The strategy named `name`: a preset, its alias (e.g. "light") or a composition
+    "PRESET+m=F,v=F[,q=sr]"; a Strategy passes through. A ValueError says what is wrong with the name
+    (the library's reason, as `collage train --precision` gives it) and lists the presets."""
     if isinstance(name, Strategy):
         return name
+    if not isinstance(name, str):
+        raise TypeError(f"precision must be a strategy's name (a str), not {type(name).__name__}")
     idx = ctypes.c_int()
-    if _lib.lib.collage_strategy_parse(str(name).encode(), ctypes.byref(idx)) != _lib.OK:
-        raise ValueError(f"unknown precision strategy {name!r}; the library has: " +
-                         ", ".join(s.name for s in strategies()))
+    if _lib.lib.collage_strategy_parse(name.encode(), ctypes.byref(idx)) != _lib.OK:
+        why = _lib.lib.collage_strategy_parse_error().decode(errors="replace")
+        raise ValueError(f"precision {name!r}: {why}; the presets are " + ", ".join(s.name for s in strategies()) +
+                         ", and a composition is PRESET+m=F,v=F[,q=sr] such as collage-light+m=int8,v=int8")
     return _strategy_of(idx.value)
 
 
 def _model_path(checkpoint):
+    """The model file of a checkpoint argument: a run folder's newest checkpoint's, a folder's model.bin,
+    or the file itself (collage_checkpoint_model_path; the readers check it against its manifest)."""
     buf = ctypes.create_string_buffer(4096)
-    _lib.lib.collage_checkpoint_model_path(str(checkpoint).encode(), buf, len(buf))
+    _lib.lib.collage_checkpoint_model_path(os.fsencode(checkpoint), buf, len(buf))
     return buf.value
 
 
@@ -117,7 +126,9 @@ def export(checkpoint, out_dir, dtype=None):
     """`collage export --checkpoint CHECKPOINT --out OUT_DIR [--dtype D]`: writes OUT_DIR/model.safetensors
     and OUT_DIR/config.json in the Hugging Face layout of the checkpoint's family. checkpoint: a model
     file (llm.c format) or a folder written by `collage train --save`; dtype: "bf16", "fp32" or None
-    (the checkpoint's own). Raises CollageError naming the file and the problem."""
+    (the checkpoint's own). A model file of a checkpoint is checked against the size and checksum its
+    train.state records first (collage_model_read_header). Raises CollageError naming the file and the
+    problem; out_dir is then left as it was."""
     if dtype not in (None, "bf16", "fp32"):
         raise ValueError(f"dtype must be 'bf16', 'fp32' or None, not {dtype!r}")
     path = _model_path(checkpoint)
@@ -130,7 +141,6 @@ def export(checkpoint, out_dir, dtype=None):
     buf = (ctypes.c_uint8 * (n * (2 if bf16 else 4)))()
     st = _lib.lib.collage_model_load_file(path, ctypes.byref(cfg), buf, bf16, err, len(err))
     if st == _lib.OK:
-        import os
         os.makedirs(out_dir, exist_ok=True)
         st = _lib.lib.collage_model_export_safetensors(str(out_dir).encode(), ctypes.byref(cfg), buf, bf16, err,
                                                        len(err))

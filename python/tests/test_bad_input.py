@@ -39,13 +39,14 @@ def test_non_contiguous_gradient():
 
 
 def test_unknown_precision_lists_the_strategies():
-    with pytest.raises(ValueError, match=r"unknown precision strategy 'collage-max'; the library has: fp32, bf16, "):
+    with pytest.raises(ValueError, match=r"precision 'collage-max': unknown strategy 'collage-max'; the presets are "
+                                         r"fp32, bf16, "):
         ct.AdamW([torch.zeros(2, dtype=torch.bfloat16)], precision="collage-max")
 
 
 def test_bad_hyperparameters():
     p = [torch.zeros(2, dtype=torch.bfloat16)]
-    with pytest.raises(ValueError, match=r"betas \(0.9, 1.0\) must lie in \(0, 1\)"):
+    with pytest.raises(ValueError, match=r"param group 0: betas \(0.9, 1.0\) must be two numbers in \(0, 1\)"):
         ct.AdamW(p, betas=(0.9, 1.0))
     with pytest.raises(ValueError, match="max_grad_norm must be a positive finite number"):
         ct.AdamW(p, max_grad_norm=float("inf"))
@@ -77,3 +78,37 @@ def test_fp16_strategies_refused_with_the_reason(name):
         ct.AdamW([p], precision=name, eps=1e-4)
     with pytest.raises(NotImplementedError, match="loss scaling"):
         ct.to_collage(torch.nn.Linear(2, 2), name)
+
+
+def _fingerprint(folder):
+    return {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_every_python_reader_checks_a_checkpoint(tmp_path, damage):
+    """collage.export and collage.torch.load, given the run folder or its model.bin, check the model file
+    against its train.state: the file and the problem named, the folder unchanged, nothing written."""
+    import os
+    import subprocess
+    run = tmp_path / "run"
+    out = subprocess.run([os.environ["COLLAGE_BIN"], "train", "--model", "tiny", "--layers", "1", "--dim", "32", "--heads",
+                          "2", "--batch", "4", "--seq", "16", "--steps", "2", "--threads", "1", "--quiet", "--save",
+                          str(run)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    model = run / "step-00000002" / "model.bin"
+    ct.load(run)  # intact: read
+    data = bytearray(model.read_bytes())
+    if damage == "flip":
+        data[5000] ^= 1
+        want = f"'{model}' is damaged or was replaced: its checksum does not match"
+    else:
+        del data[1000:]
+        want = f"'{model}' has 1000 bytes but '{run}/step-00000002/train.state' records"
+    model.write_bytes(bytes(data))
+    before = _fingerprint(run)
+    for call in (lambda: collage.export(run, tmp_path / "out"), lambda: collage.export(model, tmp_path / "out"),
+                 lambda: ct.load(run), lambda: ct.load(model)):
+        with pytest.raises(collage.CollageError) as e:
+            call()
+        assert want in str(e.value)
+        assert _fingerprint(run) == before and not (tmp_path / "out").exists()

@@ -127,6 +127,11 @@ uint64_t collage__sum64_end(const collage__sum64_state *s);
 uint64_t collage__sum64(const void *data, size_t n);
 /* The checksum and size of a whole file; COLLAGE_ERR_IO with a message naming it. */
 collage_status collage__sum64_file(const char *path, uint64_t *sum, uint64_t *size, char *err, size_t cap);
+/* A file of a checkpoint folder checked against the size and checksum its train.state records
+ * (src/train/run_ckpt.c): every reader of a model file calls it first, so that no caller reads a
+ * damaged or swapped one. A file in a folder without a train.state, or one it does not list (the older
+ * layout lists none), passes; a train.state that cannot be read fails, naming it and the file. */
+collage_status collage__checkpoint_check_file(const char *path, char *err, size_t cap);
 
 /* Threads for library kernels. */
 int collage__threads(void);

@@ -551,7 +551,8 @@ collage_status collage_model_read_header(const char *path, collage_model_config 
                                          size_t cap) {
     if (!path) return collage__fail(err, cap, COLLAGE_ERR_NULL, "no checkpoint path");
     const collage_model_family *fam = NULL;
-    collage_status st = probe_file(path, &fam, err, cap);
+    collage_status st = collage__checkpoint_check_file(path, err, cap);
+    if (st == COLLAGE_OK) st = probe_file(path, &fam, err, cap);
     if (st != COLLAGE_OK) return st;
     return fam->ckpt_read_header(path, cfg, bf16, err, cap);
 }
@@ -560,7 +561,8 @@ collage_status collage_model_load_file(const char *path, const collage_model_con
                                        char *err, size_t cap) {
     if (!path || !cfg || !params) return collage__fail(err, cap, COLLAGE_ERR_NULL, "no path, config or parameters");
     const collage_model_family *fam = NULL;
-    collage_status st = probe_file(path, &fam, err, cap);
+    collage_status st = collage__checkpoint_check_file(path, err, cap);
+    if (st == COLLAGE_OK) st = probe_file(path, &fam, err, cap);
     if (st != COLLAGE_OK) return st;
     if (fam != family_of(cfg))
         return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' holds a %s model; expected %s", path, fam->name,

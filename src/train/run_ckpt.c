@@ -144,8 +144,8 @@ static collage_status verify_files(const manifest *m, const char *ckdir, const c
             return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' has %llu bytes but '%s' records %llu (truncated or "
                                  "replaced)", path, (unsigned long long)size, m->path, (unsigned long long)f->size);
         if (sum != f->sum)
-            return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' is damaged: its checksum does not match the one "
-                                 "'%s' records", path, m->path);
+            return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' is damaged or was replaced: its checksum does not match "
+                                 "the one '%s' records", path, m->path);
     }
     if (name && !found && m->version >= 2)
         return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s' does not list '%s'", m->path, name);
@@ -159,6 +159,26 @@ collage_status collage_checkpoint_verify(const char *path, const char *name, cha
     if (!st) st = manifest_read(ck.dir, &m, err, cap);
     if (st) return st;
     st = verify_files(&m, ck.dir, name, err, cap);
+    free(m.files);
+    return st;
+}
+
+collage_status collage__checkpoint_check_file(const char *path, char *err, size_t cap) {
+    char dir[4096], state[4200];
+    const char *slash = strrchr(path, '/'), *name = slash ? slash + 1 : path;
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path < 4095 ? slash - path : 4095), path);
+    snprintf(state, sizeof state, "%s/train.state", dir);
+    struct stat sb;
+    if (stat(state, &sb) != 0 && errno == ENOENT) return COLLAGE_OK; /* not in a checkpoint folder */
+    manifest m;
+    char e2[1024];
+    collage_status st = manifest_read(dir, &m, e2, sizeof e2);
+    if (st) return collage__fail(err, cap, st, "cannot check '%s' against its checkpoint's manifest: %s", path, e2);
+    int listed = 0;
+    for (int i = 0; i < m.nfiles; i++) listed |= !strcmp(m.files[i].name, name);
+    st = listed ? verify_files(&m, dir, name, err, cap) : COLLAGE_OK;
     free(m.files);
     return st;
 }

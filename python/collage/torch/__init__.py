@@ -30,22 +30,36 @@ def to_collage(model, precision="collage-light"):
     θ + δθ holds w to 16 significant bits (exactly where w has no more: any bf16 or fp16 value, any
     float whose low 8 bits are zero); the fp32 master (bf16-master) and the remainder (bf16-remainder)
     hold w exactly; strategies that keep θ alone keep RN(w). Float64 weights are rounded to fp32 first.
+    A parameter cast before for the same precision keeps what it holds (a second call changes nothing);
+    one cast for another precision, or on the meta device, is refused by name before anything is cast.
     Returns the model."""
     s = _strategy(precision)
     _optim._supported_or_raise(s)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[s.weights.format]
+    params = [(name, p) for name, p in model.named_parameters() if p.is_floating_point()]
+    for name, p in params:
+        _check_castable(name, p, s)
     with torch.no_grad():
-        for p in model.parameters():
-            if not p.is_floating_point():
-                continue
-            th, words = _lines.kept_words(s, p.detach().float().contiguous())
-            p.data = th.to(dtype)
-            p._collage_seed = (s.name, words)
+        for name, p in params:
+            if getattr(p, "_collage_seed", None) is None:
+                th, words = _lines.kept_words(s, p.detach().float().contiguous())
+                p.data = th.to(dtype)
+                p._collage_seed = (s.name, words)
         for mod in model.modules():
             for name, b in list(mod._buffers.items()):
                 if b is not None and b.is_floating_point():
                     mod._buffers[name] = b.to(dtype)
     return model
+
+
+def _check_castable(name, p, s):
+    if p.device.type == "meta":
+        raise ValueError(f"parameter '{name}' is on the meta device, which holds no values to cast: materialise the "
+                         "model first (model.to_empty(device='cpu') and load its weights)")
+    seed = getattr(p, "_collage_seed", None)
+    if seed is not None and seed[0] != s.name:
+        raise ValueError(f"parameter '{name}' was cast by to_collage for '{seed[0]}' already: casting it for '{s.name}' "
+                         "would drop the rounding error that cast kept; cast the float model once")
 
 
 _ST_DTYPES = {"BF16": torch.bfloat16, "F32": torch.float32, "F16": torch.float16, "F64": torch.float64,

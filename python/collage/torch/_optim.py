@@ -25,7 +25,9 @@ from .. import _lib
 from .. import strategy as _strategy
 from . import _lines
 
-_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int16": torch.int16}
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int16": torch.int16,
+           "int8": torch.uint8, "e4m3": torch.uint8}
+QBLOCK = 256  # COLLAGE_QBLOCK: an 8-bit word's elements per fp32 scale
 
 
 def _supported_or_raise(strategy):
@@ -40,6 +42,39 @@ def _dtype_of(fmt, strategy):
     if fmt not in _DTYPES:
         raise NotImplementedError(f"'{strategy.name}' stores a word in {fmt}, which the Python package cannot hold")
     return _DTYPES[fmt]
+
+
+def _has_q8(strategy):
+    return any(w.block for w in strategy.words)
+
+
+def _word_shape(w, p):
+    """The shape of word w's tensor for parameter p: p's shape, or for an 8-bit word one uint8 tensor laid
+    out as the library keeps it (collage_adamw_config.words): the n codes padded to a multiple of 64
+    bytes, then the ceil(n / 256) fp32 block scales."""
+    if not w.block:
+        return p.shape
+    n = p.numel()
+    return ((n + 63) // 64 * 64 + -(-n // w.block) * 4,)
+
+
+_ZERO_CODES = {}
+
+
+def _zero_word(w, strategy, p):
+    """Word w of a fresh state: zeros, or for an 8-bit word the code of 0 (the library's, read from an
+    optimizer it builds) and zero scales."""
+    t = torch.zeros(_word_shape(w, p), dtype=_dtype_of(w.format, strategy), device=p.device)
+    if w.block:
+        key = (strategy.index, w.role)
+        if key not in _ZERO_CODES:
+            cfg = _lib.AdamWConfig(strategy=strategy.index, n=1)
+            h = ctypes.c_void_p()
+            _lib.check(_lib.lib.collage_adamw_create(ctypes.byref(cfg), ctypes.byref(h)), "collage_adamw_create")
+            _ZERO_CODES[key] = ctypes.c_uint8.from_address(_lib.lib.collage_adamw_word(h, w.role)).value
+            _lib.lib.collage_adamw_free(h)
+        t[:p.numel()] = _ZERO_CODES[key]
+    return t
 
 
 class _Native:
@@ -118,79 +153,130 @@ class AdamW(torch.optim.Optimizer):
             _dtype_of(w.format, self.strategy)
         if backend not in ("auto", "torch", "c"):
             raise ValueError(f"backend must be 'auto', 'torch' or 'c', not {backend!r}")
-        if max_grad_norm is not None and not (math.isfinite(max_grad_norm) and max_grad_norm > 0):
+        if max_grad_norm is not None and not (isinstance(max_grad_norm, (int, float)) and math.isfinite(max_grad_norm)
+                                              and max_grad_norm > 0):
             raise ValueError(f"max_grad_norm must be a positive finite number or None, not {max_grad_norm!r}")
         self.max_grad_norm, self.edq, self.seed = max_grad_norm, bool(edq), int(seed)
         self.skip_nonfinite, self.backend = bool(skip_nonfinite), backend
         self.last_stats = None
-        self._names = {}
         self._native = {}
-        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
-        super().__init__(self._strip_names(params), defaults)
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        params, self._names = self._strip_names(params)
+        super().__init__(params, defaults)
 
     # ------------------------------------------------------------ parameters and their checks
     def _strip_names(self, params):
-        """(name, tensor) pairs to tensors, remembering the names for messages."""
+        """(name, tensor) pairs to tensors: (the list, {id(tensor): name}). Changes nothing."""
         if isinstance(params, torch.Tensor):
             raise TypeError("params must be an iterable of tensors, (name, tensor) pairs or dicts, not a tensor")
-        out = []
+        out, names = [], {}
         for item in list(params):
             if isinstance(item, dict):
                 item = dict(item)
-                item["params"] = self._strip_names(item["params"]) if not isinstance(item["params"], torch.Tensor) \
-                    else [item["params"]]
+                if isinstance(item.get("params"), torch.Tensor):
+                    item["params"] = [item["params"]]
+                item["params"], more = self._strip_names(item.get("params", ()))
+                names.update(more)
                 out.append(item)
             elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
-                self._names[id(item[1])] = item[0]
+                names[id(item[1])] = item[0]
                 out.append(item[1])
             else:
                 out.append(item)
-        return out
+        return out, names
 
-    def _name(self, p):
-        if id(p) in self._names:
-            return f"parameter '{self._names[id(p)]}'"
-        for gi, g in enumerate(self.param_groups):
-            for pi, q in enumerate(g["params"]):
-                if q is p:
-                    return f"parameter {pi} of param group {gi} (shape {tuple(p.shape)})"
+    def _name(self, p, names=None, at=None):
+        """How messages call p: its name, else its place (at: (group, index)) and shape."""
+        names = self._names if names is None else names
+        if id(p) in names:
+            return f"parameter '{names[id(p)]}'"
+        if at is None:
+            at = next(((gi, pi) for gi, g in enumerate(self.param_groups) for pi, q in enumerate(g["params"]) if q is p),
+                      None)
+        if at is not None:
+            return f"parameter {at[1]} of param group {at[0]} (shape {tuple(p.shape)})"
         return f"a parameter of shape {tuple(p.shape)}"
 
-    def add_param_group(self, param_group):
-        super().add_param_group(param_group)
-        g = self.param_groups[-1]
-        b = g["betas"]
-        if not (0.0 < b[0] < 1.0 and 0.0 < b[1] < 1.0):
-            raise ValueError(f"param group {len(self.param_groups) - 1}: betas {tuple(b)} must lie in (0, 1)")
-        if not (g["eps"] > 0 and g["weight_decay"] >= 0 and g["lr"] >= 0):
-            raise ValueError(f"param group {len(self.param_groups) - 1}: lr, weight_decay must be >= 0 and eps > 0")
+    @staticmethod
+    def _check_hparams(group, where):
+        """lr ≥ 0, β1 and β2 in (0, 1), eps > 0, weight_decay ≥ 0, each a finite real number; a ValueError
+        (TypeError for what is not a number) naming the group, the hyperparameter and its value."""
+        def real(key, v):
+            try:
+                x = float(v)
+            except (TypeError, ValueError):
+                raise TypeError(f"{where}: {key} must be a real number, not {v!r}") from None
+            if not math.isfinite(x):
+                raise ValueError(f"{where}: {key} is {v!r}; it must be a finite number")
+            return x
+        if real("lr", group["lr"]) < 0:
+            raise ValueError(f"{where}: lr {group['lr']!r} must be >= 0")
+        try:
+            betas = tuple(group["betas"])
+            ok = len(betas) == 2 and all(0.0 < float(b) < 1.0 for b in betas)
+        except (TypeError, ValueError):
+            raise TypeError(f"{where}: betas must be a pair (beta1, beta2) of numbers, not {group['betas']!r}") from None
+        if not ok:
+            raise ValueError(f"{where}: betas {betas} must be two numbers in (0, 1)")
+        if not real("eps", group["eps"]) > 0:
+            raise ValueError(f"{where}: eps {group['eps']!r} must be > 0")
+        if real("weight_decay", group["weight_decay"]) < 0:
+            raise ValueError(f"{where}: weight_decay {group['weight_decay']!r} must be >= 0")
+
+    def _check_param(self, p, names, at):
+        """What a parameter must be for this strategy: the weights' dtype, contiguous, not cast for another."""
+        if not isinstance(p, torch.Tensor):
+            raise TypeError(f"param group {at[0]}: parameter {at[1]} is a {type(p).__name__}, not a tensor")
         want = _DTYPES[self.strategy.weights.format]
-        devices = set()
-        for p in g["params"]:
-            if p.dtype != want:
-                raise TypeError(f"{self._name(p)} is {p.dtype}, but '{self.strategy.name}' steps {want} weights "
-                                f"(collage.torch.to_collage(model, '{self.strategy.name}') casts a float model)")
-            if not p.is_contiguous():
-                raise ValueError(f"{self._name(p)} is not contiguous; the step updates its memory in place "
-                                 "(make it contiguous before building the optimizer)")
-            devices.add(p.device)
-            seed = getattr(p, "_collage_seed", None)
-            if seed is not None and seed[0] != self.strategy.name:
-                raise ValueError(f"{self._name(p)} was cast by to_collage for '{seed[0]}', but this optimizer is "
-                                 f"'{self.strategy.name}': cast the float model for '{self.strategy.name}'")
+        if p.dtype != want:
+            raise TypeError(f"{self._name(p, names, at)} is {p.dtype}, but '{self.strategy.name}' steps {want} weights "
+                            f"(collage.torch.to_collage(model, '{self.strategy.name}') casts a float model)")
+        if not p.is_contiguous():
+            raise ValueError(f"{self._name(p, names, at)} is not contiguous; the step updates its memory in place "
+                             "(make it contiguous before building the optimizer)")
+        seed = getattr(p, "_collage_seed", None)
+        if seed is not None and seed[0] != self.strategy.name:
+            raise ValueError(f"{self._name(p, names, at)} was cast by to_collage for '{seed[0]}', but this optimizer is "
+                             f"'{self.strategy.name}': cast the float model for '{self.strategy.name}'")
+
+    def add_param_group(self, param_group):
+        """torch's add_param_group, with every check made before the group is added: a refused group
+        leaves the optimizer as it was."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"a param group must be a dict with 'params', not {type(param_group).__name__}")
+        (group,), names = self._strip_names([param_group])
+        names = {**self._names, **names}
+        gi = len(self.param_groups)
+        for key, v in self.defaults.items():
+            group.setdefault(key, v)
+        self._check_hparams(group, f"param group {gi}")
+        seen = {}
+        for pi, p in enumerate(group["params"]):
+            self._check_param(p, names, (gi, pi))
+            if id(p) in seen:
+                raise ValueError(f"{self._name(p, names, (gi, pi))} appears twice in param group {gi} (also as "
+                                 f"parameter {seen[id(p)]}): it would be stepped twice")
+            seen[id(p)] = pi
+        devices = {p.device for p in group["params"]}
         if len(devices) > 1:
-            raise ValueError(f"param group {len(self.param_groups) - 1} mixes devices "
-                             f"({', '.join(sorted(str(d) for d in devices))}); put each device's parameters in a "
-                             "group of its own")
+            raise ValueError(f"param group {gi} mixes devices ({', '.join(sorted(str(d) for d in devices))}); put each "
+                             "device's parameters in a group of its own")
+        group["betas"] = tuple(group["betas"])
+        super().add_param_group(group)  # torch's own checks (leaf tensors, a parameter in two groups) come first
+        self._names = names
 
     def _slab(self):
-        """Each parameter's offset in the virtual slab, and the slab's size."""
-        off, at = {}, 0
+        """Each parameter's place in the virtual slab: {p: (index0, total)}. A strategy with 8-bit words
+        starts each tensor at a multiple of 256 (its blocks of scales are its own) and gives it total =
+        index0 + n, a shard that ends the slab (collage_adamw_config: the library's rule for 8-bit shards)."""
+        off, at, q8 = {}, 0, _has_q8(self.strategy)
         for g in self.param_groups:
             for p in g["params"]:
+                if q8:
+                    at = -(-at // QBLOCK) * QBLOCK
                 off[p] = at
                 at += p.numel()
-        return off, at
+        return {p: (a, a + p.numel() if q8 else at) for p, a in off.items()}
 
     # ------------------------------------------------------------ state
     def _init_state(self, p):
@@ -201,7 +287,7 @@ class AdamW(torch.optim.Optimizer):
         st["step"], st["synced"] = 0, False
         seed = getattr(p, "_collage_seed", None)
         for w in self.strategy.state_words:
-            st[w.key] = torch.zeros(p.shape, dtype=_dtype_of(w.format, self.strategy), device=p.device)
+            st[w.key] = _zero_word(w, self.strategy, p)
         if seed is not None:
             for key, v in seed[1].items():
                 st[key].copy_(v)
@@ -235,13 +321,32 @@ class AdamW(torch.optim.Optimizer):
                 "skip_nonfinite": self.skip_nonfinite, "seed": self.seed}
 
     def _uses_c(self, p):
-        if self.backend == "torch":
-            return False
-        if p.device.type != "cpu":
-            if self.backend == "c":
-                raise ValueError(f"{self._name(p)} is on {p.device}; backend='c' steps CPU tensors only")
-            return False
-        return True
+        """Whether libcollage steps p (else the torch lines); raises where neither can."""
+        if self.backend != "torch" and p.device.type == "cpu":
+            return True
+        if self.backend == "c":
+            raise ValueError(f"{self._name(p)} is on {p.device}; backend='c' steps CPU tensors only")
+        if p.device.type == "meta":
+            raise ValueError(f"{self._name(p)} is on the meta device, which holds no values: there is nothing to step "
+                             "(materialise the model first, e.g. model.to_empty(device='cpu') and load its weights)")
+        if self.strategy.name not in _lines.STRATEGY_LINES:
+            raise NotImplementedError(f"'{self.strategy.name}' has no torch lines yet: {self._name(p)} on {p.device} "
+                                      "cannot be stepped (on CPU, libcollage steps it: backend='auto')")
+        return False
+
+    def _checked_items(self):
+        """Every parameter with a gradient, checked before anything changes: (group index, p, grad, uses C).
+        Hyperparameters, parameters and gradients may have been changed since the groups were added."""
+        for gi, group in enumerate(self.param_groups):
+            self._check_hparams(group, f"param group {gi}")
+        items = []
+        for gi, group in enumerate(self.param_groups):
+            for pi, p in enumerate(group["params"]):
+                if p.grad is None:
+                    continue
+                self._check_param(p, self._names, (gi, pi))
+                items.append((gi, p, self._check_grad(p), self._uses_c(p)))
+        return items
 
     # ------------------------------------------------------------ the step
     @torch.no_grad()
@@ -250,36 +355,33 @@ class AdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        items = []  # (group index, p, grad, state, uses C)
-        for gi, group in enumerate(self.param_groups):
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                g = self._check_grad(p)
-                items.append((gi, p, g, self._init_state(p), self._uses_c(p)))
-        if not items:
+        checked = self._checked_items()
+        if not checked:
             return loss
+        every = [(gi, p, g, self._init_state(p), c) for gi, p, g, c in checked]
+        items = [it for it in every if it[1].numel()]  # a zero-size tensor has nothing to step: it counts the step
         sumsq = self._grad_sumsq(items) if (self.max_grad_norm or self.skip_nonfinite) else math.nan
         gnorm = math.sqrt(sumsq) if not math.isnan(sumsq) else math.nan
         stats = {"step": None, "skipped": False, "grad_norm": gnorm, "clip_coef": 1.0}
         if self.skip_nonfinite and not math.isfinite(sumsq):
-            stats.update(skipped=True, step=max(st["step"] for _, _, _, st, _ in items))
+            stats.update(skipped=True, step=max(st["step"] for _, _, _, st, _ in every))
             self.last_stats = stats
             return loss
         coef = 1.0
         if self.max_grad_norm and gnorm > self.max_grad_norm:
             coef = self.max_grad_norm / (gnorm + 1e-6)
         stats["clip_coef"] = coef
-        offsets, total = self._slab()
+        slab = self._slab()
         self._scalars = {}
-        c_parts = self._step_c([it for it in items if it[4]], sumsq, offsets, total)
+        c_parts = self._step_c([it for it in items if it[4]], sumsq, slab)
         parts = []
-        for gi, p, g, st, use_c in items:
-            part = c_parts[p] if use_c else self._step_torch(p, g, st, self.param_groups[gi], coef, offsets[p])
+        for gi, p, g, st, use_c in every:
+            if p.numel():
+                part = c_parts[p] if use_c else self._step_torch(p, g, st, self.param_groups[gi], coef, slab[p][0])
+                parts.append((gi, part))
             st["step"] += 1
             st["synced"] = True
-            parts.append((gi, part))
-        stats["step"] = max(st["step"] for _, _, _, st, _ in items)
+        stats["step"] = max(st["step"] for _, _, _, st, _ in every)
         if self.edq:
             stats["edq"] = _combine([q for _, q in parts])
             stats["groups"] = [_combine([q for gi, q in parts if gi == k]) for k in range(len(self.param_groups))]
@@ -312,7 +414,7 @@ class AdamW(torch.optim.Optimizer):
                 sums[p], at = flat_sums[at:at + nb], at + nb
         return _lines.add_in_order(b for _, p, _, _, _ in items for b in sums[p])  # slab order
 
-    def _step_c(self, items, sumsq, offsets, total):
+    def _step_c(self, items, sumsq, slab):
         """The CPU tensors' step: one libcollage optimizer each (built or rebuilt where needed), all
         stepped by one collage_adamw_step_many, so one team of threads takes every tensor's blocks.
         Returns each parameter's EDQ sums."""
@@ -324,8 +426,8 @@ class AdamW(torch.optim.Optimizer):
             group = self.param_groups[gi]
             hp = self._hparams(group)
             nat = self._native.get(p)
-            if nat is None or nat.key != _Native.key_of(p, st, self.strategy, hp, offsets[p], total):
-                nat = self._native[p] = _Native(self.strategy, p, st, hp, offsets[p], total)
+            if nat is None or nat.key != _Native.key_of(p, st, self.strategy, hp, *slab[p]):
+                nat = self._native[p] = _Native(self.strategy, p, st, hp, *slab[p])
             _lib.lib.collage_adamw_set_edq(nat.handle, int(self.edq))
             handles[j], grads[j], lrs[j] = nat.handle, g.data_ptr(), float(group["lr"])
         stats = (_lib.StepStats * k)()
@@ -338,9 +440,6 @@ class AdamW(torch.optim.Optimizer):
                 for (_, p, _, _, _), s in zip(items, stats)}
 
     def _step_torch(self, p, g, st, group, coef, index0):
-        if self.strategy.name not in _lines.STRATEGY_LINES:
-            raise NotImplementedError(f"'{self.strategy.name}' has no torch lines yet: {self._name(p)} on {p.device} "
-                                      "cannot be stepped (on CPU, libcollage steps it: backend='auto')")
         if not st["synced"]:
             self._sync_from_weights(p, st)
         b1, b2 = group["betas"]
@@ -375,6 +474,8 @@ class AdamW(torch.optim.Optimizer):
             if len(g["params"]) != len(sg["params"]):
                 raise ValueError(f"param group {k} has {len(g['params'])} parameters, the state dict's "
                                  f"{len(sg['params'])}")
+            self._check_hparams({**g, **{key: v for key, v in sg.items() if key != "params"}},
+                                f"the state dict's param group {k}")
             params += g["params"]
             saved_ids += sg["params"]
         new_state = {}
@@ -397,10 +498,13 @@ class AdamW(torch.optim.Optimizer):
         for w in self.strategy.state_words:
             if w.key not in saved:
                 raise ValueError(f"the state dict's entry for {self._name(p)} has no '{w.key}' ({w.role_name})")
-            v, want = saved[w.key], _dtype_of(w.format, self.strategy)
-            if not isinstance(v, torch.Tensor) or v.dtype != want or v.numel() != p.numel():
+            v, want, shape = saved[w.key], _dtype_of(w.format, self.strategy), _word_shape(w, p)
+            count = math.prod(shape)
+            if not isinstance(v, torch.Tensor) or v.dtype != want or v.numel() != count:
                 got = f"{v.dtype} with {v.numel()} elements" if isinstance(v, torch.Tensor) else type(v).__name__
+                layout = f" (the {p.numel()} codes padded to a multiple of 64, then {-(-p.numel() // w.block)} fp32 " \
+                         "block scales)" if w.block else ""
                 raise ValueError(f"the state dict's '{w.key}' of {self._name(p)} is {got}; '{self.strategy.name}' "
-                                 f"keeps it as {want} with {p.numel()} elements")
-            out[w.key] = v.detach().to(device=p.device, copy=True).reshape(p.shape).contiguous()
+                                 f"keeps it as {want} with {count} elements{layout}")
+            out[w.key] = v.detach().to(device=p.device, copy=True).reshape(shape).contiguous()
         return out
