@@ -249,13 +249,14 @@ static int model_open(bench_model_set *m, const char *preset, int B, int T, int 
     m->ref[1] = bf16_rate(&m->c, B * T, K, 3); /* the bf16 model's products alone: the reference of bf16 */
     if (!json && mlm) printf("%s: masked LM, %d of the %d positions scored, the head on those only\n", preset, K, B * T);
     if (!json)
-        printf("collage bench model: %s (%zu params), B = %d, T = %d, %d threads; median of %d steps after %d untimed,\n"
+        printf("collage bench model: %s (%zu params), B = %d, T = %d, %d thread%s; median of %d step%s after %d untimed,\n"
                "each strategy stepped in alternation with an fp32 model (vs fp32: against those fp32 steps)\n"
                "cpu: %s\nproducts of the model's shapes alone: OpenBLAS sgemm %.1f GFLOP/s, bf16 (%s) %.1f GFLOP/s\n"
                "of peak: the model's FLOP/s over its products' rate (sgemm for fp32, bf16 for the others); speed-up: over\n"
                "the fp32 steps; phases (median ms): forward includes zeroing the gradients, optimizer the clipping norm\n"
                "and EDQ; memory held (MiB): weights, optimizer state, gradients, activations, products' scratch, total\n\n",
-               preset, m->n, B, T, collage_get_threads(), steps, warmup, bench_cpu_name(), m->ref[0] * 1e-9,
+               preset, m->n, B, T, collage_get_threads(), collage_get_threads() == 1 ? "" : "s", steps, steps == 1 ? "" : "s",
+               warmup, bench_cpu_name(), m->ref[0] * 1e-9,
                collage_bf16_products(), m->ref[1] * 1e-9);
     fflush(stdout);
     if (bench_run_make(&m->f, COLLAGE_FP32, &m->c, m->w0, B, T, samples)) { model_close(m); return 1; }

@@ -1124,6 +1124,12 @@ static int prepare_out(const char *out) {
 int cmd_compare(int argc, char **argv) {
     compare_opts o;
     if (parse_compare(argc, argv, &o)) return 2;
+    const char *warmup = passed_value(&o, "--warmup");
+    if (warmup && atoi(warmup) > o.steps) { /* every run would refuse it; say so before any folder is made */
+        fprintf(stderr, "collage compare: --warmup %s is longer than --steps %d: the learning rate would never reach "
+                        "--lr\nhint: --warmup %d or less\n", warmup, o.steps, o.steps);
+        return 2;
+    }
     int nruns = o.n_strategies * o.n_beta2 * o.seeds;
     run_t *runs = calloc((size_t)nruns, sizeof *runs);
     if (!runs) return 1;

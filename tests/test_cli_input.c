@@ -274,8 +274,10 @@ static void test_resume_and_schedules(void) {
     snprintf(args, sizeof args, "%s --log %s", resume, log);
     done.args = args;
     run_case(&done, 1);
-    bad_case warm = {"train", TRAIN " --data TEXT --steps 5 --warmup 6", 2, {"--warmup 6 is longer than --steps 5"}};
-    run_case(&warm, 1);
+    bad_case warm[] = {{"train", TRAIN " --data TEXT --steps 5 --warmup 6", 2, {"--warmup 6 is longer than --steps 5"}},
+                       {"compare", "--out DIR/c --data TEXT --steps 5 --warmup 6", 2, {"--warmup 6 is longer than --steps 5"}}};
+    run_case(&warm[0], 1);
+    run_case(&warm[1], 1);
     /* --stop-after beyond --steps: a note, and the run stops at --steps */
     rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --steps 4 --stop-after 9 --log %s", g_bin, g_text, log);
     double loss[16];
