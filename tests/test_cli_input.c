@@ -143,6 +143,10 @@ static void test_output_names_the_data(void) {
     CHECK(rc == 0 && strstr(out, g_text), "eval: rc %d: %s", rc, out);
     rc = h_sh(out, sizeof out, "%s eval --checkpoint %s --data %s --batch 2 --seq 16 --batches 1 --json", g_bin, g_ck, g_text);
     CHECK(rc == 0 && strstr(out, "\"data\":\"") && strstr(out, g_text), "eval --json: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s compare --precision fp32 --beta2 0.95 --steps 1 --jobs 1 --threads 1 --data %s --out %s/cmp "
+              "--model tiny --layers 1 --dim 32 --heads 2 --batch 4 --seq 16", g_bin, g_text, g_dir);
+    CHECK(rc == 0 && strstr(out, "(1 strategies x 1 beta2 x 1 seeds) on ") && strstr(out, g_text), "compare: rc %d: %s", rc,
+          out);
     rc = h_sh(out, sizeof out, "%s tokenize --in %s --out %s/t.bin", g_bin, g_text, g_dir);
     CHECK(rc == 0 && strstr(out, g_text), "tokenize: rc %d: %s", rc, out);
     if (access("/usr/share/games/fortunes", R_OK) == 0) { /* the default corpus is named, with its folder */
@@ -304,6 +308,23 @@ static int count(const char *hay, const char *needle) {
     return n;
 }
 
+/* The collage processes below pid (mpirun's ranks): their count, their ids in out. */
+static int ranks_below(pid_t pid, pid_t *out, int cap, int depth) {
+    char path[128], buf[1024] = "", comm[64] = "";
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f) { buf[fread(buf, 1, sizeof buf - 1, f)] = 0; fclose(f); }
+    int n = 0;
+    for (char *s = NULL, *t = strtok_r(buf, " \n", &s); t && n < cap; t = strtok_r(NULL, " \n", &s)) {
+        pid_t c = (pid_t)atoi(t);
+        snprintf(path, sizeof path, "/proc/%d/comm", (int)c);
+        if ((f = fopen(path, "r"))) { comm[fread(comm, 1, sizeof comm - 1, f)] = 0; fclose(f); }
+        if (!strncmp(comm, "collage", 7)) out[n++] = c;
+        else if (depth < 3) n += ranks_below(c, out + n, cap - n, depth + 1);
+    }
+    return n;
+}
+
 static void test_mpi(void) {
     static char out[16384];
     h_sh(out, sizeof out, "%s --version", g_bin);
@@ -339,10 +360,14 @@ static void test_mpi(void) {
     }
     struct stat sb;
     for (int i = 0; i < 3000 && !(stat(log, &sb) == 0 && sb.st_size > 0); i++) usleep(10000);
-    kill(p, SIGTERM);
+    pid_t ranks[4]; /* SIGTERM to every rank, as a batch scheduler sends it */
+    int nr = ranks_below(p, ranks, 4, 0);
+    for (int i = 0; i < nr; i++) kill(ranks[i], SIGTERM);
+    if (nr < 2) kill(p, SIGTERM);
     waitpid(p, NULL, 0);
     size_t n = 0;
     char *text = (char *)h_read_file(outf, &n);
+    CHECK(nr == 2, "%d ranks found under mpirun", nr);
     CHECK(text && strstr(text, "interrupted by SIGTERM") && strstr(text, "to continue: mpirun -np 2 collage train --resume"),
           "SIGTERM under mpirun: %s", text ? text : "(no output)");
     free(text);
