@@ -39,10 +39,15 @@ static collage_model *load_model(const char *cmd, const char *arg, int maxB, int
     size_t n = collage_model_num_params(c);
     *params = malloc(n * sizeof(float));
     collage_model *m = NULL;
-    if (!*params || collage_model_load_file(path, c, *params, 0, err, sizeof err) != COLLAGE_OK ||
-        collage_model_create(c, COLLAGE_REAL_FP32, maxB, maxT, &m) != COLLAGE_OK) {
+    collage_status st = *params ? collage_model_load_file(path, c, *params, 0, err, sizeof err) : COLLAGE_ERR_NOMEM;
+    const int read = st == COLLAGE_OK;
+    if (read) st = collage_model_create(c, COLLAGE_REAL_FP32, maxB, maxT, &m);
+    if (st != COLLAGE_OK) {
+        if (read || !*params)
+            snprintf(err, sizeof err, "%s: a model of %zu parameters for batches of %d x %d", collage_status_str(st), n, maxB,
+                     maxT);
         fprintf(stderr, "collage %s: --checkpoint: cannot load '%s': %s\nhint: %s\n", cmd, path, err,
-                *params ? "the file is damaged, or not of a kind collage reads" : "a smaller --batch or --seq");
+                read || !*params ? "a smaller --batch or --seq" : "the file is damaged, or not of a kind collage reads");
         free(*params);
         *params = NULL;
         return NULL;

@@ -450,7 +450,8 @@ static int train_main(int argc, char **argv) {
 
 int cmd_train(int argc, char **argv) {
     if (dist_init(&argc, &argv) != 0) {
-        fprintf(stderr, "collage train: MPI could not start\n");
+        fprintf(stderr, "collage train: MPI could not start\nhint: check that mpirun --version runs; docs/training.md, "
+                        "\"Data parallel over MPI\"\n");
         return 1;
     }
     /* The library runs its matrix products as single-threaded BLAS tiles on its own threads; with
