@@ -21,11 +21,13 @@ static int g_own_error; /* this rank printed a failure of its own (not one learn
 int train_own_error(void) { return g_own_error; }
 
 /* A failure of the library's: printed by the rank it happened on; a rank that only learned of another
- * rank's failure (COLLAGE_ERR_PEER) leaves it to that rank, but for rank 0's one line saying so. */
-static void run_failed(collage_run *run, collage_status st, const char *what, int tty) {
-    if (st == COLLAGE_ERR_PEER && dist_rank() != 0) return;
+ * rank's failure (COLLAGE_ERR_PEER) leaves it to that rank, but for rank 0's one line saying so. 1 when
+ * printed (the caller adds the hint). */
+static int run_failed(collage_run *run, collage_status st, const char *what, int tty) {
+    if (st == COLLAGE_ERR_PEER && dist_rank() != 0) return 0;
     fprintf(stderr, "%scollage train: %s%s\n", tty ? "\n" : "", what, collage_run_error(run));
     g_own_error |= st != COLLAGE_ERR_PEER;
+    return 1;
 }
 
 static void on_signal(int sig) {
@@ -105,7 +107,7 @@ static int train_loop(collage_run *run, const train_opts *o, FILE *logf, run_tot
         collage_run_step_info s;
         collage_status st = collage_run_step(run, &s);
         if (st != COLLAGE_OK && st != COLLAGE_ERR_NONFINITE) {
-            run_failed(run, st, "", tty);
+            if (run_failed(run, st, "", tty)) intact_hint(o, "");
             return 1;
         }
         double ms = (cli_now() - t0) * 1e3, comm_ms = (dist_comm_seconds() - c0) * 1e3;
