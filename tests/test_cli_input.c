@@ -17,7 +17,7 @@
 
 #define TRAIN "--model tiny --layers 1 --dim 32 --heads 2 --batch 4 --seq 16 --threads 1"
 #define TRAIN_BERT "--model bert-tiny --layers 1 --dim 32 --heads 2 --batch 4 --seq 16 --threads 1"
-#define MPIRUN "timeout -k 10 120 mpirun --oversubscribe -x LSAN_OPTIONS -x ASAN_OPTIONS -np 2"
+#define MPIRUN "timeout -k 10 120 mpirun --oversubscribe -x LSAN_OPTIONS -x ASAN_OPTIONS -x PMIX_MCA_mca_base_component_disable_dlclose -np 2"
 
 static char g_bin[1024], g_dir[256], g_text[512], g_work[300], g_ck[300], g_bert[300], g_file[300], g_folder[300],
     g_missing[300];
