@@ -325,6 +325,8 @@ static int ranks_below(pid_t pid, pid_t *out, int cap, int depth) {
     return n;
 }
 
+static void mpi_cases(void);
+
 static void test_mpi(void) {
     static char out[16384];
     h_sh(out, sizeof out, "%s --version", g_bin);
@@ -332,7 +334,22 @@ static void test_mpi(void) {
         printf("    SKIP: %s without MPI or no mpirun: the MPI messages are not checked\n", g_bin);
         return;
     }
+    /* h_mpi_env sets the sanitizers' options for mpirun; the tests after this one get theirs back */
+    const char *lsan = getenv("LSAN_OPTIONS"), *asan = getenv("ASAN_OPTIONS");
+    char *lsan0 = lsan ? strdup(lsan) : NULL, *asan0 = asan ? strdup(asan) : NULL;
     h_mpi_env();
+    mpi_cases();
+    if (lsan0) setenv("LSAN_OPTIONS", lsan0, 1);
+    else unsetenv("LSAN_OPTIONS");
+    if (asan0) setenv("ASAN_OPTIONS", asan0, 1);
+    else unsetenv("ASAN_OPTIONS");
+    free(lsan0);
+    free(asan0);
+}
+
+/* Under mpirun -np 2: each error once, with one hint; a signal's resume command starts with mpirun. */
+static void mpi_cases(void) {
+    static char out[16384];
     static const struct { const char *args, *once; } cases[] = {
         {"--bogus 1", "unknown option '--bogus'"},
         {TRAIN " --steps 2 --data MISSING", "cannot open"},
