@@ -102,7 +102,7 @@ static int bench_convert(const bench_opts *o) {
     float *f32b = aligned_alloc(64, (n * 4 + 63) & ~(size_t)63);
     uint16_t *h = aligned_alloc(64, (n * 2 + 63) & ~(size_t)63);
     if (!f32 || !f32b || !h) {
-        fprintf(stderr, "collage bench: cannot allocate %zu MB\nhint: use a smaller --n\n", n * 10 >> 20);
+        fprintf(stderr, "collage bench convert: cannot allocate %zu MB\nhint: use a smaller --n\n", n * 10 >> 20);
         free(f32); free(f32b); free(h);
         return 1;
     }
@@ -155,11 +155,11 @@ static void bench_list(FILE *f) {
 
 static void bench_usage(FILE *f) {
     fprintf(f, "usage: collage bench convert [--n N] [--threads T] [--reps R] [--isa scalar|avx2|avx512] [--json]\n"
-               "  --n N        elements per array (default 32M; suffixes K, M, G)\n"
-               "  --threads T  also measure on T threads (default: all cores)\n"
-               "  --reps R     repetitions, the median is reported (default 7)\n"
-               "  --isa NAME   force an instruction set (default: the best the CPU has)\n"
-               "  --json       one JSON object per line\n");
+               "  --n N          elements per array (default 32M; suffixes K, M, G)\n"
+               "  --threads T    also measure on T threads (1 to 4 x the cores; default: all cores)\n"
+               "  --reps R       repetitions, the median is reported (default 7)\n"
+               "  --isa NAME     force an instruction set (default: the best the CPU has)\n"
+               "  --json         one JSON object per line\n");
 }
 
 /* ------------------------------------------------------------------ optimizer */
@@ -447,7 +447,7 @@ static int bench_optimizer(opt_bench *B) {
     float *a = aligned_alloc(64, (n * 4 + 63) & ~(size_t)63), *b = aligned_alloc(64, (n * 4 + 63) & ~(size_t)63);
     timed_opt master;
     if (!a || !b || timed_opt_make(&master, COLLAGE_BF16_MASTER, n, B->beta2, COLLAGE_TIE_PROOF_MIN)) {
-        fprintf(stderr, "collage bench: cannot allocate the bound's %zu MB and a bf16-master optimizer\n"
+        fprintf(stderr, "collage bench optimizer: cannot allocate the bound's %zu MB and a bf16-master optimizer\n"
                         "hint: use a smaller --params\n", n * 8 >> 20);
         free(a); free(b);
         return 1;
@@ -467,7 +467,7 @@ static int bench_optimizer(opt_bench *B) {
         if (B->only && strcmp(B->only, collage_strategy_name(s)) && s != COLLAGE_BF16_MASTER) continue;
         opt_times R = {0}, C = {0};
         if (opt_time(B, s, &bb, &master, &R, &C)) {
-            fprintf(stderr, "collage bench: cannot create a %s optimizer of %zu params (out of memory?)\n",
+            fprintf(stderr, "collage bench optimizer: cannot create a %s optimizer of %zu params (out of memory?)\nhint: a smaller --params\n",
                     collage_strategy_name(s), n);
             rc = 1;
             break;
@@ -484,15 +484,15 @@ static int bench_optimizer(opt_bench *B) {
 
 static void bench_opt_usage(FILE *f) {
     fprintf(f, "usage: collage bench optimizer [--params N] [--threads T] [--beta2 B] [--reps R] [--precision S] [--json]\n"
-               "  --params N   parameters (default 64M = 64,000,000; suffixes K, M, G are powers of 1000)\n"
-               "  --threads T  threads (default: all cores)\n"
-               "  --beta2 B    AdamW's beta2 (default 0.95; from 0.998046875 on, bf16(beta2) = 1 and collage-plus\n"
-               "               takes a loop with four fewer roundings)\n"
-               "  --reps R     rounds per strategy (bound, bf16-master step, EDQ-off and EDQ-on steps);\n"
-               "               the median of each is reported (default 5)\n"
-               "  --precision S only this strategy (and bf16-master, the reference); a composition too\n"
-               "               (default: every preset and the 8-bit compositions of compare's frontier)\n"
-               "  --json       one JSON object per line per strategy\n");
+               "  --params N      parameters (default 64M = 64,000,000; suffixes K, M, G are powers of 1000)\n"
+               "  --threads T     threads (1 to 4 x the cores; default: all cores)\n"
+               "  --beta2 B       AdamW's beta2 in (0, 1) (default 0.95; from 0.998046875 on, bf16(beta2) = 1 and\n"
+               "                  collage-plus takes a loop with four fewer roundings)\n"
+               "  --reps R        rounds per strategy (bound, bf16-master step, EDQ-off and EDQ-on steps);\n"
+               "                  the median of each is reported (default 5)\n"
+               "  --precision S   only this strategy (and bf16-master, the reference); a composition too\n"
+               "                  (default: every preset and the 8-bit compositions of compare's frontier)\n"
+               "  --json          one JSON object per line per strategy\n");
 }
 
 static int cmd_bench_optimizer(int argc, char **argv) {
@@ -502,12 +502,15 @@ static int cmd_bench_optimizer(int argc, char **argv) {
     const char *only = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--params")) { if (cli_parse_size(a, v, &n)) return 2; i++; }
+        if (!strcmp(a, "--params")) { if (cli_parse_size("bench optimizer", a, v, &n)) return 2; i++; }
         else if (!strcmp(a, "--threads")) { if (cli_parse_threads("bench optimizer", v, &threads)) return 2; i++; }
         else if (!strcmp(a, "--reps")) { if (cli_parse_range("bench optimizer", a, v, 1, INT_MAX, &reps)) return 2; i++; }
         else if (!strcmp(a, "--beta2")) {
-            if (cli_parse_double(a, v, &beta2)) return 2;
-            if (!(beta2 > 0 && beta2 < 1)) { fprintf(stderr, "collage bench: --beta2 must lie in (0, 1), got %s\n", v); return 2; }
+            if (cli_parse_double("bench optimizer", a, v, &beta2)) return 2;
+            if (!(beta2 > 0 && beta2 < 1)) {
+                fprintf(stderr, "collage bench optimizer: --beta2 %s: it takes a number in (0, 1)\nhint: collage bench optimizer --help\n", v);
+                return 2;
+            }
             i++;
         }
         else if (!strcmp(a, "--precision") || !strcmp(a, "--strategy")) {
@@ -517,9 +520,9 @@ static int cmd_bench_optimizer(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { bench_opt_usage(stdout); return 0; }
-        else { fprintf(stderr, "collage bench optimizer: unknown option '%s'\n", a); bench_opt_usage(stderr); return 2; }
+        else { cli_unknown("bench optimizer", a); return 2; }
     }
-    if (n == 0) { fprintf(stderr, "collage bench optimizer: --params 0: it takes 1 or more\n"); return 2; }
+    if (n == 0) { fprintf(stderr, "collage bench optimizer: --params 0: it takes 1 or more\nhint: collage bench optimizer --help\n"); return 2; }
     opt_bench B = {.n = n, .threads = threads, .reps = reps, .json = json, .beta2 = beta2, .only = only};
     return bench_optimizer(&B);
 }
@@ -531,29 +534,28 @@ int cmd_bench(int argc, char **argv) {
     if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) { bench_list(argc < 1 ? stderr : stdout); return argc < 1 ? 2 : 0; }
     bench_opts o = {.n = (size_t)32 << 20, .reps = 7, .json = 0, .max_threads = collage_get_threads()};
     if (strcmp(argv[0], "convert") != 0) {
-        fprintf(stderr, "collage bench: unknown benchmark '%s'\n", argv[0]);
-        bench_list(stderr);
+        fprintf(stderr, "collage bench: unknown benchmark '%s'\nhint: convert, optimizer or model (collage bench --help)\n", argv[0]);
         return 2;
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--n")) { if (cli_parse_size(a, v, &o.n)) return 2; i++; }
+        if (!strcmp(a, "--n")) { if (cli_parse_size("bench convert", a, v, &o.n)) return 2; i++; }
         else if (!strcmp(a, "--threads")) { if (cli_parse_threads("bench convert", v, &o.max_threads)) return 2; i++; }
         else if (!strcmp(a, "--reps")) { if (cli_parse_range("bench convert", a, v, 1, INT_MAX, &o.reps)) return 2; i++; }
         else if (!strcmp(a, "--json")) o.json = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { bench_usage(stdout); return 0; }
         else if (!strcmp(a, "--isa")) {
             collage_isa isa = COLLAGE_ISA_AUTO;
-            if (!v) { fprintf(stderr, "collage bench: --isa needs a value\n"); return 2; }
+            if (!v) { cli_needs_value("bench convert", a); return 2; }
             for (int k = COLLAGE_ISA_SCALAR; k <= COLLAGE_ISA_AVX512; k++)
                 if (!strcmp(v, collage_isa_name((collage_isa)k))) isa = (collage_isa)k;
             if (isa == COLLAGE_ISA_AUTO || collage_set_isa(isa) != COLLAGE_OK) {
-                fprintf(stderr, "collage bench: --isa %s is unknown or unsupported on this CPU\nhint: use scalar, avx2 or avx512\n", v);
+                fprintf(stderr, "collage bench convert: --isa %s is unknown or unsupported on this CPU\nhint: scalar, avx2 or avx512\n", v);
                 return 2;
             }
             i++;
-        } else { fprintf(stderr, "collage bench: unknown option '%s'\n", a); bench_usage(stderr); return 2; }
+        } else { cli_unknown("bench convert", a); return 2; }
     }
-    if (o.n == 0) { fprintf(stderr, "collage bench convert: --n 0: it takes 1 or more\n"); return 2; }
+    if (o.n == 0) { fprintf(stderr, "collage bench convert: --n 0: it takes 1 or more\nhint: collage bench convert --help\n"); return 2; }
     return bench_convert(&o);
 }

@@ -129,7 +129,7 @@ static int bench_run_make(bench_run *r, collage_strategy s, const collage_model_
     r->t[0] = malloc(sizeof(double) * 4 * (size_t)samples);
     if (!r->t[0] || collage_model_create(c, s == COLLAGE_FP32 ? COLLAGE_REAL_FP32 : COLLAGE_REAL_BF16, B, T, &r->m) != COLLAGE_OK ||
         collage_adamw_create(&ac, &r->opt) != COLLAGE_OK) {
-        fprintf(stderr, "collage bench: cannot create the %s model (out of memory?)\n", collage_strategy_name(s));
+        fprintf(stderr, "collage bench model: cannot create the %s model (out of memory?)\nhint: a smaller --batch or --seq\n", collage_strategy_name(s));
         bench_run_free(r);
         return 1;
     }
@@ -221,10 +221,14 @@ static int model_open(bench_model_set *m, const char *preset, int B, int T, int 
     m->preset = preset;
     char msg[256];
     if (collage_model_preset(preset, &m->c) != COLLAGE_OK) {
-        fprintf(stderr, "collage bench: unknown --model '%s'\nhint: one of %s\n", preset, cli_preset_names(", "));
+        fprintf(stderr, "collage bench model: unknown --model '%s'\nhint: one of %s\n", preset, cli_preset_names(", "));
         return 2;
     }
-    if (collage_model_check(&m->c, B, T, msg, sizeof msg) != COLLAGE_OK) { fprintf(stderr, "collage bench: %s\n", msg); return 2; }
+    if (collage_model_check(&m->c, B, T, msg, sizeof msg) != COLLAGE_OK) {
+        fprintf(stderr, "collage bench model: --model %s with --batch %d --seq %d: %s\nhint: --seq %d or less (the "
+                        "model's context)\n", preset, B, T, msg, m->c.max_seq_len);
+        return 2;
+    }
     m->n = collage_model_num_params(&m->c);
     m->w0 = malloc(m->n * sizeof(float));
     m->in = malloc(sizeof(int32_t) * (size_t)B * T);
@@ -245,13 +249,14 @@ static int model_open(bench_model_set *m, const char *preset, int B, int T, int 
     m->ref[1] = bf16_rate(&m->c, B * T, K, 3); /* the bf16 model's products alone: the reference of bf16 */
     if (!json && mlm) printf("%s: masked LM, %d of the %d positions scored, the head on those only\n", preset, K, B * T);
     if (!json)
-        printf("collage bench model: %s (%zu params), B = %d, T = %d, %d threads; median of %d steps after %d untimed,\n"
+        printf("collage bench model: %s (%zu params), B = %d, T = %d, %d thread%s; median of %d step%s after %d untimed,\n"
                "each strategy stepped in alternation with an fp32 model (vs fp32: against those fp32 steps)\n"
                "cpu: %s\nproducts of the model's shapes alone: OpenBLAS sgemm %.1f GFLOP/s, bf16 (%s) %.1f GFLOP/s\n"
                "of peak: the model's FLOP/s over its products' rate (sgemm for fp32, bf16 for the others); speed-up: over\n"
                "the fp32 steps; phases (median ms): forward includes zeroing the gradients, optimizer the clipping norm\n"
                "and EDQ; memory held (MiB): weights, optimizer state, gradients, activations, products' scratch, total\n\n",
-               preset, m->n, B, T, collage_get_threads(), steps, warmup, bench_cpu_name(), m->ref[0] * 1e-9,
+               preset, m->n, B, T, collage_get_threads(), collage_get_threads() == 1 ? "" : "s", steps, steps == 1 ? "" : "s",
+               warmup, bench_cpu_name(), m->ref[0] * 1e-9,
                collage_bf16_products(), m->ref[1] * 1e-9);
     fflush(stdout);
     if (bench_run_make(&m->f, COLLAGE_FP32, &m->c, m->w0, B, T, samples)) { model_close(m); return 1; }
@@ -319,7 +324,7 @@ static int bench_model(const char *const *presets, int nm, int B, int T, int ste
     if (only) {
         collage_strategy s;
         if (collage_strategy_parse(only, &s) != COLLAGE_OK) {
-            fprintf(stderr, "collage bench: unknown --precision '%s'\nhint: one of %s\n", only, cli_strategy_names(", ", 0));
+            fprintf(stderr, "collage bench model: unknown --precision '%s'\nhint: one of %s\n", only, cli_strategy_names(", ", 0));
             return 2;
         }
         if (s != COLLAGE_FP32) chosen[nl++] = s;
@@ -380,20 +385,26 @@ int cmd_bench_model(int argc, char **argv) {
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: collage bench model [--model PRESET[,PRESET...]] [--batch B] [--seq T] [--steps N] [--warmup W] "
                    "[--precision S] [--threads N] [--json]\n"
-                   "  each strategy is stepped in alternation with an fp32 model; N timed steps after W untimed\n"
-                   "  (defaults: gpt2, 4 x 64, 5 steps, 3 untimed, all cores; --precision: fp32 and that one only)\n"
-                   "  several presets (up to %d): stepped in alternation, their FLOP/s compared with the first's\n"
-                   "  presets: %s\n", MAX_MODELS, cli_preset_names(", "));
+                   "each strategy is stepped in alternation with an fp32 model\n"
+                   "  --model P[,P]   presets (default gpt2); several (up to %d): stepped in alternation, their FLOP/s\n"
+                   "                  compared with the first's; presets: %s\n"
+                   "  --batch B --seq T   sequences per step and their length, T at most the model's context\n"
+                   "                  (default 4 x 64)\n"
+                   "  --steps N       timed steps (default 5)\n"
+                   "  --warmup W      untimed steps before them (default 3)\n"
+                   "  --precision S   fp32 and this strategy only (default: every strategy)\n"
+                   "  --threads N     threads (1 to 4 x the cores; default: all cores)\n"
+                   "  --json          one JSON object per line\n", MAX_MODELS, cli_preset_names(", "));
             return 0;
         } else {
-            fprintf(stderr, "collage bench model: unknown option '%s'\nhint: collage bench model --help\n", a);
+            cli_unknown("bench model", a);
             return 2;
         }
         if (bad) return 2;
-        if (!v) { fprintf(stderr, "collage bench: %s needs a value\n", a); return 2; }
+        if (!v) { cli_needs_value("bench model", a); return 2; }
         i++;
     }
-    if (!preset) { fprintf(stderr, "collage bench model: --model needs a value\n"); return 2; }
+    if (!preset) { cli_needs_value("bench model", "--model"); return 2; }
     char names[256];
     const char *presets[MAX_MODELS];
     const int nm = split_models(preset, names, sizeof names, presets);

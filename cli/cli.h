@@ -12,10 +12,18 @@ int cmd_export(int argc, char **argv);
 int cmd_fill(int argc, char **argv);
 int collage_cli_tokenize(int argc, char **argv);
 
-/* Parse a non-negative integer / a double for flag `flag`; on error print a hint and return -1. */
-int cli_parse_size(const char *flag, const char *s, size_t *out);
-int cli_parse_int(const char *flag, const char *s, int *out);
-int cli_parse_double(const char *flag, const char *s, double *out); /* finite */
+/* Every message of command cmd ("train", "bench model") starts "collage CMD: ", names the flag and the
+ * problem, and is followed by a "hint: " line; a bad flag exits with 2, a bad file or a failed run with 1. */
+/* Parse a non-negative integer / a double for flag `flag` of command cmd; -1 after a message. */
+int cli_parse_size(const char *cmd, const char *flag, const char *s, size_t *out);
+int cli_parse_int(const char *cmd, const char *flag, const char *s, int *out);
+int cli_parse_double(const char *cmd, const char *flag, const char *s, double *out); /* finite */
+/* "FLAG needs a value" / "unknown option ARG", with the hint; both return -1. */
+int cli_needs_value(const char *cmd, const char *flag);
+int cli_unknown(const char *cmd, const char *arg);
+/* A path given to flag: -1 after a message when it is missing or empty (an unset variable must not
+ * mean the current folder, the root or the default corpus). */
+int cli_path(const char *cmd, const char *flag, const char *v);
 double cli_now(void);
 /* An integer flag of command cmd in [min, max] (max INT_MAX: no bound); -1 after a message naming
  * the flag, the value and the range. */
@@ -35,8 +43,12 @@ const char *cli_preset_names(const char *sep);
 /* The hint after a checkpoint that cannot be read (export, eval, sample, fill). */
 #define CLI_CHECKPOINT_HINT "--checkpoint takes a model file (llm.c GPT-2, llama2.c, collbert) or a folder written by " \
                             "train --save; a damaged checkpoint's older one is in the same run folder (step-N)"
+/* A flag of `collage train` (compare passes them on): 1 when it takes a value, 0 when bare, -1 unknown. */
+int cli_train_flag(const char *flag);
 /* What the user can do about a failed library call, by its status (one line, no newline). */
 const char *cli_hint(collage_status st);
-/* mkdir -p: create path and every missing folder above it; 0 or -1 with errno. */
+/* The data a command reads, for its header: the --data path, or the default corpus and its folder. */
+const char *cli_data_name(const char *path);
+/* mkdir -p: create path and every missing folder above it; 0, or -1 with errno (ENOTDIR: path is a file). */
 int cli_mkdir_p(const char *path);
 #endif

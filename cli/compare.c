@@ -2,7 +2,7 @@
  * combination is trained by a child `collage train` on the same data, the same initial weights and the
  * same batch order, so that runs differ only in precision; runs go side by side, one thread each, and a
  * finished run (its summary.json, with the same arguments) is never redone. The results become
- * results.csv, report.md and three gnuplot PNGs in --out. */
+ * results.csv, report.md and four gnuplot PNGs in --out. */
 #include "cli.h"
 #include "collage_data.h" /* collage_atomic_*: every output file is written to a temporary name, then renamed */
 #include <errno.h>
@@ -67,6 +67,8 @@ static void compare_usage(FILE *f) {
             "  --jobs J            runs side by side (default: the number of cores)\n"
             "  --threads T         threads per run (default: cores / jobs)\n"
             "  --eval-every N      validation interval (default steps/20)\n"
+            "  --seed N            the first run's --seed (default 1337): the same initial weights and batch\n"
+            "                      order for every strategy and beta2\n"
             "Other flags go to `collage train` unchanged; the defaults, docs/training.md:\n"
             "  --model tiny (2 layers, width 128, 4 heads), --seq 64, --batch 16, --lr 3e-4, warm-up steps/20,\n"
             "  --wd 0.1, --clip 1.0, --eps 1e-8 (1e-4 for the strategies with fp16 arithmetic, which refuse an\n"
@@ -103,7 +105,11 @@ static int parse_strategies(const char *v, compare_opts *o) {
             snprintf(names[k] + len, sizeof names[k] - len, ",%s", t);
             continue;
         }
-        if (++k >= MAX_STRATEGIES) { fprintf(stderr, "collage compare: at most %d strategies in --precision\n", MAX_STRATEGIES); return -1; }
+        if (++k >= MAX_STRATEGIES) {
+            fprintf(stderr, "collage compare: --precision: at most %d strategies\nhint: two compare runs into one --out\n",
+                    MAX_STRATEGIES);
+            return -1;
+        }
         snprintf(names[k], sizeof names[k], "%s", t);
     }
     for (int i = 0; i <= k; i++) {
@@ -114,10 +120,16 @@ static int parse_strategies(const char *v, compare_opts *o) {
             return -1;
         }
         for (int j = 0; j < o->n_strategies; j++)
-            if (o->strategies[j] == s) { fprintf(stderr, "collage compare: '%s' appears twice in --precision\n", names[i]); return -1; }
+            if (o->strategies[j] == s) {
+                fprintf(stderr, "collage compare: --precision: '%s' appears twice\nhint: name each strategy once\n", names[i]);
+                return -1;
+            }
         o->strategies[o->n_strategies++] = s;
     }
-    if (!o->n_strategies) { fprintf(stderr, "collage compare: --precision lists no strategy\n"); return -1; }
+    if (!o->n_strategies) {
+        fprintf(stderr, "collage compare: --precision lists no strategy\nhint: e.g. --precision bf16,collage-light\n");
+        return -1;
+    }
     return 0;
 }
 
@@ -137,18 +149,19 @@ static int parse_beta2(const char *v, compare_opts *o) {
         char *end;
         double b = strtod(t, &end);
         if (*end || end == t || !(b > 0 && b < 1)) {
-            fprintf(stderr, "collage compare: --beta2 expects numbers in (0, 1) separated by commas, got '%s'\n", t);
+            fprintf(stderr, "collage compare: --beta2 expects numbers in (0, 1) separated by commas, got '%s'\nhint: e.g. "
+                            "--beta2 0.95,0.999\n", t);
             return -1;
         }
-        if (o->n_beta2 == MAX_BETA2) { fprintf(stderr, "collage compare: at most %d values of --beta2\n", MAX_BETA2); return -1; }
+        if (o->n_beta2 == MAX_BETA2) {
+            fprintf(stderr, "collage compare: --beta2: at most %d values\nhint: fewer values\n", MAX_BETA2);
+            return -1;
+        }
         o->beta2[o->n_beta2++] = b;
     }
-    if (!o->n_beta2) { fprintf(stderr, "collage compare: --beta2 lists no value\n"); return -1; }
+    if (!o->n_beta2) { fprintf(stderr, "collage compare: --beta2 lists no value\nhint: e.g. --beta2 0.95,0.999\n"); return -1; }
     return 0;
 }
-
-/* Flags of `collage train` that take no value; every other passed-through flag takes one. */
-static int train_flag_is_bare(const char *a) { return !strcmp(a, "--quiet"); }
 
 static int parse_compare(int argc, char **argv, compare_opts *o) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -167,11 +180,23 @@ static int parse_compare(int argc, char **argv, compare_opts *o) {
         }
         if (!strcmp(a, "--save") || !strcmp(a, "--resume") || !strcmp(a, "--log") || !strcmp(a, "--summary") ||
             !strcmp(a, "--stop-after")) {
-            fprintf(stderr, "collage compare: %s is set by compare for each run (its files live in --out)\n", a);
+            fprintf(stderr, "collage compare: %s is set by compare for each run (its files live in --out)\nhint: drop %s; "
+                            "rerunning the same command continues the unfinished runs\n", a, a);
             return -1;
         }
-        if (train_flag_is_bare(a)) continue; /* compare's children are quiet already */
-        if (!v) { fprintf(stderr, "collage compare: %s needs a value\n", a); return -1; }
+        const int own = !strcmp(a, "--precision") || !strcmp(a, "--beta2") || !strcmp(a, "--seeds") || !strcmp(a, "--steps") ||
+                        !strcmp(a, "--jobs") || !strcmp(a, "--threads") || !strcmp(a, "--eval-every") ||
+                        !strcmp(a, "--seed") || !strcmp(a, "--out");
+        const int kind = own ? 1 : cli_train_flag(a);
+        if (kind < 0) return cli_unknown("compare", a);
+        if (kind == 0) continue; /* --quiet, --overwrite: compare's children are quiet and write their own folders */
+        if (!v) return cli_needs_value("compare", a);
+        if (!strcmp(a, "--out") || !strcmp(a, "--data") || !strcmp(a, "--init")) bad = cli_path("compare", a, v);
+        else if (!v[0]) {
+            fprintf(stderr, "collage compare: %s '': an empty value (an unset variable?)\nhint: collage compare --help\n", a);
+            return -1;
+        }
+        if (bad) return -1;
         if (!strcmp(a, "--precision")) bad = parse_strategies(v, o);
         else if (!strcmp(a, "--beta2")) bad = parse_beta2(v, o);
         else if (!strcmp(a, "--seeds")) bad = cli_parse_range("compare", a, v, 1, MAX_SEEDS, &o->seeds);
@@ -179,10 +204,13 @@ static int parse_compare(int argc, char **argv, compare_opts *o) {
         else if (!strcmp(a, "--jobs")) bad = cli_parse_range("compare", a, v, 1, 1024, &o->jobs);
         else if (!strcmp(a, "--threads")) bad = cli_parse_threads("compare", v, &o->threads);
         else if (!strcmp(a, "--eval-every")) bad = cli_parse_range("compare", a, v, 1, INT_MAX, &o->eval_every);
-        else if (!strcmp(a, "--seed")) { bad = cli_parse_size(a, v, &z); o->seed = z; }
+        else if (!strcmp(a, "--seed")) { bad = cli_parse_size("compare", a, v, &z); o->seed = z; }
         else if (!strcmp(a, "--out")) o->out = v;
         else {
-            if (o->n_pass + 2 > MAX_PASS) { fprintf(stderr, "collage compare: too many flags\n"); return -1; }
+            if (o->n_pass + 2 > MAX_PASS) {
+                fprintf(stderr, "collage compare: %s: too many flags for train (at most %d)\nhint: fewer flags\n", a, MAX_PASS / 2);
+                return -1;
+            }
             o->pass[o->n_pass++] = a;
             o->pass[o->n_pass++] = v;
         }
@@ -195,12 +223,15 @@ static int parse_compare(int argc, char **argv, compare_opts *o) {
     return 0;
 }
 
-/* The flags given to compare take precedence over its §6 defaults. */
-static int passed(const compare_opts *o, const char *flag) {
+/* The value of a train flag given to compare (the last one), NULL when not given; given flags take
+ * precedence over compare's §6 defaults. */
+static const char *passed_value(const compare_opts *o, const char *flag) {
+    const char *v = NULL;
     for (int i = 0; i < o->n_pass; i += 2)
-        if (!strcmp(o->pass[i], flag)) return 1;
-    return 0;
+        if (!strcmp(o->pass[i], flag)) v = o->pass[i + 1];
+    return v;
 }
+static int passed(const compare_opts *o, const char *flag) { return passed_value(o, flag) != NULL; }
 
 #define MAX_ARGV 96
 #define FP16_EPS "1e-4"
@@ -1108,6 +1139,12 @@ static int prepare_out(const char *out) {
 int cmd_compare(int argc, char **argv) {
     compare_opts o;
     if (parse_compare(argc, argv, &o)) return 2;
+    const char *warmup = passed_value(&o, "--warmup");
+    if (warmup && atoi(warmup) > o.steps) { /* every run would refuse it; say so before any folder is made */
+        fprintf(stderr, "collage compare: --warmup %s is longer than --steps %d: the learning rate would never reach "
+                        "--lr\nhint: --warmup %d or less\n", warmup, o.steps, o.steps);
+        return 2;
+    }
     int nruns = o.n_strategies * o.n_beta2 * o.seeds;
     run_t *runs = calloc((size_t)nruns, sizeof *runs);
     if (!runs) return 1;
@@ -1116,12 +1153,16 @@ int cmd_compare(int argc, char **argv) {
         size_t len = strlen(cmdline);
         snprintf(cmdline + len, sizeof cmdline - len, " %s", argv[i]);
     }
-    if (prepare_out(o.out)) { free(runs); return 1; }
     sched_t S = {.tty = isatty(1)};
-    if (plan_runs(&o, runs, &S.finished)) { fprintf(stderr, "collage compare: too many flags\n"); free(runs); return 2; }
-    printf("collage compare: %d runs (%d strategies x %d beta2 x %d seeds), %d steps each, %d side by side with %d thread%s each; "
-           "%d already finished in %s/\n",
-           nruns, o.n_strategies, o.n_beta2, o.seeds, o.steps, o.jobs, o.threads, o.threads > 1 ? "s" : "", S.finished, o.out);
+    if (plan_runs(&o, runs, &S.finished)) {
+        fprintf(stderr, "collage compare: a flag's value is too long for a run's command line\nhint: shorter paths\n");
+        free(runs);
+        return 2;
+    }
+    if (prepare_out(o.out)) { free(runs); return 1; }
+    printf("collage compare: %d runs (%d strategies x %d beta2 x %d seeds) on %s, %d steps each, %d side by side with %d "
+           "thread%s each; %d already finished in %s/\n", nruns, o.n_strategies, o.n_beta2, o.seeds,
+           cli_data_name(passed_value(&o, "--data")), o.steps, o.jobs, o.threads, o.threads > 1 ? "s" : "", S.finished, o.out);
     fflush(stdout);
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);

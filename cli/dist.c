@@ -7,12 +7,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #ifdef COLLAGE_MPI
 #include <mpi.h>
 #endif
 
 static int g_rank = 0, g_size = 1;
 static double g_comm;
+
+const char *dist_launcher(void) {
+    static char buf[64];
+    if (!dist_mpi() || g_size < 2) return "";
+    snprintf(buf, sizeof buf, "mpirun -np %d ", g_size);
+    return buf;
+}
 
 int dist_rank(void) { return g_rank; }
 int dist_size(void) { return g_size; }
@@ -65,6 +73,40 @@ static int *ints(const size_t *a, const size_t *b, const size_t *c, const size_t
     return v;
 }
 
+static int g_saved_fd = -1; /* a held rank's own stderr */
+static FILE *g_held;        /* what it printed meanwhile */
+
+void dist_hold_errors(void) {
+    if (!g_on || g_size < 2 || g_rank == 0 || g_saved_fd >= 0 || !(g_held = tmpfile())) return;
+    fflush(stderr);
+    g_saved_fd = dup(2);
+    if (g_saved_fd < 0 || dup2(fileno(g_held), 2) < 0) {
+        if (g_saved_fd >= 0) close(g_saved_fd);
+        g_saved_fd = -1;
+        fclose(g_held);
+        g_held = NULL;
+    }
+}
+
+int dist_release_errors(int own) {
+    int first = own ? g_rank : INT_MAX; /* the lowest rank that failed by itself */
+    if (g_on) TIMED(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    if (g_saved_fd < 0) return first != INT_MAX;
+    fflush(stderr);
+    dup2(g_saved_fd, 2);
+    close(g_saved_fd);
+    g_saved_fd = -1;
+    if (first == g_rank) {
+        char buf[4096];
+        size_t n;
+        rewind(g_held);
+        while ((n = fread(buf, 1, sizeof buf, g_held)) > 0) fwrite(buf, 1, n, stderr);
+    }
+    fclose(g_held);
+    g_held = NULL;
+    return first != INT_MAX;
+}
+
 static int mpi_any(void *ctx, int flag) { (void)ctx; return dist_any(flag); }
 static int mpi_allgather(void *ctx, const void *mine, size_t k, size_t elsize, void *out) {
     (void)ctx;
@@ -109,4 +151,6 @@ int dist_mpi(void) { return 0; }
 int dist_built_with_mpi(void) { return 0; }
 int dist_any(int failed) { return failed != 0; }
 const collage_comm *dist_comm(void) { return NULL; }
+void dist_hold_errors(void) {}
+int dist_release_errors(int own) { return own != 0; }
 #endif

@@ -19,6 +19,15 @@ int    dist_built_with_mpi(void);          /* 1 when built with MPI (COLLAGE_MPI
 int    dist_any(int failed);
 /* The transport for collage_run_create: NULL for one process. */
 const collage_comm *dist_comm(void);
+/* One message per failure under mpirun, as docs/training.md says: from dist_hold_errors on, what a rank
+ * other than 0 writes to stderr is held (in a temporary file) while rank 0 prints as it goes; every rank
+ * then calls dist_release_errors at the same point, with own = 1 when it printed a failure of its own
+ * (not one it learned of from another rank), and the lowest such rank's messages are printed; the other
+ * ranks' copies are dropped. Returns whether any rank failed by itself. Without MPI: nothing is held. */
+void   dist_hold_errors(void);
+int    dist_release_errors(int own);
+/* "mpirun -np N " under mpirun with N > 1 ranks, else "": the start of a command that resumes the run. */
+const char *dist_launcher(void);
 /* Seconds spent inside communication calls since the start. */
 double dist_comm_seconds(void);
 #endif

@@ -2,6 +2,7 @@
  * Hugging Face class's names and orientation plus its config.json (collage_model_export_safetensors). */
 #include "cli.h"
 #include "collage_run.h"
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,26 +15,27 @@ static int parse_export(int argc, char **argv, export_opts *o) {
     *o = (export_opts){.format = "safetensors"};
     for (int i = 0; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf(EXPORT_USAGE
-                   "  --checkpoint PATH  a model file (llm.c format) or a folder written by train --save\n"
-                   "  --out DIR          where model.safetensors and config.json go (created if missing)\n"
-                   "  --format F         safetensors (the only one; Hugging Face's names and layout)\n"
-                   "  --dtype D          bf16 or fp32 (default: the checkpoint's own; fp32 to bf16 rounds to nearest)\n");
-            exit(0);
+                   "  --checkpoint PATH   a model file (llm.c GPT-2, llama2.c, collbert) or a folder written by\n"
+                   "                      train --save (its newest checkpoint)\n"
+                   "  --out DIR           where model.safetensors and config.json go (created if missing)\n"
+                   "  --format F          safetensors (the only one; Hugging Face's names and layout: GPT2LMHeadModel,\n"
+                   "                      LlamaForCausalLM, BertForMaskedLM)\n"
+                   "  --dtype D           bf16 or fp32 (default: the checkpoint's own; fp32 to bf16 rounds to nearest)\n");
+            return 1;
         }
-        if (!strcmp(a, "--checkpoint")) o->ck = v;
-        else if (!strcmp(a, "--out")) o->out = v;
+        if (!strcmp(a, "--checkpoint")) bad = cli_path("export", a, o->ck = v);
+        else if (!strcmp(a, "--out")) bad = cli_path("export", a, o->out = v);
         else if (!strcmp(a, "--format")) o->format = v;
         else if (!strcmp(a, "--dtype")) o->dtype = v;
-        else {
-            fprintf(stderr, "collage export: unknown option '%s'\n" EXPORT_USAGE, a);
-            return -1;
-        }
-        if (!v) { fprintf(stderr, "collage export: %s needs a value\n", a); return -1; }
+        else return cli_unknown("export", a);
+        if (bad) return -1;
+        if (!v) return cli_needs_value("export", a);
     }
     if (!o->ck || !o->out) {
-        fprintf(stderr, "collage export: %s is required\n" EXPORT_USAGE, !o->ck ? "--checkpoint PATH" : "--out DIR");
+        fprintf(stderr, "collage export: %s is required\nhint: " EXPORT_USAGE, !o->ck ? "--checkpoint PATH" : "--out DIR");
         return -1;
     }
     if (strcmp(o->format, "safetensors")) {
@@ -49,25 +51,26 @@ static int parse_export(int argc, char **argv, export_opts *o) {
 
 int cmd_export(int argc, char **argv) {
     export_opts o;
-    if (parse_export(argc, argv, &o)) return 2;
+    int pr = parse_export(argc, argv, &o);
+    if (pr) return pr > 0 ? 0 : 2;
     char path[4096], err[1024] = "";
     collage_checkpoint_model_path(o.ck, path, sizeof path); /* read_header checks a checkpoint's file */
     collage_model_config c;
     int file_bf16 = 0;
     if (collage_model_read_header(path, &c, &file_bf16, err, sizeof err) != COLLAGE_OK) {
-        fprintf(stderr, "collage export: %s\nhint: " CLI_CHECKPOINT_HINT "\n", err);
+        fprintf(stderr, "collage export: --checkpoint: %s\nhint: " CLI_CHECKPOINT_HINT "\n", err);
         return 1;
     }
     const int bf16 = o.dtype ? !strcmp(o.dtype, "bf16") : file_bf16;
     const size_t n = collage_model_num_params(&c);
     void *params = malloc(n * (bf16 ? 2 : 4));
     if (!params) {
-        fprintf(stderr, "collage export: no memory for the %zu parameters of '%s'\n", n, path);
+        fprintf(stderr, "collage export: no memory for the %zu parameters of '%s'\nhint: --dtype bf16 halves it\n", n, path);
         return 1;
     }
     collage_status st = collage_model_load_file(path, &c, params, bf16, err, sizeof err);
     if (st == COLLAGE_OK && cli_mkdir_p(o.out) != 0) {
-        snprintf(err, sizeof err, "cannot create folder '%s'", o.out);
+        snprintf(err, sizeof err, "--out: cannot create the folder '%s': %s", o.out, strerror(errno));
         st = COLLAGE_ERR_IO;
     }
     if (st == COLLAGE_OK) st = collage_model_export_safetensors(o.out, &c, params, bf16, err, sizeof err);

@@ -12,30 +12,40 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The model of a checkpoint, in fp32, for batches of maxB × maxT (maxT 0: the model's context). */
-static collage_model *load_model(const char *arg, int maxB, int maxT, float **params, collage_model_config *c) {
+/* The model of a checkpoint, in fp32, for batches of maxB × maxT (maxT 0: the model's context); NULL
+ * after a message of command cmd, with the exit status in *rc (2: --seq over the model's context). */
+static collage_model *load_model(const char *cmd, const char *arg, int maxB, int maxT, float **params,
+                                 collage_model_config *c, int *rc) {
     char path[4096], err[1024] = "";
+    *rc = 1;
     if (collage_checkpoint_model(arg, path, sizeof path, err, sizeof err) != COLLAGE_OK) {
-        fprintf(stderr, "collage: %s\nhint: " CLI_CHECKPOINT_HINT "\n", err);
+        fprintf(stderr, "collage %s: --checkpoint: %s\nhint: " CLI_CHECKPOINT_HINT "\n", cmd, err);
         return NULL;
     }
     int file_bf16;
     if (collage_model_read_header(path, c, &file_bf16, err, sizeof err) != COLLAGE_OK) {
-        fprintf(stderr, "collage: %s\nhint: " CLI_CHECKPOINT_HINT "\n", err);
+        fprintf(stderr, "collage %s: --checkpoint: %s\nhint: " CLI_CHECKPOINT_HINT "\n", cmd, err);
         return NULL;
     }
     if (maxT == 0) maxT = c->max_seq_len; /* the model's whole context */
     if (maxT > c->max_seq_len) {
-        fprintf(stderr, "collage: --seq %d exceeds the model's context %d\nhint: --seq %d or less\n", maxT, c->max_seq_len,
-                c->max_seq_len);
+        fprintf(stderr, "collage %s: --seq %d exceeds the model's context %d\nhint: --seq %d or less\n", cmd, maxT,
+                c->max_seq_len, c->max_seq_len);
+        *rc = 2;
         return NULL;
     }
     size_t n = collage_model_num_params(c);
     *params = malloc(n * sizeof(float));
     collage_model *m = NULL;
-    if (!*params || collage_model_load_file(path, c, *params, 0, err, sizeof err) != COLLAGE_OK ||
-        collage_model_create(c, COLLAGE_REAL_FP32, maxB, maxT, &m) != COLLAGE_OK) {
-        fprintf(stderr, "collage: cannot load '%s': %s\n", path, err);
+    collage_status st = *params ? collage_model_load_file(path, c, *params, 0, err, sizeof err) : COLLAGE_ERR_NOMEM;
+    const int read = st == COLLAGE_OK;
+    if (read) st = collage_model_create(c, COLLAGE_REAL_FP32, maxB, maxT, &m);
+    if (st != COLLAGE_OK) {
+        if (read || !*params)
+            snprintf(err, sizeof err, "%s: a model of %zu parameters for batches of %d x %d", collage_status_str(st), n, maxB,
+                     maxT);
+        fprintf(stderr, "collage %s: --checkpoint: cannot load '%s': %s\nhint: %s\n", cmd, path, err,
+                read || !*params ? "a smaller --batch or --seq" : "the file is damaged, or not of a kind collage reads");
         free(*params);
         *params = NULL;
         return NULL;
@@ -43,22 +53,25 @@ static collage_model *load_model(const char *arg, int maxB, int maxT, float **pa
     return m;
 }
 
-/* The tokenizer of a model of `vocab` text symbols (the model's vocabulary less its added tokens). */
-static collage_tokenizer *tokenizer_for(const char *name, int vocab) {
+/* The tokenizer of a model of `vocab` text symbols (the model's vocabulary less its added tokens); NULL
+ * after a message of command cmd, with the exit status in *rc (2: --tokenizer unknown or not the model's). */
+static collage_tokenizer *tokenizer_for(const char *cmd, const char *name, int vocab, int *rc) {
     collage_tokenizer_kind k = vocab > 256 ? COLLAGE_TOKENIZER_GPT2 : COLLAGE_TOKENIZER_BYTE;
+    *rc = 2;
     if (name && collage_tokenizer_kind_parse(name, &k) != COLLAGE_OK) {
-        fprintf(stderr, "collage: unknown --tokenizer '%s'\nhint: byte or gpt2\n", name);
+        fprintf(stderr, "collage %s: unknown --tokenizer '%s'\nhint: byte or gpt2\n", cmd, name);
         return NULL;
     }
     char err[1024];
     collage_tokenizer *t = NULL;
     if (collage_tokenizer_create(k, NULL, &t, err, sizeof err) != COLLAGE_OK) {
-        fprintf(stderr, "collage: %s\n", err);
+        fprintf(stderr, "collage %s: %s\nhint: scripts/setup.sh installs the GPT-2 vocabulary\n", cmd, err);
+        *rc = 1;
         return NULL;
     }
     if (collage_tokenizer_vocab_size(t) != vocab) {
-        fprintf(stderr, "collage: the %s tokenizer has %d symbols but the model has %d\nhint: pass the tokenizer the model was trained with\n",
-                collage_tokenizer_kind_name(k), collage_tokenizer_vocab_size(t), vocab);
+        fprintf(stderr, "collage %s: --tokenizer %s has %d symbols but the model has %d\nhint: pass the tokenizer the model "
+                        "was trained with\n", cmd, collage_tokenizer_kind_name(k), collage_tokenizer_vocab_size(t), vocab);
         collage_tokenizer_free(t);
         return NULL;
     }
@@ -90,22 +103,22 @@ static int parse_eval(int argc, char **argv, eval_opts *o) {
         int bad = 0;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { eval_usage(stdout); return 1; }
         if (!strcmp(a, "--json")) { o->json = 1; continue; }
-        if (!strcmp(a, "--checkpoint")) o->ck = v;
-        else if (!strcmp(a, "--data")) o->data = v;
+        if (!strcmp(a, "--checkpoint")) bad = cli_path("eval", a, o->ck = v);
+        else if (!strcmp(a, "--data")) bad = cli_path("eval", a, o->data = v);
         else if (!strcmp(a, "--tokenizer")) o->tokname = v;
         else if (!strcmp(a, "--split")) o->split = v;
         else if (!strcmp(a, "--batch")) bad = cli_parse_range("eval", a, v, 1, INT_MAX, &o->B);
         else if (!strcmp(a, "--seq")) bad = cli_parse_range("eval", a, v, 1, INT_MAX, &o->T);
         else if (!strcmp(a, "--batches")) bad = cli_parse_range("eval", a, v, 1, INT_MAX, &o->batches);
         else if (!strcmp(a, "--threads")) bad = cli_parse_threads("eval", v, &o->threads);
-        else { fprintf(stderr, "collage eval: unknown option '%s'\nhint: collage eval --help\n", a); return -1; }
+        else return cli_unknown("eval", a);
         if (bad) return -1;
-        if (!v) { fprintf(stderr, "collage eval: %s needs a value\n", a); return -1; }
+        if (!v) return cli_needs_value("eval", a);
         i++;
     }
     if (!o->ck) { fprintf(stderr, "collage eval: --checkpoint PATH is required\nhint: collage eval --help\n"); return -1; }
     if (strcmp(o->split, "val") && strcmp(o->split, "train") && strcmp(o->split, "all")) {
-        fprintf(stderr, "collage eval: --split %s: it takes val, train or all\n", o->split);
+        fprintf(stderr, "collage eval: --split '%s': it takes val, train or all\nhint: collage eval --help\n", o->split);
         return -1;
     }
     return 0;
@@ -118,17 +131,21 @@ static const char *split_words(const char *split) {
     return "the whole data";
 }
 
-/* The loss, and for a masked-LM model the masked tokens' count and accuracy. */
-static void print_scores(const collage_scores *sc, const char *split, long long tokens, int nb, int json) {
+/* The loss, and for a masked-LM model the masked tokens' count and accuracy; the data they were read from. */
+static void print_scores(const collage_scores *sc, const eval_opts *o, long long tokens, int nb) {
     const int mlm = !isnan(sc->accuracy);
-    if (json) {
-        printf("{\"loss\":%.6f,\"split\":\"%s\",\"tokens\":%lld,\"batches\":%d", sc->loss, split, tokens, nb);
+    const char *split = o->split, *data = cli_data_name(o->data);
+    if (o->json) {
+        printf("{\"loss\":%.6f,\"split\":\"%s\",\"tokens\":%lld,\"batches\":%d,\"data\":\"", sc->loss, split, tokens, nb);
+        for (const char *p = data; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+        printf("\"");
         if (mlm) printf(",\"masked\":%lld,\"accuracy\":%.6f", sc->scored, sc->accuracy);
         printf("}\n");
     } else if (mlm)
-        printf("masked-LM loss %.4f, accuracy %.2f%% on %lld masked tokens (a fixed 15%% of %lld) of %s over %d batches\n",
-               sc->loss, 100 * sc->accuracy, sc->scored, tokens, split_words(split), nb);
-    else printf("loss %.4f on %s: %d batches, %lld tokens\n", sc->loss, split_words(split), nb, tokens);
+        printf("masked-LM loss %.4f, accuracy %.2f%% on %lld masked tokens (a fixed 15%% of %lld) of %s over %d batch%s "
+               "of %s\n", sc->loss, 100 * sc->accuracy, sc->scored, tokens, split_words(split), nb, nb == 1 ? "" : "es", data);
+    else printf("loss %.4f on %s: %d batch%s, %lld tokens of %s\n", sc->loss, split_words(split), nb, nb == 1 ? "" : "es",
+                tokens, data);
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -138,30 +155,35 @@ int cmd_eval(int argc, char **argv) {
     cli_set_threads(o.threads);
     collage_model_config c;
     float *params = NULL;
-    collage_model *m = load_model(o.ck, o.B, o.T, &params, &c);
-    if (!m) return 1;
-    collage_tokenizer *tok = tokenizer_for(o.tokname, collage_model_text_vocab(&c));
+    int rc = 1;
+    collage_model *m = load_model("eval", o.ck, o.B, o.T, &params, &c, &rc);
+    if (!m) return rc;
+    collage_tokenizer *tok = tokenizer_for("eval", o.tokname, collage_model_text_vocab(&c), &rc);
+    if (tok) rc = 1;
     char err[1024];
     /* val and train: the split collage train makes (the last 10% held out); all: no split */
     collage_loader_config lc = {.path = o.data, .tokenizer = tok, .B = o.B, .T = o.T,
                                 .val_fraction = strcmp(o.split, "all") ? 0 : -1, .sequential = 1};
     collage_split sp = strcmp(o.split, "val") ? COLLAGE_SPLIT_TRAIN : COLLAGE_SPLIT_VAL;
     collage_loader *ld = NULL;
-    int rc = 1;
     if (tok && collage_loader_create(&lc, &ld, err, sizeof err) == COLLAGE_OK) {
         uint64_t per = collage_loader_steps_per_epoch(ld, sp);
         int nb = (uint64_t)o.batches < per ? o.batches : (int)per;
         collage_scores sc = {.loss = (double)NAN};
-        collage_eval_scores(m, params, ld, sp, o.B, o.T, nb, &sc);
-        if (isnan(sc.loss))
-            fprintf(stderr, "collage eval: %s holds fewer than %d x %d tokens\nhint: a smaller --batch or --seq, or "
-                            "--split all\n", split_words(o.split), o.B, o.T + 1);
+        if (nb > 0) collage_eval_scores(m, params, ld, sp, o.B, o.T, nb, &sc);
+        if (nb <= 0)
+            fprintf(stderr, "collage eval: %s of %s holds fewer than %d x %d tokens\nhint: a smaller --batch or --seq, or "
+                            "--split all\n", split_words(o.split), cli_data_name(o.data), o.B, o.T + 1);
+        else if (!isfinite(sc.loss))
+            fprintf(stderr, "collage eval: the loss of '%s' on %s is not a finite number (%g): its weights give non-finite logits\nhint: "
+                            "an earlier checkpoint of the run (its step-N folders), or --init from a sound model\n",
+                    o.ck, split_words(o.split), sc.loss);
         else {
-            long long tokens = (long long)nb * o.B * o.T;
-            print_scores(&sc, o.split, tokens, nb, o.json);
+            print_scores(&sc, &o, (long long)nb * o.B * o.T, nb);
             rc = 0;
         }
-    } else if (tok) fprintf(stderr, "collage eval: %s\n", err);
+    } else if (tok) fprintf(stderr, "collage eval: --data: %s\nhint: --data takes a text file, a folder of text files or "
+                                    ".bin shards\n", err);
     collage_loader_free(ld);
     collage_tokenizer_free(tok);
     collage_model_free(m);
@@ -174,7 +196,8 @@ typedef struct { const char *ck, *prompt, *tokname; int ntok, threads; double te
 
 static void sample_usage(FILE *f) {
     fprintf(f, "usage: collage sample --checkpoint PATH [options]\n"
-               "  --checkpoint PATH   model.bin, a checkpoint folder, or a run folder (its newest checkpoint)\n"
+               "  --checkpoint PATH   a decoder's (GPT-2 or LLaMA) model file, a checkpoint folder, or a run folder\n"
+               "                      (its newest checkpoint)\n"
                "  --prompt TEXT       the text to continue (default: a new line)\n"
                "  --tokens N          tokens to generate (default 200)\n"
                "  --temperature X     0: the most likely token each time; higher: more varied (default 0.8)\n"
@@ -190,26 +213,27 @@ static int parse_sample(int argc, char **argv, sample_opts *o) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { sample_usage(stdout); return 1; }
-        if (!strcmp(a, "--checkpoint")) o->ck = v;
+        if (!strcmp(a, "--checkpoint")) bad = cli_path("sample", a, o->ck = v);
         else if (!strcmp(a, "--prompt")) o->prompt = v;
         else if (!strcmp(a, "--tokenizer")) o->tokname = v;
         else if (!strcmp(a, "--tokens")) bad = cli_parse_range("sample", a, v, 1, INT_MAX, &o->ntok);
-        else if (!strcmp(a, "--temperature")) bad = cli_parse_double(a, v, &o->temp);
-        else if (!strcmp(a, "--seed")) bad = cli_parse_size(a, v, &o->seed);
+        else if (!strcmp(a, "--temperature")) bad = cli_parse_double("sample", a, v, &o->temp);
+        else if (!strcmp(a, "--seed")) bad = cli_parse_size("sample", a, v, &o->seed);
         else if (!strcmp(a, "--threads")) bad = cli_parse_threads("sample", v, &o->threads);
-        else { fprintf(stderr, "collage sample: unknown option '%s'\nhint: collage sample --help\n", a); return -1; }
+        else return cli_unknown("sample", a);
         if (bad) return -1;
-        if (!v) { fprintf(stderr, "collage sample: %s needs a value\n", a); return -1; }
+        if (!v) return cli_needs_value("sample", a);
     }
     if (!o->ck) { fprintf(stderr, "collage sample: --checkpoint PATH is required\nhint: collage sample --help\n"); return -1; }
     if (!(o->temp >= 0)) {
-        fprintf(stderr, "collage sample: --temperature %g: it takes a number >= 0\n", o->temp);
+        fprintf(stderr, "collage sample: --temperature %g: it takes a number >= 0\nhint: collage sample --help\n", o->temp);
         return -1;
     }
     return 0;
 }
 
-/* Tokens after the n prompt ids, written as they come; 0, or -1 when the model failed. */
+/* Tokens after the n prompt ids, written as they come; 0, or the 1-based index of the token at which the
+ * model failed (its logits not finite: no token can be drawn). */
 static int generate(collage_model *m, const float *params, const collage_tokenizer *tok, const sample_opts *o,
                     uint16_t *ids, size_t n, int *ctx, float *logits) {
     const collage_model_config *c = collage_model_get_config(m);
@@ -217,9 +241,9 @@ static int generate(collage_model *m, const float *params, const collage_tokeniz
     for (int t = 0; t < o->ntok; t++) {
         int T = (int)n < c->max_seq_len ? (int)n : c->max_seq_len;
         for (int i = 0; i < T; i++) ctx[i] = ids[n - (size_t)T + (size_t)i];
-        if (collage_model_next_logits(m, params, ctx, T, logits) != COLLAGE_OK) return -1;
+        if (collage_model_next_logits(m, params, ctx, T, logits) != COLLAGE_OK) return t + 1;
         int next = collage_sample_logits(logits, c->vocab_size, (float)o->temp, key, (uint64_t)t);
-        if (next < 0) return -1;
+        if (next < 0) return t + 1;
         ids[n++] = (uint16_t)next;
         size_t len;
         const char *s = collage_tokenizer_token(tok, next, &len);
@@ -236,8 +260,9 @@ int cmd_sample(int argc, char **argv) {
     cli_set_threads(o.threads);
     collage_model_config c;
     float *params = NULL;
-    collage_model *m = load_model(o.ck, 1, 0, &params, &c);
-    if (!m) return 1;
+    int rc = 1;
+    collage_model *m = load_model("sample", o.ck, 1, 0, &params, &c, &rc);
+    if (!m) return rc;
     if (!collage_family_generates(c.family)) {
         fprintf(stderr, "collage sample: '%s' holds a %s model, an encoder: it predicts masked tokens and does not "
                         "generate text\nhint: collage fill --checkpoint %s --text \"The [MASK] sat\"\n", o.ck,
@@ -246,18 +271,27 @@ int cmd_sample(int argc, char **argv) {
         free(params);
         return 2;
     }
-    collage_tokenizer *tok = tokenizer_for(o.tokname, collage_model_text_vocab(&c));
+    collage_tokenizer *tok = tokenizer_for("sample", o.tokname, collage_model_text_vocab(&c), &rc);
+    if (tok) rc = 1;
     size_t plen = strlen(o.prompt), n = 0;
     uint16_t *ids = malloc(sizeof(uint16_t) * (plen + (size_t)o.ntok + 1));
     int *ctx = malloc(sizeof(int) * (size_t)c.max_seq_len);
     float *logits = malloc(sizeof(float) * (size_t)c.vocab_size);
-    int rc = 1;
     if (tok && ids && ctx && logits && collage_tokenizer_encode(tok, o.prompt, plen, ids, &n) == COLLAGE_OK && n > 0) {
         fwrite(o.prompt, 1, plen, stdout);
-        generate(m, params, tok, &o, ids, n, ctx, logits);
+        int failed = generate(m, params, tok, &o, ids, n, ctx, logits);
         fputc('\n', stdout);
-        rc = 0;
-    } else if (tok) fprintf(stderr, "collage sample: cannot encode the prompt (empty?)\n");
+        fflush(stdout);
+        if (failed)
+            fprintf(stderr, "collage sample: the logits of '%s' are not finite at token %d of %d: no token can be drawn\n"
+                            "hint: an earlier checkpoint of the run (its step-N folders); collage eval shows its loss\n",
+                    o.ck, failed, o.ntok);
+        rc = failed ? 1 : 0;
+    } else if (tok) {
+        fprintf(stderr, "collage sample: --prompt '%s' encodes to no token\nhint: a non-empty --prompt, or leave it out (a "
+                        "new line)\n", o.prompt);
+        rc = 2;
+    }
     free(ids); free(ctx); free(logits);
     collage_tokenizer_free(tok);
     collage_model_free(m);
@@ -267,29 +301,44 @@ int cmd_sample(int argc, char **argv) {
 
 /* ---------------------------------------------------------------- fill */
 #define FILL_MARK "[MASK]"
-typedef struct { const char *ck, *text, *tokname; int top, json; } fill_opts;
+#define FILL_TOP_MAX 64
+typedef struct { const char *ck, *text, *tokname; int top, json, threads; } fill_opts;
 
+static void fill_usage(FILE *f) {
+    fprintf(f, "usage: collage fill --checkpoint PATH --text \"The " FILL_MARK " sat\" [options]\n"
+               "  --checkpoint PATH   an encoder's (BERT) model file, a checkpoint folder, or a run folder (its\n"
+               "                      newest checkpoint)\n"
+               "  --text TEXT         the text, with " FILL_MARK " at each token to predict\n"
+               "  --top K             predictions shown per " FILL_MARK " (1 to %d, default 5)\n"
+               "  --tokenizer NAME    byte | gpt2 (default: the model's vocabulary tells)\n"
+               "  --threads N         threads (1 to 4 x the cores; default: all cores)\n"
+               "  --json              one JSON object: each mask's top predictions and the filled text\n",
+            FILL_TOP_MAX);
+}
+
+/* 0: run; 1: --help was printed; -1: a bad flag (message printed). */
 static int parse_fill(int argc, char **argv, fill_opts *o) {
     *o = (fill_opts){.top = 5};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
-        if (!strcmp(a, "--checkpoint")) o->ck = v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fill_usage(stdout); return 1; }
+        if (!strcmp(a, "--json")) { o->json = 1; continue; }
+        if (!strcmp(a, "--checkpoint")) bad = cli_path("fill", a, o->ck = v);
         else if (!strcmp(a, "--text")) o->text = v;
         else if (!strcmp(a, "--tokenizer")) o->tokname = v;
-        else if (!strcmp(a, "--top")) bad = cli_parse_int(a, v, &o->top);
-        else if (!strcmp(a, "--json")) { o->json = 1; continue; }
-        else {
-            fprintf(stderr, "collage fill: unknown option '%s'\nusage: collage fill --checkpoint PATH --text \"The "
-                            FILL_MARK " sat\" [--top K] [--tokenizer byte|gpt2] [--json]\n", a);
-            return -1;
-        }
+        else if (!strcmp(a, "--top")) bad = cli_parse_range("fill", a, v, 1, FILL_TOP_MAX, &o->top);
+        else if (!strcmp(a, "--threads")) bad = cli_parse_threads("fill", v, &o->threads);
+        else return cli_unknown("fill", a);
         if (bad) return -1;
-        if (!v) { fprintf(stderr, "collage fill: %s needs a value\n", a); return -1; }
+        if (!v) return cli_needs_value("fill", a);
         i++;
     }
-    if (!o->ck || !o->text) { fprintf(stderr, "collage fill: --checkpoint PATH and --text TEXT are required\n"); return -1; }
-    if (o->top < 1) { fprintf(stderr, "collage fill: --top must be positive\n"); return -1; }
+    if (!o->ck || !o->text) {
+        fprintf(stderr, "collage fill: %s is required\nhint: collage fill --checkpoint PATH --text \"The " FILL_MARK
+                        " sat\"\n", !o->ck ? "--checkpoint PATH" : "--text TEXT");
+        return -1;
+    }
     return 0;
 }
 
@@ -349,9 +398,9 @@ static int top_k(const float *logits, int V, int k, int *best, double *prob) {
 /* Each masked position's top predictions, then the text with the best of each filled in. */
 static void print_fill(const fill_opts *o, const collage_tokenizer *tok, const int *ids, int n, const int *pos, int npos,
                        const float *logits, int Vm, int V) {
-    int *fill = malloc(sizeof(int) * (size_t)n), best[64];
-    double prob[64];
-    const int k = o->top < 64 && o->top < V ? o->top : (V < 64 ? V : 64);
+    int *fill = malloc(sizeof(int) * (size_t)n), best[FILL_TOP_MAX];
+    double prob[FILL_TOP_MAX];
+    const int k = o->top < V ? o->top : V; /* top <= FILL_TOP_MAX */
     memcpy(fill, ids, sizeof(int) * (size_t)n);
     printf(o->json ? "{\"masks\":[" : "");
     for (int q = 0; q < npos; q++) {
@@ -372,21 +421,26 @@ static void print_fill(const fill_opts *o, const collage_tokenizer *tok, const i
 
 int cmd_fill(int argc, char **argv) {
     fill_opts o;
-    if (parse_fill(argc, argv, &o)) return 2;
+    int pr = parse_fill(argc, argv, &o);
+    if (pr) return pr > 0 ? 0 : 2;
+    cli_set_threads(o.threads);
     collage_model_config c;
     float *params = NULL;
-    collage_model *m = load_model(o.ck, 1, 0, &params, &c);
-    if (!m) return 1;
-    int rc = 2;
+    int rc = 1;
+    collage_model *m = load_model("fill", o.ck, 1, 0, &params, &c, &rc);
+    if (!m) return rc;
+    rc = 2;
     const int V = collage_model_text_vocab(&c), mask = collage_model_mask_token(&c);
-    collage_tokenizer *tok = mask < 0 ? NULL : tokenizer_for(o.tokname, V);
+    collage_tokenizer *tok = mask < 0 ? NULL : tokenizer_for("fill", o.tokname, V, &rc);
+    if (tok) rc = 2;
     const size_t cap = strlen(o.text) + 1;
     int *ids = malloc(sizeof(int) * cap), *pos = malloc(sizeof(int) * cap), n = -1, npos = 0;
     if (mask < 0)
         fprintf(stderr, "collage fill: '%s' holds a %s model, which predicts the next token, not masked ones\n"
                         "hint: collage sample --checkpoint %s --prompt TEXT\n", o.ck, collage_family_name(c.family), o.ck);
     else if (tok && ids && pos && (n = encode_masked(tok, o.text, mask, ids, pos, &npos)) < 0)
-        fprintf(stderr, "collage fill: cannot encode --text\n");
+        fprintf(stderr, "collage fill: --text cannot be encoded by the %s tokenizer\nhint: --tokenizer, the one the model "
+                        "was trained with\n", o.tokname ? o.tokname : "model's");
     else if (tok && npos == 0)
         fprintf(stderr, "collage fill: --text has no " FILL_MARK "\nhint: mark each token to predict, e.g. --text \"The "
                         FILL_MARK " sat\"\n");
@@ -399,7 +453,7 @@ int cmd_fill(int argc, char **argv) {
         if (logits && collage_model_logits_at(m, params, ids, n, pos, npos, logits) == COLLAGE_OK) {
             print_fill(&o, tok, ids, n, pos, npos, logits, c.vocab_size, V);
             rc = 0;
-        } else fprintf(stderr, "collage fill: %s\n", collage_model_error(m));
+        } else fprintf(stderr, "collage fill: %s\nhint: a shorter --text\n", collage_model_error(m));
         free(logits);
     }
     free(ids); free(pos);

@@ -1,5 +1,6 @@
 /* main.c — the `collage` command: dispatches subcommands, prints help and version. */
 #include "cli.h"
+#include "collage_data.h"
 #include "collage_model.h"
 #include "dist.h"
 #include <errno.h>
@@ -21,7 +22,8 @@ static void usage(FILE *f) {
             "\n"
             "usage: collage <command> [options]\n"
             "\n"
-            "commands (each takes --help):\n"
+            "commands (each takes --help; a bad flag exits with 2, a bad file or a failed run with 1;\n"
+            "train also: 3 when the run diverged, 128 + the signal when one stopped it):\n"
             "  train [--data PATH] [--model PRESET] [--precision STRATEGY] [--steps N] [--save DIR] ...\n"
             "                  train a GPT-2 or LLaMA model (next token) or a BERT (--model bert-tiny:\n"
             "                  masked LM) on text (default: the fortunes corpus), a checkpoint every\n"
@@ -33,13 +35,13 @@ static void usage(FILE *f) {
             "                  mean loss of a checkpoint on the held-out data (or another split; BERT:\n"
             "                  the masked tokens' loss and accuracy)\n"
             "  sample --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature X] [--seed N]\n"
-            "                  generate text from a GPT-2 checkpoint\n"
-            "  fill --checkpoint PATH --text \"The [MASK] sat\" [--top K] [--json]\n"
+            "                  generate text from a GPT-2 or LLaMA checkpoint\n"
+            "  fill --checkpoint PATH --text \"The [MASK] sat\" [--top K] [--threads N] [--json]\n"
             "                  a BERT checkpoint's top predictions for each [MASK]\n"
             "  export --checkpoint PATH --out DIR [--format safetensors] [--dtype bf16|fp32]\n"
             "                  the model as model.safetensors + config.json in Hugging Face's layout\n"
-            "                  (GPT-2: GPT2LMHeadModel), for PyTorch code\n"
-            "  tokenize --tokenizer byte|gpt2 --in PATH --out FILE\n"
+            "                  (GPT2LMHeadModel, LlamaForCausalLM, BertForMaskedLM), for PyTorch code\n"
+            "  tokenize [--tokenizer byte|gpt2] [--in PATH] --out FILE [--vocab-dir DIR]\n"
             "                  text to an llm.c token shard\n"
             "  bench convert [--n N] [--threads T] [--reps R] [--json]\n"
             "                  row conversion throughput (fp32<->bf16/fp16, RN and SR)\n"
@@ -47,7 +49,8 @@ static void usage(FILE *f) {
             "  bench optimizer [--params N] [--threads T] [--reps R] [--precision S] [--json]\n"
             "                  the fused AdamW step per precision strategy against the\n"
             "                  memory-bandwidth bound measured in the same run\n"
-            "  bench model [--model PRESET[,PRESET]] [--batch B] [--seq T] [--threads T] [--json]\n"
+            "  bench model [--model PRESET[,PRESET]] [--batch B] [--seq T] [--steps N] [--warmup W]\n"
+            "              [--precision S] [--threads T] [--json]\n"
             "                  training step per strategy: tokens/s, model FLOP/s vs sgemm\n"
             "\n"
             "options:\n"
@@ -62,46 +65,64 @@ double cli_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int cli_parse_size(const char *flag, const char *s, size_t *out) {
+int cli_parse_size(const char *cmd, const char *flag, const char *s, size_t *out) {
     char *end;
     errno = 0;
-    if (!s) { fprintf(stderr, "collage: %s needs a value\n", flag); return -1; }
+    if (!s) return cli_needs_value(cmd, flag);
     unsigned long long v = strtoull(s, &end, 10);
     double mult = 1;
     if (*end == 'K' || *end == 'k') { mult = 1e3; end++; }
     else if (*end == 'M' || *end == 'm') { mult = 1e6; end++; }
     else if (*end == 'G' || *end == 'g') { mult = 1e9; end++; }
     if (errno || *end || s[0] == '-' || end == s) {
-        fprintf(stderr, "collage: %s expects a non-negative integer (e.g. 64M), got '%s'\nhint: the command's --help "
-                        "lists its flags\n", flag, s);
+        fprintf(stderr, "collage %s: %s expects a non-negative integer (e.g. 64M), got '%s'\nhint: collage %s --help\n", cmd,
+                flag, s, cmd);
         return -1;
     }
     *out = (size_t)((double)v * mult);
     return 0;
 }
 
-int cli_parse_int(const char *flag, const char *s, int *out) {
+int cli_parse_int(const char *cmd, const char *flag, const char *s, int *out) {
     size_t v;
-    if (cli_parse_size(flag, s, &v)) return -1;
+    if (cli_parse_size(cmd, flag, s, &v)) return -1;
     if (v > 1000000) {
-        fprintf(stderr, "collage: %s %s: it takes at most 1000000\nhint: the command's --help lists its flags\n", flag, s);
+        fprintf(stderr, "collage %s: %s %s: it takes at most 1000000\nhint: collage %s --help\n", cmd, flag, s, cmd);
         return -1;
     }
     *out = (int)v;
     return 0;
 }
 
-int cli_parse_double(const char *flag, const char *s, double *out) {
+int cli_parse_double(const char *cmd, const char *flag, const char *s, double *out) {
     char *end;
-    if (!s) { fprintf(stderr, "collage: %s needs a value\n", flag); return -1; }
+    if (!s) return cli_needs_value(cmd, flag);
     errno = 0;
     double x = strtod(s, &end);
     if (errno || *end || end == s || !isfinite(x)) {
-        fprintf(stderr, "collage: %s expects a finite number, got '%s'\nhint: the command's --help lists its flags\n", flag, s);
+        fprintf(stderr, "collage %s: %s expects a finite number, got '%s'\nhint: collage %s --help\n", cmd, flag, s, cmd);
         return -1;
     }
     *out = x;
     return 0;
+}
+
+int cli_needs_value(const char *cmd, const char *flag) {
+    fprintf(stderr, "collage %s: %s needs a value\nhint: collage %s --help\n", cmd, flag, cmd);
+    return -1;
+}
+
+int cli_unknown(const char *cmd, const char *arg) {
+    fprintf(stderr, "collage %s: unknown option '%s'\nhint: collage %s --help lists its flags\n", cmd, arg, cmd);
+    return -1;
+}
+
+int cli_path(const char *cmd, const char *flag, const char *v) {
+    if (!v) return cli_needs_value(cmd, flag);
+    if (v[0]) return 0;
+    fprintf(stderr, "collage %s: %s '': an empty path (an unset variable?); nothing was read or written\n"
+                    "hint: set the variable, or give %s a path (collage %s --help)\n", cmd, flag, flag, cmd);
+    return -1;
 }
 
 int cli_max_threads(void) {
@@ -118,7 +139,7 @@ void cli_set_threads(int n) {
 }
 
 int cli_parse_range(const char *cmd, const char *flag, const char *s, int min, int max, int *out) {
-    if (cli_parse_int(flag, s, out)) return -1;
+    if (cli_parse_int(cmd, flag, s, out)) return -1;
     if (*out >= min && *out <= max) return 0;
     if (max == INT_MAX) fprintf(stderr, "collage %s: %s %s: it takes %d or more\n", cmd, flag, s, min);
     else fprintf(stderr, "collage %s: %s %s: it takes %d to %d\n", cmd, flag, s, min, max);
@@ -127,7 +148,7 @@ int cli_parse_range(const char *cmd, const char *flag, const char *s, int min, i
 }
 
 int cli_parse_threads(const char *cmd, const char *s, int *out) {
-    if (cli_parse_int("--threads", s, out)) return -1;
+    if (cli_parse_int(cmd, "--threads", s, out)) return -1;
     int max = cli_max_threads();
     if (*out >= 1 && *out <= max) return 0;
     fprintf(stderr, "collage %s: --threads %s: it takes 1 to %d (4 x the %d cores)\nhint: collage %s --help\n", cmd, s, max,
@@ -179,12 +200,19 @@ const char *cli_preset_names(const char *sep) {
 const char *cli_hint(collage_status st) {
     switch (st) {
     case COLLAGE_ERR_ARG: case COLLAGE_ERR_SIZE: return "--help lists the flags and their values";
-    case COLLAGE_ERR_IO: return "check the paths given (--data, --resume, --save); scripts/setup.sh installs the GPT-2 vocabulary";
+    case COLLAGE_ERR_IO: return "check that the path named above exists and that you may read (or write) it";
     case COLLAGE_ERR_FORMAT: return "the file is damaged, or not of the kind the flag takes";
     case COLLAGE_ERR_NOMEM: return "a smaller --model or --batch";
-    case COLLAGE_ERR_PEER: return "the failing rank's message is above";
+    case COLLAGE_ERR_PEER: return "the failing rank's own message names the problem";
     default: return "--help lists the flags";
     }
+}
+
+const char *cli_data_name(const char *path) {
+    static char buf[4200];
+    if (path) return path;
+    snprintf(buf, sizeof buf, "the fortunes corpus (%s)", COLLAGE_FORTUNES_DIR);
+    return buf;
 }
 
 int cli_mkdir_p(const char *path) {
@@ -196,7 +224,11 @@ int cli_mkdir_p(const char *path) {
             if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
             *p = '/';
         }
-    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+    struct stat sb;
+    if (stat(buf, &sb) != 0) return -1;
+    if (!S_ISDIR(sb.st_mode)) { errno = ENOTDIR; return -1; } /* a file of that name */
+    return 0;
 }
 
 /* OpenBLAS picks its kernels when it loads, by the CPUs it knows: on one it does not know it falls back

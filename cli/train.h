@@ -20,6 +20,7 @@ typedef struct {
 /* What the loop adds up for the summary and the closing line. */
 typedef struct {
     double t_start, tokens, last_loss, last_val, last_acc, sum_edq_ratio, sum_lost, sum_tail, comm0;
+    double step_secs, eval_secs; /* in the training steps; in the evaluations */
     int start, last_step, n_edq, n_tail, tail_from;
     int saved_step;              /* the step of the last checkpoint written by this run (-1: none) */
 } run_totals;
@@ -28,6 +29,8 @@ typedef struct {
  * second one exits at once), the loop with its periodic saves, the closing save. Returns the exit status. */
 void train_signals_install(void);
 int  train_run(collage_run *run, const train_opts *o, FILE **logf);
+/* 1 when this rank printed a failure of its own in train_run (dist_release_errors). */
+int  train_own_error(void);
 
 long peak_rss_mb(void);
 /* --summary: the whole run as one JSON object (what `collage compare` tabulates), written atomically. */

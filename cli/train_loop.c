@@ -16,6 +16,19 @@
 #define VAL_BATCHES 8
 
 static volatile sig_atomic_t g_signal;
+static int g_own_error; /* this rank printed a failure of its own (not one learned from another rank) */
+
+int train_own_error(void) { return g_own_error; }
+
+/* A failure of the library's: printed by the rank it happened on; a rank that only learned of another
+ * rank's failure (COLLAGE_ERR_PEER) leaves it to that rank, but for rank 0's one line saying so. 1 when
+ * printed (the caller adds the hint). */
+static int run_failed(collage_run *run, collage_status st, const char *what, int tty) {
+    if (st == COLLAGE_ERR_PEER && dist_rank() != 0) return 0;
+    fprintf(stderr, "%scollage train: %s%s\n", tty ? "\n" : "", what, collage_run_error(run));
+    g_own_error |= st != COLLAGE_ERR_PEER;
+    return 1;
+}
 
 static void on_signal(int sig) {
     if (g_signal) {
@@ -50,8 +63,8 @@ static void intact_hint(const train_opts *o, const char *what) {
     collage_checkpoint ck;
     const char *dir = o->save ? o->save : o->resume;
     if (dir && collage_checkpoint_find(dir, &ck, NULL, 0) == COLLAGE_OK)
-        fprintf(stderr, "hint: %s'%s' (step %d) is intact: collage train --resume %s%s%s continues from it\n", what, ck.dir,
-                ck.step, dir, o->cfg.data ? " --data " : "", o->cfg.data ? o->cfg.data : "");
+        fprintf(stderr, "hint: %s'%s' (step %d) is intact: %scollage train --resume %s%s%s continues from it\n", what,
+                ck.dir, ck.step, dist_launcher(), dir, o->cfg.data ? " --data " : "", o->cfg.data ? o->cfg.data : "");
     else fprintf(stderr, "hint: %sno checkpoint was saved: the run starts again from step 0\n", what);
 }
 
@@ -61,8 +74,8 @@ static int save_now(collage_run *run, const train_opts *o, run_totals *t, int tt
     int step = collage_run_get_info(run).step;
     collage_status st = collage_run_save(run, o->save);
     if (st != COLLAGE_OK) {
-        if (st != COLLAGE_ERR_PEER || dist_rank() == 0) fprintf(stderr, "collage train: --save: %s\n", collage_run_error(run));
-        if (dist_rank() == 0) intact_hint(o, "free space or fix the folder; ");
+        run_failed(run, st, "--save: ", 0);
+        if (st != COLLAGE_ERR_PEER || dist_rank() == 0) intact_hint(o, "free space or fix the folder; ");
         return 1;
     }
     t->saved_step = step;
@@ -94,7 +107,7 @@ static int train_loop(collage_run *run, const train_opts *o, FILE *logf, run_tot
         collage_run_step_info s;
         collage_status st = collage_run_step(run, &s);
         if (st != COLLAGE_OK && st != COLLAGE_ERR_NONFINITE) {
-            if (st != COLLAGE_ERR_PEER || dist_rank() == 0) fprintf(stderr, "collage train: %s\n", collage_run_error(run));
+            if (run_failed(run, st, "", tty)) intact_hint(o, "");
             return 1;
         }
         double ms = (cli_now() - t0) * 1e3, comm_ms = (dist_comm_seconds() - c0) * 1e3;
@@ -109,8 +122,11 @@ static int train_loop(collage_run *run, const train_opts *o, FILE *logf, run_tot
         }
         if (st == COLLAGE_ERR_NONFINITE && !o->quiet) fprintf(stderr, "%scollage train: %s\n", tty ? "\n" : "", collage_run_error(run));
         tally(t, &s, tokens);
+        t->step_secs += ms * 1e-3;
         int is_eval = s.step % o->eval_every == 0 || s.step == o->stop_after;
+        double e0 = cli_now();
         if (is_eval && has_val) collage_run_evaluate_scores(run, COLLAGE_SPLIT_VAL, VAL_BATCHES, &val);
+        t->eval_secs += cli_now() - e0;
         if (!isnan(val.loss)) { t->last_val = val.loss; t->last_acc = val.accuracy; }
         if (logf) log_step(logf, &s, &val, tokens / (ms * 1e-3), ms, comm_ms);
         print_step(o, &s, &val, tokens / (ms * 1e-3), ms, t, tty, is_eval);
@@ -132,24 +148,26 @@ static int interrupted(collage_run *run, const train_opts *o, run_totals *t, int
         fprintf(stderr, "collage train: interrupted by %s after step %d%s\n", name, step,
                 o->save ? "" : "; nothing was saved (no --save)");
         if (o->save)
-            fprintf(stderr, "to continue: collage train --resume %s --save %s%s%s\n", o->save, o->save,
+            fprintf(stderr, "to continue: %scollage train --resume %s --save %s%s%s\n", dist_launcher(), o->save, o->save,
                     o->cfg.data ? " --data " : "", o->cfg.data ? o->cfg.data : "");
     }
     return 128 + sig;
 }
 
-/* After the last step: the closing lines, --summary, the last checkpoint. 0 or 1. */
+/* After the last step: the closing lines, --summary, the last checkpoint. 0 or 1. ms/step and tokens/s
+ * are of the training steps alone; the evaluations' and saves' time is in the total. */
 static int finish(collage_run *run, const train_opts *o, run_totals *t) {
     collage_run_info in = collage_run_get_info(run);
-    double secs = cli_now() - t->t_start, comm_s = dist_comm_seconds() - t->comm0;
+    double secs = cli_now() - t->t_start, comm_s = dist_comm_seconds() - t->comm0, st = t->step_secs;
     int ran = t->last_step - t->start, bad = 0;
     if (!o->quiet && ran > 0) {
-        printf("done: %d steps in %.1f s, %.1f ms/step, %.0f tokens/s, final loss %.4f; %.4g bytes/param of training state "
-               "(%.1f MB), peak RSS %ld MB\n", ran, secs, 1e3 * secs / ran, t->tokens / secs, t->last_loss,
-               in.memory.total, in.memory.total * (double)in.params / 1e6, peak_rss_mb());
+        printf("done: %d step%s in %.1f s (%.1f s of it evaluating), %.1f ms/step, %.0f tokens/s, final loss %.4f; %.4g "
+               "bytes/param of training state (%.1f MB), peak RSS %ld MB\n", ran, ran == 1 ? "" : "s", secs, t->eval_secs,
+               1e3 * st / ran,
+               t->tokens / st, t->last_loss, in.memory.total, in.memory.total * (double)in.params / 1e6, peak_rss_mb());
         if (dist_mpi())
             printf("communication (rank 0): %.1f ms/step of %.1f (%.1f%%), %d rank%s\n", 1e3 * comm_s / ran,
-                   1e3 * secs / ran, 100 * comm_s / secs, in.ranks, in.ranks > 1 ? "s" : "");
+                   1e3 * st / ran, 100 * comm_s / st, in.ranks, in.ranks > 1 ? "s" : "");
     }
     if (dist_rank() == 0 && o->summary && ran > 0 && write_summary(o, &in, t, secs, comm_s)) bad = 1;
     if (dist_any(bad)) return 1;

@@ -39,8 +39,10 @@ int write_summary(const train_opts *o, const collage_run_info *in, const run_tot
     json_num(af.f, "edq_ratio", t->n_edq ? t->sum_edq_ratio / t->n_edq : (double)NAN, "%.6f");
     json_num(af.f, "lost", t->n_edq ? t->sum_lost / t->n_edq : (double)NAN, "%.6f");
     json_num(af.f, "bytes_per_param", in->memory.total, "%.2f");
-    json_num(af.f, "tokens_per_s", t->tokens / secs, "%.1f");
-    json_num(af.f, "ms_per_step", 1e3 * secs / ran, "%.3f");
+    json_num(af.f, "tokens_per_s", t->tokens / t->step_secs, "%.1f"); /* the training steps alone */
+    json_num(af.f, "ms_per_step", 1e3 * t->step_secs / ran, "%.3f");
+    json_num(af.f, "seconds", secs, "%.3f");
+    json_num(af.f, "eval_seconds", t->eval_secs, "%.3f");
     fprintf(af.f, ",\"ranks\":%d,\"micro_batches\":%d", in->ranks, in->ranks * in->accum);
     json_num(af.f, "optimizer_state_mb_per_rank", in->state_mb_per_rank, "%.4f");
     json_num(af.f, "comm_ms_per_step", 1e3 * comm_s / ran, "%.3f");
@@ -52,13 +54,27 @@ int write_summary(const train_opts *o, const collage_run_info *in, const run_tot
     return 0;
 }
 
+/* ", from step S (resumed)", ", stopping after step N (--stop-after)", or both. */
+static const char *stop_words(const train_opts *o, int from) {
+    static char buf[128];
+    int n = 0;
+    buf[0] = 0;
+    if (from > 0) n = snprintf(buf, sizeof buf, ", from step %d (resumed)", from);
+    if (o->stop_after < o->cfg.steps) snprintf(buf + n, sizeof buf - (size_t)n, ", stopping after step %d (--stop-after)", o->stop_after);
+    return buf;
+}
+
 void print_header(const train_opts *o, const collage_run_info *in) {
     const collage_model_config *c = &in->model;
-    printf("collage train: %s, %zu parameters (L%d H%d C%d, context %d, vocab %d), %s tokenizer, %zu train tokens\n"
-           "  precision %s (%.4g bytes/param of training state), batch %d x %d, %d steps, lr %g, beta2 %g, %d threads\n",
-           o->cfg.model ? o->cfg.model : collage_family_name(c->family), in->params, c->num_layers, c->num_heads, c->channels, c->max_seq_len,
-           c->vocab_size, o->cfg.tokenizer, in->train_tokens, collage_strategy_name(o->cfg.strategy), in->memory.total,
-           o->cfg.batch, o->cfg.seq, o->cfg.steps, o->cfg.lr, o->cfg.beta2, collage_get_threads());
+    const int th = collage_get_threads();
+    printf("collage train: %s, %zu parameters (L%d H%d C%d, context %d, vocab %d), %s tokenizer, %zu train tokens of %s\n"
+           "  precision %s (%.4g bytes/param of training state), batch %d x %d, %d thread%s\n",
+           o->cfg.model ? o->cfg.model : collage_family_name(c->family), in->params, c->num_layers, c->num_heads, c->channels,
+           c->max_seq_len, c->vocab_size, o->cfg.tokenizer, in->train_tokens, cli_data_name(o->cfg.data),
+           collage_strategy_name(o->cfg.strategy), in->memory.total, o->cfg.batch, o->cfg.seq, th, th == 1 ? "" : "s");
+    printf("  schedule: %d step%s%s, lr %g after %d warm-up step%s, cosine to %g at step %d; beta2 %g\n", o->cfg.steps,
+           o->cfg.steps == 1 ? "" : "s", stop_words(o, in->step), o->cfg.lr, o->cfg.warmup, o->cfg.warmup == 1 ? "" : "s",
+           o->cfg.lr / 10, o->cfg.steps, o->cfg.beta2);
     printf("  products: %s; memory (MiB): weights %.1f, optimizer state %.1f, gradients %.1f, activations %.1f, "
            "scratch %.1f\n", in->products, MIB(in->weight_bytes), MIB(in->state_bytes), MIB(in->grad_bytes),
            MIB(in->act_bytes), MIB(in->scratch_bytes));

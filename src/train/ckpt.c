@@ -251,7 +251,7 @@ static collage_status writable(const char *dir, char *err, size_t cap) {
     snprintf(probe, sizeof probe, "%s/.write-test", dir);
     collage_atomic_file af;
     if (collage_atomic_open(&af, probe, e2, sizeof e2) != COLLAGE_OK)
-        return collage__fail(err, cap, COLLAGE_ERR_IO, "cannot write in the folder '%s': %s", dir, strerror(errno));
+        return collage__fail(err, cap, COLLAGE_ERR_IO, "cannot write in the folder '%s': %s", dir, e2); /* errno is the clean-up's */
     collage_atomic_abort(&af);
     return COLLAGE_OK;
 }
