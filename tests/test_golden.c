@@ -144,7 +144,7 @@ int main(void) {
     const char *rec = getenv("COLLAGE_GOLDEN_RECORD");
     if (rec && *rec) {
         if (!(g_rec = fopen(rec, "w"))) { perror(rec); return 1; }
-        fprintf(g_rec, "# collage train, " TRAIN ", on the test corpus of seed 7: per step the logged loss and\n"
+        fprintf(g_rec, "# COLLAGE_GEMM=ref collage train, " TRAIN ", on the test corpus of seed 7: per step the logged loss and\n"
                        "# gradient norm as printed, then a 64-bit FNV-1a hash of each saved file (tests/test_golden.c)\n");
     } else if (load_golden()) {
         printf("test_golden: cannot read %s (run from the repository root)\n0 passed, 1 failed\n", GOLDEN);
