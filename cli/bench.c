@@ -357,13 +357,16 @@ static void opt_header(const opt_bench *B, double bound0) {
         printf("note: %zu params hold %.0f MB of bf16-master state, within or near the caches: the bound, \"of bound\"\n"
                "and \"limit\" are not memory figures at this size (use --params 64M or more for them)\n",
                B->n, (double)B->n * 28.0 / 1e6);
+    char peak[256];
+    const bench_peak cp = bench_core_peak();
+    bench_peak_line(&cp, peak, sizeof peak);
     printf("collage bench optimizer: n = %zu params, %d thread%s, isa %s, beta2 %g, median of %d rounds\n"
-           "cpu: %s\n"
+           "cpu: %s\n%s (the in-cache column's limit: each parameter's fp32 operations issue at up to that rate)\n"
            "memory bound (in-place a[i] = a[i]*s + b[i], vectorised): %.1f GB/s at the start. Each round times the\n"
            "bound, a bf16-master step and the strategy's step with EDQ off and on: a row's columns come from the\n"
            "same minutes of a machine whose bandwidth drifts\n\n"
            "%-32s %8s %7s %7s %7s %8s %9s %9s %8s %8s  %s\n", B->n, B->threads, B->threads == 1 ? "" : "s",
-           collage_isa_name(collage_get_isa()), B->beta2, B->reps, bench_cpu_name(), bound0, "strategy", "ns/param",
+           collage_isa_name(collage_get_isa()), B->beta2, B->reps, bench_cpu_name(), peak, bound0, "strategy", "ns/param",
            "B/param", "GB/s", "bound", "of bound", "vs master", "EDQ cost", "in-cache", "penalty", "limit");
 }
 

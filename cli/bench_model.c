@@ -107,7 +107,7 @@ typedef struct {
     collage_adamw *opt;
     double *t[4]; /* whole step, forward (with zero_grad), backward, optimizer */
     double mib[5]; /* held: weights, optimizer state, gradients, activations, products' scratch */
-    const char *products; /* what its products run on (a static string) */
+    char products[160];   /* what its products run on (collage_model_products, copied) */
 } bench_run;
 
 static void bench_run_free(bench_run *r) {
@@ -135,7 +135,7 @@ static int bench_run_make(bench_run *r, collage_strategy s, const collage_model_
     }
     for (int k = 1; k < 4; k++) r->t[k] = r->t[0] + (size_t)k * samples;
     collage_adamw_set_weights_f32(r->opt, w0, n);
-    r->products = collage_model_products(r->m);
+    snprintf(r->products, sizeof r->products, "%s", collage_model_products(r->m));
     collage_memory bp = collage_adamw_memory(r->opt);
     collage_model_memory mm = {0};
     collage_model_memory_get(r->m, &mm);
@@ -167,12 +167,30 @@ static void bench_run_medians(const bench_run *r, int n, double med[4]) {
     for (int k = 0; k < 4; k++) med[k] = bench_median(r->t[k], n) * 1e3;
 }
 
+/* The core's peak, measured once (bench_peak.c). */
+static const bench_peak *core_peak(void) {
+    static bench_peak p;
+    static int done;
+    if (!done) p = bench_core_peak(), done = 1;
+    return &p;
+}
+
+/* The physical limit of a row's products on the threads used: the bf16 dot product's peak where its
+ * products run on oneDNN's bf16 GEMM, else fp32 FMA's. */
+static double row_peak(const char *products) {
+    const bench_peak *p = core_peak();
+    const int dot = products && strstr(products, "oneDNN bf16") && p->bf16 > 0;
+    return (dot ? p->bf16 : p->fma) * collage_get_threads();
+}
+
 /* One row: speed, the fraction of the reference rate of its products (sgemm for fp32, the bf16 products
- * for the bf16 strategies), the speed-up over the fp32 steps taken beside it, the phases, the memory. */
+ * for the bf16 strategies) and of the core's peak for the instruction they use, the speed-up over the
+ * fp32 steps taken beside it, the phases, the memory. */
 static void bench_model_row(const bench_run *r, const double med[4], double ms_fp32, double tok, double flops_tok,
                             const double ref[2], const char *preset, int B, int T, int json) {
     const collage_strategy s = r->s;
     const double ms = med[0], fl = flops_tok * tok / (ms * 1e-3), ceil = s == COLLAGE_FP32 ? ref[0] : ref[1];
+    const double peak = row_peak(r->products);
     const double *mb = r->mib, total = mb[0] + mb[1] + mb[2] + mb[3] + mb[4];
     if (json)
         printf("{\"model\":\"%s\",\"strategy\":\"%s\",\"B\":%d,\"T\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f,"
@@ -180,13 +198,13 @@ static void bench_model_row(const bench_run *r, const double med[4], double ms_f
                "\"fraction_of_products\":%.3f,\"fwd_bwd_fraction_of_products\":%.3f,\"slowdown_vs_fp32\":%.3f,\"speedup_vs_fp32\":%.3f,"
                "\"forward_ms\":%.2f,\"backward_ms\":%.2f,\"optimizer_ms\":%.2f,\"fp32_ms_alongside\":%.2f,"
                "\"weights_mib\":%.1f,\"state_mib\":%.1f,\"gradients_mib\":%.1f,\"activations_mib\":%.1f,"
-               "\"scratch_mib\":%.1f,\"products\":\"%s\",\"cpu\":\"%s\"}\n",
+               "\"scratch_mib\":%.1f,\"core_peak_gflops\":%.1f,\"fraction_of_core_peak\":%.3f,\"products\":\"%s\",\"cpu\":\"%s\"}\n",
                preset, collage_strategy_name(s), B, T, ms, tok / (ms * 1e-3), fl * 1e-9, ref[0] * 1e-9, fl / ref[0],
                ref[1] * 1e-9, fl / ceil, fl * ms / (med[1] + med[2]) / ceil, ms / ms_fp32, ms_fp32 / ms, med[1], med[2], med[3], ms_fp32, mb[0], mb[1],
-               mb[2], mb[3], mb[4], r->products, bench_cpu_name());
+               mb[2], mb[3], mb[4], peak * 1e-9, fl / peak, r->products, bench_cpu_name());
     else
-        printf("%-14s %8.1f %8.0f %8.1f %6.0f%% %7.2fx %8.1f %8.1f %8.1f %5.0f%%   %7.0f %6.0f %6.0f %6.0f %6.0f %7.0f\n",
-               collage_strategy_name(s), ms, tok / (ms * 1e-3), fl * 1e-9, 100 * fl / ceil, ms_fp32 / ms, med[1], med[2],
+        printf("%-14s %8.1f %8.0f %8.1f %6.0f%% %6.0f%% %7.2fx %8.1f %8.1f %8.1f %5.0f%%   %7.0f %6.0f %6.0f %6.0f %6.0f %7.0f\n",
+               collage_strategy_name(s), ms, tok / (ms * 1e-3), fl * 1e-9, 100 * fl / ceil, 100 * fl / peak, ms_fp32 / ms, med[1], med[2],
                med[3], 100 * med[3] / ms, mb[0], mb[1], mb[2], mb[3], mb[4], total);
 }
 
@@ -203,7 +221,7 @@ typedef struct {
     int32_t *in, *tg;
     bench_run f;
     double med[NLIST][4], fmed[NLIST][4], mib[NLIST][5];
-    const char *prod[NLIST];
+    char prod[NLIST][160];
 } bench_model_set;
 
 static void model_close(bench_model_set *m) {
@@ -247,16 +265,19 @@ static int model_open(bench_model_set *m, const char *preset, int B, int T, int 
     m->ref[0] = sgemm_rate(&m->c, B * T, K, 3); /* OpenBLAS with its own threads: the reference of fp32 */
     openblas_set_num_threads(1); /* the model's tiles are single-threaded: no call switches it and back */
     m->ref[1] = bf16_rate(&m->c, B * T, K, 3); /* the bf16 model's products alone: the reference of bf16 */
+    char peak_text[256];
+    bench_peak_line(core_peak(), peak_text, sizeof peak_text);
     if (!json && mlm) printf("%s: masked LM, %d of the %d positions scored, the head on those only\n", preset, K, B * T);
     if (!json)
         printf("collage bench model: %s (%zu params), B = %d, T = %d, %d thread%s; median of %d step%s after %d untimed,\n"
                "each strategy stepped in alternation with an fp32 model (vs fp32: against those fp32 steps)\n"
-               "cpu: %s\nproducts of the model's shapes alone: OpenBLAS sgemm %.1f GFLOP/s, bf16 (%s) %.1f GFLOP/s\n"
-               "of peak: the model's FLOP/s over its products' rate (sgemm for fp32, bf16 for the others); speed-up: over\n"
+               "cpu: %s\n%s\nproducts of the model's shapes alone: OpenBLAS sgemm %.1f GFLOP/s, bf16 (%s) %.1f GFLOP/s\n"
+               "of prod: the model's FLOP/s over its products' rate (sgemm for fp32, bf16 for the others); of core: over\n"
+               "the core peak of the instruction its products use, times the threads (each row's products: --json); speed-up: over\n"
                "the fp32 steps; phases (median ms): forward includes zeroing the gradients, optimizer the clipping norm\n"
                "and EDQ; memory held (MiB): weights, optimizer state, gradients, activations, products' scratch, total\n\n",
                preset, m->n, B, T, collage_get_threads(), collage_get_threads() == 1 ? "" : "s", steps, steps == 1 ? "" : "s",
-               warmup, bench_cpu_name(), m->ref[0] * 1e-9,
+               warmup, bench_cpu_name(), peak_text, m->ref[0] * 1e-9,
                collage_bf16_products(), m->ref[1] * 1e-9);
     fflush(stdout);
     if (bench_run_make(&m->f, COLLAGE_FP32, &m->c, m->w0, B, T, samples)) { model_close(m); return 1; }
@@ -283,7 +304,7 @@ static int strategy_round(bench_model_set *ms, int nm, collage_strategy s, int s
             bench_run_medians(&r[m], steps, ms[m].med[si]);
             bench_run_medians(&alongside, steps, ms[m].fmed[si]);
             memcpy(ms[m].mib[si], r[m].mib, sizeof r[m].mib);
-            ms[m].prod[si] = r[m].products;
+            snprintf(ms[m].prod[si], sizeof ms[m].prod[si], "%s", r[m].products);
         }
         bench_run_free(&r[m]);
     }
@@ -297,18 +318,27 @@ static void model_rows(bench_model_set *m, const collage_strategy *chosen, int d
     const double tok = (double)B * T;
     double fall[4];
     if (!json)
-        printf("%s:\n%-14s %8s %8s %8s %7s %8s %8s %8s %8s %6s   %7s %6s %6s %6s %6s %7s\n", m->preset, "strategy",
-               "ms/step", "tokens/s", "GFLOP/s", "of peak", "speed-up", "forward", "backward", "optim.", "opt %",
+        printf("%s:\n%-14s %8s %8s %8s %7s %7s %8s %8s %8s %8s %6s   %7s %6s %6s %6s %6s %7s\n", m->preset, "strategy",
+               "ms/step", "tokens/s", "GFLOP/s", "of prod", "of core", "speed-up", "forward", "backward", "optim.", "opt %",
                "weights", "state", "grads", "acts", "scr.", "total");
     bench_run_medians(&m->f, done ? done * steps : steps, fall);
     bench_model_row(&m->f, fall, fall[0], tok, m->flops_tok, m->ref, m->preset, B, T, json);
     gf[0] = m->flops_tok * tok / (fall[0] * 1e-3);
     for (int si = 0; si < done; si++) {
-        bench_run shown = {.s = chosen[si], .products = m->prod[si]}; /* the strategy's figures */
+        bench_run shown = {.s = chosen[si]}; /* the strategy's figures */
+        snprintf(shown.products, sizeof shown.products, "%s", m->prod[si]);
         memcpy(shown.mib, m->mib[si], sizeof shown.mib);
         bench_model_row(&shown, m->med[si], m->fmed[si][0], tok, m->flops_tok, m->ref, m->preset, B, T, json);
         gf[si + 1] = m->flops_tok * tok / (m->med[si][0] * 1e-3);
     }
+    if (json) return;
+    printf("products: fp32 on %s", m->f.products); /* each distinct kernel choice once */
+    for (int si = 0; si < done; si++) {
+        int seen = 0;
+        for (int k = 0; k < si; k++) seen |= !strcmp(m->prod[k], m->prod[si]);
+        if (!seen) printf("; %s on %s", si == 0 ? "bf16 strategies" : collage_strategy_name(chosen[si]), m->prod[si]);
+    }
+    printf("\n");
 }
 
 /* Each low-precision strategy is timed in alternation with one fp32 model, step by step, and its

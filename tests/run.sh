@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# Runs every test program in BUILD/tests, prints their output, and one combined closing line.
+# Runs every test program in BUILD/tests (or those named in TESTS, e.g. TESTS="test_model test_cli"),
+# prints their output, and one combined closing line.
 # A program that crashes or exits non-zero without counting a failure counts as one failure.
 build=${1:-build}
 pass=0; fail=0
+# The products' kernels chosen by measurement are kept in one file for the run (a fresh one each run,
+# unless the caller names another), so that every test process of the run takes the same kernels.
+if [ -z "${COLLAGE_PRODUCTS_FILE:-}" ]; then
+  export COLLAGE_PRODUCTS_FILE="$build/tests/products"
+  rm -f "$COLLAGE_PRODUCTS_FILE"
+fi
 # the sanitizer runtime's own leak (tests/lsan.supp); other LSAN_OPTIONS are kept
 export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 for t in "$build"/tests/test_*; do
   [ -x "$t" ] || continue
+  if [ -n "${TESTS:-}" ] && [[ " $TESTS " != *" $(basename "$t") "* ]]; then continue; fi
   echo "== $(basename "$t")"
   out=$(COLLAGE_BIN="$build/collage" "$t" 2>&1); rc=$?
   printf '%s\n' "$out"
