@@ -211,8 +211,8 @@ static void test_resume_takes_recorded(void) {
     char *text = (char *)h_read_file(st, &len);
     CHECK(text && strstr(text, "\nproducts fp32=ref,bf16=widen\n"), "train.state records no products line");
     free(text);
-    rc = h_sh(out, sizeof out, "env -u COLLAGE_GEMM %s train --data %s --resume %s --save %s --threads 2", g_bin, g_text,
-              run, run);
+    rc = h_sh(out, sizeof out, "env -u COLLAGE_GEMM %s train --data %s --resume %s --save %s --threads 2 --stop-after 3",
+              g_bin, g_text, run, run);
     CHECK(rc == 0 && strstr(out, "reference sgemm") && strstr(out, "pinned"), "resume: %s", out);
     rc = h_sh(out, sizeof out, "COLLAGE_GEMM=fp32=openblas,bf16=widen %s train --data %s --resume %s --save %s", g_bin,
               g_text, run, run);

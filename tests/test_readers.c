@@ -45,14 +45,14 @@ static const reader GPT_READERS[] = {
     {"sample of the folder", "sample --checkpoint {W} --tokens 3"},
     {"sample of model.bin", "sample --checkpoint {M} --tokens 3"},
     {"train --init model.bin", "train --init {M} --data {D} " RUNF " --steps 1"},
-    {"resume", "train --resume {W} --save {W} --data {D} " RUNF},
+    {"resume", "train --resume {W} --save {W} --data {D} " RUNF " --steps 9"},
 };
 static const reader BERT_READERS[] = {
     {"fill of the folder", "fill --checkpoint {W} --text 'a[MASK]b'"},
     {"fill of model.bin", "fill --checkpoint {M} --text 'a[MASK]b'"},
     {"export of the folder", "export --checkpoint {W} --out {O}"},
     {"eval of model.bin", "eval --checkpoint {M} --data {D}"},
-    {"resume", "train --resume {W} --save {W} --data {D} " RUNF},
+    {"resume", "train --resume {W} --save {W} --data {D} " RUNF " --steps 9"},
 };
 
 /* tmpl with {W}, {M}, {O}, {D} replaced by w, m, o and the corpus. */
