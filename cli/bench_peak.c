@@ -11,48 +11,57 @@
 
 #define PEAK_ACC 12
 #define PEAK_ITERS 20000000L
+/* The 12 accumulators as named variables (an array indexed in a loop may live in memory, and the store
+ * and reload would then bound the loop instead of the instruction). */
+#define PEAK_STEP(op) \
+    c0 = op(c0), c1 = op(c1), c2 = op(c2), c3 = op(c3), c4 = op(c4), c5 = op(c5), c6 = op(c6), c7 = op(c7), \
+    c8 = op(c8), c9 = op(c9), c10 = op(c10), c11 = op(c11)
+#define PEAK_SUM(red) \
+    (red(c0) + red(c1) + red(c2) + red(c3) + red(c4) + red(c5) + red(c6) + red(c7) + red(c8) + red(c9) + red(c10) + red(c11))
 
 __attribute__((target("avx512f,fma"))) static double fma512(long iters) {
-    __m512 acc[PEAK_ACC];
-    for (int i = 0; i < PEAK_ACC; i++) acc[i] = _mm512_set1_ps((float)i);
     const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+#define S5(k) _mm512_set1_ps((float)(k))
+    __m512 c0 = S5(0), c1 = S5(1), c2 = S5(2), c3 = S5(3), c4 = S5(4), c5 = S5(5), c6 = S5(6), c7 = S5(7), c8 = S5(8),
+           c9 = S5(9), c10 = S5(10), c11 = S5(11); /* distinct: identical chains would be computed once */
+#define FMA512(c) _mm512_fmadd_ps(c, a, b)
     const double t0 = cli_now();
-    for (long k = 0; k < iters; k++)
-        for (int i = 0; i < PEAK_ACC; i++) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+    for (long k = 0; k < iters; k++) PEAK_STEP(FMA512);
     const double t = cli_now() - t0;
-    float sink = 0;
-    for (int i = 0; i < PEAK_ACC; i++) sink += _mm512_reduce_add_ps(acc[i]);
+    const float sink = PEAK_SUM(_mm512_reduce_add_ps);
     __asm__ volatile("" ::"x"(sink));
     return (double)iters * PEAK_ACC * 32 / t;
 }
 
+__attribute__((target("avx2,fma"))) static float sum256(__m256 v) {
+    float x[8];
+    _mm256_storeu_ps(x, v);
+    return x[0] + x[1] + x[2] + x[3] + x[4] + x[5] + x[6] + x[7];
+}
+
 __attribute__((target("avx2,fma"))) static double fma256(long iters) {
-    __m256 acc[PEAK_ACC];
-    for (int i = 0; i < PEAK_ACC; i++) acc[i] = _mm256_set1_ps((float)i);
     const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+#define S2(k) _mm256_set1_ps((float)(k))
+    __m256 c0 = S2(0), c1 = S2(1), c2 = S2(2), c3 = S2(3), c4 = S2(4), c5 = S2(5), c6 = S2(6), c7 = S2(7), c8 = S2(8),
+           c9 = S2(9), c10 = S2(10), c11 = S2(11);
+#define FMA256(c) _mm256_fmadd_ps(c, a, b)
     const double t0 = cli_now();
-    for (long k = 0; k < iters; k++)
-        for (int i = 0; i < PEAK_ACC; i++) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+    for (long k = 0; k < iters; k++) PEAK_STEP(FMA256);
     const double t = cli_now() - t0;
-    float sink = 0, v[8];
-    for (int i = 0; i < PEAK_ACC; i++) {
-        _mm256_storeu_ps(v, acc[i]);
-        for (int j = 0; j < 8; j++) sink += v[j];
-    }
+    const float sink = PEAK_SUM(sum256);
     __asm__ volatile("" ::"x"(sink));
     return (double)iters * PEAK_ACC * 16 / t;
 }
 
 __attribute__((target("avx512f,avx512bf16"))) static double dpbf16(long iters) {
-    __m512 acc[PEAK_ACC];
-    for (int i = 0; i < PEAK_ACC; i++) acc[i] = _mm512_set1_ps((float)i);
     const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3380);
+    __m512 c0 = S5(0), c1 = S5(1), c2 = S5(2), c3 = S5(3), c4 = S5(4), c5 = S5(5), c6 = S5(6), c7 = S5(7), c8 = S5(8),
+           c9 = S5(9), c10 = S5(10), c11 = S5(11);
+#define DOT(c) _mm512_dpbf16_ps(c, a, b)
     const double t0 = cli_now();
-    for (long k = 0; k < iters; k++)
-        for (int i = 0; i < PEAK_ACC; i++) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+    for (long k = 0; k < iters; k++) PEAK_STEP(DOT);
     const double t = cli_now() - t0;
-    float sink = 0;
-    for (int i = 0; i < PEAK_ACC; i++) sink += _mm512_reduce_add_ps(acc[i]);
+    const float sink = PEAK_SUM(_mm512_reduce_add_ps);
     __asm__ volatile("" ::"x"(sink));
     return (double)iters * PEAK_ACC * 64 / t;
 }
