@@ -256,7 +256,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) { usage(stdout); return 0; }
     if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
-        char machine[1024];
+        char machine[4096];
         collage_products_machine(machine, sizeof machine);
         printf("collage %s (%s MPI)\nproducts (docs/numerics.md §10):\n%s\n", collage_version(),
                dist_built_with_mpi() ? "with" : "without", machine);

@@ -425,6 +425,10 @@ void collage_products_machine(char *out, size_t cap) {
              f32 >= 0 || bf16 >= 0 ? "pinned" : "the fastest measured on its shapes",
              f32 >= 0 ? " fp32=" : "", f32 >= 0 ? nn_sgemm_name((nn_sgemm)f32) : "",
              bf16 >= 0 ? (bf16 == NN_BF16_ONEDNN ? " bf16=onednn" : " bf16=widen") : "");
+    char rem[2048];
+    const size_t len = strlen(out);
+    if (collage__products_remembered(rem, sizeof rem) > 0 && len < cap)
+        snprintf(out + len, cap - len, "\nremembered for this machine (products file):\n%s", rem);
 }
 
 typedef struct { float *C; int ldc; } copy_ctx;

@@ -142,6 +142,9 @@ typedef struct {
     char how[2][12];
 } collage__products;
 collage_status collage__products_for(const collage_model_config *cfg, collage_real prec, int N, collage__products *out);
+/* The choices the products file holds for this machine, a line each ("  fp32 onednn 109 GFLOP/s (shapes
+ * HASH)"), into out; returns how many. */
+int collage__products_remembered(char *out, size_t cap);
 /* Forget the choices remembered in this process (tests: as a new process would start). */
 void collage__products_forget(void);
 /* "oneDNN sgemm (measured, 142 GFLOP/s)": what the products of a model of precision prec run on. */

@@ -262,6 +262,29 @@ void collage__products_spec(const collage__products *p, collage_real prec, char 
     else snprintf(out, cap, "fp32=%s", nn_sgemm_name(p->prod.f32));
 }
 
+int collage__products_remembered(char *out, size_t cap) {
+    char path[4096], line[512], m[160];
+    size_t len = 0;
+    int n = 0;
+    if (cap) out[0] = 0;
+    if (!products_path(path, sizeof path)) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    machine_key(m, sizeof m);
+    const size_t ml = strlen(m);
+    while (fgets(line, sizeof line, f) && len < cap) {
+        char kind[8], name[16];
+        double g;
+        if (strncmp(line, m, ml) || line[ml] != '|' || sscanf(line + strcspn(line, " "), " %7s %15s %lf", kind, name, &g) != 3)
+            continue;
+        len += (size_t)snprintf(out + len, cap - len, "%s  %s %s %.0f GFLOP/s (shapes %.16s)", n ? "\n" : "", kind, name, g,
+                                line + ml + 1);
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
 collage_status collage_products_pin(const char *spec, char *err, size_t cap) {
     char e[160];
     if (nn_products_pin(spec, e, sizeof e) != 0) {
