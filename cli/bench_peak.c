@@ -19,19 +19,26 @@
 #define PEAK_SUM(red) \
     (red(c0) + red(c1) + red(c2) + red(c3) + red(c4) + red(c5) + red(c6) + red(c7) + red(c8) + red(c9) + red(c10) + red(c11))
 
-__attribute__((target("avx512f,fma"))) static double fma512(long iters) {
-    const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
-#define S5(k) _mm512_set1_ps((float)(k))
-    __m512 c0 = S5(0), c1 = S5(1), c2 = S5(2), c3 = S5(3), c4 = S5(4), c5 = S5(5), c6 = S5(6), c7 = S5(7), c8 = S5(8),
-           c9 = S5(9), c10 = S5(10), c11 = S5(11); /* distinct: identical chains would be computed once */
-#define FMA512(c) _mm512_fmadd_ps(c, a, b)
-    const double t0 = cli_now();
-    for (long k = 0; k < iters; k++) PEAK_STEP(FMA512);
-    const double t = cli_now() - t0;
-    const float sink = PEAK_SUM(_mm512_reduce_add_ps);
-    __asm__ volatile("" ::"x"(sink));
-    return (double)iters * PEAK_ACC * 32 / t;
-}
+/* One peak loop: NAME(iters) in target TGT on vectors of type V made by SET1 (the 12 accumulators
+ * distinct: identical chains would be computed once), each step OP(c) on each, summed by RED; FLOPS
+ * per instruction. */
+#define PEAK_LOOP(NAME, TGT, V, SET1, OP, RED, FLOPS)                                                            \
+    __attribute__((target(TGT))) static double NAME(long iters) {                                             \
+        V c0 = SET1(0), c1 = SET1(1), c2 = SET1(2), c3 = SET1(3), c4 = SET1(4), c5 = SET1(5), c6 = SET1(6),   \
+          c7 = SET1(7), c8 = SET1(8), c9 = SET1(9), c10 = SET1(10), c11 = SET1(11);                           \
+        const double t0 = cli_now();                                                                          \
+        for (long k = 0; k < iters; k++) PEAK_STEP(OP);                                                       \
+        const double t = cli_now() - t0;                                                                      \
+        const float sink = PEAK_SUM(RED);                                                                     \
+        __asm__ volatile("" ::"x"(sink));                                                                     \
+        return (double)iters * PEAK_ACC * (FLOPS) / t;                                                        \
+    }
+
+#define S512(k) _mm512_set1_ps((float)(k))
+#define S256(k) _mm256_set1_ps((float)(k))
+#define FMA512(c) _mm512_fmadd_ps(c, _mm512_set1_ps(0.999999f), _mm512_set1_ps(1e-7f))
+#define FMA256(c) _mm256_fmadd_ps(c, _mm256_set1_ps(0.999999f), _mm256_set1_ps(1e-7f))
+#define DOT(c) _mm512_dpbf16_ps(c, (__m512bh)_mm512_set1_epi16(0x3f80), (__m512bh)_mm512_set1_epi16(0x3380))
 
 __attribute__((target("avx2,fma"))) static float sum256(__m256 v) {
     float x[8];
@@ -39,32 +46,9 @@ __attribute__((target("avx2,fma"))) static float sum256(__m256 v) {
     return x[0] + x[1] + x[2] + x[3] + x[4] + x[5] + x[6] + x[7];
 }
 
-__attribute__((target("avx2,fma"))) static double fma256(long iters) {
-    const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-#define S2(k) _mm256_set1_ps((float)(k))
-    __m256 c0 = S2(0), c1 = S2(1), c2 = S2(2), c3 = S2(3), c4 = S2(4), c5 = S2(5), c6 = S2(6), c7 = S2(7), c8 = S2(8),
-           c9 = S2(9), c10 = S2(10), c11 = S2(11);
-#define FMA256(c) _mm256_fmadd_ps(c, a, b)
-    const double t0 = cli_now();
-    for (long k = 0; k < iters; k++) PEAK_STEP(FMA256);
-    const double t = cli_now() - t0;
-    const float sink = PEAK_SUM(sum256);
-    __asm__ volatile("" ::"x"(sink));
-    return (double)iters * PEAK_ACC * 16 / t;
-}
-
-__attribute__((target("avx512f,avx512bf16"))) static double dpbf16(long iters) {
-    const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3380);
-    __m512 c0 = S5(0), c1 = S5(1), c2 = S5(2), c3 = S5(3), c4 = S5(4), c5 = S5(5), c6 = S5(6), c7 = S5(7), c8 = S5(8),
-           c9 = S5(9), c10 = S5(10), c11 = S5(11);
-#define DOT(c) _mm512_dpbf16_ps(c, a, b)
-    const double t0 = cli_now();
-    for (long k = 0; k < iters; k++) PEAK_STEP(DOT);
-    const double t = cli_now() - t0;
-    const float sink = PEAK_SUM(_mm512_reduce_add_ps);
-    __asm__ volatile("" ::"x"(sink));
-    return (double)iters * PEAK_ACC * 64 / t;
-}
+PEAK_LOOP(fma512, "avx512f,fma", __m512, S512, FMA512, _mm512_reduce_add_ps, 32)
+PEAK_LOOP(fma256, "avx2,fma", __m256, S256, FMA256, sum256, 16)
+PEAK_LOOP(dpbf16, "avx512f,avx512bf16", __m512, S512, DOT, _mm512_reduce_add_ps, 64)
 
 /* The best of three runs of each (the first also wakes the core's wide units). */
 static double best_of(double (*fn)(long)) {
