@@ -306,7 +306,8 @@ static void test_products_and_memory(void) {
               !strncmp(bs, fs, strlen(fs)), "fp32: %s / %s, widen %s, bf16 %s", collage_model_products(f), fs, ws, bs);
     CHECK(strstr(ws, "bf16=widen") && strstr(collage_model_products(w), "widened") &&
               strstr(collage_model_products(w), "pinned"), "widen: %s", collage_model_products(w));
-    CHECK(strstr(bs, "bf16=") && (strstr(collage_model_products(b), "measured") || strstr(collage_model_products(b), "remembered")),
+    CHECK(strstr(bs, "bf16=") && (strstr(collage_model_products(b), "measured") || strstr(collage_model_products(b), "remembered") ||
+                                   strstr(collage_model_products(b), "pinned")),
           "bf16: %s", collage_model_products(b));
     printf("    products here: fp32 %s; bf16 %s\n", collage_model_products(f), collage_model_products(b));
     collage_model_memory mf, mb;
@@ -383,7 +384,8 @@ static void test_bert_matches_family(void) {
         const int pos[2] = {2, 6};
         float lm[2 * 19], lf[2 * 19];
         CHECK(collage_model_logits_at(m, wp, tok, T_TEST, pos, 2, lm) == COLLAGE_OK &&
-                  bert_logits_at(f, wp, tok, T_TEST, pos, 2, lf) == COLLAGE_OK && !memcmp(lm, lf, sizeof lm), "logits_at");
+                  bert_logits_at(f, wp, tok, T_TEST, pos, 2, lf) == COLLAGE_OK && !memcmp(lm, lf, sizeof lm), "%s: logits_at",
+              collage_real_name((collage_real)p));
         CHECK(collage_model_next_logits(m, wp, tok, 4, lm) == COLLAGE_ERR_UNSUPPORTED &&
                   strstr(collage_model_error(m), "does not generate"), "next_logits: %s", collage_model_error(m));
         free(wp);

@@ -317,8 +317,18 @@ static const void *weights(bert_model *m, const void *params) {
     return m->w32;
 }
 
-/* The graph of the model's precision on m->io: Σ losses; *hits: the scored rows predicted right. */
+/* The graph of the model's precision on m->io: Σ losses; *hits: the scored rows predicted right. Its
+ * products on the model's kernels (nn_blas_begin). */
+static double forward_graph(bert_model *m, const void *w, const bert_bf16_env *e, long *hits);
+
 static double forward_any(bert_model *m, const void *w, const bert_bf16_env *e, long *hits) {
+    const int btok = nn_blas_begin(m->pp.prod.f32);
+    const double sum = forward_graph(m, w, e, hits);
+    nn_blas_end(btok);
+    return sum;
+}
+
+static double forward_graph(bert_model *m, const void *w, const bert_bf16_env *e, long *hits) {
     const int nt = collage__threads(), K = m->io.K, V = m->P.V, Vp = m->P.Vp, bf = emulated(m);
     const int scored = K > 0 && m->io.tgt;
     double sum;
@@ -347,9 +357,7 @@ collage_status bert_forward(bert_model *m, const void *params, const collage_bat
     if (st != COLLAGE_OK) return st;
     const void *w = weights(m, params);
     long hits = 0;
-    const int btok = nn_blas_begin(m->pp.prod.f32);
     const double sum = forward_any(m, w, &e, &hits);
-    nn_blas_end(btok);
     m->w_used = w;
     m->ready = b->targets != NULL;
     if (out)
