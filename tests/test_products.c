@@ -21,7 +21,7 @@ typedef struct { double loss; size_t n, esize; unsigned char *g; } pass_out;
 static pass_out one_pass(const char *preset, collage_real prec, int threads) {
     collage_model_config cfg;
     collage_model_preset(preset, &cfg);
-    pass_out o = {.loss = NAN};
+    pass_out o = {.loss = (double)NAN};
     collage_model *m = NULL;
     collage_set_threads(threads);
     CHECK(collage_model_create(&cfg, prec, B_TEST, T_TEST, &m) == COLLAGE_OK, "%s %s: create", preset,

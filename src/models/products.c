@@ -141,7 +141,7 @@ static void file_store(const char *key, int bf16, const char *name, double gflop
 /* ---------------------------------------------------------------- measuring */
 static int measure_f32(const nn_shape *s, int n, double *gflops) {
     int best = NN_SGEMM_OPENBLAS;
-    double tbest = INFINITY;
+    double tbest = HUGE_VAL;
     for (int k = 0; k < NN_SGEMM_COUNT; k++) {
         if (!nn_sgemm_available((nn_sgemm)k)) continue;
         const double t = nn_products_seconds(s, n, 0, (nn_sgemm)k, NN_BF16_WIDEN, PRODUCTS_REPS, tbest * PRODUCTS_SLACK);
@@ -153,7 +153,7 @@ static int measure_f32(const nn_shape *s, int n, double *gflops) {
 
 static int measure_bf16(const nn_shape *s, int n, nn_sgemm f32, double *gflops) {
     int best = NN_BF16_WIDEN;
-    double tbest = INFINITY;
+    double tbest = HUGE_VAL;
     for (int p = NN_BF16_COUNT - 1; p >= 0; p--) {
         if (!nn_bf16_available((nn_bf16_path)p)) continue;
         const double t = nn_products_seconds(s, n, 1, f32, (nn_bf16_path)p, PRODUCTS_REPS, tbest * PRODUCTS_SLACK);

@@ -394,7 +394,7 @@ static double time_tile(const nn_shape *s, int bf16, nn_sgemm k, nn_bf16_path pa
     if (m > s->M) m = s->M; /* a grid's tile may be wider than the product */
     if (n > s->N) n = s->N;
     const int lda = s->ta ? m : s->K, ldb = s->tb ? s->K : n;
-    double best = INFINITY;
+    double best = HUGE_VAL;
     for (int r = 0; r <= reps; r++) { /* the first run warms the caches and the kernel's code */
         const double t0 = now_s();
         if (bf16) tile_product(s->ta, s->tb, m, n, s->K, a16, lda, b16, ldb, t, path, k);
@@ -416,7 +416,7 @@ double nn_products_seconds(const nn_shape *shapes, int n, int bf16, nn_sgemm f32
     }
     float *a = malloc(amax * 4), *b = malloc(bmax * 4), *c = malloc((cmax + amax + bmax) * 4);
     uint16_t *a16 = malloc(amax * 2), *b16 = malloc(bmax * 2);
-    double total = INFINITY;
+    double total = HUGE_VAL;
     if (a && b && c && a16 && b16) {
         for (size_t i = 0; i < amax; i++) a[i] = (float)((int)(i * 2654435761u % 2001u) - 1000) * 1e-3f;
         for (size_t i = 0; i < bmax; i++) b[i] = (float)((int)(i * 40503u % 2001u) - 1000) * 1e-3f;
@@ -427,7 +427,7 @@ double nn_products_seconds(const nn_shape *shapes, int n, int bf16, nn_sgemm f32
         for (int i = 0; i < n && total <= limit; i++)
             total += shapes[i].count * time_tile(&shapes[i], bf16, f32, path, a, b, c, a16, b16, c, reps);
         tiles_end(guard);
-        if (total > limit) total = INFINITY;
+        if (total > limit) total = HUGE_VAL;
     }
     free(a), free(b), free(c), free(a16), free(b16);
     return total;
