@@ -1,5 +1,5 @@
 /* test_model.c — the generic model interface (collage_model.h) against its families, GPT-2 (gpt2.h) and
- * BERT (bert.h): the same tensors, groups and parameter counts; forward, backward and the logits (next
+ * BERT (bert.h, its graph model): the same tensors, groups and parameter counts; forward, backward and the logits (next
  * token, or of chosen positions) through collage_model equal the family's own calls bit for bit in fp32,
  * bf16 and fp64, and what a family does not do is refused with a message; checkpoints of both formats
  * save, read their header and load back exactly (BERT's tensors by name, in any order), and failures name
@@ -10,7 +10,7 @@
 #include "collage.h"
 #include "collage_data.h"
 #include "collage_model.h"
-#include "bert.h"
+#include "bert_plan.h"
 #include "gpt2.h"
 #include "gpt2_ckpt.h"
 #include "harness.h"
@@ -364,31 +364,31 @@ static void test_bert_matches_family(void) {
     }
     for (int p = 0; p < COLLAGE_REAL_COUNT; p++) {
         collage_model *m = NULL;
-        bert_model *f = NULL;
-        const bert_precision bp = p == COLLAGE_REAL_FP16 ? BERT_FP16_EMULATED : (bert_precision)p;
+        gm_model *f = NULL;
+        const gm_precision bp = p == COLLAGE_REAL_FP16 ? GM_FP16_EMULATED : (gm_precision)p;
         CHECK(collage_model_create(&c, (collage_real)p, B_TEST, T_TEST, &m) == COLLAGE_OK &&
-                  bert_create(&c, bp, B_TEST, T_TEST, &f) == COLLAGE_OK, "create");
-        if (!m || !f) { collage_model_free(m); bert_free(f); continue; }
+                  gm_create(&collage__bert_graph, &c, bp, B_TEST, T_TEST, &f) == COLLAGE_OK, "create");
+        if (!m || !f) { collage_model_free(m); gm_free(f); continue; }
         void *wp = weights_in((collage_real)p, w, n);
         const collage_batch bb = {.tokens = tok, .targets = tgt, .lengths = len, .B = B_TEST, .T = T_TEST, .loss_divisor = 3};
         collage_forward_info a, z;
-        CHECK(collage_model_forward_batch(m, wp, &bb, &a) == COLLAGE_OK && bert_forward(f, wp, &bb, &z) == COLLAGE_OK,
+        CHECK(collage_model_forward_batch(m, wp, &bb, &a) == COLLAGE_OK && gm_forward_batch(f, wp, &bb, &z) == COLLAGE_OK,
               "%s: %s", collage_real_name((collage_real)p), collage_model_error(m));
         CHECK(!memcmp(&a, &z, sizeof a) && a.scored > 0 && a.correct >= 0, "%s: forward differs", collage_real_name((collage_real)p));
         collage_model_zero_grad(m);
-        bert_zero_grad(f);
-        CHECK(collage_model_backward(m) == COLLAGE_OK && bert_backward(f) == COLLAGE_OK &&
-                  !memcmp(collage_model_grads(m), bert_grads(f), n * collage_real_size((collage_real)p)), "%s: gradients",
+        gm_zero_grad(f);
+        CHECK(collage_model_backward(m) == COLLAGE_OK && gm_backward(f) == COLLAGE_OK &&
+                  !memcmp(collage_model_grads(m), gm_grads(f), n * collage_real_size((collage_real)p)), "%s: gradients",
               collage_real_name((collage_real)p));
         const int pos[2] = {2, 6};
         float lm[2 * 19], lf[2 * 19];
         CHECK(collage_model_logits_at(m, wp, tok, T_TEST, pos, 2, lm) == COLLAGE_OK &&
-                  bert_logits_at(f, wp, tok, T_TEST, pos, 2, lf) == COLLAGE_OK && !memcmp(lm, lf, sizeof lm), "logits_at");
+                  gm_logits_at(f, wp, tok, T_TEST, pos, 2, lf) == COLLAGE_OK && !memcmp(lm, lf, sizeof lm), "logits_at");
         CHECK(collage_model_next_logits(m, wp, tok, 4, lm) == COLLAGE_ERR_UNSUPPORTED &&
                   strstr(collage_model_error(m), "does not generate"), "next_logits: %s", collage_model_error(m));
         free(wp);
         collage_model_free(m);
-        bert_free(f);
+        gm_free(f);
     }
     free(w); free(b);
 }
