@@ -378,7 +378,8 @@ static void copy_logits(const gm_model *m, int K, float *logits) {
         }
 }
 
-/* As BERT's model before it ran this call: outside nn_blas_begin, on the calling thread's kernel. */
+/* The logits of the positions pos of one sequence. It opens no nn_blas_begin of its own, as BERT's own model
+ * object did: collage_model_logits_at (model.c) brackets the call. */
 collage_status gm_logits_at(gm_model *m, const void *params, const int *tokens, int T, const int *pos, int npos,
                             float *logits) {
     if (!m) return COLLAGE_ERR_NULL;
