@@ -1,5 +1,5 @@
-/* train.c — `collage train`: its flags, each checked against its range by itself; the settings of a
- * resumed run; the output paths checked before anything is computed; then the run (train_loop.c),
+/* train.c — `collage train`: its help, its flags (train_flags.c: each checked against its range by itself;
+ * the settings of a resumed run); the output paths checked before anything is computed; then the run (train_loop.c),
  * which steps, prints (train_report.c), saves checkpoints and stops cleanly on a signal or when the
  * run diverges. Data parallel under mpirun through dist.c's transport. */
 #include "cli.h"
@@ -18,10 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The range of a flag of the table below, for the help text (static buffers, eight in turn). */
-static const char *range_of(const char *flag);
 
-static void train_usage(FILE *f) {
+void train_usage(FILE *f) {
     fprintf(f,
             "usage: collage train [options]\n"
             "  --data PATH         text file, folder of text files, or llm.c .bin shard(s)\n"
@@ -75,207 +73,8 @@ static void train_usage(FILE *f) {
             "130 or 143; a second signal exits at once. A diverged run exits with 3 and saves nothing.\n"
             "data parallel: mpirun -np N collage train ... (--batch stays the global batch; each rank reads\n"
             "its 1/N of it and holds 1/N of the optimizer state; see docs/training.md)\n",
-            cli_preset_names(" | "), range_of("--layers"), range_of("--heads"), range_of("--dim"), range_of("--kv-heads"),
-            range_of("--hidden"), cli_strategy_names(" | ", 22), range_of("--keep"), range_of("--accum"));
-}
-
-/* ---------------------------------------------------------------- flags */
-enum { F_STR, F_PATH, F_INT, F_SIZE, F_DBL, F_BARE };
-/* min, max: an F_INT's range; lo, hi: an F_DBL's, open at an end when lo_open / hi_open. */
-typedef struct {
-    const char *flag;
-    int kind;
-    size_t off;
-    unsigned bit;
-    int min, max;
-    double lo, hi;
-    int lo_open, hi_open;
-} flag_spec;
-#define O(field) offsetof(train_opts, field)
-#define FS(flag, field, bit) {flag, F_STR, O(field), bit, 0, 0, 0, 0, 0, 0}
-#define FP(flag, field) {flag, F_PATH, O(field), 0, 0, 0, 0, 0, 0, 0}
-#define FI(flag, field, bit, min, max) {flag, F_INT, O(field), bit, min, max, 0, 0, 0, 0}
-#define FD(flag, field, bit, lo, hi, lo_open, hi_open) {flag, F_DBL, O(field), bit, 0, 0, lo, (double)(hi), lo_open, hi_open}
-static const flag_spec FLAGS[] = {
-    FP("--data", cfg.data), FS("--tokenizer", cfg.tokenizer, COLLAGE_RUN_TOKENIZER), FS("--model", cfg.model, COLLAGE_RUN_MODEL),
-    FP("--save", save), FP("--resume", resume), FP("--log", log), FP("--summary", summary), FP("--init", cfg.init),
-    FI("--layers", cfg.layers, COLLAGE_RUN_LAYERS, 1, 1024), FI("--heads", cfg.heads, COLLAGE_RUN_HEADS, 1, 1 << 16),
-    FI("--dim", cfg.dim, COLLAGE_RUN_DIM, 1, 1 << 20), FI("--kv-heads", cfg.kv_heads, COLLAGE_RUN_KV_HEADS, 1, 1 << 16),
-    FI("--hidden", cfg.hidden, COLLAGE_RUN_HIDDEN, 1, 1 << 20), FI("--steps", cfg.steps, COLLAGE_RUN_STEPS, 1, INT_MAX),
-    FI("--stop-after", stop_after, 0, 1, INT_MAX), FI("--batch", cfg.batch, COLLAGE_RUN_BATCH, 1, 1 << 20),
-    FI("--seq", cfg.seq, COLLAGE_RUN_SEQ, 1, 1 << 20), FI("--warmup", cfg.warmup, COLLAGE_RUN_WARMUP, 0, INT_MAX),
-    FI("--eval-every", eval_every, 0, 1, INT_MAX), FI("--threads", threads, 0, 1, 0 /* 4 x cores */),
-    FI("--accum", cfg.accum, 0, 1, 256), FI("--save-every", save_every, 0, 0, INT_MAX), FI("--keep", keep, 0, 1, 1000),
-    FI("--max-skips", cfg.max_skips, 0, 1, INT_MAX), {"--seed", F_SIZE, O(cfg.seed), COLLAGE_RUN_SEED, 0, 0, 0, 0, 0, 0},
-    FD("--lr", cfg.lr, COLLAGE_RUN_LR, 0, INFINITY, 0, 1), FD("--beta1", cfg.beta1, COLLAGE_RUN_BETA1, 0, 1, 1, 1),
-    FD("--beta2", cfg.beta2, COLLAGE_RUN_BETA2, 0, 1, 1, 1), FD("--eps", cfg.eps, COLLAGE_RUN_EPS, 0, INFINITY, 1, 1),
-    FD("--wd", cfg.weight_decay, COLLAGE_RUN_WD, 0, INFINITY, 0, 1), FD("--clip", cfg.clip, COLLAGE_RUN_CLIP, 0, INFINITY, 0, 1),
-    FD("--loss-scale", cfg.loss_scale, 0, 0, INFINITY, 1, 1),
-    {"--overwrite", F_BARE, O(overwrite), 0, 0, 0, 0, 0, 0, 0}, {"--quiet", F_BARE, O(quiet), 0, 0, 0, 0, 0, 0, 0},
-};
-#undef O
-#undef FS
-#undef FP
-#undef FI
-#undef FD
-
-/* A numeric flag's range in words: "a number in (0, 1)", "a number > 0", "1 to 1024", "0 or more". */
-static const char *range_words(const flag_spec *f, char *out, size_t cap) {
-    const int max = f->max ? f->max : cli_max_threads();
-    if (f->kind == F_DBL && isinf(f->hi)) snprintf(out, cap, "a number %s %g", f->lo_open ? ">" : ">=", f->lo);
-    else if (f->kind == F_DBL)
-        snprintf(out, cap, "a number in %c%g, %g%c", f->lo_open ? '(' : '[', f->lo, f->hi, f->hi_open ? ')' : ']');
-    else if (max == INT_MAX) snprintf(out, cap, "%d or more", f->min);
-    else if (f->max) snprintf(out, cap, "%d to %d", f->min, max);
-    else snprintf(out, cap, "%d to %d (4 x the %d cores)", f->min, max, max / 4);
-    return out;
-}
-
-static int out_of_range(const flag_spec *f, const char *v, const void *p) {
-    char range[96];
-    if (f->kind == F_DBL) {
-        double x = *(const double *)p;
-        if ((f->lo_open ? x > f->lo : x >= f->lo) && (f->hi_open ? x < f->hi : x <= f->hi)) return 0;
-    } else {
-        int x = *(const int *)p, max = f->max ? f->max : cli_max_threads();
-        if (x >= f->min && x <= max) return 0;
-    }
-    fprintf(stderr, "collage train: %s %s: it takes %s\nhint: collage train --help\n", f->flag, v,
-            range_words(f, range, sizeof range));
-    return 1;
-}
-
-/* One flag with its value; 0, or -1 after a message. */
-static int set_flag(train_opts *o, const flag_spec *f, const char *v) {
-    void *p = (char *)o + f->off;
-    size_t z;
-    if (f->kind == F_BARE) { *(int *)p = 1; return 0; }
-    if (!v) return cli_needs_value("train", f->flag);
-    o->given |= f->bit;
-    switch (f->kind) {
-    case F_PATH: *(const char **)p = v; return cli_path("train", f->flag, v);
-    case F_STR:
-        *(const char **)p = v;
-        if (v[0]) return 0;
-        fprintf(stderr, "collage train: %s '': an empty value (an unset variable?)\nhint: collage train --help lists "
-                        "its values\n", f->flag);
-        return -1;
-    case F_DBL: return cli_parse_double("train", f->flag, v, p) || out_of_range(f, v, p) ? -1 : 0;
-    case F_SIZE:
-        if (cli_parse_size("train", f->flag, v, &z)) return -1;
-        *(uint64_t *)p = z;
-        return 0;
-    default: return cli_parse_int("train", f->flag, v, p) || out_of_range(f, v, p) ? -1 : 0;
-    }
-}
-
-/* 0: run; 1: --help was printed; -1: a bad flag (message printed). */
-static int parse_train(int argc, char **argv, train_opts *o) {
-    *o = (train_opts){.cfg = collage_run_defaults(), .eval_every = -1, .save_every = -1};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        const flag_spec *f = NULL;
-        for (size_t k = 0; k < sizeof FLAGS / sizeof *FLAGS && !f; k++)
-            if (!strcmp(a, FLAGS[k].flag)) f = &FLAGS[k];
-        if (f) {
-            if (set_flag(o, f, v)) return -1;
-            i += f->kind != F_BARE;
-        } else if (!strcmp(a, "--precision") || !strcmp(a, "--strategy")) {
-            if (cli_parse_strategy("train", a, v, &o->cfg.strategy)) return -1;
-            o->given |= COLLAGE_RUN_STRATEGY;
-            i++;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { if (dist_rank() == 0) train_usage(stdout); return 1; }
-        else return cli_unknown("train", a);
-    }
-    return 0;
-}
-
-int cli_train_flag(const char *flag) {
-    for (size_t i = 0; i < sizeof FLAGS / sizeof *FLAGS; i++)
-        if (!strcmp(FLAGS[i].flag, flag)) return FLAGS[i].kind != F_BARE;
-    return !strcmp(flag, "--precision") || !strcmp(flag, "--strategy") ? 1 : -1;
-}
-
-static const char *range_of(const char *flag) {
-    static char buf[8][96];
-    static int k;
-    char *out = buf[k++ % 8];
-    out[0] = 0;
-    for (size_t i = 0; i < sizeof FLAGS / sizeof *FLAGS; i++)
-        if (!strcmp(FLAGS[i].flag, flag)) range_words(&FLAGS[i], out, sizeof buf[0]);
-    return out;
-}
-
-#define NOTHING_TO_DO 256 /* not an exit status: the resumed run is complete, exit 0 */
-
-/* Where a resumed run at step `at` goes: 0; NOTHING_TO_DO after a note when it is complete; 2 after a
- * message when --steps or --stop-after lie at or behind it. */
-static int resume_span(train_opts *o, int at) {
-    const int end = o->cfg.steps;
-    if (end < at) {
-        fprintf(stderr, "collage train: --steps %d: the run in '%s' is at step %d already\nhint: --steps %d or more "
-                        "extends its schedule\n", end, o->resume, at, at + 1);
-        return 2;
-    }
-    if (o->stop_after > 0 && o->stop_after <= at) {
-        fprintf(stderr, "collage train: --stop-after %d: the run in '%s' is at step %d already\nhint: ", o->stop_after,
-                o->resume, at);
-        if (at < end) fprintf(stderr, "--stop-after %d to %d continues it (its --steps is %d)\n", at + 1, end, end);
-        else fprintf(stderr, "it is complete; --steps %d or more extends its schedule\n", at + 1);
-        return 2;
-    }
-    if (at == end) {
-        if (!o->quiet)
-            fprintf(stderr, "collage train: the run in '%s' is complete (step %d of --steps %d): nothing to do\nhint: "
-                            "--steps %d or more extends its schedule\n", o->resume, at, end, at + 1);
-        return NOTHING_TO_DO;
-    }
-    return 0;
-}
-
-/* --resume: the saved run's settings. A flag that shapes the run given with another value is refused
- * (it would silently make another run); --lr --warmup --eps --wd --clip --steps may change, with a note.
- * 0, or the exit status after a message. */
-static int resume_config(train_opts *o) {
-    collage_run_saved *s = &o->saved;
-    char err[1024], why[256], was[256], changes[1024];
-    if (o->cfg.init) {
-        fprintf(stderr, "collage train: --init '%s' with --resume: a resumed run continues from its checkpoint's weights\n"
-                        "hint: drop --init, or start a new run with --save\n", o->cfg.init);
-        return 2;
-    }
-    if (collage_run_read_saved(o->resume, s, err, sizeof err) != COLLAGE_OK) {
-        collage_checkpoint ck;
-        fprintf(stderr, "collage train: --resume: %s\n", err);
-        if (collage_checkpoint_find(o->resume, &ck, NULL, 0) == COLLAGE_OK && ck.previous[0])
-            fprintf(stderr, "hint: the checkpoint before it is %s (%scollage train --resume %s continues from there)\n",
-                    ck.previous, dist_launcher(), ck.previous);
-        else fprintf(stderr, "hint: --resume takes a folder written by --save (or one of its step-N folders)\n");
-        return 1;
-    }
-    if (collage_run_conflict(s, &o->cfg, o->given, why, was, sizeof why)) {
-        fprintf(stderr, "collage train: %s differs from the run saved in '%s' (%s there)\nhint: --resume continues "
-                        "that run as it was set up; drop the flag (--lr --warmup --eps --wd --clip --steps may change), or "
-                        "start a new run with --save\n", why, o->resume, was);
-        return 2;
-    }
-    collage_run_config a = o->cfg;
-    unsigned g = o->given;
-    o->cfg = s->cfg;
-    o->cfg.data = a.data;
-    o->cfg.accum = a.accum;
-    o->cfg.max_skips = a.max_skips;
-    if (g & COLLAGE_RUN_STEPS) o->cfg.steps = a.steps;
-    if (g & COLLAGE_RUN_WARMUP) o->cfg.warmup = a.warmup;
-    if (g & COLLAGE_RUN_LR) o->cfg.lr = a.lr;
-    if (g & COLLAGE_RUN_EPS) o->cfg.eps = a.eps;
-    if (g & COLLAGE_RUN_WD) o->cfg.weight_decay = a.weight_decay;
-    if (g & COLLAGE_RUN_CLIP) o->cfg.clip = a.clip;
-    int rc = resume_span(o, s->step);
-    if (!rc && collage_run_changes(s, &a, g, changes, sizeof changes) && !o->quiet)
-        fprintf(stderr, "collage train: resuming '%s' at step %d with %s: the new values apply from step %d on\n",
-                o->resume, s->step, changes, s->step + 1);
-    return rc;
+            cli_preset_names(" | "), train_range_of("--layers"), train_range_of("--heads"), train_range_of("--dim"), train_range_of("--kv-heads"),
+            train_range_of("--hidden"), cli_strategy_names(" | ", 22), train_range_of("--keep"), train_range_of("--accum"));
 }
 
 /* ---------------------------------------------------------------- output paths, before any work */
@@ -401,11 +200,11 @@ static int create_failed(const train_opts *o, collage_status st, const char *err
 /* Flags, a resumed run's settings, the output paths, the run: 0 with *run set, or the exit status with
  * *run NULL (0: --help, or a complete run resumed). *own: this rank printed a failure of its own. */
 static int train_setup(int argc, char **argv, train_opts *o, FILE **logf, collage_run **run, int *own) {
-    int rc = parse_train(argc, argv, o);
+    int rc = train_parse(argc, argv, o);
     *own = rc < 0;
     if (rc) return rc > 0 ? 0 : 2;
     if (dist_rank() != 0) o->quiet = 1; /* only rank 0 prints, logs and writes the summary */
-    rc = o->resume ? resume_config(o) : 0;
+    rc = o->resume ? train_resume_config(o) : 0;
     *own = rc != 0 && rc != NOTHING_TO_DO;
     if (dist_any(rc != 0)) return rc == NOTHING_TO_DO ? 0 : rc ? rc : 1;
     if ((rc = settle(o)) != 0) { *own = 1; return rc; }

@@ -1,4 +1,4 @@
-/* train.h — what `collage train`'s flags and checks (train.c), its loop (train_loop.c) and its
+/* train.h — what `collage train`'s command and checks (train.c), its flags (train_flags.c), its loop (train_loop.c) and its
  * printers (train_report.c) share. */
 #ifndef COLLAGE_CLI_TRAIN_H
 #define COLLAGE_CLI_TRAIN_H
@@ -16,6 +16,15 @@ typedef struct {
     unsigned given; /* COLLAGE_RUN_* bits: settings given on the command line */
     collage_run_saved saved; /* --resume: the checkpoint's settings (cfg's strings point into it) */
 } train_opts;
+
+/* train_flags.c: the flags into o (0, or the exit status after a message); the range of a flag in words
+ * for the help text (static buffers, eight in turn); --resume's settings of the saved run (0,
+ * NOTHING_TO_DO, or the exit status after a message). */
+#define NOTHING_TO_DO 256 /* not an exit status: the resumed run is complete, exit 0 */
+void        train_usage(FILE *f); /* train.c: the help */
+int         train_parse(int argc, char **argv, train_opts *o);
+const char *train_range_of(const char *flag);
+int         train_resume_config(train_opts *o);
 
 /* What the loop adds up for the summary and the closing line. */
 typedef struct {

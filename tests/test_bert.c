@@ -5,13 +5,20 @@
  * path and near it on oneDNN's, bf16 near fp32, fp32 and native bf16 against fp64 on bert-tiny's shape,
  * the logits of chosen positions, the masked-LM corruption's statistics and its independence of threads
  * and ranks, and bad input. */
-#include "bert.h"
+#include "bert_plan.h"
 #include "collage.h"
 #include "collage_run.h"
 #include "harness.h"
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
+
+/* A BERT model of graph_model.h (the family row's create: its check, then the object). */
+static collage_status bert_create(const collage_model_config *c, gm_precision prec, int maxB, int maxT, gm_model **m) {
+    *m = NULL;
+    const collage_status st = bert_check(c, maxB, maxT, NULL, 0);
+    return st != COLLAGE_OK ? st : gm_create(&collage__bert_graph, c, prec, maxB, maxT, m);
+}
 
 /* ------------------------------------------------------------------ tolerances */
 #define FD_STEP 1e-3          /* finite-difference step (4-point stencil, error O(h^4)) */
@@ -77,11 +84,11 @@ static void random_batch(int *tok, int *tgt, const int *len, int B, int T, int V
         }
 }
 
-static double loss_of(bert_model *m, const void *w, const int *tok, const int *tgt, const int *len, int B, int T) {
+static double loss_of(gm_model *m, const void *w, const int *tok, const int *tgt, const int *len, int B, int T) {
     const collage_batch b = {.tokens = tok, .targets = tgt, .lengths = len, .B = B, .T = T};
     collage_forward_info fi = {.loss = (double)NAN};
-    collage_status st = bert_forward(m, w, &b, &fi);
-    CHECK(st == COLLAGE_OK, "forward: %s", bert_error(m));
+    collage_status st = gm_forward_batch(m, w, &b, &fi);
+    CHECK(st == COLLAGE_OK, "forward: %s", gm_error(m));
     return fi.loss;
 }
 
@@ -156,7 +163,7 @@ static void test_init(void) {
 
 /* ------------------------------------------------------------------ gradients */
 /* loss_of as h_fd_tensor's loss */
-typedef struct { bert_model *m; const int *tok, *tgt, *len; int B, T; } fd_ctx;
+typedef struct { gm_model *m; const int *tok, *tgt, *len; int B, T; } fd_ctx;
 static double fd_loss(void *ctx, double *w) {
     const fd_ctx *X = ctx;
     return loss_of(X->m, w, X->tok, X->tgt, X->len, X->B, X->T);
@@ -167,19 +174,19 @@ static double fd_loss(void *ctx, double *w) {
 static void test_backward_vs_finite_differences(void) {
     const collage_model_config c = small_cfg();
     const int B = 2, T = 6, len[2] = {6, 4};
-    bert_model *m = NULL;
-    CHECK(bert_create(&c, BERT_FP64, B, T, &m) == COLLAGE_OK, "create");
+    gm_model *m = NULL;
+    CHECK(bert_create(&c, GM_FP64, B, T, &m) == COLLAGE_OK, "create");
     if (!m) return;
-    const size_t n = bert_size(m);
+    const size_t n = gm_size(m);
     double *w = malloc(n * sizeof *w), *g = malloc(n * sizeof *g);
     int tok[12], tgt[12];
     random_params(&c, w, SEED);
     random_batch(tok, tgt, len, B, T, c.vocab_size);
     printf("    seed %llu, %zu parameters, B %d T %d, lengths %d and %d\n", SEED, n, B, T, len[0], len[1]);
     loss_of(m, w, tok, tgt, len, B, T);
-    bert_zero_grad(m);
-    CHECK(bert_backward(m) == COLLAGE_OK, "backward: %s", bert_error(m));
-    memcpy(g, bert_grads(m), n * sizeof *g);
+    gm_zero_grad(m);
+    CHECK(gm_backward(m) == COLLAGE_OK, "backward: %s", gm_error(m));
+    memcpy(g, gm_grads(m), n * sizeof *g);
     collage_tensor_info t[BERT_NTENSORS];
     bert_tensors(&c, t, BERT_NTENSORS);
     fd_ctx X = {m, tok, tgt, len, B, T};
@@ -190,7 +197,7 @@ static void test_backward_vs_finite_differences(void) {
     for (size_t i = (size_t)c.vocab_size; i < t[BERT_OUTB].count; i++) pad += g[t[BERT_OUTB].offset + i] != 0;
     CHECK(pad == 0, "%d nonzero gradients on padded vocabulary rows", pad);
     free(w); free(g);
-    bert_free(m);
+    gm_free(m);
 }
 
 /* Each tensor's float gradients within F32_GRAD_TOL of max |g64| of the double ones; returns the worst
@@ -208,11 +215,11 @@ static double check_f32_grads(const collage_model_config *c, const float *gf, co
 static void test_float_matches_double(void) {
     const collage_model_config c = small_cfg();
     const int B = 2, T = 6, len[2] = {3, 6};
-    bert_model *md = NULL, *mf = NULL;
-    CHECK(bert_create(&c, BERT_FP64, B, T, &md) == COLLAGE_OK && bert_create(&c, BERT_FP32, B, T, &mf) == COLLAGE_OK,
+    gm_model *md = NULL, *mf = NULL;
+    CHECK(bert_create(&c, GM_FP64, B, T, &md) == COLLAGE_OK && bert_create(&c, GM_FP32, B, T, &mf) == COLLAGE_OK,
           "create");
-    if (!md || !mf) { bert_free(md); bert_free(mf); return; }
-    const size_t n = bert_size(md);
+    if (!md || !mf) { gm_free(md); gm_free(mf); return; }
+    const size_t n = gm_size(md);
     double *w = malloc(n * sizeof *w);
     float *wf = malloc(n * sizeof *wf);
     int tok[12], tgt[12];
@@ -221,23 +228,23 @@ static void test_float_matches_double(void) {
     random_batch(tok, tgt, len, B, T, c.vocab_size);
     const double Ld = loss_of(md, w, tok, tgt, len, B, T), Lf = loss_of(mf, wf, tok, tgt, len, B, T);
     CHECK(fabs(Lf - Ld) <= F32_LOSS_TOL * Ld, "loss fp32 %.9g fp64 %.9g", Lf, Ld);
-    bert_backward(md);
-    bert_backward(mf);
-    const double worst = check_f32_grads(&c, bert_grads(mf), bert_grads(md));
+    gm_backward(md);
+    gm_backward(mf);
+    const double worst = check_f32_grads(&c, gm_grads(mf), gm_grads(md));
     printf("    loss fp64 %.12f fp32 %.12f; worst tensor max|g32-g64|/max|g64| %.1e\n", Ld, Lf, worst);
     free(w); free(wf);
-    bert_free(md); bert_free(mf);
+    gm_free(md); gm_free(mf);
 }
 
 /* A row padded from 4 to 6 gives the loss and gradients of the same 4 tokens alone (fp64, up to products
  * of another shape); and the tokens at padded positions are never read (bits). */
 static void test_padding(void) {
     const collage_model_config c = small_cfg();
-    bert_model *m = NULL, *one = NULL;
-    CHECK(bert_create(&c, BERT_FP64, 2, 6, &m) == COLLAGE_OK && bert_create(&c, BERT_FP64, 1, 4, &one) == COLLAGE_OK,
+    gm_model *m = NULL, *one = NULL;
+    CHECK(bert_create(&c, GM_FP64, 2, 6, &m) == COLLAGE_OK && bert_create(&c, GM_FP64, 1, 4, &one) == COLLAGE_OK,
           "create");
-    if (!m || !one) { bert_free(m); bert_free(one); return; }
-    const size_t n = bert_size(m);
+    if (!m || !one) { gm_free(m); gm_free(one); return; }
+    const size_t n = gm_size(m);
     double *w = malloc(n * sizeof *w), *g1 = malloc(n * sizeof *g1);
     int tok[12], tgt[12], len[2] = {4, 4};
     random_params(&c, w, SEED + 2);
@@ -247,13 +254,13 @@ static void test_padding(void) {
     memcpy(tgt1, tgt, sizeof tgt1);
     for (int i = 6; i < 12; i++) tgt[i] = COLLAGE_TARGET_NONE; /* only row 0 scored */
     const double L1 = loss_of(one, w, tok1, tgt1, NULL, 1, 4);
-    bert_zero_grad(one);
-    bert_backward(one);
-    memcpy(g1, bert_grads(one), n * sizeof *g1);
+    gm_zero_grad(one);
+    gm_backward(one);
+    memcpy(g1, gm_grads(one), n * sizeof *g1);
     const double L2 = loss_of(m, w, tok, tgt, len, 2, 6);
-    bert_zero_grad(m);
-    bert_backward(m);
-    const double *g2 = bert_grads(m);
+    gm_zero_grad(m);
+    gm_backward(m);
+    const double *g2 = gm_grads(m);
     double dmax = 0, gmax = 0;
     for (size_t i = 0; i < n; i++) { dmax = fmax(dmax, fabs(g2[i] - g1[i])); gmax = fmax(gmax, fabs(g1[i])); }
     CHECK(fabs(L2 - L1) <= PAD_TOL * L1 && dmax <= PAD_TOL * gmax, "padded: loss %.17g vs alone %.17g, max |Δg| %.2e",
@@ -263,12 +270,12 @@ static void test_padding(void) {
     memcpy(g3, g2, n * sizeof *g3);
     for (int t = 4; t < 6; t++) { tok[t] = (tok[t] + 5) % c.vocab_size; tok[6 + t] = (tok[6 + t] + 7) % c.vocab_size; }
     const double L3 = loss_of(m, w, tok, tgt, len, 2, 6);
-    bert_zero_grad(m);
-    bert_backward(m);
-    CHECK(L3 == L2 && memcmp(g3, bert_grads(m), n * sizeof *g3) == 0, "the padding's token ids changed the result");
+    gm_zero_grad(m);
+    gm_backward(m);
+    CHECK(L3 == L2 && memcmp(g3, gm_grads(m), n * sizeof *g3) == 0, "the padding's token ids changed the result");
     printf("    padded row vs alone: loss %.3e apart, gradients %.3e of max |g| %.3e\n", fabs(L2 - L1), dmax, gmax);
     free(w); free(g1); free(g3);
-    bert_free(m); bert_free(one);
+    gm_free(m); gm_free(one);
 }
 
 /* ------------------------------------------------------------------ threads and bf16 */
@@ -280,9 +287,9 @@ typedef struct { double loss; long long hits; float *g; double *gd; unsigned cha
 
 static int compared(const char *name) { return strcmp(name, "logits") && strcmp(name, "d_logits") && strcmp(name, "d_tmp"); }
 
-static void acts_of(const bert_model *m, run_out *o) {
-    bert_act at[64];
-    const int na = bert_act_tensors(m, at, 64);
+static void acts_of(const gm_model *m, run_out *o) {
+    gm_act at[64];
+    const int na = gm_act_tensors(m, at, 64);
     o->nacts = 0;
     o->nav = 0;
     for (int k = 0; k < na; k++) o->nacts += at[k].count * at[k].esize;
@@ -305,29 +312,29 @@ static void acts_of(const bert_model *m, run_out *o) {
     }
 }
 
-static run_out run_once(bert_precision prec, const void *w, const int *tok, const int *tgt, const int *len, int B, int T) {
+static run_out run_once(gm_precision prec, const void *w, const int *tok, const int *tgt, const int *len, int B, int T) {
     const collage_model_config c = tiny_cfg();
     run_out o = {.loss = (double)NAN};
-    bert_model *m = NULL;
-    CHECK(bert_create(&c, prec, B, T, &m) == COLLAGE_OK, "create %s", bert_precision_name(prec));
+    gm_model *m = NULL;
+    CHECK(bert_create(&c, prec, B, T, &m) == COLLAGE_OK, "create %s", gm_precision_name(prec));
     if (!m) return o;
     const collage_batch b = {.tokens = tok, .targets = tgt, .lengths = len, .B = B, .T = T};
     collage_forward_info fi = {0};
-    CHECK(bert_forward(m, w, &b, &fi) == COLLAGE_OK, "forward: %s", bert_error(m));
-    bert_zero_grad(m);
-    CHECK(bert_backward(m) == COLLAGE_OK, "backward: %s", bert_error(m));
-    const size_t n = bert_size(m);
+    CHECK(gm_forward_batch(m, w, &b, &fi) == COLLAGE_OK, "forward: %s", gm_error(m));
+    gm_zero_grad(m);
+    CHECK(gm_backward(m) == COLLAGE_OK, "backward: %s", gm_error(m));
+    const size_t n = gm_size(m);
     o.loss = fi.loss;
     o.hits = fi.correct;
     o.g = malloc(n * sizeof(float));
     o.gd = malloc(n * sizeof(double));
-    if (prec == BERT_FP32) memcpy(o.g, bert_grads(m), n * sizeof(float));
-    else if (prec == BERT_FP64) memcpy(o.gd, bert_grads(m), n * sizeof(double));
-    else collage_bf16_to_f32_row(o.g, bert_grads(m), n);
-    for (size_t i = 0; i < n && prec != BERT_FP64; i++) o.gd[i] = (double)o.g[i];
-    for (size_t i = 0; i < n && prec == BERT_FP64; i++) o.g[i] = (float)o.gd[i];
+    if (prec == GM_FP32) memcpy(o.g, gm_grads(m), n * sizeof(float));
+    else if (prec == GM_FP64) memcpy(o.gd, gm_grads(m), n * sizeof(double));
+    else collage_bf16_to_f32_row(o.g, gm_grads(m), n);
+    for (size_t i = 0; i < n && prec != GM_FP64; i++) o.gd[i] = (double)o.g[i];
+    for (size_t i = 0; i < n && prec == GM_FP64; i++) o.g[i] = (float)o.gd[i];
     acts_of(m, &o);
-    bert_free(m);
+    gm_free(m);
     return o;
 }
 
@@ -367,22 +374,22 @@ static void test_thread_count_independence(void) {
     const size_t n = tiny_weights(SEED, &w, &w16);
     tiny_batch(SEED + 11);
     for (int p = 0; p < 2; p++) {
-        const bert_precision prec = p ? BERT_BF16 : BERT_FP32;
+        const gm_precision prec = p ? GM_BF16 : GM_FP32;
         const void *wp = p ? (const void *)w16 : (const void *)w;
         set_threads(1);
         run_out a = run_once(prec, wp, g_tok, g_tgt, g_len, TB, TT);
         for (int th = 2; th <= 3; th++) {
             set_threads(th);
             run_out b = run_once(prec, wp, g_tok, g_tgt, g_len, TB, TT);
-            CHECK(a.loss == b.loss && a.hits == b.hits, "%s: loss %.17g (1 thread) vs %.17g (%d)", bert_precision_name(prec),
+            CHECK(a.loss == b.loss && a.hits == b.hits, "%s: loss %.17g (1 thread) vs %.17g (%d)", gm_precision_name(prec),
                   a.loss, b.loss, th);
             CHECK(memcmp(a.g, b.g, n * sizeof(float)) == 0, "%s: gradients differ (1 and %d threads)",
-                  bert_precision_name(prec), th);
+                  gm_precision_name(prec), th);
             CHECK(a.nacts == b.nacts && memcmp(a.acts, b.acts, a.nacts) == 0, "%s: activations differ (1 and %d threads)",
-                  bert_precision_name(prec), th);
+                  gm_precision_name(prec), th);
             run_free(&b);
         }
-        printf("    %s: loss %.9f, %lld hits, the same bits on 1, 2 and 3 threads\n", bert_precision_name(prec), a.loss,
+        printf("    %s: loss %.9f, %lld hits, the same bits on 1, 2 and 3 threads\n", gm_precision_name(prec), a.loss,
                a.hits);
         run_free(&a);
     }
@@ -399,12 +406,12 @@ static void test_bf16(void) {
     const size_t n = tiny_weights(SEED + 3, &w, &w16);
     collage_bf16_to_f32_row(w, w16, n); /* every model sees the same bf16 weights */
     tiny_batch(SEED + 12);
-    run_out e = run_once(BERT_BF16_EMULATED, w16, g_tok, g_tgt, g_len, TB, TT);
+    run_out e = run_once(GM_BF16_EMULATED, w16, g_tok, g_tgt, g_len, TB, TT);
     setenv("COLLAGE_BF16_GEMM", "widen", 1);
-    run_out x = run_once(BERT_BF16, w16, g_tok, g_tgt, g_len, TB, TT);
+    run_out x = run_once(GM_BF16, w16, g_tok, g_tgt, g_len, TB, TT);
     unsetenv("COLLAGE_BF16_GEMM");
-    run_out h = run_once(BERT_BF16, w16, g_tok, g_tgt, g_len, TB, TT);
-    run_out f = run_once(BERT_FP32, w, g_tok, g_tgt, g_len, TB, TT);
+    run_out h = run_once(GM_BF16, w16, g_tok, g_tgt, g_len, TB, TT);
+    run_out f = run_once(GM_FP32, w, g_tok, g_tgt, g_len, TB, TT);
     size_t gbad = 0, abad = 0;
     for (size_t i = 0; i < n; i++) gbad += x.g[i] != e.g[i];
     for (size_t i = 0; i < e.nav && i < x.nav; i++) abad += !(x.av[i] == e.av[i] || (x.av[i] != x.av[i] && e.av[i] != e.av[i]));
@@ -413,7 +420,7 @@ static void test_bf16(void) {
     CHECK(x.nav == e.nav && abad == 0, "widening path: %zu of %zu activations differ", abad, e.nav);
     const collage_isa isa = collage_get_isa();
     if (isa == COLLAGE_ISA_AVX512 && collage_set_isa(COLLAGE_ISA_SCALAR) == COLLAGE_OK) {
-        run_out s = run_once(BERT_BF16, w16, g_tok, g_tgt, g_len, TB, TT);
+        run_out s = run_once(GM_BF16, w16, g_tok, g_tgt, g_len, TB, TT);
         collage_set_isa(isa);
         CHECK(s.loss == h.loss && memcmp(s.g, h.g, n * sizeof(float)) == 0 && s.nacts == h.nacts &&
                   memcmp(s.acts, h.acts, s.nacts) == 0, "bf16 graph: AVX-512 and baseline builds differ");
@@ -453,9 +460,9 @@ static void test_against_fp64(void) {
     collage_bf16_to_f32_row(w, w16, n);
     for (size_t i = 0; i < n; i++) wd[i] = (double)w[i];
     tiny_batch(SEED + 13);
-    run_out d = run_once(BERT_FP64, wd, g_tok, g_tgt, g_len, TB, TT);
-    run_out f = run_once(BERT_FP32, w, g_tok, g_tgt, g_len, TB, TT);
-    run_out h = run_once(BERT_BF16, w16, g_tok, g_tgt, g_len, TB, TT);
+    run_out d = run_once(GM_FP64, wd, g_tok, g_tgt, g_len, TB, TT);
+    run_out f = run_once(GM_FP32, w, g_tok, g_tgt, g_len, TB, TT);
+    run_out h = run_once(GM_BF16, w16, g_tok, g_tgt, g_len, TB, TT);
     const double worst = check_f32_grads(&c, f.g, d.gd);
     double dot = 0, nh = 0, nd = 0;
     for (size_t i = 0; i < n; i++) { dot += h.gd[i] * d.gd[i]; nh += h.gd[i] * h.gd[i]; nd += d.gd[i] * d.gd[i]; }
@@ -472,10 +479,10 @@ static void test_against_fp64(void) {
 /* ------------------------------------------------------------------ logits of chosen positions */
 static void test_logits_at(void) {
     const collage_model_config c = small_cfg();
-    bert_model *m = NULL;
-    CHECK(bert_create(&c, BERT_FP32, 1, 8, &m) == COLLAGE_OK, "create");
+    gm_model *m = NULL;
+    CHECK(bert_create(&c, GM_FP32, 1, 8, &m) == COLLAGE_OK, "create");
     if (!m) return;
-    const size_t n = bert_size(m);
+    const size_t n = gm_size(m);
     double *wd = malloc(n * sizeof *wd);
     float *w = malloc(n * sizeof *w);
     random_params(&c, wd, SEED + 9);
@@ -486,8 +493,8 @@ static void test_logits_at(void) {
     tgt[1] = tgt_at[0];
     tgt[3] = tgt_at[1];
     float lg[2 * 19], one[19];
-    CHECK(bert_logits_at(m, w, tok, 7, pos, 2, lg) == COLLAGE_OK, "logits_at: %s", bert_error(m));
-    CHECK(bert_logits_at(m, w, tok, 7, pos + 1, 1, one) == COLLAGE_OK, "logits_at one");
+    CHECK(gm_logits_at(m, w, tok, 7, pos, 2, lg) == COLLAGE_OK, "logits_at: %s", gm_error(m));
+    CHECK(gm_logits_at(m, w, tok, 7, pos + 1, 1, one) == COLLAGE_OK, "logits_at one");
     double loss = 0, dmax = 0;
     for (int k = 0; k < 2; k++) {
         double mx = -(double)INFINITY, z = 0;
@@ -500,12 +507,12 @@ static void test_logits_at(void) {
     CHECK(fabs(loss / 2 - L) <= LOGITS_TOL * L, "the loss of logits_at's logits %.9f, forward's %.9f", loss / 2, L);
     CHECK(dmax <= 1e-5, "one position alone vs two: max diff %.2e", dmax);
     float nl[19];
-    CHECK(bert_logits_at(m, w, tok, 7, pos, 0, nl) == COLLAGE_ERR_SIZE, "npos 0");
+    CHECK(gm_logits_at(m, w, tok, 7, pos, 0, nl) == COLLAGE_ERR_SIZE, "npos 0");
     const int badpos = 7;
-    CHECK(bert_logits_at(m, w, tok, 7, &badpos, 1, nl) == COLLAGE_ERR_ARG && strstr(bert_error(m), "7"), "pos %s",
-          bert_error(m));
+    CHECK(gm_logits_at(m, w, tok, 7, &badpos, 1, nl) == COLLAGE_ERR_ARG && strstr(gm_error(m), "7"), "pos %s",
+          gm_error(m));
     free(wd); free(w);
-    bert_free(m);
+    gm_free(m);
 }
 
 /* ------------------------------------------------------------------ the masking */
@@ -578,41 +585,41 @@ static void test_bad_input(void) {
     c.vocab_size = 1;
     CHECK(bert_check(&c, 1, 1, msg, sizeof msg) == COLLAGE_ERR_SIZE, "V 1");
     c = small_cfg();
-    bert_model *m = NULL;
-    CHECK(bert_create(&c, BERT_FP32, 1, 9, &m) == COLLAGE_ERR_SIZE && !m, "maxT > context");
-    CHECK(bert_create(&c, BERT_FP32, 2, 4, &m) == COLLAGE_OK, "create");
+    gm_model *m = NULL;
+    CHECK(bert_create(&c, GM_FP32, 1, 9, &m) == COLLAGE_ERR_SIZE && !m, "maxT > context");
+    CHECK(bert_create(&c, GM_FP32, 2, 4, &m) == COLLAGE_OK, "create");
     if (!m) return;
-    float *w = calloc(bert_size(m), sizeof *w);
+    float *w = calloc(gm_size(m), sizeof *w);
     int tok[8] = {1, 2, 3, 4, 5, 6, 7, 8}, tgt[8], len[2] = {4, 2};
     for (int i = 0; i < 8; i++) tgt[i] = COLLAGE_TARGET_NONE;
     collage_batch b = {.tokens = tok, .targets = tgt, .lengths = len, .B = 2, .T = 4};
-    CHECK(bert_forward(m, w, &b, NULL) == COLLAGE_OK, "forward: %s", bert_error(m));
+    CHECK(gm_forward_batch(m, w, &b, NULL) == COLLAGE_OK, "forward: %s", gm_error(m));
     tgt[7] = 3; /* padding of row 1 */
-    CHECK(bert_forward(m, w, &b, NULL) == COLLAGE_ERR_ARG && strstr(bert_error(m), "padding"), "%s", bert_error(m));
+    CHECK(gm_forward_batch(m, w, &b, NULL) == COLLAGE_ERR_ARG && strstr(gm_error(m), "padding"), "%s", gm_error(m));
     tgt[7] = COLLAGE_TARGET_NONE;
     len[1] = 0;
-    CHECK(bert_forward(m, w, &b, NULL) == COLLAGE_ERR_ARG && strstr(bert_error(m), "length 0"), "%s", bert_error(m));
+    CHECK(gm_forward_batch(m, w, &b, NULL) == COLLAGE_ERR_ARG && strstr(gm_error(m), "length 0"), "%s", gm_error(m));
     len[1] = 5;
-    CHECK(bert_forward(m, w, &b, NULL) == COLLAGE_ERR_ARG, "length > T");
+    CHECK(gm_forward_batch(m, w, &b, NULL) == COLLAGE_ERR_ARG, "length > T");
     len[1] = 4;
     tok[2] = 19;
-    CHECK(bert_forward(m, w, &b, NULL) == COLLAGE_ERR_ARG && strstr(bert_error(m), "19"), "%s", bert_error(m));
+    CHECK(gm_forward_batch(m, w, &b, NULL) == COLLAGE_ERR_ARG && strstr(gm_error(m), "19"), "%s", gm_error(m));
     tok[2] = 3;
     tgt[2] = -2;
-    CHECK(bert_forward(m, w, &b, NULL) == COLLAGE_ERR_ARG, "target -2");
+    CHECK(gm_forward_batch(m, w, &b, NULL) == COLLAGE_ERR_ARG, "target -2");
     tgt[2] = COLLAGE_TARGET_NONE;
     b.T = 5;
-    CHECK(bert_forward(m, w, &b, NULL) == COLLAGE_ERR_SIZE && strstr(bert_error(m), "outside"), "T > maxT: %s",
-          bert_error(m));
+    CHECK(gm_forward_batch(m, w, &b, NULL) == COLLAGE_ERR_SIZE && strstr(gm_error(m), "outside"), "T > maxT: %s",
+          gm_error(m));
     b.T = 4;
     b.loss_divisor = -1;
-    CHECK(bert_forward(m, w, &b, NULL) == COLLAGE_ERR_ARG, "negative divisor");
-    CHECK(bert_backward(m) == COLLAGE_ERR_ARG, "backward after a failed forward");
+    CHECK(gm_forward_batch(m, w, &b, NULL) == COLLAGE_ERR_ARG, "negative divisor");
+    CHECK(gm_backward(m) == COLLAGE_ERR_ARG, "backward after a failed forward");
     b.loss_divisor = 0;
     b.targets = NULL;
-    CHECK(bert_forward(m, w, &b, NULL) == COLLAGE_OK && bert_backward(m) == COLLAGE_ERR_ARG, "backward without targets");
+    CHECK(gm_forward_batch(m, w, &b, NULL) == COLLAGE_OK && gm_backward(m) == COLLAGE_ERR_ARG, "backward without targets");
     free(w);
-    bert_free(m);
+    gm_free(m);
 }
 
 int main(void) {

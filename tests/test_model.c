@@ -1,16 +1,18 @@
 /* test_model.c — the generic model interface (collage_model.h) against its families, GPT-2 (gpt2.h) and
- * BERT (bert.h): the same tensors, groups and parameter counts; forward, backward and the logits (next
- * token, or of chosen positions) through collage_model equal the family's own calls bit for bit in fp32,
+ * BERT (bert.h, in graph_model.h's object): the same tensors, groups and parameter counts; forward, backward and
+ * the logits (next token, or of chosen positions) through collage_model equal the family's own calls bit for bit in fp32,
  * bf16 and fp64, and what a family does not do is refused with a message; checkpoints of both formats
  * save, read their header and load back exactly (BERT's tensors by name, in any order), and failures name
  * the file; model calls, one at a time or on two threads at once, leave the caller's OpenBLAS thread
  * count as they found it. The LLaMA family through the same interface: its presets, tensors (weight
  * decay on matrices only), what a model of it runs on and holds, its checkpoint found by probing among
- * the families (tests/test_llama.c tests the family itself). */
+ * the families (tests/test_llama.c tests the family itself). Every family in every precision: its table
+ * covers the slab, the memory report's gradients are the bytes the table implies, and its checkpoint
+ * (fp32, bf16) loads back the bits saved. */
 #include "collage.h"
 #include "collage_data.h"
 #include "collage_model.h"
-#include "bert.h"
+#include "bert_plan.h"
 #include "gpt2.h"
 #include "gpt2_ckpt.h"
 #include "harness.h"
@@ -365,32 +367,32 @@ static void test_bert_matches_family(void) {
     }
     for (int p = 0; p < COLLAGE_REAL_COUNT; p++) {
         collage_model *m = NULL;
-        bert_model *f = NULL;
-        const bert_precision bp = p == COLLAGE_REAL_FP16 ? BERT_FP16_EMULATED : (bert_precision)p;
+        gm_model *f = NULL;
+        const gm_precision bp = p == COLLAGE_REAL_FP16 ? GM_FP16_EMULATED : (gm_precision)p;
         CHECK(collage_model_create(&c, (collage_real)p, B_TEST, T_TEST, &m) == COLLAGE_OK &&
-                  bert_create(&c, bp, B_TEST, T_TEST, &f) == COLLAGE_OK, "create");
-        if (!m || !f) { collage_model_free(m); bert_free(f); continue; }
+                  gm_create(&collage__bert_graph, &c, bp, B_TEST, T_TEST, &f) == COLLAGE_OK, "create");
+        if (!m || !f) { collage_model_free(m); gm_free(f); continue; }
         void *wp = weights_in((collage_real)p, w, n);
         const collage_batch bb = {.tokens = tok, .targets = tgt, .lengths = len, .B = B_TEST, .T = T_TEST, .loss_divisor = 3};
         collage_forward_info a, z;
-        CHECK(collage_model_forward_batch(m, wp, &bb, &a) == COLLAGE_OK && bert_forward(f, wp, &bb, &z) == COLLAGE_OK,
+        CHECK(collage_model_forward_batch(m, wp, &bb, &a) == COLLAGE_OK && gm_forward_batch(f, wp, &bb, &z) == COLLAGE_OK,
               "%s: %s", collage_real_name((collage_real)p), collage_model_error(m));
         CHECK(!memcmp(&a, &z, sizeof a) && a.scored > 0 && a.correct >= 0, "%s: forward differs", collage_real_name((collage_real)p));
         collage_model_zero_grad(m);
-        bert_zero_grad(f);
-        CHECK(collage_model_backward(m) == COLLAGE_OK && bert_backward(f) == COLLAGE_OK &&
-                  !memcmp(collage_model_grads(m), bert_grads(f), n * collage_real_size((collage_real)p)), "%s: gradients",
+        gm_zero_grad(f);
+        CHECK(collage_model_backward(m) == COLLAGE_OK && gm_backward(f) == COLLAGE_OK &&
+                  !memcmp(collage_model_grads(m), gm_grads(f), n * collage_real_size((collage_real)p)), "%s: gradients",
               collage_real_name((collage_real)p));
         const int pos[2] = {2, 6};
         float lm[2 * 19], lf[2 * 19];
         CHECK(collage_model_logits_at(m, wp, tok, T_TEST, pos, 2, lm) == COLLAGE_OK &&
-                  bert_logits_at(f, wp, tok, T_TEST, pos, 2, lf) == COLLAGE_OK && !memcmp(lm, lf, sizeof lm), "%s: logits_at",
+                  gm_logits_at(f, wp, tok, T_TEST, pos, 2, lf) == COLLAGE_OK && !memcmp(lm, lf, sizeof lm), "%s: logits_at",
               collage_real_name((collage_real)p));
         CHECK(collage_model_next_logits(m, wp, tok, 4, lm) == COLLAGE_ERR_UNSUPPORTED &&
                   strstr(collage_model_error(m), "does not generate"), "next_logits: %s", collage_model_error(m));
         free(wp);
         collage_model_free(m);
-        bert_free(f);
+        gm_free(f);
     }
     free(w); free(b);
 }
@@ -743,6 +745,61 @@ static void test_llama_checkpoint_and_products(void) {
     free(w); free(back); free(wg);
 }
 
+/* ------------------------------------------------------------------ every family and precision */
+/* Bytes of the gradients a model of precision p holds for n parameters, fs of them in tensors no product
+ * writes (their float sums in the bf16 model): the slab, and in bf16 the sums, in fp16 the fp32
+ * accumulator beside the fp16 slab. */
+static size_t grad_bytes(collage_real p, size_t n, size_t fs) {
+    return p == COLLAGE_REAL_FP32 ? 4 * n : p == COLLAGE_REAL_FP64 ? 8 * n : p == COLLAGE_REAL_BF16 ? 2 * n + 4 * fs : 6 * n;
+}
+
+/* One family in one precision: its table covers the slab, the memory report counts the gradients the
+ * table implies, and (fp32, bf16: the kinds the formats take) the checkpoint saves and loads the same bits. */
+static void check_family_precision(const collage_model_config *c, collage_real p, const char *file) {
+    const char *fam = collage_family_name(c->family), *pn = collage_real_name(p);
+    collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS];
+    const int nt = collage_model_tensors(c, t, COLLAGE_MODEL_MAX_TENSORS);
+    size_t off = 0, fs = 0;
+    for (int k = 0; k < nt; k++) {
+        CHECK(t[k].offset == off, "%s: tensor %s at %zu, expected %zu", fam, t[k].name, t[k].offset, off);
+        off += t[k].count;
+        fs += t[k].product ? 0 : t[k].count;
+    }
+    collage_model *m = NULL;
+    CHECK(collage_model_create(c, p, B_TEST, T_TEST, &m) == COLLAGE_OK, "%s %s: create", fam, pn);
+    if (!m) return;
+    const size_t n = collage_model_size(m);
+    collage_model_memory mem;
+    CHECK(nt > 0 && n == off && n == collage_model_num_params(c), "%s %s: %zu parameters, the table %zu", fam, pn, n, off);
+    CHECK(collage_model_memory_get(m, &mem) == COLLAGE_OK && mem.gradients == grad_bytes(p, n, fs) && mem.activations > 0,
+          "%s %s: gradients %zu bytes, the table implies %zu", fam, pn, mem.gradients, grad_bytes(p, n, fs));
+    collage_model_free(m);
+    if (p != COLLAGE_REAL_FP32 && p != COLLAGE_REAL_BF16) return;
+    float *w = malloc(n * sizeof *w);
+    CHECK(w && collage_model_init_weights(c, SEED, w, n) == COLLAGE_OK, "%s: init", fam);
+    void *wp = w ? weights_in(p, w, n) : NULL, *back = calloc(n, collage_real_size(p));
+    collage_model_config h = {0};
+    int bf = -1;
+    char err[512] = "";
+    const int bf16 = p == COLLAGE_REAL_BF16; /* llama2.c's file holds fp32: bf16 weights go in and come back exactly */
+    CHECK(wp && back && collage_model_save_file(file, c, wp, bf16, err, sizeof err) == COLLAGE_OK &&
+              collage_model_read_header(file, &h, &bf, err, sizeof err) == COLLAGE_OK && (bf == bf16 || !bf) &&
+              h.family == c->family && collage_model_num_params(&h) == n &&
+              collage_model_load_file(file, &h, back, bf16, err, sizeof err) == COLLAGE_OK &&
+              !memcmp(back, wp, n * collage_real_size(p)), "%s %s: checkpoint round trip: %s", fam, pn, err);
+    free(w); free(wp); free(back);
+}
+
+static void test_every_family_and_precision(void) {
+    collage_model_config llama;
+    CHECK(collage_model_preset("llama-tiny", &llama) == COLLAGE_OK, "llama-tiny");
+    const collage_model_config cfgs[] = {micro_cfg(), bert_micro(), llama};
+    char file[1200];
+    snprintf(file, sizeof file, "%s/every.bin", g_dir);
+    for (size_t f = 0; f < sizeof cfgs / sizeof cfgs[0]; f++)
+        for (int p = 0; p < COLLAGE_REAL_COUNT; p++) check_family_precision(&cfgs[f], (collage_real)p, file);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/collage_test_model_XXXXXX");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
@@ -765,6 +822,7 @@ int main(void) {
     RUN(test_bert_checkpoint_round_trip);
     RUN(test_bert_checkpoint_errors);
     RUN(test_llama_checkpoint_and_products);
+    RUN(test_every_family_and_precision);
     h_rm_rf(g_dir);
     return h_end();
 }

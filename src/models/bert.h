@@ -1,10 +1,10 @@
-/* bert.h — the BERT family's own API (a BERT/RoBERTa encoder: token, learned position and one token-type
- * embedding with LayerNorm; post-norm blocks of bidirectional multi-head attention and a GELU MLP; the
- * masked-LM head, dense + GELU + LayerNorm, then the output matrix tied to the token embedding plus a
- * bias), behind collage_model.h's family table (bert.c fills the row) and used directly by its tests.
+/* bert.h — the BERT family (a BERT/RoBERTa encoder: token, learned position and one token-type embedding
+ * with LayerNorm; post-norm blocks of bidirectional multi-head attention and a GELU MLP; the masked-LM
+ * head, dense + GELU + LayerNorm, then the output matrix tied to the token embedding plus a bias): its
+ * tensors, presets, checks, initialisation and checkpoint file, behind collage_model.h's family table
+ * (bert.c fills the row; its model object is graph_model.h's, on collage__bert_graph of bert_plan.h).
  * Configs are collage_model_config (family COLLAGE_FAMILY_BERT); the MLP is 4·C wide, one token type.
- * Precisions as GPT-2's (gpt2.h): fp32, bf16, fp64 and bf16-emulated (the float model rounding where
- * the bf16 model stores bf16: its reference). Private to the library and its tests. */
+ * Private to the library and its tests. */
 #ifndef COLLAGE_BERT_H
 #define COLLAGE_BERT_H
 
@@ -28,10 +28,6 @@ enum {
     BERT_NTENSORS
 };
 
-/* BERT_FP16_EMULATED: the float model with fp16 (IEEE half) storage (bf = 2), fp16 weights and gradients. */
-typedef enum { BERT_FP32 = 0, BERT_BF16, BERT_FP64, BERT_BF16_EMULATED, BERT_FP16_EMULATED, BERT_PRECISION_COUNT } bert_precision;
-const char *bert_precision_name(bert_precision p); /* "fp32", "bf16", "fp64", "bf16-emulated", "fp16-emulated" */
-
 /* Presets "bert-tiny" (L2 NH2 C128, context 128; the 256 bytes and the mask: V 257 → 320) and "bert-base"
  * (L12 NH12 C768, context 512; GPT-2's BPE and the mask: V 50258 → 50304); collage_model_config_set_vocab
  * sets another tokenizer's. */
@@ -44,28 +40,6 @@ int            bert_tensors(const collage_model_config *cfg, collage_tensor_info
 /* BERT's initialisation, deterministic in seed and independent of the thread count: embeddings and
  * matrices N(0, 0.02) (wte rows ≥ V zero), biases 0, LayerNorm weights 1. */
 collage_status bert_init_weights(const collage_model_config *cfg, uint64_t seed, float *w, size_t n);
-
-typedef struct bert_model bert_model;
-collage_status bert_create(const collage_model_config *cfg, bert_precision prec, int maxB, int maxT, bert_model **out);
-void           bert_free(bert_model *m);
-size_t         bert_size(const bert_model *m);
-const char    *bert_error(const bert_model *m);
-/* Forward of a batch (collage_model.h: collage_batch, collage_forward_info); params float, collage_bf16 or
- * double by precision. The head runs on the scored positions only: without targets, the trunk alone
- * (bert_logits_at gives the logits of chosen positions). */
-collage_status bert_forward(bert_model *m, const void *params, const collage_batch *b, collage_forward_info *out);
-collage_status bert_backward(bert_model *m);
-/* The following backwards' loss scale (collage_model_set_loss_scale): COLLAGE_ERR_UNSUPPORTED in BERT_BF16. */
-collage_status bert_set_loss_scale(bert_model *m, double scale);
-void          *bert_grads(bert_model *m);
-void           bert_zero_grad(bert_model *m);
-collage_status bert_logits_at(bert_model *m, const void *params, const int *tokens, int T, const int *pos, int npos,
-                              float *logits);
-const char    *bert_products(const bert_model *m);
-collage_status bert_memory(const bert_model *m, collage_model_memory *out);
-/* Stored activations by name (tests): as collage_gpt_act (gpt2.h). */
-typedef struct { const char *name; const void *data; size_t count, esize; int bf16; } bert_act;
-int            bert_act_tensors(const bert_model *m, bert_act *out, int cap);
 
 /* The checkpoint file (bert_ckpt.c; docs/numerics.md §8): a 256-byte header — magic "collbert", uint32
  * version 1, uint32 dtype (0 fp32, 1 bf16), int32 V, Vp, maxT, L, NH, C, uint32 tensor count, zeros —

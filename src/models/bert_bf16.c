@@ -8,12 +8,13 @@
 #include "model_bf16.h"
 
 /* Every product of a step on N tokens (the head's on at most N rows). */
-int NN_BF16_NAME(bert_bf16_reserve)(const bert_plan *P, int N, const bert_bf16_env *e) {
+int NN_BF16_NAME(bert_bf16_reserve)(const void *plan, int N, const gm_env *e) {
+    const bert_plan *P = plan;
     return model_bf16_reserve(e->ws, N, P->C, P->Vp, e->nt, e->path);
 }
 
-static void trunk(const bert_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const bert_io *io,
-                  const bert_bf16_env *e) {
+static void trunk(const bert_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const gm_io *io,
+                  const gm_env *e) {
     const int C = P->C, B = io->B, T = io->T, N = B * T, nt = e->nt;
     OPB(embed3_forward)(H(BA_EMB, 0), io->tok, W(BERT_WTE, 0), W(BERT_WPE, 0), W(BERT_WTT, 0), B, T, C, 1, nt);
     OPB(layernorm_forward)(H(BA_X0, 0), F(BA_X0_MEAN, 0), F(BA_X0_RSTD, 0), H(BA_EMB, 0), W(BERT_LNEW, 0),
@@ -37,8 +38,8 @@ static void trunk(const bert_plan *P, const uint16_t *w, uint16_t *a16, float *a
     }
 }
 
-static void head(const bert_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const bert_io *io,
-                 const bert_bf16_env *e) {
+static void head(const bert_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const gm_io *io,
+                 const gm_env *e) {
     const int C = P->C, K = io->K, nt = e->nt;
     OPB(gather_rows)(H(BA_HX, 0), H(BA_X, P->L - 1), io->rows, K, C, nt);
     OPB(matmul_forward)(H(BA_HU, 0), H(BA_HX, 0), W(BERT_HEADW, 0), W(BERT_HEADB, 0), NULL, K, C, C, e->ws, e->path, nt);
@@ -49,8 +50,9 @@ static void head(const bert_plan *P, const uint16_t *w, uint16_t *a16, float *a3
                             e->path, nt);
 }
 
-double NN_BF16_NAME(bert_forward_bf16)(const bert_plan *P, const uint16_t *w, uint16_t *a16, float *a32,
-                                       const bert_io *io, const bert_bf16_env *e) {
+double NN_BF16_NAME(bert_forward_bf16)(const void *plan, const uint16_t *w, uint16_t *a16, float *a32,
+                                       const gm_io *io, const gm_env *e) {
+    const bert_plan *P = plan;
     trunk(P, w, a16, a32, io, e);
     if (io->K == 0) return 0;
     head(P, w, a16, a32, io, e);
@@ -65,7 +67,7 @@ double NN_BF16_NAME(bert_forward_bf16)(const bert_plan *P, const uint16_t *w, ui
 /* One linear layer's backward: dinp = rnd(dout·w) (res: rnd(dinp + rnd(dout·w))), the weight's gradient,
  * the bias's sum. */
 static void linear_backward(uint16_t *dinp, int res, uint16_t *dw, int add, float *db, const uint16_t *dout,
-                            const uint16_t *inp, const uint16_t *wt, int N, int C, int OC, const bert_bf16_env *e) {
+                            const uint16_t *inp, const uint16_t *wt, int N, int C, int OC, const gm_env *e) {
     if (res) OPB(matmul_backward_input_res)(dinp, dout, wt, N, C, OC, e->ws, e->path, e->nt);
     else OPB(matmul_backward_input)(dinp, dout, wt, N, C, OC, e->ws, e->path, e->nt);
     OPB(matmul_backward_weight)(dw, add, dout, inp, N, C, OC, NULL, NULL, 0, e->ws, e->path, e->nt);
@@ -86,7 +88,7 @@ static void round_sums(const bert_plan *P, uint16_t *g16, const float *gs, int a
 /* The head's backward into dh1 (K,C): the logits' gradient, the output bias's sum, the head's LayerNorm,
  * GELU and dense layer. The output matrix's gradient waits for the embedding's rows (the end). */
 static void head_backward(const bert_plan *P, const uint16_t *w, uint16_t *g16, float *gs, int add, uint16_t *a16,
-                          float *a32, const bert_io *io, const bert_bf16_env *e) {
+                          float *a32, const gm_io *io, const gm_env *e) {
     const int C = P->C, K = io->K, nt = e->nt;
     uint16_t *dlogits = H(BA_DLOGITS, 0), *dh1 = H(BA_DH1, 0), *dh2 = H(BA_DH2, 0);
     OPB(crossentropy_backward)(dlogits, F(BA_LOGITS, 0), io->tgt, K, P->V, P->Vp, (float)(1.0 / io->divisor), 1, nt);
@@ -98,8 +100,9 @@ static void head_backward(const bert_plan *P, const uint16_t *w, uint16_t *g16, 
     linear_backward(dh1, 0, G(BERT_HEADW, 0), add, GS(BERT_HEADB, 0), dh2, H(BA_HX, 0), W(BERT_HEADW, 0), K, C, C, e);
 }
 
-void NN_BF16_NAME(bert_backward_bf16)(const bert_plan *P, const uint16_t *w, uint16_t *g16, float *gs, int add,
-                                      uint16_t *a16, float *a32, const bert_io *io, const bert_bf16_env *e) {
+void NN_BF16_NAME(bert_backward_bf16)(const void *plan, const uint16_t *w, uint16_t *g16, float *gs, int add,
+                                      uint16_t *a16, float *a32, const gm_io *io, const gm_env *e) {
+    const bert_plan *P = plan;
     const int C = P->C, B = io->B, T = io->T, N = B * T, K = io->K, nt = e->nt;
     uint16_t *dres = H(BA_DRES, 0), *dln = H(BA_DLN, 0), *datty = H(BA_DATTY, 0), *dqkv = H(BA_DQKV, 0);
     uint16_t *dfch = H(BA_DFCH, 0);

@@ -1,10 +1,11 @@
-/* bert_plan.h — the BERT family's slabs, shared by bert.c (the model object, the float and double graphs)
- * and bert_bf16.c (the bf16 graph): where each parameter tensor and each stored activation lives, and
- * what one call hands the graph. Private. */
+/* bert_plan.h — the BERT family's slabs, shared by bert.c (config, tensors, the float and double graphs)
+ * and bert_bf16.c (the bf16 graph): where each parameter tensor and each stored activation lives. Its
+ * model object is graph_model.c's, which hands each call's gm_io to the graphs. Private. */
 #ifndef COLLAGE_BERT_PLAN_H
 #define COLLAGE_BERT_PLAN_H
 
 #include "bert.h"
+#include "graph_model.h"
 #include "nn_bert.h"
 
 /* Stored activations: the embedding, then per layer the post-norm block (r1 = x + attention, h = LN1(r1),
@@ -32,16 +33,8 @@ typedef struct {
     /* bf16 model: the float sums of the gradients no product writes (biases, norms, wpe, wtt), per tensor */
     size_t gs[BERT_NTENSORS];
     size_t ngs;
-    float loss_scale; /* the float and double backwards seed loss_scale / divisor (bert_set_loss_scale) */
+    float loss_scale; /* the float and double backwards seed loss_scale / divisor (gm_graph's set_loss_scale) */
 } bert_plan;
-
-/* What one forward works on: the tokens (padded positions read as id 0), the rows' lengths (NULL: all
- * T), and the K scored positions (row-major index n = b·T + t, increasing) with their targets. */
-typedef struct {
-    const int *tok, *len, *rows, *tgt;
-    int B, T, K;
-    double divisor; /* the loss is Σ cross-entropy / divisor */
-} bert_io;
 
 /* 1: tensor k's gradient is written by a product's epilogue in the bf16 model. */
 static inline int bert_product_weight(int k) {
@@ -53,18 +46,16 @@ static inline int bert_product_weight(int k) {
  * forward: the trunk, and with io->K > 0 the head and its logits (probabilities and losses with tgt);
  * returns Σ losses (0 without targets). backward: matrices rounded into g16 (add: onto what is there),
  * the others summed into gs (zeroed here) and then rounded into g16 the same way. */
-typedef struct {
-    nn_ws *ws;
-    nn_bf16_path path;
-    int nt;
-} bert_bf16_env;
 #define BERT_BF16_GRAPH(S)                                                                                     \
-    int bert_bf16_reserve##S(const bert_plan *P, int N, const bert_bf16_env *e);                                \
-    double bert_forward_bf16##S(const bert_plan *P, const uint16_t *w, uint16_t *a16, float *a32,                \
-                                const bert_io *io, const bert_bf16_env *e);                                    \
-    void bert_backward_bf16##S(const bert_plan *P, const uint16_t *w, uint16_t *g16, float *gs, int add,         \
-                               uint16_t *a16, float *a32, const bert_io *io, const bert_bf16_env *e);
+    int bert_bf16_reserve##S(const void *plan, int N, const gm_env *e);                                \
+    double bert_forward_bf16##S(const void *plan, const uint16_t *w, uint16_t *a16, float *a32,                \
+                                const gm_io *io, const gm_env *e);                                    \
+    void bert_backward_bf16##S(const void *plan, const uint16_t *w, uint16_t *g16, float *gs, int add,         \
+                               uint16_t *a16, float *a32, const gm_io *io, const gm_env *e);
 BERT_BF16_GRAPH()
 BERT_BF16_GRAPH(_avx512)
+
+/* The family's graphs (bert.c), for graph_model.h's gm_create: a masked-LM family (gm_graph.mlm). */
+extern const gm_graph collage__bert_graph;
 
 #endif

@@ -1,10 +1,12 @@
 /* graph_model.c — the model object of graph_model.h: slabs allocated at create, each call's input checked
  * and copied, the family's float, double or bf16 graph run in the model's precision, gradients kept by
- * the contracts of collage_model.h (+= in fp32 and fp64; one rounding per element in bf16), and the
- * adapters that make it a family row's model calls. */
+ * the contracts of collage_model.h (+= in fp32 and fp64; one rounding per element in bf16), the
+ * masked-LM objective for a family that declares it (padding, scored positions, hits), and the adapters
+ * that make it a family row's model calls. */
 #include "internal.h"
 #include "graph_model.h"
 #include "model.h"
+#include "nn_bert.h" /* nn_argmax_hits: the masked LM's hits */
 #include <math.h>
 #include <stdarg.h>
 
@@ -27,7 +29,9 @@ struct gm_model {
     collage__products pp;   /* the kernels of its products, chosen at create */
     const gm_bf16_graph *graph; /* the bf16 build of the last call */
     const void *w_used;     /* the weights of the last forward (the caller's slab or w32) */
-    int *tok, *tgt;
+    int *tok, *tgt;         /* masked LM: tgt holds the K scored rows' targets */
+    int *len, *rows;        /* masked LM: the rows' lengths, the scored positions */
+    gm_io io;               /* masked LM: the last call's input */
     int B, T, ready;        /* ready: a forward with targets awaits its backward */
     char err[200];
 };
@@ -71,6 +75,7 @@ static collage_status alloc_slabs(gm_model *m) {
     if (!bf16) ok = ok && (m->grads = calloc(n, m->esize));
     if (bf16 || emu) ok = ok && (m->grads16 = calloc(n, sizeof(collage_bf16)));
     if (emu) ok = ok && (m->w32 = calloc(n, sizeof(float)));
+    if (m->g->mlm) ok = ok && (m->len = calloc((size_t)m->maxB, sizeof(int))) && (m->rows = calloc(bt, sizeof(int)));
     if (bf16) {
         m->acts16 = calloc(m->sz.nacts16, sizeof(uint16_t));
         m->gsums = calloc(m->sz.ngs ? m->sz.ngs : 1, sizeof(float));
@@ -104,7 +109,7 @@ void gm_free(gm_model *m) {
     if (!m) return;
     if (m->plan) m->g->plan_free(m->plan);
     free(m->acts); free(m->grads); free(m->grads16); free(m->w32); free(m->tok); free(m->tgt);
-    free(m->acts16); free(m->gsums); nn_ws_free(&m->ws);
+    free(m->acts16); free(m->gsums); free(m->len); free(m->rows); nn_ws_free(&m->ws);
     free(m);
 }
 
@@ -125,7 +130,8 @@ collage_status gm_memory(const gm_model *m, collage_model_memory *out) {
         .gradients = (m->grads ? n * m->esize : 0) + (m->grads16 ? n * sizeof(collage_bf16) : 0) +
                      (m->gsums ? m->sz.ngs * sizeof(float) : 0),
         .activations = m->sz.nacts * m->esize + (m->acts16 ? m->sz.nacts16 * sizeof(uint16_t) : 0) +
-                       2 * (size_t)m->maxB * (size_t)m->maxT * sizeof(int),
+                       2 * (size_t)m->maxB * (size_t)m->maxT * sizeof(int) +
+                       (m->rows ? ((size_t)m->maxB * (size_t)m->maxT + (size_t)m->maxB) * sizeof(int) : 0),
         .scratch = m->ws.cap * sizeof(float) + (m->w32 ? n * sizeof(float) : 0)};
     return COLLAGE_OK;
 }
@@ -155,6 +161,13 @@ static collage_status begin_call(gm_model *m, const void *params, const int *tok
 collage_status gm_forward(gm_model *m, const void *params, const int *tokens, const int *targets, int B, int T,
                           double *loss) {
     if (!m) return COLLAGE_ERR_NULL;
+    if (m->g->mlm) {
+        const collage_batch b = {.tokens = tokens, .targets = targets, .B = B, .T = T};
+        collage_forward_info fi;
+        collage_status st = gm_forward_batch(m, params, &b, &fi);
+        if (st == COLLAGE_OK && loss) *loss = fi.loss;
+        return st;
+    }
     gm_env e;
     const void *w;
     collage_status st = begin_call(m, params, tokens, targets, B, T, &e, &w);
@@ -174,6 +187,16 @@ collage_status gm_forward(gm_model *m, const void *params, const int *tokens, co
     return COLLAGE_OK;
 }
 
+/* The masked-LM graph's backward of the model's precision on the last call's input. */
+static void mlm_backward(gm_model *m, const gm_env *e, int nt) {
+    const gm_mlm_graph *g = m->g->mlm;
+    if (m->prec == GM_BF16)
+        g->bf16[m->graph - m->g->bf16].backward(m->plan, m->w_used, (uint16_t *)m->grads16, m->gsums,
+                                                     !m->grads16_zero, m->acts16, m->acts, &m->io, e);
+    else if (m->prec == GM_FP64) g->backward_f64(m->plan, m->w_used, m->grads, m->acts, &m->io, 0, nt);
+    else g->backward_f32(m->plan, m->w_used, m->grads, m->acts, &m->io, emulated(m), nt);
+}
+
 collage_status gm_backward(gm_model *m) {
     if (!m) return COLLAGE_ERR_NULL;
     if (!m->ready) return fail(m, COLLAGE_ERR_ARG, "backward needs a forward with targets before it (one backward each)");
@@ -182,7 +205,8 @@ collage_status gm_backward(gm_model *m) {
     m->ready = 0;
     const int nt = collage__threads();
     const int btok = nn_blas_begin(m->pp.prod.f32);
-    if (m->prec == GM_BF16)
+    if (m->g->mlm) mlm_backward(m, &e, nt);
+    else if (m->prec == GM_BF16)
         m->graph->backward(m->plan, m->w_used, (uint16_t *)m->grads16, m->gsums, !m->grads16_zero, m->acts16, m->acts,
                            m->tok, m->tgt, m->B, m->T, &e);
     else if (m->prec == GM_FP64)
@@ -210,6 +234,9 @@ void gm_zero_grad(gm_model *m) {
 
 collage_status gm_next_logits(gm_model *m, const void *params, const int *tokens, int T, float *logits) {
     if (!m) return COLLAGE_ERR_NULL;
+    if (m->g->mlm)
+        return fail(m, COLLAGE_ERR_UNSUPPORTED, "a masked-LM model is an encoder: it predicts masked tokens and does "
+                                                "not generate text (collage_model_logits_at)");
     if (!logits) {
         m->ready = 0;
         return fail(m, COLLAGE_ERR_NULL, "logits is NULL");
@@ -242,6 +269,162 @@ collage_status gm_set_loss_scale(gm_model *m, double scale) {
     return COLLAGE_OK;
 }
 
+/* ---------------------------------------------------------------- the masked-LM objective */
+/* Lengths of one batch's rows, checked into m->len. */
+static collage_status take_lengths(gm_model *m, const collage_batch *b) {
+    for (int r = 0; r < b->B; r++) {
+        m->len[r] = b->lengths ? b->lengths[r] : b->T;
+        if (m->len[r] < 1 || m->len[r] > b->T)
+            return fail(m, COLLAGE_ERR_ARG, "row %d has length %d, outside 1..%d", r, m->len[r], b->T);
+    }
+    return COLLAGE_OK;
+}
+
+/* Token ids and targets of one batch, checked: padding reads as id 0 and takes no target; the scored
+ * positions and their targets into m->rows, m->tgt; returns their number in *K. */
+static collage_status take_tokens(gm_model *m, const collage_batch *b, int *K) {
+    const int T = b->T, V = m->cfg.vocab_size;
+    *K = 0;
+    for (int n = 0; n < b->B * T; n++) {
+        const int t = n % T, r = n / T, y = b->targets ? b->targets[n] : COLLAGE_TARGET_NONE;
+        if (t >= m->len[r]) { /* padding: not read, not scored */
+            if (y != COLLAGE_TARGET_NONE)
+                return fail(m, COLLAGE_ERR_ARG, "target %d at (b %d, t %d), padding beyond the row's length %d", y, r,
+                            t, m->len[r]);
+            m->tok[n] = 0;
+            continue;
+        }
+        if (b->tokens[n] < 0 || b->tokens[n] >= V)
+            return fail(m, COLLAGE_ERR_ARG, "token %d at (b %d, t %d) outside [0, vocab_size %d)", b->tokens[n], r, t, V);
+        if (y != COLLAGE_TARGET_NONE && (y < 0 || y >= V))
+            return fail(m, COLLAGE_ERR_ARG, "target %d at (b %d, t %d) outside [0, vocab_size %d)", y, r, t, V);
+        m->tok[n] = b->tokens[n];
+        if (y != COLLAGE_TARGET_NONE) { m->rows[*K] = n; m->tgt[*K] = y; ++*K; }
+    }
+    return COLLAGE_OK;
+}
+
+/* Sizes, lengths, token ids and targets of one batch, checked; copied into the model as m->io. */
+static collage_status take_batch(gm_model *m, const void *params, const collage_batch *b) {
+    m->err[0] = 0;
+    if (!params || !b || !b->tokens) return fail(m, COLLAGE_ERR_NULL, "params, batch or tokens is NULL");
+    const int B = b->B, T = b->T;
+    if (B < 1 || B > m->maxB || T < 1 || T > m->maxT)
+        return fail(m, COLLAGE_ERR_SIZE, "batch %d x %d outside 1..%d x 1..%d (maxB x maxT of create)", B, T, m->maxB,
+                    m->maxT);
+    if (!(b->loss_divisor >= 0) || !isfinite(b->loss_divisor))
+        return fail(m, COLLAGE_ERR_ARG, "loss divisor %g: 0 (the mean) or positive", b->loss_divisor);
+    int K = 0;
+    collage_status st = take_lengths(m, b);
+    if (st == COLLAGE_OK) st = take_tokens(m, b, &K);
+    if (st != COLLAGE_OK) return st;
+    m->io = (gm_io){.tok = m->tok, .len = b->lengths ? m->len : NULL, .rows = m->rows, .tgt = b->targets ? m->tgt : NULL,
+                    .B = B, .T = T, .K = K, .divisor = b->loss_divisor > 0 ? b->loss_divisor : K > 0 ? K : 1};
+    return COLLAGE_OK;
+}
+
+/* The weights the graph reads: the caller's slab, or in an emulated model the slab widened. */
+static const void *weights(gm_model *m, const void *params) {
+    if (!emulated(m)) return params;
+    collage__widen16(m->w32, params, m->sz.nparams, emulated(m));
+    return m->w32;
+}
+
+/* The masked-LM graph of the model's precision on m->io: Σ losses; *hits: the scored rows predicted right. */
+static double mlm_run(gm_model *m, const void *w, const gm_env *e, long *hits) {
+    const gm_mlm_graph *g = m->g->mlm;
+    const int nt = collage__threads(), K = m->io.K, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
+    const int scored = K > 0 && m->io.tgt;
+    double sum;
+    if (m->prec == GM_FP64) {
+        sum = g->forward_f64(m->plan, w, m->acts, &m->io, 0, nt);
+        *hits = scored ? nn_argmax_hits_f64((const double *)m->acts + m->sz.logits, m->tgt, K, V, Vp, nt) : 0;
+        return sum;
+    }
+    if (m->prec == GM_BF16) sum = g->bf16[m->graph - m->g->bf16].forward(m->plan, w, m->acts16, m->acts, &m->io, e);
+    else sum = g->forward_f32(m->plan, w, m->acts, &m->io, emulated(m), nt);
+    *hits = scored ? nn_argmax_hits_f32((const float *)m->acts + m->sz.logits, m->tgt, K, V, Vp, nt) : 0;
+    return sum;
+}
+
+collage_status gm_forward_batch(gm_model *m, const void *params, const collage_batch *b, collage_forward_info *out) {
+    if (!m) return COLLAGE_ERR_NULL;
+    if (!m->g->mlm) return fail(m, COLLAGE_ERR_UNSUPPORTED, "this model is no masked LM");
+    m->ready = 0;
+    collage_status st = take_batch(m, params, b);
+    gm_env e = {0};
+    if (st == COLLAGE_OK && m->prec == GM_BF16) st = bf16_env(m, &e);
+    if (st != COLLAGE_OK) return st;
+    const void *w = weights(m, params);
+    long hits = 0;
+    const int btok = nn_blas_begin(m->pp.prod.f32);
+    const double sum = mlm_run(m, w, &e, &hits);
+    nn_blas_end(btok);
+    m->w_used = w;
+    m->ready = b->targets != NULL;
+    if (out)
+        *out = (collage_forward_info){.loss = b->targets ? sum / m->io.divisor : (double)NAN,
+                                      .scored = b->targets ? m->io.K : 0, .correct = hits};
+    return COLLAGE_OK;
+}
+
+/* Copies the K rows of logits the last forward left (V of each row's Vp) into logits as float. */
+static void copy_logits(const gm_model *m, int K, float *logits) {
+    const int V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
+    for (int k = 0; k < K; k++)
+        for (int i = 0; i < V; i++) {
+            const size_t at = m->sz.logits + (size_t)k * Vp + (size_t)i;
+            logits[(size_t)k * V + i] = m->prec == GM_FP64 ? (float)((const double *)m->acts)[at] : ((const float *)m->acts)[at];
+        }
+}
+
+/* The logits of the positions pos of one sequence, on the model's kernels (its own nn_blas_begin, as every
+ * call of the object that runs a graph). */
+collage_status gm_logits_at(gm_model *m, const void *params, const int *tokens, int T, const int *pos, int npos,
+                            float *logits) {
+    if (!m) return COLLAGE_ERR_NULL;
+    if (!m->g->mlm) return fail(m, COLLAGE_ERR_UNSUPPORTED, "this model is no masked LM");
+    m->ready = 0;
+    if (!logits || !pos) return fail(m, COLLAGE_ERR_NULL, "positions or logits is NULL");
+    if (npos < 1 || npos > T) return fail(m, COLLAGE_ERR_SIZE, "%d positions of a %d-token sequence", npos, T);
+    const collage_batch b = {.tokens = tokens, .B = 1, .T = T};
+    collage_status st = take_batch(m, params, &b);
+    for (int k = 0; st == COLLAGE_OK && k < npos; k++) {
+        if (pos[k] < 0 || pos[k] >= T) st = fail(m, COLLAGE_ERR_ARG, "position %d outside 0..%d", pos[k], T - 1);
+        m->rows[k] = pos[k];
+    }
+    gm_env e = {0};
+    if (st == COLLAGE_OK && m->prec == GM_BF16) st = bf16_env(m, &e);
+    if (st != COLLAGE_OK) return st;
+    m->io.K = npos;
+    long hits;
+    const int btok = nn_blas_begin(m->pp.prod.f32);
+    mlm_run(m, weights(m, params), &e, &hits);
+    nn_blas_end(btok);
+    copy_logits(m, npos, logits);
+    return COLLAGE_OK;
+}
+
+/* ---------------------------------------------------------------- stored activations (tests) */
+int gm_act_tensors(const gm_model *m, gm_act *out, int cap) {
+    if (!m || !m->g->acts) return 0;
+    gm_act_slot slot[64];
+    const int n = m->g->acts(m->plan, slot, 64);
+    for (int k = 0; k < n && k < 64 && k < cap && out; k++) {
+        const int s16 = m->acts16 && slot[k].bf16;
+        const size_t es = s16 ? sizeof(uint16_t) : m->esize;
+        const char *base = s16 ? (const char *)m->acts16 : (const char *)m->acts;
+        out[k] = (gm_act){.name = slot[k].name, .data = base + slot[k].offset * es, .count = slot[k].count,
+                          .esize = es, .bf16 = m->prec != GM_FP32 && m->prec != GM_FP64 && slot[k].bf16};
+    }
+    return n;
+}
+
+const char *gm_precision_name(gm_precision p) {
+    static const char *const names[GM_PRECISION_COUNT] = {"fp32", "bf16", "fp64", "bf16-emulated", "fp16-emulated"};
+    return (unsigned)p < GM_PRECISION_COUNT ? names[p] : "unknown";
+}
+
 /* ---------------------------------------------------------------- a family row's model calls */
 gm_precision gm_precision_of(collage_real r) {
     return r == COLLAGE_REAL_BF16   ? GM_BF16
@@ -265,6 +448,13 @@ collage_status gm_row_next_logits(void *m, const void *params, const int *tokens
 collage_status gm_row_set_loss_scale(void *m, double scale) { return gm_set_loss_scale(m, scale); }
 const char *gm_row_products(const void *m) { return gm_products(m); }
 collage_status gm_row_memory(const void *m, collage_model_memory *out) { return gm_memory(m, out); }
+collage_status gm_row_forward_batch(void *m, const void *params, const collage_batch *b, collage_forward_info *out) {
+    return gm_forward_batch(m, params, b, out);
+}
+collage_status gm_row_logits_at(void *m, const void *params, const int *tokens, int T, const int *pos, int npos,
+                                float *logits) {
+    return gm_logits_at(m, params, tokens, T, pos, npos, logits);
+}
 
 /* ---------------------------------------------------------------- initialisation */
 void gm_init_normal(float *x, size_t n, double sd, uint64_t key) {
