@@ -280,12 +280,6 @@ const collage_gpt_config *collage_gpt_get_config(const collage_gpt *m) { return 
 collage_gpt_precision collage_gpt_get_precision(const collage_gpt *m) { return m ? m->prec : COLLAGE_GPT_FP32; }
 size_t collage_gpt_size(const collage_gpt *m) { return m ? m->P.nparams : 0; }
 const char *collage_gpt_error(const collage_gpt *m) { return m ? m->err : "no model"; }
-const char *collage_gpt_products(const collage_gpt *m) {
-    if (!m) return "none";
-    static _Thread_local char s[160];
-    collage__products_describe(&m->pp, real_of(m->prec), s, sizeof s);
-    return s;
-}
 
 collage_status collage_gpt_memory(const collage_gpt *m, collage_gpt_mem *out) {
     if (!m || !out) return COLLAGE_ERR_NULL;
@@ -537,7 +531,6 @@ static collage_status fam_set_loss_scale(void *m, double scale) { return collage
 static collage_status fam_next_logits(void *m, const void *params, const int *tokens, int T, float *logits) {
     return collage_gpt_next_logits(m, params, tokens, T, logits);
 }
-static const char *fam_products(const void *m) { return collage_gpt_products(m); }
 static collage_status fam_memory(const void *m, collage_model_memory *out) {
     collage_gpt_mem g;
     collage_status st = collage_gpt_memory(m, &g);
@@ -579,6 +572,6 @@ const collage_model_family collage__gpt2_family = {
     .check = fam_check, .tensors = fam_tensors, .init_weights = fam_init,
     .create = fam_create, .free = fam_free, .size = fam_size, .error = fam_error, .forward = fam_forward,
     .backward = fam_backward, .grads = fam_grads, .zero_grad = fam_zero_grad, .set_loss_scale = fam_set_loss_scale, .next_logits = fam_next_logits,
-    .products = fam_products, .memory = fam_memory,
+    .memory = fam_memory,
     .ckpt_probe = fam_ckpt_probe, .ckpt_what = "llm.c GPT-2: int32 magic 20240326", .ckpt_save = fam_ckpt_save,
     .ckpt_read_header = fam_ckpt_read_header, .ckpt_load = fam_ckpt_load, .hf = &collage__gpt2_hf};

@@ -120,9 +120,6 @@ void          *collage_gpt_grads(collage_gpt *m);
 collage_status collage_gpt_set_loss_scale(collage_gpt *m, double scale);
 void           collage_gpt_zero_grad(collage_gpt *m);
 
-/* What the model's products run on: "fp32 sgemm", "fp64 dgemm", or the bf16 path (nn.h: "oneDNN bf16
- * GEMM (AMX)", "oneDNN bf16 GEMM (AVX512_BF16)", "widening to fp32 sgemm"). */
-const char    *collage_gpt_products(const collage_gpt *m);
 /* Bytes the model holds besides the weights (the caller's). */
 typedef struct {
     size_t gradients;    /* the gradient slab(s) and the float sums of the bf16 model */

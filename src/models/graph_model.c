@@ -116,12 +116,6 @@ void gm_free(gm_model *m) {
 size_t gm_size(const gm_model *m) { return m ? m->sz.nparams : 0; }
 const char *gm_error(const gm_model *m) { return m ? m->err : "no model"; }
 
-const char *gm_products(const gm_model *m) {
-    if (!m) return "none";
-    static _Thread_local char s[160];
-    collage__products_describe(&m->pp, real_of(m->prec), s, sizeof s);
-    return s;
-}
 
 collage_status gm_memory(const gm_model *m, collage_model_memory *out) {
     if (!m || !out) return COLLAGE_ERR_NULL;
@@ -446,7 +440,6 @@ collage_status gm_row_next_logits(void *m, const void *params, const int *tokens
     return gm_next_logits(m, params, tokens, T, logits);
 }
 collage_status gm_row_set_loss_scale(void *m, double scale) { return gm_set_loss_scale(m, scale); }
-const char *gm_row_products(const void *m) { return gm_products(m); }
 collage_status gm_row_memory(const void *m, collage_model_memory *out) { return gm_memory(m, out); }
 collage_status gm_row_forward_batch(void *m, const void *params, const collage_batch *b, collage_forward_info *out) {
     return gm_forward_batch(m, params, b, out);

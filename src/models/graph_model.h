@@ -133,7 +133,6 @@ collage_status gm_next_logits(gm_model *m, const void *params, const int *tokens
 /* The loss scale of the following backwards (collage_model_set_loss_scale): any finite scale > 0 except in
  * GM_BF16 (its graph has none: COLLAGE_ERR_UNSUPPORTED), nor where the family takes none. */
 collage_status gm_set_loss_scale(gm_model *m, double scale);
-const char    *gm_products(const gm_model *m);
 collage_status gm_memory(const gm_model *m, collage_model_memory *out);
 /* A masked-LM model (gm_graph.mlm): collage_model_forward_batch and collage_model_logits_at. gm_forward
  * on it runs full rows, every position with a target scored, the mean; gm_next_logits is refused. */
@@ -159,7 +158,6 @@ void          *gm_row_grads(void *m);
 void           gm_row_zero_grad(void *m);
 collage_status gm_row_next_logits(void *m, const void *params, const int *tokens, int T, float *logits);
 collage_status gm_row_set_loss_scale(void *m, double scale);
-const char    *gm_row_products(const void *m);
 collage_status gm_row_memory(const void *m, collage_model_memory *out);
 collage_status gm_row_forward_batch(void *m, const void *params, const collage_batch *b, collage_forward_info *out);
 collage_status gm_row_logits_at(void *m, const void *params, const int *tokens, int T, const int *pos, int npos,
@@ -167,7 +165,7 @@ collage_status gm_row_logits_at(void *m, const void *params, const int *tokens, 
 #define GM_ROW_CALLS                                                                                          \
     .free = gm_row_free, .size = gm_row_size, .error = gm_row_error, .forward = gm_row_forward,                 \
     .backward = gm_row_backward, .grads = gm_row_grads, .zero_grad = gm_row_zero_grad,                          \
-    .next_logits = gm_row_next_logits, .set_loss_scale = gm_row_set_loss_scale, .products = gm_row_products,   \
+    .next_logits = gm_row_next_logits, .set_loss_scale = gm_row_set_loss_scale,    \
     .memory = gm_row_memory
 /* A masked-LM family's row: GM_ROW_CALLS and the two calls of the objective. */
 #define GM_MLM_ROW_CALLS GM_ROW_CALLS, .forward_batch = gm_row_forward_batch, .logits_at = gm_row_logits_at

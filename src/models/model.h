@@ -78,7 +78,6 @@ typedef struct {
     collage_status (*forward_batch)(void *impl, const void *params, const collage_batch *b, collage_forward_info *out);
     collage_status (*logits_at)(void *impl, const void *params, const int *tokens, int T, const int *pos, int npos,
                                 float *logits);
-    const char *(*products)(const void *impl);
     collage_status (*memory)(const void *impl, collage_model_memory *out);
 
     /* The checkpoint format. probe: 1 when head (the file's first len bytes) starts a checkpoint of this
