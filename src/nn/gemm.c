@@ -372,6 +372,47 @@ void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int ld
     tiles_end(guard);
 }
 
+/* The K-blocked product: per thread, a tile's scratch for K blocks of kb, then its accumulator. */
+static size_t kblock_floats(const tile_grid *t, int kb, nn_bf16_path path) {
+    return tile_floats(t, kb, path == NN_BF16_WIDEN) + (size_t)t->tm * (size_t)t->tn;
+}
+
+int nn_gemm_bf16_kblocks_reserve(nn_ws *ws, int M, int N, int kb, int nt, nn_bf16_path path) {
+    const tile_grid t = tiles_of(M, N, path);
+    const int count = t.mb * t.nb;
+    const size_t live = (size_t)(nt < count ? nt : count);
+    return ws_reserve(ws, live * kblock_floats(&t, kb, path));
+}
+
+void nn_gemm_bf16_kblocks(int ta, int tb, int M, int N, int K, int kb, const uint16_t *A, int lda, const uint16_t *B,
+                          int ldb, nn_fold_fn fold, nn_tile_fn ep, void *ctx, nn_ws *ws, nn_bf16_path path, int nt) {
+    const tile_grid g = tiles_of(M, N, path);
+    const int count = g.mb * g.nb, par = count > 1 && (double)M * N * K >= GEMM_PAR_MIN;
+    const size_t per = kblock_floats(&g, kb < K ? kb : K, path);
+    COLLAGE_ASSERT(kb > 0 && ws->cap >= (size_t)(par ? (nt < count ? nt : count) : 1) * per);
+    const nn_sgemm k = kernel_in_use();
+    const tiles_guard guard = tiles_begin(k);
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
+    for (int j = 0; j < count; j++) {
+        int me = 0;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+#endif
+        float *t = ws->p + (size_t)me * per, *acc = t + per - (size_t)g.tm * g.tn;
+        const int i0 = j / g.nb * g.tm, j0 = j % g.nb * g.tn;
+        const int m = M - i0 < g.tm ? M - i0 : g.tm, n = N - j0 < g.tn ? N - j0 : g.tn;
+        for (int k0 = 0; k0 < K; k0 += kb) {
+            const int kl = K - k0 < kb ? K - k0 : kb;
+            const uint16_t *a = ta ? A + (size_t)k0 * lda + i0 : A + (size_t)i0 * lda + k0;
+            const uint16_t *b = tb ? B + (size_t)j0 * ldb + k0 : B + (size_t)k0 * ldb + j0;
+            tile_product(ta, tb, m, n, kl, a, lda, b, ldb, t, path, k);
+            fold(ctx, t, n, acc, n, i0, i0 + m, j0, j0 + n, k0);
+        }
+        ep(ctx, acc, n, i0, i0 + m, j0, j0 + n);
+    }
+    tiles_end(guard);
+}
+
 /* ---------------------------------------------------------------- timing a model's products */
 static double now_s(void) {
     struct timespec ts;

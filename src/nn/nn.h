@@ -16,6 +16,7 @@
 #define COLLAGE_NN_H
 
 #include "internal.h"
+#include "fp8q.h"
 #include <math.h>
 /* The ops pass generic vectors (ops.inc: SUF(vec)) between static inline functions only, so no ABI is
  * involved; the compilers' note that an AVX-512-sized vector is passed differently without AVX-512 is
@@ -166,6 +167,84 @@ typedef void (*nn_tile_fn)(void *ctx, const float *tile, int ldt, int i0, int i1
  * ws: reserved for (M,N,K,nt,path). */
 void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                   nn_tile_fn ep, void *ctx, nn_ws *ws, nn_bf16_path path, int nt);
+
+/* A K block's fold: part (fp32, row stride ldp) is the tile C[i0..i1) × [j0..j1) of the product over
+ * K = [k0, k0 + kb) alone; fold it into acc (row stride lda), which holds the earlier blocks' fold
+ * (nothing yet when k0 = 0). Tiles are disjoint; they run on several threads at once. */
+typedef void (*nn_fold_fn)(void *ctx, const float *part, int ldp, float *acc, int lda, int i0, int i1, int j0, int j1,
+                           int k0);
+/* As nn_gemm_bf16, with K cut into blocks of kb (the last one shorter): each tile's product over each K
+ * block, in k0 order, is computed as nn_gemm_bf16 computes a tile (the same kernel and grid, K = the
+ * block's length, the block's columns of op(A) and rows of op(B)), and handed to fold with the tile's
+ * accumulator; then ep gets the accumulator. Every element is the same for any nt.
+ * ws: reserved by nn_gemm_bf16_kblocks_reserve for (M,N,min(kb,K),nt,path). */
+int  nn_gemm_bf16_kblocks_reserve(nn_ws *ws, int M, int N, int kb, int nt, nn_bf16_path path);
+void nn_gemm_bf16_kblocks(int ta, int tb, int M, int N, int K, int kb, const uint16_t *A, int lda, const uint16_t *B,
+                          int ldb, nn_fold_fn fold, nn_tile_fn ep, void *ctx, nn_ws *ws, nn_bf16_path path, int nt);
+
+/* ---------------------------------------------------------------- fp8 products (gemm_fp8.c, numerics.md §13) */
+/* An operand quantized by a recipe: its fp8 values held in bf16 in the operand's stored layout (row
+ * stride ld), its blocks' dequantization factors (row-major over a grid of br × bc blocks, gc blocks to a
+ * grid row), or, with dequant, the dequantized values q·inv themselves (MXFP8: exact in bf16). */
+typedef struct {
+    const uint16_t *v;
+    int ld;
+    const float *inv;
+    int br, bc, gc;
+    int dequant;
+} nn_fp8_operand;
+
+/* How a product's operands are quantized: the recipe, the roles of A and B (their formats: e4m3, or e5m2
+ * for a gradient unless e4m3_all; the block recipe gives a weight 128×128 blocks), and for DELAYED the
+ * scaling state and the slots of A and B (their scales are read, their amaxes recorded). */
+typedef struct {
+    collage_fp8_recipe recipe;
+    int e4m3_all;
+    collage_fp8_role ra, rb;
+    collage__fp8_scaling *scaling;
+    int slot_a, slot_b;
+} nn_fp8_spec;
+
+/* Scratch of an fp8 product: both operands' values and scales, and the tiles. */
+typedef struct {
+    uint16_t *v[2];
+    float *s[2], *inv[2];
+    size_t cap_v[2], cap_s[2];
+    nn_ws tiles;
+} nn_fp8_ws;
+void nn_fp8_ws_free(nn_fp8_ws *ws);
+/* Grows ws for the (M,N,K) product of spec p on nt threads; 0, or -1 when out of memory. */
+int  nn_gemm_fp8_reserve(nn_fp8_ws *ws, const nn_fp8_spec *p, int ta, int tb, int M, int N, int K, int nt,
+                         nn_bf16_path path);
+/* The quantization of operand `which` (0: A, its K along a row unless ta; 1: B, its K down a column unless
+ * tb) under p: the recipe, the role's format, the K axis, a delayed slot's scale in force. */
+collage_fp8_quant nn_fp8_quant_of(const nn_fp8_spec *p, int which, int trans);
+/* Quantizes the stored matrix X (rows, cols, row stride ld) with q into op, its values and scales in
+ * v, s, inv (rows·cols, and collage__fp8_blocks floats each); amax: the tensor's, or NULL.
+ * collage__fp8_quantize's statuses (COLLAGE_ERR_NONFINITE: NaN or Inf in X, op not made). */
+collage_status nn_fp8_operand_make(nn_fp8_operand *op, const collage_fp8_quant *q, const uint16_t *X, int rows, int cols,
+                                   int ld, uint16_t *v, float *s, float *inv, float *amax, int nt);
+/* C = op(A)·op(B) of quantized operands (shapes as nn_gemm_bf16), handed to ep in tiles as fp32 values:
+ *   dequantized operands (MXFP8): the bf16 product of the dequantized values, one nn_gemm_bf16;
+ *   else, with kb the operands' block length along K (K for the per-tensor recipes, 128 for BLOCK): for
+ *   each K block [k0, k0 + kb), P = the bf16 product door's fp32 sums of the fp8 values over the block,
+ *   s = fp32(ia·ib) (the blocks' factors of row i of op(A) and column j of op(B)), and
+ *   c = fp32(P·s) for k0 = 0, then c = fp32(c + fp32(P·s)).
+ * Every element is the same for any nt. tiles: reserved by nn_gemm_fp8_reserve. */
+void nn_gemm_fp8_q(int ta, int tb, int M, int N, int K, const nn_fp8_operand *A, const nn_fp8_operand *B, nn_tile_fn ep,
+                   void *ctx, nn_ws *tiles, nn_bf16_path path, int nt);
+/* Quantizes A and B by p (nn_fp8_quant_of, nn_fp8_operand_make), records their amaxes in the delayed
+ * state (only when both are finite), then nn_gemm_fp8_q. COLLAGE_ERR_NONFINITE: NaN or Inf in A or B,
+ * ep never called and the state untouched (the caller skips the step). */
+collage_status nn_gemm_fp8(const nn_fp8_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                           const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx, nn_fp8_ws *ws, nn_bf16_path path,
+                           int nt);
+/* nn_gemm_fp8's scalar twin: the same quantization on one thread, each block's sum P = Σ fl(a·b) in k order
+ * from +0 in fp32 (the reference sgemm's order), the same folds; ep is called once with the whole (M,N)
+ * result. Allocates its scratch (a reference, not a step's call). Bit for bit nn_gemm_fp8 with the
+ * widening path on the reference sgemm (COLLAGE_GEMM=ref). */
+collage_status nn_gemm_fp8_ref(const nn_fp8_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                               const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx);
 
 /* Seconds the products of shapes take on one thread with these kernels (bf16 = 0: fp32 products on
  * f32; 1: bf16 products on path, widening with f32), estimated from one timed tile of each product

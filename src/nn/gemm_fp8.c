@@ -1,0 +1,192 @@
+/* gemm_fp8.c — fp8 matrix products (nn.h, numerics.md §13): both operands quantized by a recipe (fp8q.c),
+ * their fp8 values (exact in bf16) multiplied through the bf16 products' door with fp32 sums, and the
+ * blocks' scales applied in fp32 per K block; and the scalar reference twin of the whole. */
+#include "nn.h"
+
+void nn_fp8_ws_free(nn_fp8_ws *ws) {
+    for (int i = 0; i < 2; i++) free(ws->v[i]), free(ws->s[i]), free(ws->inv[i]);
+    nn_ws_free(&ws->tiles);
+    *ws = (nn_fp8_ws){0};
+}
+
+collage_fp8_quant nn_fp8_quant_of(const nn_fp8_spec *p, int which, int trans) {
+    const collage_fp8_role role = which ? p->rb : p->ra;
+    collage_fp8_quant q = {.recipe = p->recipe, .fmt = collage__fp8_format(role, p->e4m3_all), .role = role,
+                           .k_axis = which ? trans : !trans, .scale = 1.0f};
+    if (p->recipe == COLLAGE_FP8_DELAYED && p->scaling)
+        q.scale = collage__fp8_scaling_scale(p->scaling, which ? p->slot_b : p->slot_a);
+    return q;
+}
+
+/* The K length of an operand's blocks (0: dequantized, no scale left to apply). */
+static int k_block(const nn_fp8_operand *op, int k_axis) { return op->dequant ? 0 : k_axis ? op->bc : op->br; }
+
+static int grow16(uint16_t **p, size_t *cap, size_t n) {
+    if (n <= *cap) return 0;
+    uint16_t *q = realloc(*p, n * sizeof *q);
+    if (!q) return -1;
+    *p = q, *cap = n;
+    return 0;
+}
+
+/* s and inv grow together (n floats each); cap changes once both have. */
+static int grow_scales(float **s, float **inv, size_t *cap, size_t n) {
+    if (n <= *cap) return 0;
+    float *q = realloc(*s, n * sizeof *q);
+    if (!q) return -1;
+    *s = q;
+    if (!(q = realloc(*inv, n * sizeof *q))) return -1;
+    *inv = q, *cap = n;
+    return 0;
+}
+
+int nn_gemm_fp8_reserve(nn_fp8_ws *ws, const nn_fp8_spec *p, int ta, int tb, int M, int N, int K, int nt,
+                        nn_bf16_path path) {
+    const int rows[2] = {ta ? K : M, tb ? N : K}, cols[2] = {ta ? M : K, tb ? K : N};
+    int kb = K;
+    for (int w = 0; w < 2; w++) {
+        const collage_fp8_quant q = nn_fp8_quant_of(p, w, w ? tb : ta);
+        if (grow16(&ws->v[w], &ws->cap_v[w], (size_t)rows[w] * cols[w]) ||
+            grow_scales(&ws->s[w], &ws->inv[w], &ws->cap_s[w], collage__fp8_blocks(&q, rows[w], cols[w])))
+            return -1;
+        int br, bc;
+        collage__fp8_block_shape(&q, rows[w], cols[w], &br, &bc);
+        const int ext = q.k_axis ? bc : br;
+        kb = ext < kb ? ext : kb;
+    }
+    if (p->recipe == COLLAGE_FP8_MXFP8) return nn_gemm_bf16_reserve(&ws->tiles, M, N, K, nt, path);
+    return nn_gemm_bf16_kblocks_reserve(&ws->tiles, M, N, kb, nt, path);
+}
+
+collage_status nn_fp8_operand_make(nn_fp8_operand *op, const collage_fp8_quant *q, const uint16_t *X, int rows, int cols,
+                                   int ld, uint16_t *v, float *s, float *inv, float *amax, int nt) {
+    const int dequant = q->recipe == COLLAGE_FP8_MXFP8;
+    const collage_status st = collage__fp8_quantize(q, X, rows, cols, ld, NULL, v, dequant, s, inv, amax, nt);
+    if (st != COLLAGE_OK) return st;
+    int br, bc;
+    collage__fp8_block_shape(q, rows, cols, &br, &bc);
+    *op = (nn_fp8_operand){.v = v, .ld = cols, .inv = inv, .br = br, .bc = bc, .gc = (cols + bc - 1) / bc,
+                           .dequant = dequant};
+    return COLLAGE_OK;
+}
+
+/* The factor of the block holding stored element (r, c). */
+static inline float inv_at(const nn_fp8_operand *op, int r, int c) {
+    return op->inv[(size_t)(r / op->br) * op->gc + (size_t)(c / op->bc)];
+}
+
+typedef struct {
+    const nn_fp8_operand *A, *B;
+    int ta, tb;
+    nn_tile_fn ep;
+    void *ctx;
+} fold_ctx;
+
+/* c = fp32(P·s) at k0 = 0, else fp32(c + fp32(P·s)), s = fp32(ia·ib) (nn_gemm_fp8_q's contract). */
+static void fold_scaled(void *p, const float *part, int ldp, float *acc, int lda, int i0, int i1, int j0, int j1,
+                        int k0) {
+    const fold_ctx *f = p;
+    for (int i = i0; i < i1; i++) {
+        const float ia = f->ta ? inv_at(f->A, k0, i) : inv_at(f->A, i, k0);
+        const float *pi = part + (size_t)(i - i0) * ldp - j0;
+        float *ci = acc + (size_t)(i - i0) * lda - j0;
+        for (int j = j0; j < j1; j++) {
+            const float s = ia * (f->tb ? inv_at(f->B, j, k0) : inv_at(f->B, k0, j));
+            const float t = pi[j] * s;
+            ci[j] = k0 == 0 ? t : ci[j] + t;
+        }
+    }
+}
+
+static void ep_forward(void *p, const float *t, int ldt, int i0, int i1, int j0, int j1) {
+    const fold_ctx *f = p;
+    f->ep(f->ctx, t, ldt, i0, i1, j0, j1);
+}
+
+void nn_gemm_fp8_q(int ta, int tb, int M, int N, int K, const nn_fp8_operand *A, const nn_fp8_operand *B, nn_tile_fn ep,
+                   void *ctx, nn_ws *tiles, nn_bf16_path path, int nt) {
+    COLLAGE_ASSERT(A->dequant == B->dequant);
+    if (A->dequant) {
+        nn_gemm_bf16(ta, tb, M, N, K, A->v, A->ld, B->v, B->ld, ep, ctx, tiles, path, nt);
+        return;
+    }
+    const int ka = k_block(A, !ta), kb = k_block(B, tb);
+    const int kstep = ka < kb ? ka : kb;
+    COLLAGE_ASSERT(kstep > 0 && (ka >= K || ka % kstep == 0) && (kb >= K || kb % kstep == 0));
+    fold_ctx f = {.A = A, .B = B, .ta = ta, .tb = tb, .ep = ep, .ctx = ctx};
+    nn_gemm_bf16_kblocks(ta, tb, M, N, K, kstep, A->v, A->ld, B->v, B->ld, fold_scaled, ep_forward, &f, tiles, path, nt);
+}
+
+collage_status nn_gemm_fp8(const nn_fp8_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                           const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx, nn_fp8_ws *ws, nn_bf16_path path,
+                           int nt) {
+    const collage_fp8_quant qa = nn_fp8_quant_of(p, 0, ta), qb = nn_fp8_quant_of(p, 1, tb);
+    COLLAGE_ASSERT(ws->cap_v[0] >= (size_t)M * K && ws->cap_v[1] >= (size_t)K * N &&
+                   ws->cap_s[0] >= collage__fp8_blocks(&qa, ta ? K : M, ta ? M : K) &&
+                   ws->cap_s[1] >= collage__fp8_blocks(&qb, tb ? N : K, tb ? K : N));
+    nn_fp8_operand oa, ob;
+    float ama, amb;
+    collage_status st = nn_fp8_operand_make(&oa, &qa, A, ta ? K : M, ta ? M : K, lda, ws->v[0], ws->s[0], ws->inv[0],
+                                            &ama, nt);
+    if (st == COLLAGE_OK)
+        st = nn_fp8_operand_make(&ob, &qb, B, tb ? N : K, tb ? K : N, ldb, ws->v[1], ws->s[1], ws->inv[1], &amb, nt);
+    if (st != COLLAGE_OK) return st;
+    if (p->recipe == COLLAGE_FP8_DELAYED && p->scaling) {
+        collage__fp8_scaling_record(p->scaling, p->slot_a, ama);
+        collage__fp8_scaling_record(p->scaling, p->slot_b, amb);
+    }
+    nn_gemm_fp8_q(ta, tb, M, N, K, &oa, &ob, ep, ctx, &ws->tiles, path, nt);
+    return COLLAGE_OK;
+}
+
+/* ---------------------------------------------------------------- the scalar twin */
+/* Element (i, k) of op(X) for a stored operand of row stride ld. */
+static inline float op_at(const nn_fp8_operand *o, int trans, int i, int k) {
+    return bf16_f32(trans ? o->v[(size_t)k * o->ld + i] : o->v[(size_t)i * o->ld + k]);
+}
+
+static void product_ref(int ta, int tb, int M, int N, int K, const nn_fp8_operand *A, const nn_fp8_operand *B,
+                        float *C) {
+    const int ka = A->dequant ? K : k_block(A, !ta), kb = B->dequant ? K : k_block(B, tb);
+    const int kstep = ka < kb ? ka : kb;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float c = 0.0f;
+            for (int k0 = 0; k0 < K; k0 += kstep) {
+                const int k1 = k0 + kstep < K ? k0 + kstep : K;
+                float P = 0.0f;
+                for (int k = k0; k < k1; k++) P = P + op_at(A, ta, i, k) * op_at(B, !tb, j, k);
+                if (A->dequant) { c = P; continue; }
+                const float ia = ta ? inv_at(A, k0, i) : inv_at(A, i, k0);
+                const float s = ia * (tb ? inv_at(B, j, k0) : inv_at(B, k0, j));
+                c = k0 == 0 ? P * s : c + P * s;
+            }
+            C[(size_t)i * N + j] = c;
+        }
+}
+
+collage_status nn_gemm_fp8_ref(const nn_fp8_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                               const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx) {
+    const collage_fp8_quant qa = nn_fp8_quant_of(p, 0, ta), qb = nn_fp8_quant_of(p, 1, tb);
+    const size_t na = collage__fp8_blocks(&qa, ta ? K : M, ta ? M : K), nb = collage__fp8_blocks(&qb, tb ? N : K, tb ? K : N);
+    uint16_t *va = malloc((size_t)M * K * 2), *vb = malloc((size_t)K * N * 2);
+    float *sa = malloc(na * 4), *ia = malloc(na * 4), *sb = malloc(nb * 4), *ib = malloc(nb * 4);
+    float *C = malloc((size_t)M * N * 4);
+    collage_status st = COLLAGE_ERR_NOMEM;
+    if (va && vb && sa && ia && sb && ib && C) {
+        nn_fp8_operand oa, ob;
+        float ama, amb;
+        st = nn_fp8_operand_make(&oa, &qa, A, ta ? K : M, ta ? M : K, lda, va, sa, ia, &ama, 1);
+        if (st == COLLAGE_OK) st = nn_fp8_operand_make(&ob, &qb, B, tb ? N : K, tb ? K : N, ldb, vb, sb, ib, &amb, 1);
+        if (st == COLLAGE_OK) {
+            if (p->recipe == COLLAGE_FP8_DELAYED && p->scaling) {
+                collage__fp8_scaling_record(p->scaling, p->slot_a, ama);
+                collage__fp8_scaling_record(p->scaling, p->slot_b, amb);
+            }
+            product_ref(ta, tb, M, N, K, &oa, &ob, C);
+            ep(ctx, C, N, 0, M, 0, N);
+        }
+    }
+    free(va), free(vb), free(sa), free(ia), free(sb), free(ib), free(C);
+    return st;
+}
