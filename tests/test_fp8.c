@@ -74,7 +74,7 @@ static int mx_exp_oracle(collage_format fm, double a) {
 /* The s and inv §13 gives a block of amax a (an independent transcription: fp32 quotients by double
  * division rounded once, innocuous by Figueroa's theorem). */
 static void scale_oracle(const collage_fp8_quant *q, double a, float *s, float *inv) {
-    const double F = collage_format_get(q->fmt)->max_value;
+    const double F = (double)collage_format_get(q->fmt)->max_value;
     if (q->recipe == COLLAGE_FP8_MXFP8) {
         const int e = mx_exp_oracle(q->fmt, a);
         *s = (float)ldexp(1, -e), *inv = (float)ldexp(1, e);
@@ -120,7 +120,7 @@ static int check_quant(const collage_fp8_quant *q, const uint16_t *x, int rows, 
             for (int c = c0; c < cols && c < c0 + bc; c++) {
                 const size_t i = (size_t)r * cols + c;
                 const uint8_t want = (uint8_t)collage_lp_from_f32_sat(q->fmt, f(x[i]) * ws);
-                const double qv = collage_lp_to_f32(q->fmt, want);
+                const double qv = (double)collage_lp_to_f32(q->fmt, want);
                 const uint16_t wv = bf((float)(dq ? qv * (double)wi : qv));
                 if (codes[i] != want || vals[i] != wv) bad++;
                 CHECK(codes[i] == want && vals[i] == wv, "(%d,%d) x %g: code 0x%02x value 0x%04x, want 0x%02x 0x%04x",
@@ -226,6 +226,29 @@ static void test_recipes_constructed(void) {
         collage__fp8_block_scale(&q, f(bf(mx[i].a)), &s, &inv);
         CHECK(inv == ldexpf(1.0f, mx[i].e) && s == ldexpf(1.0f, -mx[i].e), "mxfp8 amax %a: inv %a, want 2^%d",
               (double)mx[i].a, (double)inv, mx[i].e);
+    }
+}
+
+/* MXFP8's exponent, the least E with a ≤ F·2^E, equals Transformer Engine's way of computing it (the fp32
+ * product a·fp32(1/F) rounded up to a power of two) for every positive finite bf16 amax, where in range. */
+static void test_mx_exponent_te(void) {
+    for (int fi = 0; fi < 2; fi++) {
+        const collage_fp8_quant q = {.recipe = COLLAGE_FP8_MXFP8, .fmt = FMTS[fi], .k_axis = 1};
+        const float rcp = 1.0f / collage_format_get(FMTS[fi])->max_value;
+        const int lo = fi ? -117 : -124, hi = fi ? 112 : 119;
+        int n = 0;
+        for (uint32_t b = 1; b < 0x7f80u; b++) {
+            const float a = f((uint16_t)b), r = a * rcp;
+            int e = ilogbf(r);
+            if (ldexpf(1.0f, e) < r) e++; /* rounded up to a power of two */
+            if (e < lo || e > hi) continue;
+            float s, inv;
+            collage__fp8_block_scale(&q, a, &s, &inv);
+            n++;
+            CHECK(inv == ldexpf(1.0f, e), "%s amax %a: 2^%d, Transformer Engine's 2^%d", collage_format_get(FMTS[fi])->name,
+                  (double)a, ilogbf(inv), e);
+        }
+        CHECK(n > 20000, "%d amaxes compared", n);
     }
 }
 
@@ -500,6 +523,7 @@ int main(void) {
     RUN(test_roundtrip);
     RUN(test_recipes_random);
     RUN(test_recipes_constructed);
+    RUN(test_mx_exponent_te);
     RUN(test_nonfinite);
     RUN(test_delayed_history);
     RUN(test_product);
