@@ -518,6 +518,129 @@ static void test_product_nonfinite(void) {
     collage__fp8_scaling_free(sc);
 }
 
+/* ---------------------------------------------------------------- a linear layer's fp8 ops */
+
+/* The scalar twin's fp32 result of one of the layer's products (rows × cols). */
+static float *twin(const nn_fp8_layer *L, collage_fp8_role ra, int sa, collage_fp8_role rb, int sb, int ta, int tb, int M,
+                   int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb) {
+    nn_fp8_spec p = {.recipe = L->recipe, .e4m3_all = L->e4m3_all, .ra = ra, .rb = rb, .scaling = L->scaling,
+                     .slot_a = L->slot + sa, .slot_b = L->slot + sb};
+    float *c = malloc((size_t)M * N * 4);
+    keep_ctx g = {.C = c, .ldc = N};
+    nn_gemm_fp8_ref(&p, ta, tb, M, N, K, A, lda, B, ldb, keep_tile, &g);
+    return c;
+}
+
+static double cosine(const uint16_t *a, const uint16_t *b, size_t n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double x = (double)f(a[i]), y = (double)f(b[i]);
+        ab += x * y, aa += x * x, bb += y * y;
+    }
+    return ab / sqrt(aa * bb);
+}
+
+/* The four ops against the scalar twin's products through the bf16 epilogues' roundings, bit for bit on
+ * the reference sgemm (and the AVX-512 build equal to the baseline); near the bf16 ops (gradient cosine
+ * above MIN_COSINE: the fp8 rounding of each operand, 2^-4 relative at most, is all that differs); the
+ * delayed slots recorded where the spec says; a NaN leaves the output as it was. */
+#define MIN_COSINE 0.995
+static void test_layer_ops(void) {
+    enum { N = 150, C = 200, OC = 136, LAYER = 1 };
+    uint16_t *X = malloc(N * C * 2), *W = malloc(OC * C * 2), *dY = malloc(N * OC * 2), *bias = malloc(OC * 2),
+             *res = malloc(N * OC * 2);
+    fill(X, N * C, -2, 2), fill(W, OC * C, -7, -3), fill(dY, N * OC, -20, -14), fill(bias, OC, -4, -2),
+        fill(res, N * OC, -2, 1);
+    char err[160];
+    nn_products_pin("ref", err, sizeof err);
+    collage_format fm[6];
+    nn_fp8_slot_formats(fm, 2, 0);
+    CHECK(fm[3] == COLLAGE_FMT_E4M3 && fm[4] == COLLAGE_FMT_E4M3 && fm[5] == COLLAGE_FMT_E5M2, "slot formats");
+    uint16_t *o = malloc(N * C * 2), *o2 = malloc(N * C * 2), *ob = malloc(N * C * 2);
+    float *lg = malloc(N * OC * 4);
+    nn_ws bws = {0};
+    nn_gemm_bf16_reserve(&bws, N, OC, C, 2, NN_BF16_WIDEN);
+    nn_gemm_bf16_reserve(&bws, N, C, OC, 2, NN_BF16_WIDEN);
+    nn_gemm_bf16_reserve(&bws, OC, C, N, 2, NN_BF16_WIDEN);
+    const int avx = collage_isa_supported(COLLAGE_ISA_AVX512);
+    for (int ri = 0; ri < 4; ri++) {
+        collage__fp8_scaling *sc = collage__fp8_scaling_create(fm, 6, 8, 0);
+        nn_fp8_layer L = {.recipe = RECIPES[ri], .scaling = sc, .slot = 3 * LAYER};
+        const uint16_t *T[3] = {X, W, dY};
+        const size_t tn[3] = {N * C, OC * C, N * OC};
+        for (int k = 0; k < 3; k++) { /* one step's amaxes for the delayed scales */
+            float a = 0;
+            for (size_t i = 0; i < tn[k]; i++) a = fmaxf(a, fabsf(f(T[k][i])));
+            collage__fp8_scaling_record(sc, 3 * LAYER + k, a);
+        }
+        collage__fp8_scaling_step(sc);
+        nn_fp8_ws ws = {0};
+        CHECK(nn_fp8_layer_reserve(&ws, &L, N, C, OC, 2, NN_BF16_WIDEN) == 0, "reserve");
+        const char *rn = collage__fp8_recipe_name(RECIPES[ri]);
+        /* forward with bias and residual; logits */
+        float *c = twin(&L, COLLAGE_FP8_ACT, 0, COLLAGE_FP8_WEIGHT, 1, 0, 1, N, OC, C, X, C, W, C);
+        CHECK(nn_matmul_forward_fp8(o, X, W, bias, res, N, C, OC, &L, &ws, NN_BF16_WIDEN, 2) == COLLAGE_OK, "forward");
+        int bad = 0;
+        for (int i = 0; i < N * OC; i++)
+            bad += o[i] != bf(f(res[i]) + f(bf(c[i] + f(bias[i % OC]))));
+        CHECK(bad == 0, "%s forward: %d elements differ from rnd(res + rnd(c + b))", rn, bad);
+        const float *cur = collage__fp8_scaling_current(sc);
+        if (RECIPES[ri] == COLLAGE_FP8_DELAYED)
+            CHECK(cur[3] > 0 && cur[4] > 0 && cur[5] == 0 && cur[0] == 0, "forward's slots: %g %g %g", (double)cur[3],
+                  (double)cur[4], (double)cur[5]);
+        if (avx) {
+            nn_matmul_forward_fp8_avx512(o2, X, W, bias, res, N, C, OC, &L, &ws, NN_BF16_WIDEN, 3);
+            CHECK(!memcmp(o, o2, N * OC * 2), "%s forward: the AVX-512 build differs", rn);
+        }
+        nn_matmul_forward_bf16(ob, X, W, bias, res, N, C, OC, &bws, NN_BF16_WIDEN, 2);
+        CHECK(cosine(o, ob, N * OC) > MIN_COSINE, "%s forward: cosine to bf16 %.6f", rn, cosine(o, ob, N * OC));
+        CHECK(nn_matmul_logits_fp8(lg, X, W, N, C, OC, &L, &ws, NN_BF16_WIDEN, 1) == COLLAGE_OK, "logits");
+        bad = 0;
+        for (int i = 0; i < N * OC; i++) bad += lg[i] != f(bf(c[i]));
+        CHECK(bad == 0, "%s logits: %d elements differ", rn, bad);
+        free(c);
+        /* dX = rnd(Q(dY)·Q(W)) */
+        c = twin(&L, COLLAGE_FP8_GRAD, 2, COLLAGE_FP8_WEIGHT, 1, 0, 0, N, C, OC, dY, OC, W, C);
+        CHECK(nn_matmul_backward_input_fp8(o, dY, W, N, C, OC, &L, &ws, NN_BF16_WIDEN, 3) == COLLAGE_OK, "dX");
+        bad = 0;
+        for (int i = 0; i < N * C; i++) bad += o[i] != bf(c[i]);
+        CHECK(bad == 0, "%s dX: %d elements differ", rn, bad);
+        if (RECIPES[ri] == COLLAGE_FP8_DELAYED) CHECK(cur[5] > 0, "dX records the gradient's slot");
+        nn_matmul_backward_input_bf16(ob, dY, W, N, C, OC, &bws, NN_BF16_WIDEN, 2);
+        CHECK(cosine(o, ob, N * C) > MIN_COSINE, "%s dX: cosine to bf16 %.6f", rn, cosine(o, ob, N * C));
+        free(c);
+        /* dW = rnd(dW + Q(dY)ᵀ·Q(X)) */
+        c = twin(&L, COLLAGE_FP8_GRAD, 2, COLLAGE_FP8_ACT, 0, 1, 0, OC, C, N, dY, OC, X, C);
+        memcpy(o, W, OC * C * 2), memcpy(ob, W, OC * C * 2);
+        CHECK(nn_matmul_backward_weight_fp8(o, 1, dY, X, N, C, OC, NULL, NULL, 0, &L, &ws, NN_BF16_WIDEN, 2) == COLLAGE_OK,
+              "dW");
+        bad = 0;
+        for (int i = 0; i < OC * C; i++) bad += o[i] != bf(f(W[i]) + c[i]);
+        CHECK(bad == 0, "%s dW (add): %d elements differ", rn, bad);
+        CHECK(nn_matmul_backward_weight_fp8(o, 0, dY, X, N, C, OC, NULL, NULL, 0, &L, &ws, NN_BF16_WIDEN, 2) == COLLAGE_OK,
+              "dW");
+        bad = 0;
+        for (int i = 0; i < OC * C; i++) bad += o[i] != bf(c[i]);
+        CHECK(bad == 0, "%s dW: %d elements differ", rn, bad);
+        nn_matmul_backward_weight_bf16(ob, 0, dY, X, N, C, OC, NULL, NULL, 0, &bws, NN_BF16_WIDEN, 2);
+        CHECK(cosine(o, ob, OC * C) > MIN_COSINE, "%s dW: cosine to bf16 %.6f", rn, cosine(o, ob, OC * C));
+        free(c);
+        /* a NaN in the gradient: refused, dX as it was */
+        const uint16_t keep = dY[5];
+        dY[5] = 0x7fc0;
+        memcpy(o2, o, N * C * 2);
+        CHECK(nn_matmul_backward_input_fp8(o, dY, W, N, C, OC, &L, &ws, NN_BF16_WIDEN, 2) == COLLAGE_ERR_NONFINITE &&
+                  !memcmp(o, o2, N * C * 2),
+              "%s: NaN in dY not refused, or dX written", rn);
+        dY[5] = keep;
+        nn_fp8_ws_free(&ws);
+        collage__fp8_scaling_free(sc);
+    }
+    nn_ws_free(&bws);
+    nn_products_pin(NULL, err, sizeof err);
+    free(X), free(W), free(dY), free(bias), free(res), free(o), free(o2), free(ob), free(lg);
+}
+
 int main(void) {
     printf("seed %u\n", SEED);
     RUN(test_roundtrip);
@@ -528,5 +651,6 @@ int main(void) {
     RUN(test_delayed_history);
     RUN(test_product);
     RUN(test_product_nonfinite);
+    RUN(test_layer_ops);
     return h_end();
 }

@@ -139,6 +139,24 @@ collage_status nn_gemm_fp8(const nn_fp8_spec *p, int ta, int tb, int M, int N, i
     return COLLAGE_OK;
 }
 
+void nn_fp8_slot_formats(collage_format *fmts, int layers, int e4m3_all) {
+    for (int l = 0; l < layers; l++) {
+        fmts[3 * l] = collage__fp8_format(COLLAGE_FP8_ACT, e4m3_all);
+        fmts[3 * l + 1] = collage__fp8_format(COLLAGE_FP8_WEIGHT, e4m3_all);
+        fmts[3 * l + 2] = collage__fp8_format(COLLAGE_FP8_GRAD, e4m3_all);
+    }
+}
+
+int nn_fp8_layer_reserve(nn_fp8_ws *ws, const nn_fp8_layer *L, int N, int C, int OC, int nt, nn_bf16_path path) {
+    const nn_fp8_spec fwd = {.recipe = L->recipe, .e4m3_all = L->e4m3_all, .ra = COLLAGE_FP8_ACT, .rb = COLLAGE_FP8_WEIGHT},
+                      din = {.recipe = L->recipe, .e4m3_all = L->e4m3_all, .ra = COLLAGE_FP8_GRAD, .rb = COLLAGE_FP8_WEIGHT},
+                      dw = {.recipe = L->recipe, .e4m3_all = L->e4m3_all, .ra = COLLAGE_FP8_GRAD, .rb = COLLAGE_FP8_ACT};
+    return nn_gemm_fp8_reserve(ws, &fwd, 0, 1, N, OC, C, nt, path) || nn_gemm_fp8_reserve(ws, &din, 0, 0, N, C, OC, nt, path) ||
+                   nn_gemm_fp8_reserve(ws, &dw, 1, 0, OC, C, N, nt, path)
+               ? -1
+               : 0;
+}
+
 /* ---------------------------------------------------------------- the scalar twin */
 /* Element (i, k) of op(X) for a stored operand of row stride ld. */
 static inline float op_at(const nn_fp8_operand *o, int trans, int i, int k) {

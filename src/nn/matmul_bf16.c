@@ -2,7 +2,8 @@
  * what each op does with a tile of fp32 results before it is stored — round it to bf16, add a bias, add
  * a residual, add rows of the embedding's gradient — so no fp32 matrix of the product's size exists.
  * Each value is rounded where ops_f32.c rounds it in bf16 mode (bf = 1): with the widening path these
- * ops give the bits of the float ops on the widened values. */
+ * ops give the bits of the float ops on the widened values. The fp8 ops are the same ops on the fp8
+ * products of their operands (nn_gemm_fp8, numerics.md §13), the same epilogues after them. */
 #include "nn.h"
 
 typedef struct {
@@ -111,4 +112,43 @@ void NN_BF16_NAME(nn_matmul_backward_weight_bf16)(uint16_t *dw, int add, const u
                                     nn_bf16_path path, int nt) {
     ep_ctx c = {.out = dw, .ldo = C, .add = add, .tok = tok, .dtok = dtok, .ntok = ntok};
     nn_gemm_bf16(1, 0, OC, C, N, dout, OC, inp, C, ep_weight, &c, ws, path, nt);
+}
+
+/* ---------------------------------------------------------------- the same ops on fp8 products */
+static nn_fp8_spec layer_spec(const nn_fp8_layer *L, collage_fp8_role ra, int slot_a, collage_fp8_role rb, int slot_b) {
+    return (nn_fp8_spec){.recipe = L->recipe, .e4m3_all = L->e4m3_all, .ra = ra, .rb = rb, .scaling = L->scaling,
+                         .slot_a = L->slot + slot_a, .slot_b = L->slot + slot_b};
+}
+
+collage_status NN_BF16_NAME(nn_matmul_forward_fp8)(uint16_t *out, const uint16_t *inp, const uint16_t *w,
+                                                   const uint16_t *bias, const uint16_t *res, int N, int C, int OC,
+                                                   const nn_fp8_layer *L, nn_fp8_ws *ws, nn_bf16_path path, int nt) {
+    ep_ctx c = {.out = out, .ldo = OC, .bias = bias, .res = res};
+    const nn_fp8_spec p = layer_spec(L, COLLAGE_FP8_ACT, 0, COLLAGE_FP8_WEIGHT, 1);
+    return nn_gemm_fp8(&p, 0, 1, N, OC, C, inp, C, w, C, ep_forward, &c, ws, path, nt);
+}
+
+collage_status NN_BF16_NAME(nn_matmul_logits_fp8)(float *out, const uint16_t *inp, const uint16_t *w, int N, int C,
+                                                  int OC, const nn_fp8_layer *L, nn_fp8_ws *ws, nn_bf16_path path,
+                                                  int nt) {
+    ep_ctx c = {.outf = out, .ldo = OC};
+    const nn_fp8_spec p = layer_spec(L, COLLAGE_FP8_ACT, 0, COLLAGE_FP8_WEIGHT, 1);
+    return nn_gemm_fp8(&p, 0, 1, N, OC, C, inp, C, w, C, ep_round_f32, &c, ws, path, nt);
+}
+
+collage_status NN_BF16_NAME(nn_matmul_backward_input_fp8)(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N,
+                                                          int C, int OC, const nn_fp8_layer *L, nn_fp8_ws *ws,
+                                                          nn_bf16_path path, int nt) {
+    ep_ctx c = {.out = dinp, .ldo = C};
+    const nn_fp8_spec p = layer_spec(L, COLLAGE_FP8_GRAD, 2, COLLAGE_FP8_WEIGHT, 1);
+    return nn_gemm_fp8(&p, 0, 0, N, C, OC, dout, OC, w, C, ep_forward, &c, ws, path, nt);
+}
+
+collage_status NN_BF16_NAME(nn_matmul_backward_weight_fp8)(uint16_t *dw, int add, const uint16_t *dout,
+                                                           const uint16_t *inp, int N, int C, int OC, const int *tok,
+                                                           const uint16_t *dtok, int ntok, const nn_fp8_layer *L,
+                                                           nn_fp8_ws *ws, nn_bf16_path path, int nt) {
+    ep_ctx c = {.out = dw, .ldo = C, .add = add, .tok = tok, .dtok = dtok, .ntok = ntok};
+    const nn_fp8_spec p = layer_spec(L, COLLAGE_FP8_GRAD, 2, COLLAGE_FP8_ACT, 0);
+    return nn_gemm_fp8(&p, 1, 0, OC, C, N, dout, OC, inp, C, ep_weight, &c, ws, path, nt);
 }

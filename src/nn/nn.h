@@ -373,4 +373,38 @@ NN_REAL_PRODUCTS(_f64, double)
 NN_BF16_PRODUCTS()
 NN_BF16_PRODUCTS(_avx512)
 
+/* The same four ops on fp8 products (numerics.md §13: "A linear layer in fp8"): each quantizes its two
+ * operands by the layer's recipe (nn_gemm_fp8), the input and weight in e4m3, the incoming gradient in
+ * e5m2 (e4m3 with e4m3_all), and stores through the bf16 op's epilogue. The backward is straight-through:
+ * dinp = rnd(Q(dout)·Q(w)), dw from Q(dout)ᵀ·Q(inp). Delayed scaling reads and records the layer's three
+ * slots: slot (its input), slot + 1 (its weight), slot + 2 (its incoming gradient). ws: reserved by
+ * nn_fp8_layer_reserve. COLLAGE_ERR_NONFINITE: NaN or Inf in an operand, nothing stored, nothing
+ * recorded (the step is to be skipped). */
+typedef struct {
+    collage_fp8_recipe recipe;
+    int e4m3_all;
+    collage__fp8_scaling *scaling; /* DELAYED: the model's state */
+    int slot;
+} nn_fp8_layer;
+/* The formats of a model's delayed slots, `layers` linear layers of three slots each. */
+void nn_fp8_slot_formats(collage_format *fmts, int layers, int e4m3_all);
+/* Grows ws for the three products of a linear layer of (N, C) → (N, OC) on nt threads; 0, or -1. */
+int  nn_fp8_layer_reserve(nn_fp8_ws *ws, const nn_fp8_layer *L, int N, int C, int OC, int nt, nn_bf16_path path);
+#define NN_FP8_PRODUCTS(S)                                                                                    \
+    collage_status nn_matmul_forward_fp8##S(uint16_t *out, const uint16_t *inp, const uint16_t *w,              \
+                                            const uint16_t *bias, const uint16_t *res, int N, int C, int OC,    \
+                                            const nn_fp8_layer *L, nn_fp8_ws *ws, nn_bf16_path path, int nt);   \
+    collage_status nn_matmul_logits_fp8##S(float *out, const uint16_t *inp, const uint16_t *w, int N, int C,     \
+                                           int OC, const nn_fp8_layer *L, nn_fp8_ws *ws, nn_bf16_path path,     \
+                                           int nt);                                                             \
+    collage_status nn_matmul_backward_input_fp8##S(uint16_t *dinp, const uint16_t *dout, const uint16_t *w,     \
+                                                   int N, int C, int OC, const nn_fp8_layer *L, nn_fp8_ws *ws,  \
+                                                   nn_bf16_path path, int nt);                                  \
+    collage_status nn_matmul_backward_weight_fp8##S(uint16_t *dw, int add, const uint16_t *dout,                \
+                                                    const uint16_t *inp, int N, int C, int OC, const int *tok,  \
+                                                    const uint16_t *dtok, int ntok, const nn_fp8_layer *L,      \
+                                                    nn_fp8_ws *ws, nn_bf16_path path, int nt);
+NN_FP8_PRODUCTS()
+NN_FP8_PRODUCTS(_avx512)
+
 #endif
