@@ -7,6 +7,7 @@
 #include "harness.h"
 #include "nn.h"
 #include <float.h>
+#include "internal.h"
 
 #define SEED 36u
 static uint64_t rng = SEED;
@@ -58,6 +59,39 @@ static void test_roundtrip(void) {
         CHECK(s == 1.0f && inv == 1.0f && amax == collage_format_get(fm)->max_value, "s %g inv %g amax %g", (double)s,
               (double)inv, (double)amax);
     }
+}
+
+/* The fast saturating rounding equals the generic encoder's (collage_lp_from_f32_sat, tested against MPFR)
+ * on every fp32 sign, exponent and top 7 fraction bits with the low 16 bits at the patterns that sit on and
+ * next to each rounding boundary of e4m3 and e5m2 (their midpoints have 0x…80000 or 0x…100000 low bits),
+ * ±Inf, and 2^20 random patterns. */
+static void test_sat_fast(void) {
+    static const uint32_t low[8] = {0, 1, 0x7fff, 0x8000, 0x8001, 0xfffe, 0xffff, 0x5555};
+    int bad = 0;
+    for (int fi = 0; fi < 2; fi++) {
+        for (uint32_t hi = 0; hi < 0x10000u; hi++) {
+            if ((hi & 0x7f80u) == 0x7f80u && (hi & 0x7fu)) continue; /* NaN: never rounded (refused before) */
+            for (int l = 0; l < 8; l++) {
+                const uint32_t u = hi << 16 | low[l];
+                if ((u & 0x7fffffffu) > 0x7f800000u) continue;
+                const float y = bits_f32(u);
+                const uint8_t want = (uint8_t)collage_lp_from_f32_sat(FMTS[fi], y), got = collage__fp8_sat(FMTS[fi], y);
+                if (want != got && bad++ < 10)
+                    CHECK(want == got, "%s: y %a (0x%08x): 0x%02x, the encoder 0x%02x", collage_format_get(FMTS[fi])->name,
+                          (double)y, u, got, want);
+            }
+        }
+        for (int i = 0; i < (1 << 20); i++) {
+            const uint32_t u = rnd32();
+            if ((u & 0x7fffffffu) > 0x7f800000u) continue;
+            const float y = bits_f32(u);
+            const uint8_t want = (uint8_t)collage_lp_from_f32_sat(FMTS[fi], y), got = collage__fp8_sat(FMTS[fi], y);
+            if (want != got && bad++ < 10)
+                CHECK(want == got, "%s: y %a: 0x%02x, the encoder 0x%02x", collage_format_get(FMTS[fi])->name, (double)y,
+                      got, want);
+        }
+    }
+    CHECK(bad == 0, "%d mismatches", bad);
 }
 
 /* ---------------------------------------------------------------- the oracle of §13's scales */
@@ -644,6 +678,7 @@ static void test_layer_ops(void) {
 int main(void) {
     printf("seed %u\n", SEED);
     RUN(test_roundtrip);
+    RUN(test_sat_fast);
     RUN(test_recipes_random);
     RUN(test_recipes_constructed);
     RUN(test_mx_exponent_te);

@@ -82,18 +82,24 @@ typedef struct {
     void *ctx;
 } fold_ctx;
 
-/* c = fp32(P·s) at k0 = 0, else fp32(c + fp32(P·s)), s = fp32(ia·ib) (nn_gemm_fp8_q's contract). */
+/* c = fp32(P·s) at k0 = 0, else fp32(c + fp32(P·s)), s = fp32(ia·ib) (nn_gemm_fp8_q's contract); the
+ * columns' factors ib are looked up once per FOLD_CHUNK columns, the rows' once per row. */
+#define FOLD_CHUNK 256
 static void fold_scaled(void *p, const float *part, int ldp, float *acc, int lda, int i0, int i1, int j0, int j1,
                         int k0) {
     const fold_ctx *f = p;
-    for (int i = i0; i < i1; i++) {
-        const float ia = f->ta ? inv_at(f->A, k0, i) : inv_at(f->A, i, k0);
-        const float *pi = part + (size_t)(i - i0) * ldp - j0;
-        float *ci = acc + (size_t)(i - i0) * lda - j0;
-        for (int j = j0; j < j1; j++) {
-            const float s = ia * (f->tb ? inv_at(f->B, j, k0) : inv_at(f->B, k0, j));
-            const float t = pi[j] * s;
-            ci[j] = k0 == 0 ? t : ci[j] + t;
+    float ib[FOLD_CHUNK];
+    for (int c0 = j0; c0 < j1; c0 += FOLD_CHUNK) {
+        const int n = j1 - c0 < FOLD_CHUNK ? j1 - c0 : FOLD_CHUNK;
+        for (int j = 0; j < n; j++) ib[j] = f->tb ? inv_at(f->B, c0 + j, k0) : inv_at(f->B, k0, c0 + j);
+        for (int i = i0; i < i1; i++) {
+            const float ia = f->ta ? inv_at(f->A, k0, i) : inv_at(f->A, i, k0);
+            const float *pi = part + (size_t)(i - i0) * ldp + (c0 - j0);
+            float *ci = acc + (size_t)(i - i0) * lda + (c0 - j0);
+            if (k0 == 0)
+                for (int j = 0; j < n; j++) ci[j] = pi[j] * (ia * ib[j]);
+            else
+                for (int j = 0; j < n; j++) ci[j] = ci[j] + pi[j] * (ia * ib[j]);
         }
     }
 }

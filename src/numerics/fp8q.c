@@ -134,17 +134,69 @@ static collage_status check_quant(const collage_fp8_quant *q, int dequant) {
     return COLLAGE_OK;
 }
 
+/* SAT_RN to e4m3 and e5m2 of a y that is not a NaN (numerics.md §13), the generic encoder's result
+ * (collage_lp_from_f32_sat) by a shorter road, which test_fp8 checks against it: |y| at or above F
+ * (±Inf included) gives ±F (values in (F, F + half an ulp] round to F, beyond it they overflow and
+ * saturate); a normal result rounds the fp32 fraction to 3 (2) bits, ties to even, a carry moving to
+ * the next binade; below the smallest normal the grid is 2^-9 (2^-16), so |y|·2^9 (exact) is rounded to
+ * an integer k by adding 2^23 (the sum's low bits are then k), k = 8 (4) being the smallest normal.
+ * Each gives the code and the fp32 bits of its value (k·2^-9 is exact). The three cases are computed and
+ * one selected with masks (a float `?:` would be control flow to GCC), so loops over them vectorise. */
+typedef struct { uint32_t code, bits; } fp8_rounded;
+
+static inline fp8_rounded sat_fp8(float y, int e5m2) {
+    const uint32_t man = e5m2 ? 2 : 3, drop = 23 - man, rebias = e5m2 ? 112u : 120u;
+    const uint32_t big = e5m2 ? 0x47600000u : 0x43e00000u, tiny = e5m2 ? 0x38800000u : 0x3c800000u;
+    const float grid = e5m2 ? 65536.0f : 512.0f, ungrid = e5m2 ? 0x1p-16f : 0x1p-9f;
+    const uint32_t u = f32_bits(y), a = u & 0x7fffffffu;
+    const uint32_t nbits = (a + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u)) & ~((1u << drop) - 1u);
+    const uint32_t ncode = (nbits >> drop) - (rebias << man);
+    const float k = (bits_f32(a) * grid + 8388608.0f) - 8388608.0f;
+    const uint32_t scode = f32_bits(k + 8388608.0f) - 0x4b000000u, sbits = f32_bits(k * ungrid);
+    const uint32_t mbig = 0u - (uint32_t)(a >= big), mnrm = 0u - (uint32_t)(a >= tiny);
+    const uint32_t bigcode = e5m2 ? 0x7bu : 0x7eu;
+    fp8_rounded r;
+    r.code = (mbig & bigcode) | (~mbig & ((mnrm & ncode) | (~mnrm & scode))) | ((u >> 24) & 0x80u);
+    r.bits = (mbig & big) | (~mbig & ((mnrm & nbits) | (~mnrm & sbits))) | (u & 0x80000000u);
+    return r;
+}
+
+uint8_t collage__fp8_sat(collage_format f, float y) { return (uint8_t)sat_fp8(y, f == COLLAGE_FMT_E5M2).code; }
+
+/* One block's piece of a row: the codes of x·s and their values (or, dequant, the values times inv: an
+ * exact scaling by a power of two) as bf16 bits. */
+static void quantize_run(int e5m2, const uint16_t *x, int n, float s, float inv, uint8_t *codes, uint16_t *vals,
+                         int dequant) {
+    uint8_t c8[256];
+    uint16_t v16[256];
+    const float sc = dequant ? inv : 1.0f;
+    for (int c0 = 0; c0 < n; c0 += 256) {
+        const int m = n - c0 < 256 ? n - c0 : 256;
+        if (e5m2) {
+#pragma omp simd
+            for (int c = 0; c < m; c++) {
+                const fp8_rounded r = sat_fp8(bf16_f32(x[c0 + c]) * s, 1);
+                c8[c] = (uint8_t)r.code, v16[c] = (uint16_t)(f32_bits(bits_f32(r.bits) * sc) >> 16);
+            }
+        } else {
+#pragma omp simd
+            for (int c = 0; c < m; c++) {
+                const fp8_rounded r = sat_fp8(bf16_f32(x[c0 + c]) * s, 0);
+                c8[c] = (uint8_t)r.code, v16[c] = (uint16_t)(f32_bits(bits_f32(r.bits) * sc) >> 16);
+            }
+        }
+        if (codes) memcpy(codes + c0, c8, (size_t)m);
+        if (vals) memcpy(vals + c0, v16, (size_t)m * 2);
+    }
+}
+
 /* A row's codes and values: block g's scale for columns [g·bc, g·bc + bc). */
 static void quantize_row(const collage_fp8_quant *q, const uint16_t *x, int cols, int bc, const float *s,
-                         const float *inv, const uint16_t *vtab, uint8_t *codes, uint16_t *vals, int dequant) {
+                         const float *inv, uint8_t *codes, uint16_t *vals, int dequant) {
+    const int e5m2 = q->fmt == COLLAGE_FMT_E5M2;
     for (int c0 = 0, g = 0; c0 < cols; c0 += bc, g++) {
-        const int c1 = c0 + bc < cols ? c0 + bc : cols;
-        const float sg = s[g], ig = inv[g];
-        for (int c = c0; c < c1; c++) {
-            const uint8_t code = (uint8_t)collage__lp_enc_f32(q->fmt, bf16_f32(x[c]) * sg, LP_SAT, 0);
-            if (codes) codes[c] = code;
-            if (vals) vals[c] = dequant ? (uint16_t)(f32_bits(bf16_f32(vtab[code]) * ig) >> 16) : vtab[code];
-        }
+        const int n = cols - c0 < bc ? cols - c0 : bc;
+        quantize_run(e5m2, x + c0, n, s[g], inv[g], codes ? codes + c0 : NULL, vals ? vals + c0 : NULL, dequant);
     }
 }
 
@@ -162,12 +214,10 @@ collage_status collage__fp8_quantize(const collage_fp8_quant *q, const uint16_t 
     const unsigned top = amax_grid(x, ld, rows, cols, br, bc, s, nt); /* s holds the amaxes first */
     if (top >= 0x7f80u) return COLLAGE_ERR_NONFINITE;
     for (size_t b = 0; b < nb; b++) collage__fp8_block_scale(q, s[b], &s[b], &inv[b]);
-    uint16_t vtab[256]; /* code → its value in bf16 (exact: p ≤ 4 bits, e4m3 and e5m2 exponents in range) */
-    for (int c = 0; c < 256; c++) vtab[c] = (uint16_t)(f32_bits(collage__lp_dec(q->fmt, (uint16_t)c)) >> 16);
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)rows * cols >= 32768)
     for (int r = 0; r < rows; r++) {
         const size_t g0 = (size_t)(r / br) * gc;
-        quantize_row(q, x + (size_t)r * ld, cols, bc, s + g0, inv + g0, vtab, codes ? codes + (size_t)r * cols : NULL,
+        quantize_row(q, x + (size_t)r * ld, cols, bc, s + g0, inv + g0, codes ? codes + (size_t)r * cols : NULL,
                      vals ? vals + (size_t)r * cols : NULL, dequant);
     }
     if (amax) *amax = bf16_f32((uint16_t)top);

@@ -55,6 +55,9 @@ size_t collage__fp8_blocks(const collage_fp8_quant *q, int rows, int cols);
  * F is the format's largest value (448, 57344). */
 void collage__fp8_block_scale(const collage_fp8_quant *q, float amax, float *s, float *inv);
 
+/* SAT_RN_f(y) for f e4m3 or e5m2 and y not a NaN: collage_lp_from_f32_sat's code by a faster road. */
+uint8_t collage__fp8_sat(collage_format f, float y);
+
 /* Quantizes x (rows, cols, row stride ld; bf16 bits) with q: for each block, its amax a, its s and inv
  * (collage__fp8_block_scale), and each element's code SAT_RN(fp32(x·s)): the nearest fp8 value to the fp32
  * product, ties to even, ±F beyond ±F. Outputs (codes and vals packed: row stride cols):
