@@ -257,11 +257,15 @@ void collage__fp8_scaling_free(collage__fp8_scaling *st) {
 }
 
 int collage__fp8_scaling_slots(const collage__fp8_scaling *st) { return st->slots; }
-float collage__fp8_scaling_scale(const collage__fp8_scaling *st, int slot) { return st->scale[slot]; }
+float collage__fp8_scaling_scale(const collage__fp8_scaling *st, int slot) {
+    COLLAGE_ASSERT(slot >= 0 && slot < st->slots);
+    return st->scale[slot];
+}
 float *collage__fp8_scaling_current(collage__fp8_scaling *st) { return st->cur; }
 uint64_t collage__fp8_scaling_steps(const collage__fp8_scaling *st) { return st->steps; }
 
 void collage__fp8_scaling_record(collage__fp8_scaling *st, int slot, float amax) {
+    COLLAGE_ASSERT(slot >= 0 && slot < st->slots);
     if (isfinite(amax) && amax > st->cur[slot]) st->cur[slot] = amax;
 }
 

@@ -95,7 +95,8 @@ collage__fp8_scaling *collage__fp8_scaling_create(const collage_format *fmts, in
 void  collage__fp8_scaling_free(collage__fp8_scaling *st);
 int   collage__fp8_scaling_slots(const collage__fp8_scaling *st);
 float collage__fp8_scaling_scale(const collage__fp8_scaling *st, int slot);
-/* The slot's amax of the step under way becomes max(it, amax) (amax finite, ≥ 0; others are ignored). */
+/* The slot's amax of the step under way becomes max(it, amax) (amax finite, ≥ 0; others are ignored).
+ * A slot outside [0, slots) is a broken invariant (COLLAGE_ASSERT), here and in _scale. */
 void  collage__fp8_scaling_record(collage__fp8_scaling *st, int slot, float amax);
 /* The step's amaxes, one per slot (for a data-parallel run to take their max over the ranks before
  * collage__fp8_scaling_step: max is exact in any order, so N ranks give one process's bits). */
