@@ -157,10 +157,9 @@ int nn_fp8_layer_reserve(nn_fp8_ws *ws, const nn_fp8_layer *L, int N, int C, int
     const nn_fp8_spec fwd = {.recipe = L->recipe, .e4m3_all = L->e4m3_all, .ra = COLLAGE_FP8_ACT, .rb = COLLAGE_FP8_WEIGHT},
                       din = {.recipe = L->recipe, .e4m3_all = L->e4m3_all, .ra = COLLAGE_FP8_GRAD, .rb = COLLAGE_FP8_WEIGHT},
                       dw = {.recipe = L->recipe, .e4m3_all = L->e4m3_all, .ra = COLLAGE_FP8_GRAD, .rb = COLLAGE_FP8_ACT};
-    return nn_gemm_fp8_reserve(ws, &fwd, 0, 1, N, OC, C, nt, path) || nn_gemm_fp8_reserve(ws, &din, 0, 0, N, C, OC, nt, path) ||
-                   nn_gemm_fp8_reserve(ws, &dw, 1, 0, OC, C, N, nt, path)
-               ? -1
-               : 0;
+    if (nn_gemm_fp8_reserve(ws, &fwd, 0, 1, N, OC, C, nt, path) || nn_gemm_fp8_reserve(ws, &din, 0, 0, N, C, OC, nt, path))
+        return -1;
+    return nn_gemm_fp8_reserve(ws, &dw, 1, 0, OC, C, N, nt, path);
 }
 
 /* ---------------------------------------------------------------- the scalar twin */
@@ -169,6 +168,8 @@ static inline float op_at(const nn_fp8_operand *o, int trans, int i, int k) {
     return bf16_f32(trans ? o->v[(size_t)k * o->ld + i] : o->v[(size_t)i * o->ld + k]);
 }
 
+/* C (M,N, packed) = nn_gemm_fp8_q's contract, element by element: each K block's P = Σ fl(a·b) in k order
+ * from +0 (the reference sgemm's sum), folded with fp32(ia·ib) as there; dequantized operands: one block. */
 static void product_ref(int ta, int tb, int M, int N, int K, const nn_fp8_operand *A, const nn_fp8_operand *B,
                         float *C) {
     const int ka = A->dequant ? K : k_block(A, !ta), kb = B->dequant ? K : k_block(B, tb);
