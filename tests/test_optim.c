@@ -81,6 +81,40 @@ static void test_bf16_lines_transcribed(void) {
     }
 }
 
+/* numerics.md §13's vectors: one element, two steps, θ0 = RN(0.1). */
+typedef struct {
+    collage_optimizer opt;
+    const char *strategy;
+    double lr, wd, mu;
+    int nest;
+    uint16_t m0, g, th[2], m[2], dth[2];
+} vec_t;
+static const vec_t VECS[] = {
+    {COLLAGE_OPTIM_LION, "bf16", 1e-4, 0.1, 0, 0, 0x3f00, 0xbe80, {0x3dcd, 0x3dcd}, {0x3efc, 0x3ef8}, {0, 0}},
+    {COLLAGE_OPTIM_LION, "collage-light", 1e-4, 0.1, 0, 0, 0x3f00, 0xbe80, {0x3dcd, 0x3dcc}, {0x3efc, 0x3ef8}, {0xb950, 0x3946}},
+    {COLLAGE_OPTIM_SGD, "bf16", 1e-2, 0.01, 0.9, 0, 0, 0x3e80, {0x3dc8, 0x3dbe}, {0x3e81, 0x3ef4}, {0, 0}},
+    {COLLAGE_OPTIM_SGD, "collage-light", 1e-2, 0.0, 0.9, 1, 0, 0x3e80, {0x3dc3, 0x3db5}, {0x3e80, 0x3ef3}, {0x37cc, 0x3866}},
+};
+static void test_vectors(void) {
+    for (size_t v = 0; v < sizeof VECS / sizeof *VECS; v++) {
+        const vec_t *V = &VECS[v];
+        collage_adamw *o = mk(V->opt, V->strategy, 1, V->wd, V->mu, V->nest, 0);
+        if (!o) continue;
+        const float th0 = 0.1f;
+        collage_adamw_set_weights_f32(o, &th0, 1);
+        uint16_t *w = collage_adamw_params(o), *m = collage_adamw_word(o, COLLAGE_ROLE_M);
+        uint16_t *d = collage_adamw_word(o, COLLAGE_ROLE_COMPENSATION), g = V->g;
+        m[0] = V->m0;
+        for (int t = 0; t < 2; t++) {
+            collage_adamw_step(o, &g, V->lr, NULL);
+            CHECK(w[0] == V->th[t] && m[0] == V->m[t] && (d ? d[0] : 0) == V->dth[t],
+                  "%s %s step %d: θ %04x m %04x δθ %04x, the table says %04x %04x %04x", collage_optimizer_name(V->opt),
+                  V->strategy, t + 1, w[0], m[0], d ? d[0] : 0, V->th[t], V->m[t], V->dth[t]);
+        }
+        collage_adamw_free(o);
+    }
+}
+
 /* ------------------------------------------------------------------ 2. against float64 */
 #define LONG_STEPS 3000
 #define LONG_N 256
@@ -377,6 +411,7 @@ static void test_table_and_refusals(void) {
 
 int main(void) {
     RUN(test_bf16_lines_transcribed);
+    RUN(test_vectors);
     RUN(test_long_run_vs_float64);
     RUN(test_lion_lost_update);
     RUN(test_fast_equals_reference);
