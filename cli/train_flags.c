@@ -128,6 +128,13 @@ int train_parse(int argc, char **argv, train_opts *o) {
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { if (dist_rank() == 0) train_usage(stdout); return 1; }
         else return cli_unknown("train", a);
     }
+    char why[256];
+    if (collage_optimizer_check(o->cfg.optimizer, o->cfg.strategy, why, sizeof why) != COLLAGE_OK) {
+        fprintf(stderr, "collage train: --optimizer %s --precision %s: %s\nhint: --optimizer adamw keeps v; lion and sgd "
+                        "take any strategy whose v is not a pair\n", collage_optimizer_name(o->cfg.optimizer),
+                collage_strategy_name(o->cfg.strategy), why);
+        return -1;
+    }
     if (o->cfg.optimizer == COLLAGE_OPTIM_LION && !(o->given & COLLAGE_RUN_BETA2))
         o->cfg.beta2 = collage_optimizer_get(COLLAGE_OPTIM_LION)->beta2; /* Lion's β2: its own default */
     return 0;
