@@ -289,7 +289,10 @@ static void edge_grads(collage_strategy s, void *g, size_t n, int t) {
 
 static void test_fast_equals_reference(void) {
     const size_t n = 3 * 256 + 77;
-    collage_param_group grp[2] = {{"a", 100, 300, 0.0}, {"b", 500, 200, 0.3}};
+    collage_param_group grp[2] = {{"a", 100, 300, 0.0}, {"b", 500, 201, 0.3}};
+    for (int isa = COLLAGE_ISA_SCALAR; isa <= COLLAGE_ISA_AVX512; isa++) {
+    if (!collage_isa_supported((collage_isa)isa)) { printf("    %s: not on this CPU\n", collage_isa_name((collage_isa)isa)); continue; }
+    collage_set_isa((collage_isa)isa);
     for (int oi = 1; oi < COLLAGE_OPTIM_COUNT; oi++)
         for (int k = 0; k < NF; k++)
             for (int th = 1; th <= 3; th++) {
@@ -317,12 +320,57 @@ static void test_fast_equals_reference(void) {
                     collage_adamw_step_ref(b, g, 1e-2, &sb);
                     CHECK(!memcmp(&sa.edq, &sb.edq, sizeof sa.edq), "%s step %d: the EDQ differs", FAST[k], t + 1);
                 }
-                CHECK(same_words(a, b, n), "%s %s, %d threads: the step and the reference differ",
-                      collage_optimizer_name((collage_optimizer)oi), FAST[k], th);
+                CHECK(same_words(a, b, n), "%s %s, %s, %d threads: the step and the reference differ",
+                      collage_optimizer_name((collage_optimizer)oi), FAST[k], collage_isa_name((collage_isa)isa), th);
                 collage_set_threads(0);
                 free(w0); free(g);
                 collage_adamw_free(a); collage_adamw_free(b);
             }
+    }
+    collage_set_isa(COLLAGE_ISA_AUTO);
+}
+
+/* Two shards of one slab (index0, total; an odd cut, or a block's for 8-bit m), stepped with the whole
+ * slab's Σg², give the whole slab's words. */
+static void test_shards(void) {
+    const size_t n = 900;
+    const char *names[] = {"bf16-sr", "collage-light", "bf16-master", "collage-light+m=int8"};
+    for (int oi = 1; oi < COLLAGE_OPTIM_COUNT; oi++)
+        for (int k = 0; k < 4; k++) {
+            collage_strategy s = strat(names[k]);
+            const size_t cut = k == 3 ? 512 : 333, lo[2] = {0, cut}, len[2] = {cut, n - cut};
+            collage_adamw_config c = {.strategy = s, .n = n, .weight_decay = 0.1, .clip = 0.3, .seed = 9,
+                                      .optimizer = (collage_optimizer)oi, .momentum = 0.9};
+            collage_adamw *whole = NULL, *part[2] = {NULL, NULL};
+            collage_adamw_create(&c, &whole);
+            for (int j = 0; j < 2; j++) {
+                collage_adamw_config cj = c;
+                cj.n = len[j]; cj.index0 = lo[j]; cj.total = n;
+                CHECK(collage_adamw_create(&cj, &part[j]) == COLLAGE_OK, "%s shard %d", names[k], j);
+            }
+            if (!whole || !part[0] || !part[1]) { collage_adamw_free(whole); collage_adamw_free(part[0]); collage_adamw_free(part[1]); continue; }
+            uint16_t *g = malloc(n * 2);
+            h_seed(77);
+            for (int t = 0; t < 5; t++) {
+                for (size_t i = 0; i < n; i++) g[i] = R((float)sym());
+                double sumsq;
+                collage_adamw_grad_sumsq(whole, g, &sumsq);
+                collage_adamw_step(whole, g, 1e-2, NULL);
+                for (int j = 0; j < 2; j++) collage_adamw_step_sumsq(part[j], g + lo[j], 1e-2, sumsq, NULL);
+            }
+            for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) {
+                const uint8_t *x = collage_adamw_word(whole, (collage_word_role)r);
+                if (!x) continue;
+                const collage_state_word *W = &collage_strategy_get(s)->word[r];
+                const size_t es = W->format == COLLAGE_WORD_FP32 ? 4 : W->block ? 1 : 2;
+                for (int j = 0; j < 2; j++)
+                    CHECK(!memcmp(x + lo[j] * es, collage_adamw_word(part[j], (collage_word_role)r), len[j] * es),
+                          "%s %s: shard %d's %s differs from the whole slab's", collage_optimizer_name((collage_optimizer)oi),
+                          names[k], j, collage_word_role_name((collage_word_role)r));
+            }
+            free(g);
+            collage_adamw_free(whole); collage_adamw_free(part[0]); collage_adamw_free(part[1]);
+        }
 }
 
 static void test_save_resume(void) {
@@ -415,6 +463,7 @@ int main(void) {
     RUN(test_long_run_vs_float64);
     RUN(test_lion_lost_update);
     RUN(test_fast_equals_reference);
+    RUN(test_shards);
     RUN(test_save_resume);
     RUN(test_table_and_refusals);
     return h_end();

@@ -666,7 +666,11 @@ static void step_block(collage_adamw *o, long bi) {
     kb.wd = group_wd(o, B->group);
     adamw_acc *acc = o->cfg.edq ? &o->acc[bi] : NULL;
     if (acc) memset(acc, 0, sizeof *acc);
-    if (o->cfg.optimizer != COLLAGE_OPTIM_ADAMW) collage__optim_block_ref(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
+    if (o->cfg.optimizer != COLLAGE_OPTIM_ADAMW) {
+        if (o->isa == COLLAGE_ISA_AVX512) collage__optim_block_avx512(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
+        else if (o->isa == COLLAGE_ISA_AVX2) collage__optim_block_avx2(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
+        else collage__optim_block_ref(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
+    }
     else if (o->isa == COLLAGE_ISA_AVX512) collage__adamw_block_avx512(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
     else if (o->isa == COLLAGE_ISA_AVX2) collage__adamw_block_avx2(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
     else collage__adamw_block_ref(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);

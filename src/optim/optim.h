@@ -25,6 +25,11 @@ void collage__optim_block_ref(collage_strategy s, const adamw_slabs *S, size_t a
 /* The same over pieces covering whole blocks of COLLAGE_QBLOCK slab elements (adamw_impl.h adamw_piece),
  * for a strategy with an 8-bit word: an 8-bit m is read for the block, its new fp32 values re-quantized
  * as a block after the updates. */
+/* The vector twins of collage__optim_block_ref (optim_kernel.inc): bit for bit the same words and EDQ. */
+void collage__optim_block_avx512(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
+                                 adamw_acc *acc);
+void collage__optim_block_avx2(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
+                               adamw_acc *acc);
 void collage__optim_q8_ref(collage_strategy s, const adamw_slabs *S, const adamw_piece *P, int np, const adamw_k *k);
 
 #endif
