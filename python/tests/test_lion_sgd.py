@@ -9,7 +9,7 @@ import collage
 import collage.torch as ct
 from helpers import GROUP_HP, SHAPES, flat, make_params, run, same_bits
 
-STEPS = 40
+STEPS = 25
 NAMES = ["fp32", "bf16", "collage-light", "bf16-fp32-states", "bf16-master", "bf16-kahan", "bf16-sr", "bf16-remainder"]
 KINDS = {
     "lion": lambda groups, name, backend: ct.Lion(groups, precision=name, lr=3e-3, weight_decay=0.1,
