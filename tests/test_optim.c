@@ -457,6 +457,43 @@ static void test_table_and_refusals(void) {
     }
 }
 
+/* ------------------------------------------------------------------ 6. the command */
+/* `collage train --optimizer`: 3 + 3 steps resumed give the losses and the optimizer state of 6 steps;
+ * train.state records the optimizer; a resume with another optimizer or momentum is refused by name,
+ * as is a strategy whose v is a pair. */
+#define TINY "--layers 1 --dim 32 --heads 2 --seq 16 --batch 4 --eval-every 100 --quiet"
+static void test_cli(void) {
+    static char bin[1024], dir[256], text[512], out[8192], a[8192], b[8192];
+    if (h_cli_setup("optim", bin, dir, text, 5)) { CHECK(0, "no collage binary"); return; }
+    const char *opts[] = {"--optimizer lion --lr 3e-4 --precision collage-light",
+                          "--optimizer sgd --nesterov --momentum 0.8 --lr 0.05 --precision bf16-sr+m=int8"};
+    for (int i = 0; i < 2; i++) {
+        int rc = h_sh(out, sizeof out, "%s train --data %s " TINY " %s --steps 6 --save %s/w%d --log %s/w%d.log", bin, text,
+                      opts[i], dir, i, dir, i);
+        rc |= h_sh(out, sizeof out, "%s train --data %s " TINY " %s --steps 6 --stop-after 3 --save %s/r%d --log %s/r%d.log",
+                   bin, text, opts[i], dir, i, dir, i);
+        rc |= h_sh(out, sizeof out, "%s train --data %s --quiet --resume %s/r%d --steps 6 --save %s/r%d --log %s/r%db.log",
+                   bin, text, dir, i, dir, i, dir, i);
+        CHECK(rc == 0, "%s: %s", opts[i], out);
+        h_sh(a, sizeof a, "grep -o '\"loss\":[0-9.]*' %s/w%d.log | tail -n 3; cat %s/w%d/step-00000006/train.state | grep -E "
+             "'^(optimizer|momentum|nesterov) '", dir, i, dir, i);
+        h_sh(b, sizeof b, "cat %s/r%db.log | grep -o '\"loss\":[0-9.]*'; cat %s/r%d/step-00000006/train.state | grep -E "
+             "'^(optimizer|momentum|nesterov) '", dir, i, dir, i);
+        CHECK(!strcmp(a, b) && strstr(a, i ? "optimizer sgd" : "optimizer lion"), "%s: resumed\n%s\nuninterrupted\n%s",
+              opts[i], b, a);
+        rc = h_sh(out, sizeof out, "cmp %s/w%d/step-00000006/optimizer.state %s/r%d/step-00000006/optimizer.state", dir, i,
+                  dir, i);
+        CHECK(rc == 0, "%s: the optimizer states differ: %s", opts[i], out);
+    }
+    int rc = h_sh(out, sizeof out, "%s train --data %s --quiet --resume %s/r0 --steps 9 --optimizer adamw", bin, text, dir);
+    CHECK(rc == 2 && strstr(out, "--optimizer adamw") && strstr(out, "optimizer lion"), "rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s train --data %s --quiet --resume %s/r1 --steps 9 --momentum 0.5", bin, text, dir);
+    CHECK(rc == 2 && strstr(out, "--momentum 0.5"), "rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s train --data %s " TINY " --optimizer sgd --precision collage-plus --steps 2", bin, text);
+    CHECK(rc == 2 && strstr(out, "collage-plus") && strstr(out, "second moment"), "rc %d: %s", rc, out);
+    h_rm_rf(dir);
+}
+
 int main(void) {
     RUN(test_bf16_lines_transcribed);
     RUN(test_vectors);
@@ -466,5 +503,6 @@ int main(void) {
     RUN(test_shards);
     RUN(test_save_resume);
     RUN(test_table_and_refusals);
+    RUN(test_cli);
     return h_end();
 }
