@@ -330,6 +330,36 @@ static void test_fast_equals_reference(void) {
     collage_set_isa(COLLAGE_ISA_AUTO);
 }
 
+/* bf16-sr's random bits are keyed by the slab index: a shard whose indices cross 2^32 inside a vector
+ * gives the reference's bits on every ISA. */
+static void test_sr_index_boundary(void) {
+    const size_t n = 100;
+    for (int isa = COLLAGE_ISA_SCALAR; isa <= COLLAGE_ISA_AVX512; isa++) {
+        if (!collage_isa_supported((collage_isa)isa)) continue;
+        collage_set_isa((collage_isa)isa);
+        for (int oi = 1; oi < COLLAGE_OPTIM_COUNT; oi++) {
+            collage_adamw_config c = {.strategy = COLLAGE_BF16_SR, .n = n, .index0 = 0xffffffffull - 37,
+                                      .total = 0xffffffffull - 37 + n, .weight_decay = 0.1, .edq = 1, .seed = 4,
+                                      .optimizer = (collage_optimizer)oi, .momentum = 0.9};
+            collage_adamw *a = NULL, *b = NULL;
+            if (collage_adamw_create(&c, &a) || collage_adamw_create(&c, &b)) { CHECK(0, "create"); continue; }
+            uint16_t *g = malloc(n * 2), *wa = collage_adamw_params(a), *wb = collage_adamw_params(b);
+            h_seed(31);
+            for (size_t i = 0; i < n; i++) wa[i] = wb[i] = R((float)sym());
+            for (int t = 0; t < 4; t++) {
+                for (size_t i = 0; i < n; i++) g[i] = R((float)sym());
+                collage_adamw_step(a, g, 3e-2, NULL);
+                collage_adamw_step_ref(b, g, 3e-2, NULL);
+            }
+            CHECK(same_words(a, b, n), "%s bf16-sr across 2^32 on %s: the step and the reference differ",
+                  collage_optimizer_name((collage_optimizer)oi), collage_isa_name((collage_isa)isa));
+            free(g);
+            collage_adamw_free(a); collage_adamw_free(b);
+        }
+    }
+    collage_set_isa(COLLAGE_ISA_AUTO);
+}
+
 /* Two shards of one slab (index0, total; an odd cut, or a block's for 8-bit m), stepped with the whole
  * slab's Σg², give the whole slab's words. */
 static void test_shards(void) {
@@ -501,6 +531,7 @@ int main(void) {
     RUN(test_lion_lost_update);
     RUN(test_fast_equals_reference);
     RUN(test_shards);
+    RUN(test_sr_index_boundary);
     RUN(test_save_resume);
     RUN(test_table_and_refusals);
     RUN(test_cli);
