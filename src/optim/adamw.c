@@ -213,7 +213,8 @@ collage_status collage_adamw_create(const collage_adamw_config *cfg, collage_ada
                  (!o->cfg.nesterov || (o->cfg.momentum > 0 && o->cfg.dampening == 0))))
         st = COLLAGE_ERR_ARG; /* Nesterov needs momentum and no dampening, as in PyTorch */
     /* the fp16 lines round den = RN(RN(√v) + eps): an eps that is 0 in fp16 gives den = 0 where v underflows */
-    if (strategy_arith(cfg->strategy) == COLLAGE_WORD_FP16 && !(lp_f32(COLLAGE_FMT_FP16, lp_rn(COLLAGE_FMT_FP16, (float)o->cfg.eps)) > 0))
+    if (cfg->optimizer == COLLAGE_OPTIM_ADAMW && strategy_arith(cfg->strategy) == COLLAGE_WORD_FP16 &&
+        !(lp_f32(COLLAGE_FMT_FP16, lp_rn(COLLAGE_FMT_FP16, (float)o->cfg.eps)) > 0))
         st = COLLAGE_ERR_ARG;
     o->n_groups = cfg->n_groups;
     if (st == COLLAGE_OK && o->n_groups) {

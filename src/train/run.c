@@ -73,7 +73,7 @@ static collage_status check_config(collage_run *r) {
         return run_fail(r, COLLAGE_ERR_ARG, "a batch of %d sequences does not split into %d ranks x %d micro-batches of "
                                             "equal size", c->batch, r->P, r->A);
     const collage_strategy_info *T = collage_strategy_get(c->strategy);
-    if (T && T->arith == COLLAGE_WORD_FP16 && !(collage_lp_to_f32(COLLAGE_FMT_FP16, collage_lp_from_f32(COLLAGE_FMT_FP16, (float)c->eps)) > 0))
+    if (T && T->arith == COLLAGE_WORD_FP16 && c->optimizer == COLLAGE_OPTIM_ADAMW && !(collage_lp_to_f32(COLLAGE_FMT_FP16, collage_lp_from_f32(COLLAGE_FMT_FP16, (float)c->eps)) > 0))
         return run_fail(r, COLLAGE_ERR_ARG, "eps %g is 0 in fp16, and %s keeps v and its denominator in fp16: where v underflows "
                                             "the update would divide by 0 (use --eps 1e-4, the usual eps of fp16 training, or "
                                             "fp16-master)", c->eps, T->name);
