@@ -166,10 +166,12 @@ static void bench_usage(FILE *f) {
 /* Logical bytes one step moves per parameter, from the strategy table: each state word read and
  * written once, or only written where the step derives it from the others (bf16-master's θ), and the
  * gradient (in the weights' format) read. */
-static double step_bytes(collage_strategy s) {
+static double step_bytes(collage_optimizer opt, collage_strategy s) {
     const collage_strategy_info *T = collage_strategy_get(s);
     double bytes = T->word[COLLAGE_ROLE_WEIGHTS].bytes; /* the gradient */
-    for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) bytes += (T->word[r].derived ? 1.0 : 2.0) * T->word[r].bytes;
+    for (int r = 0; r < COLLAGE_ROLE_COUNT; r++)
+        if (r != COLLAGE_ROLE_V || collage_optimizer_get(opt)->has_v) /* Lion and SGD keep no v */
+            bytes += (T->word[r].derived ? 1.0 : 2.0) * T->word[r].bytes;
     return bytes;
 }
 
@@ -241,11 +243,11 @@ static void timed_opt_free(timed_opt *T) {
 
 /* tie_proof: the size from which the optimizer proves its step scalars tie-free (collage.h
  * collage_adamw_set_tie_proof). */
-static int timed_opt_make(timed_opt *T, collage_strategy s, size_t n, double beta2, size_t tie_proof) {
+static int timed_opt_make(timed_opt *T, collage_optimizer opt, collage_strategy s, size_t n, double beta2, size_t tie_proof) {
     memset(T, 0, sizeof *T);
     const int fp16 = collage_strategy_is_fp16(s);
     collage_adamw_config c = {.strategy = s, .n = n, .beta2 = beta2, .eps = fp16 ? 1e-4 : 0, /* 1e-8 is 0 in fp16 */
-                              .weight_decay = 0.1, .edq = 0, .seed = 1};
+                              .weight_decay = 0.1, .edq = 0, .seed = 1, .optimizer = opt, .momentum = 0.9};
     if (collage_adamw_create(&c, &T->o) != COLLAGE_OK) return -1;
     collage_adamw_set_tie_proof(T->o, tie_proof);
     size_t gb = collage_strategy_is_fp32(s) ? 4 : 2;
@@ -282,10 +284,10 @@ static double timed_step(timed_opt *T, int edq) {
  * with EDQ off and one with EDQ on, in alternating order (one object, the same memory, so that the
  * EDQ cost is not where two allocations landed). The machine's bandwidth drifts by 2x over minutes
  * here: every figure of a row comes from the same rounds. Without bb and partner: EDQ off only. */
-static int time_strategy(collage_strategy s, size_t n, double beta2, size_t tie_proof, int reps, opt_times *R,
-                         const bound_buf *bb, timed_opt *partner) {
+static int time_strategy(collage_optimizer opt, collage_strategy s, size_t n, double beta2, size_t tie_proof, int reps,
+                         opt_times *R, const bound_buf *bb, timed_opt *partner) {
     timed_opt T;
-    if (timed_opt_make(&T, s, n, beta2, tie_proof)) return -1;
+    if (timed_opt_make(&T, opt, s, n, beta2, tie_proof)) return -1;
     double *t = malloc(sizeof(double) * 6 * (size_t)reps);
     if (!t) { timed_opt_free(&T); return -1; }
     double *off = t, *on = t + reps, *bt = t + 2 * reps, *mt = t + 3 * reps, *pe = t + 4 * reps, *pm = t + 5 * reps;
@@ -326,6 +328,7 @@ typedef struct {
     int threads, reps, json;
     double beta2;
     const char *only;
+    collage_optimizer opt; /* the update rule of the table under way */
 } opt_bench;
 
 /* The strategies in the order of the rows: bf16-master (every row's reference) first, then the table's
@@ -360,19 +363,19 @@ static void opt_header(const opt_bench *B, double bound0) {
     char peak[256];
     const bench_peak cp = bench_core_peak();
     bench_peak_line(&cp, peak, sizeof peak);
-    printf("collage bench optimizer: n = %zu params, %d thread%s, isa %s, beta2 %g, median of %d rounds\n"
+    printf("collage bench optimizer: %s, n = %zu params, %d thread%s, isa %s, beta2 %g, median of %d rounds\n"
            "cpu: %s\n%s (the in-cache column's limit: each parameter's fp32 operations issue at up to that rate)\n"
            "memory bound (in-place a[i] = a[i]*s + b[i], vectorised): %.1f GB/s at the start. Each round times the\n"
            "bound, a bf16-master step and the strategy's step with EDQ off and on: a row's columns come from the\n"
            "same minutes of a machine whose bandwidth drifts\n\n"
-           "%-32s %8s %7s %7s %7s %8s %9s %9s %8s %8s  %s\n", B->n, B->threads, B->threads == 1 ? "" : "s",
+           "%-32s %8s %7s %7s %7s %8s %9s %9s %8s %8s  %s\n", collage_optimizer_name(B->opt), B->n, B->threads, B->threads == 1 ? "" : "s",
            collage_isa_name(collage_get_isa()), B->beta2, B->reps, bench_cpu_name(), peak, bound0, "strategy", "ns/param",
            "B/param", "GB/s", "bound", "of bound", "vs master", "EDQ cost", "in-cache", "penalty", "limit");
 }
 
 /* One strategy's row from its from-memory (R) and in-cache (C) times. */
 static void opt_row(const opt_bench *B, collage_strategy s, const opt_times *R, const opt_times *C) {
-    double bound = R->bound, bytes = step_bytes(s), gbps = bytes / R->ns, frac = gbps / bound;
+    double bound = R->bound, bytes = step_bytes(B->opt, s), gbps = bytes / R->ns, frac = gbps / bound;
     /* The limit: "memory" when the step moves its bytes at 80% of the bound or more; "compute" when
      * the in-cache step is nearly as slow (its instructions take the time, wherever the data are);
      * else "compute+memory": the loop is compute-heavy but also slows when its state streams from
@@ -382,13 +385,13 @@ static void opt_row(const opt_bench *B, collage_strategy s, const opt_times *R, 
     double penalty = R->ns / C->ns - 1.0;
     const char *limit = frac >= 0.8 ? "memory" : C->ns > 0.8 * R->ns ? "compute" : "compute+memory";
     if (B->json)
-        printf("{\"strategy\":\"%s\",\"n\":%zu,\"threads\":%d,\"beta2\":%g,\"ns_per_param\":%.4f,\"bytes_per_param\":%.2f,"
+        printf("{\"optimizer\":\"%s\",\"strategy\":\"%s\",\"n\":%zu,\"threads\":%d,\"beta2\":%g,\"ns_per_param\":%.4f,\"bytes_per_param\":%.2f,"
                "\"gbps\":%.2f,\"bound_gbps\":%.2f,\"bound_fraction\":%.3f,\"bf16_master_ns_per_param\":%.4f,"
                "\"speed_vs_bf16_master\":%.3f,\"edq_ns_per_param\":%.4f,\"edq_overhead\":%.3f,"
                "\"in_cache_ns_per_param\":%.4f,\"from_memory_penalty\":%.3f,\"limit\":\"%s\",\"isa\":\"%s\","
                "\"cpu\":\"%s\",\"edq_overhead_paired\":%.3f,\"speed_vs_bf16_master_paired\":%.3f,"
                "\"tie_free_steps\":%.3f}\n",
-               collage_strategy_name(s), B->n, B->threads, B->beta2, R->ns, bytes, gbps, bound, frac, R->master_ns,
+               collage_optimizer_name(B->opt), collage_strategy_name(s), B->n, B->threads, B->beta2, R->ns, bytes, gbps, bound, frac, R->master_ns,
                R->master_ns / R->ns, R->ns_edq, R->ns_edq / R->ns - 1.0, C->ns, penalty, limit,
                collage_isa_name(collage_get_isa()), bench_cpu_name(), R->edq_paired, R->master_paired, R->tie_free);
     else
@@ -426,9 +429,9 @@ static void opt_footer(const opt_bench *B, const collage_strategy *order, int no
  * whether they did: tie_free_steps). */
 static int opt_time(const opt_bench *B, collage_strategy s, const bound_buf *bb, timed_opt *master, opt_times *R,
                     opt_times *C) {
-    if (time_strategy(s, B->n, B->beta2, COLLAGE_TIE_PROOF_MIN, B->reps, R, bb, s == COLLAGE_BF16_MASTER ? NULL : master))
+    if (time_strategy(B->opt, s, B->n, B->beta2, COLLAGE_TIE_PROOF_MIN, B->reps, R, bb, s == COLLAGE_BF16_MASTER ? NULL : master))
         return -1;
-    return time_strategy(s, B->n_cache, B->beta2, R->tie_free > 0 ? 0 : COLLAGE_TIE_PROOF_MIN, B->reps * 20, C, NULL,
+    return time_strategy(B->opt, s, B->n_cache, B->beta2, R->tie_free > 0 ? 0 : COLLAGE_TIE_PROOF_MIN, B->reps * 20, C, NULL,
                          NULL);
 }
 
@@ -449,7 +452,7 @@ static int bench_optimizer(opt_bench *B) {
     collage_set_threads(B->threads);
     float *a = aligned_alloc(64, (n * 4 + 63) & ~(size_t)63), *b = aligned_alloc(64, (n * 4 + 63) & ~(size_t)63);
     timed_opt master;
-    if (!a || !b || timed_opt_make(&master, COLLAGE_BF16_MASTER, n, B->beta2, COLLAGE_TIE_PROOF_MIN)) {
+    if (!a || !b || timed_opt_make(&master, B->opt, COLLAGE_BF16_MASTER, n, B->beta2, COLLAGE_TIE_PROOF_MIN)) {
         fprintf(stderr, "collage bench optimizer: cannot allocate the bound's %zu MB and a bf16-master optimizer\n"
                         "hint: use a smaller --params\n", n * 8 >> 20);
         free(a); free(b);
@@ -468,6 +471,7 @@ static int bench_optimizer(opt_bench *B) {
     for (int oi = 0; oi < no; oi++) {
         collage_strategy s = order[oi];
         if (B->only && strcmp(B->only, collage_strategy_name(s)) && s != COLLAGE_BF16_MASTER) continue;
+        if (collage_optimizer_check(B->opt, s, NULL, 0) != COLLAGE_OK) continue; /* collage-plus's (v, δv) without v */
         opt_times R = {0}, C = {0};
         if (opt_time(B, s, &bb, &master, &R, &C)) {
             fprintf(stderr, "collage bench optimizer: cannot create a %s optimizer of %zu params (out of memory?)\nhint: a smaller --params\n",
@@ -486,7 +490,8 @@ static int bench_optimizer(opt_bench *B) {
 }
 
 static void bench_opt_usage(FILE *f) {
-    fprintf(f, "usage: collage bench optimizer [--params N] [--threads T] [--beta2 B] [--reps R] [--precision S] [--json]\n"
+    fprintf(f, "usage: collage bench optimizer [--params N] [--threads T] [--beta2 B] [--reps R] [--precision S]\n"
+               "                               [--optimizer LIST] [--json]\n"
                "  --params N      parameters (default 64M = 64,000,000; suffixes K, M, G are powers of 1000)\n"
                "  --threads T     threads (1 to 4 x the cores; default: all cores)\n"
                "  --beta2 B       AdamW's beta2 in (0, 1) (default 0.95; from 0.998046875 on, bf16(beta2) = 1 and\n"
@@ -495,7 +500,26 @@ static void bench_opt_usage(FILE *f) {
                "                  the median of each is reported (default 5)\n"
                "  --precision S   only this strategy (and bf16-master, the reference); a composition too\n"
                "                  (default: every preset and the 8-bit compositions of compare's frontier)\n"
+               "  --optimizer L   adamw (default), lion, sgd, or a comma-separated list: one table each, every\n"
+               "                  strategy the optimizer can step (lion and sgd: no collage-plus, whose v is a pair)\n"
                "  --json          one JSON object per line per strategy\n");
+}
+
+/* --optimizer LIST: the optimizers named, each once, in order; their count, or -1 after a message. */
+static int parse_optimizers(const char *v, collage_optimizer *out) {
+    char buf[256];
+    int k = 0;
+    if (!v) { cli_needs_value("bench optimizer", "--optimizer"); return -1; }
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        collage_optimizer o;
+        if (cli_parse_optimizer("bench optimizer", "--optimizer", t, &o)) return -1;
+        int seen = 0;
+        for (int j = 0; j < k; j++) seen |= out[j] == o;
+        if (!seen) out[k++] = o;
+    }
+    if (k == 0) { cli_parse_optimizer("bench optimizer", "--optimizer", "", NULL); return -1; }
+    return k;
 }
 
 static int cmd_bench_optimizer(int argc, char **argv) {
@@ -503,6 +527,8 @@ static int cmd_bench_optimizer(int argc, char **argv) {
     int threads = collage_get_threads(), reps = 5, json = 0;
     double beta2 = 0.95;
     const char *only = NULL;
+    collage_optimizer opts[COLLAGE_OPTIM_COUNT] = {COLLAGE_OPTIM_ADAMW};
+    int nopt = 1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--params")) { if (cli_parse_size("bench optimizer", a, v, &n)) return 2; i++; }
@@ -521,13 +547,21 @@ static int cmd_bench_optimizer(int argc, char **argv) {
             if (cli_parse_strategy("bench optimizer", a, v, &s)) return 2;
             only = collage_strategy_name(s);
             i++;
+        } else if (!strcmp(a, "--optimizer")) {
+            if ((nopt = parse_optimizers(v, opts)) < 0) return 2;
+            i++;
         } else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { bench_opt_usage(stdout); return 0; }
         else { cli_unknown("bench optimizer", a); return 2; }
     }
     if (n == 0) { fprintf(stderr, "collage bench optimizer: --params 0: it takes 1 or more\nhint: collage bench optimizer --help\n"); return 2; }
-    opt_bench B = {.n = n, .threads = threads, .reps = reps, .json = json, .beta2 = beta2, .only = only};
-    return bench_optimizer(&B);
+    int rc = 0;
+    for (int j = 0; j < nopt && !rc; j++) {
+        if (j && !json) printf("\n");
+        opt_bench B = {.n = n, .threads = threads, .reps = reps, .json = json, .beta2 = beta2, .only = only, .opt = opts[j]};
+        rc = bench_optimizer(&B);
+    }
+    return rc;
 }
 
 

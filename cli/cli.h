@@ -35,6 +35,8 @@ int cli_max_threads(void); /* 4 x the cores online */
 void cli_set_threads(int n);
 /* A strategy by name for `flag` (--precision, or its older spelling --strategy, taken with a note). */
 int cli_parse_strategy(const char *cmd, const char *flag, const char *s, collage_strategy *out);
+/* --optimizer NAME: adamw, lion or sgd; -1 after a message naming the flag. */
+int cli_parse_optimizer(const char *cmd, const char *flag, const char *s, collage_optimizer *out);
 /* The names of every precision strategy, in table order, parted by sep (the help texts and hints);
  * indent > 0: lines of at most 100 columns, continued after indent spaces. */
 const char *cli_strategy_names(const char *sep, int indent);

@@ -36,7 +36,8 @@ static void compare_usage(FILE *f) {
             "  --wd 0.1, --clip 1.0, --eps 1e-8 (1e-4 for the strategies with fp16 arithmetic, which refuse an\n"
             "  eps that is 0 in fp16), on the fortunes corpus with 10%% held out;\n"
             "  --model llama-tiny compares on the LLaMA family (docs/llama.md), --model bert-tiny on a BERT\n"
-            "  encoder trained by masked LM.\n");
+            "  encoder trained by masked LM; --optimizer lion (--beta2 default 0.99) or sgd (one run per\n"
+            "  strategy and seed: SGD has no β2) compares the strategies under another update rule.\n");
 }
 
 /* The frontier: the fewest bytes at bf16-master's quality. The 16-bit strategies the paper compares, and
@@ -131,6 +132,7 @@ int cmp_parse_compare(int argc, char **argv, compare_opts *o) {
     if (cpus < 1) cpus = 1;
     parse_strategies("fp32,bf16,collage-light,collage-plus,bf16-master", o);
     parse_beta2("0.95,0.999", o);
+    int b2_given = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -160,7 +162,7 @@ int cmp_parse_compare(int argc, char **argv, compare_opts *o) {
         }
         if (bad) return -1;
         if (!strcmp(a, "--precision")) bad = parse_strategies(v, o);
-        else if (!strcmp(a, "--beta2")) bad = parse_beta2(v, o);
+        else if (!strcmp(a, "--beta2")) { bad = parse_beta2(v, o); b2_given = 1; }
         else if (!strcmp(a, "--seeds")) bad = cli_parse_range("compare", a, v, 1, MAX_SEEDS, &o->seeds);
         else if (!strcmp(a, "--steps")) bad = cli_parse_range("compare", a, v, 1, INT_MAX, &o->steps);
         else if (!strcmp(a, "--jobs")) bad = cli_parse_range("compare", a, v, 1, 1024, &o->jobs);
@@ -179,6 +181,10 @@ int cmp_parse_compare(int argc, char **argv, compare_opts *o) {
         if (bad) return -1;
         i++;
     }
+    /* Lion's β2 is its own (0.99); SGD reads none, so one value (unused) rather than a grid of equal runs */
+    const char *opt = cmp_passed_value(o, "--optimizer");
+    if (opt && !b2_given && !strcmp(opt, "lion")) parse_beta2("0.99", o);
+    if (opt && !b2_given && !strcmp(opt, "sgd")) parse_beta2("0.95", o);
     if (o->jobs <= 0) o->jobs = (int)cpus;
     if (o->threads <= 0) o->threads = (int)cpus / o->jobs > 0 ? (int)cpus / o->jobs : 1;
     if (o->eval_every <= 0) o->eval_every = o->steps / 20 > 0 ? o->steps / 20 : 1;

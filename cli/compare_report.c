@@ -255,6 +255,10 @@ int cmp_write_report(const compare_opts *o, const run_t *runs, int nruns, const 
                   "reference's in the run of the same seed; bytes of training "
                   "state per parameter; tokens/s of one run (runs go side by side, %d thread%s each). Values are mean ± standard "
                   "deviation over seeds when there is more than one.\n\n", o->threads, o->threads > 1 ? "s" : "");
+    const char *opt = cmp_passed_value(o, "--optimizer");
+    if (opt && strcmp(opt, "adamw"))
+        cmp_sb_printf(&b, "The optimizer is %s (`--optimizer %s`, docs/numerics.md §14)%s.\n\n", opt, opt,
+                      strcmp(opt, "sgd") ? "" : ": it has no β2, so the β2 below is a label only");
     const int mlm = cmp_runs_mlm(runs, nruns); /* their validation's masked-token accuracy gets a column */
     if (mlm) cmp_sb_printf(&b, "The model is trained by masked language modelling: its losses are over the masked tokens, and "
                            "val acc is the fraction of the validation's masked tokens (a fixed mask, the same for every run) "

@@ -167,6 +167,13 @@ int cli_parse_strategy(const char *cmd, const char *flag, const char *s, collage
     return 0;
 }
 
+int cli_parse_optimizer(const char *cmd, const char *flag, const char *s, collage_optimizer *out) {
+    if (s && collage_optimizer_parse(s, out) == COLLAGE_OK) return 0;
+    fprintf(stderr, "collage %s: %s '%s': %s\nhint: adamw, lion or sgd\n", cmd, flag, s ? s : "",
+            s ? "unknown optimizer" : "needs a value");
+    return -1;
+}
+
 const char *cli_strategy_names(const char *sep, int indent) {
     static char buf[1024];
     size_t len = 0, line = 0;

@@ -46,6 +46,8 @@ static const flag_spec FLAGS[] = {
     FD("--beta2", cfg.beta2, COLLAGE_RUN_BETA2, 0, 1, 1, 1), FD("--eps", cfg.eps, COLLAGE_RUN_EPS, 0, INFINITY, 1, 1),
     FD("--wd", cfg.weight_decay, COLLAGE_RUN_WD, 0, INFINITY, 0, 1), FD("--clip", cfg.clip, COLLAGE_RUN_CLIP, 0, INFINITY, 0, 1),
     FD("--loss-scale", cfg.loss_scale, 0, 0, INFINITY, 1, 1),
+    FD("--momentum", cfg.momentum, COLLAGE_RUN_MOMENTUM, 0, 1, 0, 1),
+    {"--nesterov", F_BARE, O(cfg.nesterov), COLLAGE_RUN_NESTEROV, 0, 0, 0, 0, 0, 0},
     {"--overwrite", F_BARE, O(overwrite), 0, 0, 0, 0, 0, 0, 0}, {"--quiet", F_BARE, O(quiet), 0, 0, 0, 0, 0, 0, 0},
 };
 #undef O
@@ -84,7 +86,7 @@ static int out_of_range(const flag_spec *f, const char *v, const void *p) {
 static int set_flag(train_opts *o, const flag_spec *f, const char *v) {
     void *p = (char *)o + f->off;
     size_t z;
-    if (f->kind == F_BARE) { *(int *)p = 1; return 0; }
+    if (f->kind == F_BARE) { *(int *)p = 1; o->given |= f->bit; return 0; }
     if (!v) return cli_needs_value("train", f->flag);
     o->given |= f->bit;
     switch (f->kind) {
@@ -119,16 +121,29 @@ int train_parse(int argc, char **argv, train_opts *o) {
             if (cli_parse_strategy("train", a, v, &o->cfg.strategy)) return -1;
             o->given |= COLLAGE_RUN_STRATEGY;
             i++;
+        } else if (!strcmp(a, "--optimizer")) {
+            if (cli_parse_optimizer("train", a, v, &o->cfg.optimizer)) return -1;
+            o->given |= COLLAGE_RUN_OPTIMIZER;
+            i++;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { if (dist_rank() == 0) train_usage(stdout); return 1; }
         else return cli_unknown("train", a);
     }
+    char why[256];
+    if (collage_optimizer_check(o->cfg.optimizer, o->cfg.strategy, why, sizeof why) != COLLAGE_OK) {
+        fprintf(stderr, "collage train: --optimizer %s --precision %s: %s\nhint: --optimizer adamw keeps v; lion and sgd "
+                        "take any strategy whose v is not a pair\n", collage_optimizer_name(o->cfg.optimizer),
+                collage_strategy_name(o->cfg.strategy), why);
+        return -1;
+    }
+    if (o->cfg.optimizer == COLLAGE_OPTIM_LION && !(o->given & COLLAGE_RUN_BETA2))
+        o->cfg.beta2 = collage_optimizer_get(COLLAGE_OPTIM_LION)->beta2; /* Lion's β2: its own default */
     return 0;
 }
 
 int cli_train_flag(const char *flag) {
     for (size_t i = 0; i < sizeof FLAGS / sizeof *FLAGS; i++)
         if (!strcmp(FLAGS[i].flag, flag)) return FLAGS[i].kind != F_BARE;
-    return !strcmp(flag, "--precision") || !strcmp(flag, "--strategy") ? 1 : -1;
+    return !strcmp(flag, "--precision") || !strcmp(flag, "--strategy") || !strcmp(flag, "--optimizer") ? 1 : -1;
 }
 
 const char *train_range_of(const char *flag) {

@@ -30,8 +30,8 @@ int write_summary(const train_opts *o, const collage_run_info *in, const run_tot
     collage_atomic_file af;
     int ran = t->last_step - t->start;
     if (collage_atomic_open(&af, o->summary, err, sizeof err)) { fprintf(stderr, "collage train: --summary: %s\n", err); return -1; }
-    fprintf(af.f, "{\"precision\":\"%s\",\"beta2\":%.10g,\"seed\":%llu,\"params\":%zu,\"steps\":%d,\"steps_run\":%d",
-            collage_strategy_name(o->cfg.strategy), o->cfg.beta2, (unsigned long long)o->cfg.seed, in->params, o->cfg.steps, ran);
+    fprintf(af.f, "{\"precision\":\"%s\",\"optimizer\":\"%s\",\"beta2\":%.10g,\"seed\":%llu,\"params\":%zu,\"steps\":%d,"
+                  "\"steps_run\":%d", collage_strategy_name(o->cfg.strategy), collage_optimizer_name(o->cfg.optimizer), o->cfg.beta2, (unsigned long long)o->cfg.seed, in->params, o->cfg.steps, ran);
     json_num(af.f, "final_loss", t->last_loss, "%.6f");
     json_num(af.f, "tail_loss", t->n_tail ? t->sum_tail / t->n_tail : t->last_loss, "%.6f");
     json_num(af.f, "val_loss", t->last_val, "%.6f");
@@ -64,6 +64,17 @@ static const char *stop_words(const train_opts *o, int from) {
     return buf;
 }
 
+/* The update rule and its settings: "beta2 0.95" (AdamW, as always printed), "lion, beta1 0.9, beta2 0.99", … */
+static const char *optimizer_words(const train_opts *o) {
+    static char buf[128];
+    const collage_run_config *c = &o->cfg;
+    if (c->optimizer == COLLAGE_OPTIM_LION) snprintf(buf, sizeof buf, "lion, beta1 %g, beta2 %g", c->beta1, c->beta2);
+    else if (c->optimizer == COLLAGE_OPTIM_SGD)
+        snprintf(buf, sizeof buf, "sgd, momentum %g%s, L2 decay", c->momentum, c->nesterov ? " (Nesterov)" : "");
+    else snprintf(buf, sizeof buf, "beta2 %g", c->beta2);
+    return buf;
+}
+
 void print_header(const train_opts *o, const collage_run_info *in) {
     const collage_model_config *c = &in->model;
     const int th = collage_get_threads();
@@ -72,9 +83,9 @@ void print_header(const train_opts *o, const collage_run_info *in) {
            o->cfg.model ? o->cfg.model : collage_family_name(c->family), in->params, c->num_layers, c->num_heads, c->channels,
            c->max_seq_len, c->vocab_size, o->cfg.tokenizer, in->train_tokens, cli_data_name(o->cfg.data),
            collage_strategy_name(o->cfg.strategy), in->memory.total, o->cfg.batch, o->cfg.seq, th, th == 1 ? "" : "s");
-    printf("  schedule: %d step%s%s, lr %g after %d warm-up step%s, cosine to %g at step %d; beta2 %g\n", o->cfg.steps,
+    printf("  schedule: %d step%s%s, lr %g after %d warm-up step%s, cosine to %g at step %d; %s\n", o->cfg.steps,
            o->cfg.steps == 1 ? "" : "s", stop_words(o, in->step), o->cfg.lr, o->cfg.warmup, o->cfg.warmup == 1 ? "" : "s",
-           o->cfg.lr / 10, o->cfg.steps, o->cfg.beta2);
+           o->cfg.lr / 10, o->cfg.steps, optimizer_words(o));
     printf("  products: %s; memory (MiB): weights %.1f, optimizer state %.1f, gradients %.1f, activations %.1f, "
            "scratch %.1f\n", in->products, MIB(in->weight_bytes), MIB(in->state_bytes), MIB(in->grad_bytes),
            MIB(in->act_bytes), MIB(in->scratch_bytes));

@@ -313,6 +313,30 @@ const collage_strategy_info *collage_strategy_get(collage_strategy s);
 const char    *collage_word_role_name(collage_word_role r);     /* "θ", "m", "v", "δθ", "c", … */
 const char    *collage_word_format_name(collage_word_format f); /* "fp32", "bf16", "fp16", "int16", "int8", "e4m3" */
 
+/* The update rule: an optimizer computes each element's update from its gradient and its moments; the
+ * strategy's weight scheme applies it (numerics.md §6 "Applying raw", §14). Lion and SGD keep one
+ * moment, m (Lion's momentum, SGD's momentum buffer), in the strategy's m format; the strategy's v
+ * word is not allocated, and a strategy whose v is a pair (collage-plus's (v, δv)) is refused. */
+typedef enum {
+    COLLAGE_OPTIM_ADAMW = 0,  /* AdamW (numerics.md §6): m, v, bias correction, decoupled decay */
+    COLLAGE_OPTIM_LION,       /* Lion (Chen et al. 2023, §14): update ±lr from sign(β1·m + (1−β1)·g) */
+    COLLAGE_OPTIM_SGD,        /* SGD with momentum, PyTorch's semantics (§14): L2 or decoupled decay */
+    COLLAGE_OPTIM_COUNT
+} collage_optimizer;
+/* The table of optimizers: one row each. */
+typedef struct {
+    const char *name;        /* "adamw", "lion", "sgd" */
+    int has_v;               /* 1: it keeps the second moment (the strategy's v word) */
+    double beta1, beta2;     /* what config.beta1, beta2 = 0 stand for (SGD: unused) */
+    const char *m_is;        /* what its m word holds, for messages */
+} collage_optimizer_info;
+const collage_optimizer_info *collage_optimizer_get(collage_optimizer o); /* NULL for an unknown one */
+const char    *collage_optimizer_name(collage_optimizer o);               /* "?" for an unknown one */
+collage_status collage_optimizer_parse(const char *name, collage_optimizer *out); /* COLLAGE_ERR_ARG if unknown */
+/* COLLAGE_OK when optimizer o can step strategy s; else COLLAGE_ERR_ARG and why (a sentence naming
+ * both) in why[cap] (may be NULL). */
+collage_status collage_optimizer_check(collage_optimizer o, collage_strategy s, char *why, size_t cap);
+
 /* A named range of the parameter slab with its own weight decay (0 for biases and norms). */
 typedef struct {
     const char *name;       /* copied at create time */
@@ -351,6 +375,13 @@ typedef struct {
      * it alive and in place for the optimizer's life, and restores the step count with
      * collage_adamw_set_steps when it builds an optimizer over words that already hold a state. */
     void *words[COLLAGE_ROLE_COUNT];
+    /* The update rule (0: AdamW). Lion reads beta1, beta2 (0 → 0.9, 0.99) and weight_decay (decoupled);
+     * SGD reads momentum μ in [0, 1), dampening in [0, 1], nesterov (needs μ > 0 and dampening 0) and
+     * decoupled (0: L2, g + wd·θ enters the buffer as in PyTorch; 1: θ·lr·wd is subtracted beside the
+     * update). eps is unused by both. The state file records these; load refuses another. */
+    collage_optimizer optimizer;
+    double momentum, dampening;
+    int nesterov, decoupled;
 } collage_adamw_config;
 
 typedef struct {
@@ -394,9 +425,12 @@ void           collage_adamw_free(collage_adamw *opt);                       /* 
 void          *collage_adamw_params(collage_adamw *opt);   /* the weight slab the model reads */
 size_t         collage_adamw_size(const collage_adamw *opt);
 collage_strategy collage_adamw_strategy(const collage_adamw *opt);
+collage_optimizer collage_adamw_optimizer(const collage_adamw *opt);
 uint64_t       collage_adamw_steps(const collage_adamw *opt);
 collage_memory collage_adamw_memory(const collage_adamw *opt);
 collage_memory collage_strategy_memory(collage_strategy s);
+/* The bytes optimizer o keeps with strategy s: the strategy's, less v where o has none. */
+collage_memory collage_optimizer_memory(collage_optimizer o, collage_strategy s);
 /* The slab of the state word of role r (n elements in the format of the strategy's row: the caller's
  * where config.words or config.params gave it), NULL where the strategy has no such word. Reading or
  * writing it between steps is allowed; collage_adamw_kept_f64 reads the kept value through the roles. */

@@ -58,6 +58,10 @@ typedef struct {
     int warmup;                 /* linear warm-up steps; -1 = steps / 20 */
     double lr, beta1, beta2, eps, weight_decay, clip;
     uint64_t seed;
+    collage_optimizer optimizer;/* the update rule (0: AdamW); Lion reads beta1 and beta2 (the CLI's beta2 for
+                                   Lion: 0.99), SGD momentum and nesterov (its decay is L2, as PyTorch's) */
+    double momentum;            /* SGD's μ in [0, 1) */
+    int nesterov;               /* SGD: Nesterov's momentum */
     double loss_scale;          /* fp16 strategies: the first dynamic loss scale (0: COLLAGE_LOSS_SCALE_INIT) */
     /* what the run does, not what it computes (not saved; may differ on resume) */
     int keep;                   /* checkpoints of this run kept in a run folder by collage_run_save (0: 2) */
@@ -87,7 +91,8 @@ enum {
     COLLAGE_RUN_BETA1 = 1u << 9, COLLAGE_RUN_BETA2 = 1u << 10, COLLAGE_RUN_EPS = 1u << 11,
     COLLAGE_RUN_WD = 1u << 12, COLLAGE_RUN_CLIP = 1u << 13, COLLAGE_RUN_SEED = 1u << 14,
     COLLAGE_RUN_STRATEGY = 1u << 15, COLLAGE_RUN_STEPS = 1u << 16, COLLAGE_RUN_KV_HEADS = 1u << 17,
-    COLLAGE_RUN_HIDDEN = 1u << 18
+    COLLAGE_RUN_HIDDEN = 1u << 18, COLLAGE_RUN_OPTIMIZER = 1u << 19, COLLAGE_RUN_MOMENTUM = 1u << 20,
+    COLLAGE_RUN_NESTEROV = 1u << 21
 };
 
 /* ---------------------------------------------------------------- checkpoints */

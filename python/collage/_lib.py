@@ -127,7 +127,9 @@ class AdamWConfig(ctypes.Structure):
     _fields_ = [("strategy", c_int), ("n", c_size), ("beta1", c_double), ("beta2", c_double), ("eps", c_double),
                 ("weight_decay", c_double), ("groups", ctypes.POINTER(ParamGroup)), ("n_groups", c_int),
                 ("clip", c_double), ("skip_nonfinite", c_int), ("edq", c_int), ("seed", c_u64),
-                ("params", c_void_p), ("index0", c_size), ("total", c_size), ("words", c_void_p * ROLE_COUNT)]
+                ("params", c_void_p), ("index0", c_size), ("total", c_size), ("words", c_void_p * ROLE_COUNT),
+                ("optimizer", c_int), ("momentum", c_double), ("dampening", c_double), ("nesterov", c_int),
+                ("decoupled", c_int)]
 
 
 class EDQ(ctypes.Structure):

@@ -3,6 +3,7 @@
  * non-finite check, OpenMP over fixed blocks, EDQ combined in block order so nothing depends on the
  * thread count), and atomic save/load of every state word. */
 #include "adamw_impl.h"
+#include "optim.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -132,7 +133,7 @@ static collage_status make_qitems(collage_adamw *o) {
     size_t nq = 0;
     for (size_t i = 0; i < o->n_blocks; i++) {
         const block_t *B = &o->blocks[i];
-        o->pieces[i] = (adamw_piece){B->a, B->b, 0.0f, NULL};
+        o->pieces[i] = (adamw_piece){B->a, B->b, 0.0f, NULL, 0.0f};
         if (i == 0 || (o->cfg.index0 + B->a) % COLLAGE_QBLOCK == 0) o->qitem[nq++] = i; /* a block starts here */
     }
     o->qitem[nq] = o->n_blocks;
@@ -154,7 +155,7 @@ static size_t word_file_bytes(collage_word_format f, size_t n) {
 
 /* Where the scales of 8-bit word r lie (after its codes), NULL for another word. */
 static float *word_scales(const collage_adamw *o, collage_word_role r) {
-    if (!word_is_q8(strategy_word(o->cfg.strategy, r))) return NULL;
+    if (!word_is_q8(strategy_word(o->cfg.strategy, r)) || !o->word[r]) return NULL;
     return (float *)((char *)o->word[r] + codes_bytes(o->cfg.n));
 }
 
@@ -165,7 +166,7 @@ static collage_status alloc_words(collage_adamw *o, const collage_adamw_config *
     const collage_strategy s = o->cfg.strategy;
     for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) {
         const collage_word_format f = strategy_word(s, (collage_word_role)r);
-        if (!f) continue;
+        if (!optim_has_word(o->cfg.optimizer, s, (collage_word_role)r)) continue;
         o->word[r] = r == COLLAGE_ROLE_WEIGHTS ? cfg->params : cfg->words[r];
         if (o->word[r]) continue;
         const size_t n = o->cfg.n;
@@ -188,8 +189,13 @@ collage_status collage_adamw_create(const collage_adamw_config *cfg, collage_ada
     if (!o) return COLLAGE_ERR_NOMEM;
     o->cfg = *cfg;
     o->tie_proof_min = COLLAGE_TIE_PROOF_MIN;
-    if (o->cfg.beta1 == 0) o->cfg.beta1 = 0.9;
-    if (o->cfg.beta2 == 0) o->cfg.beta2 = 0.999;
+    const collage_optimizer_info *oi = collage_optimizer_get(cfg->optimizer);
+    if (!oi || collage_optimizer_check(cfg->optimizer, cfg->strategy, o->err, sizeof o->err) != COLLAGE_OK) {
+        free(o);
+        return COLLAGE_ERR_ARG;
+    }
+    if (o->cfg.beta1 == 0) o->cfg.beta1 = oi->beta1;
+    if (o->cfg.beta2 == 0) o->cfg.beta2 = oi->beta2;
     if (o->cfg.eps == 0) o->cfg.eps = 1e-8;
     if (o->cfg.total == 0 && o->cfg.index0 == 0) o->cfg.total = cfg->n;
     size_t total = o->cfg.total;
@@ -199,11 +205,16 @@ collage_status collage_adamw_create(const collage_adamw_config *cfg, collage_ada
                                                  (o->cfg.index0 + cfg->n != total && (o->cfg.index0 + cfg->n) % COLLAGE_QBLOCK != 0)))
         st = COLLAGE_ERR_SIZE; /* a shard of 8-bit states holds whole blocks of their scales */
     o->grad_scale = 1.0;
-    if (!(o->cfg.beta1 > 0 && o->cfg.beta1 < 1 && o->cfg.beta2 > 0 && o->cfg.beta2 < 1 && o->cfg.eps > 0 &&
+    const int sgd = cfg->optimizer == COLLAGE_OPTIM_SGD; /* SGD reads μ and dampening, not the β */
+    if (!((sgd || (o->cfg.beta1 > 0 && o->cfg.beta1 < 1 && o->cfg.beta2 > 0 && o->cfg.beta2 < 1)) && o->cfg.eps > 0 &&
           o->cfg.weight_decay >= 0 && o->cfg.clip >= 0 && isfinite(o->cfg.weight_decay) && isfinite(o->cfg.clip)))
         st = COLLAGE_ERR_ARG;
+    if (sgd && !(o->cfg.momentum >= 0 && o->cfg.momentum < 1 && o->cfg.dampening >= 0 && o->cfg.dampening <= 1 &&
+                 (!o->cfg.nesterov || (o->cfg.momentum > 0 && o->cfg.dampening == 0))))
+        st = COLLAGE_ERR_ARG; /* Nesterov needs momentum and no dampening, as in PyTorch */
     /* the fp16 lines round den = RN(RN(√v) + eps): an eps that is 0 in fp16 gives den = 0 where v underflows */
-    if (strategy_arith(cfg->strategy) == COLLAGE_WORD_FP16 && !(lp_f32(COLLAGE_FMT_FP16, lp_rn(COLLAGE_FMT_FP16, (float)o->cfg.eps)) > 0))
+    if (cfg->optimizer == COLLAGE_OPTIM_ADAMW && strategy_arith(cfg->strategy) == COLLAGE_WORD_FP16 &&
+        !(lp_f32(COLLAGE_FMT_FP16, lp_rn(COLLAGE_FMT_FP16, (float)o->cfg.eps)) > 0))
         st = COLLAGE_ERR_ARG;
     o->n_groups = cfg->n_groups;
     if (st == COLLAGE_OK && o->n_groups) {
@@ -274,10 +285,11 @@ collage_status collage_adamw_set_steps(collage_adamw *o, uint64_t steps, int syn
 int collage_adamw_synced(const collage_adamw *o) { return o ? o->synced : 0; }
 size_t collage_adamw_size(const collage_adamw *o) { return o ? o->cfg.n : 0; }
 collage_strategy collage_adamw_strategy(const collage_adamw *o) { return o ? o->cfg.strategy : COLLAGE_STRATEGY_COUNT; }
+collage_optimizer collage_adamw_optimizer(const collage_adamw *o) { return o ? o->cfg.optimizer : COLLAGE_OPTIM_COUNT; }
 uint64_t collage_adamw_steps(const collage_adamw *o) { return o ? o->t : 0; }
 collage_memory collage_adamw_memory(const collage_adamw *o) {
     collage_memory z = {0};
-    return o ? collage_strategy_memory(o->cfg.strategy) : z;
+    return o ? collage_optimizer_memory(o->cfg.optimizer, o->cfg.strategy) : z;
 }
 int collage_adamw_n_groups(const collage_adamw *o) { return o ? o->n_groups : 0; }
 const char *collage_adamw_group_name(const collage_adamw *o, int g) {
@@ -531,6 +543,11 @@ static float group_lrwd(const collage_adamw *o, int g, double lr) {
     return (float)(lr * (g < o->n_groups ? o->groups[g].weight_decay : o->cfg.weight_decay));
 }
 
+/* fp32(wd) of group g's blocks: SGD's L2 decay. */
+static float group_wd(const collage_adamw *o, int g) {
+    return (float)(g < o->n_groups ? o->groups[g].weight_decay : o->cfg.weight_decay);
+}
+
 /* Whether no bf16 operand makes the scalar c a tie on its kernel lines (kind 0: x·c, 1: RN(√x) + c), by
  * the kernel of this ISA trying them all; answers are remembered per scalar. */
 static int tie_free(collage_adamw *o, collage_isa isa, int kind, float c) {
@@ -554,6 +571,7 @@ static int tie_free(collage_adamw *o, collage_isa isa, int kind, float c) {
 static int set_group_nt(collage_adamw *o, collage_isa isa, const adamw_k *k, double lr) {
     collage_strategy s = o->cfg.strategy;
     int all = (isa == COLLAGE_ISA_AVX512 || isa == COLLAGE_ISA_AVX2) && strategy_arith(s) == COLLAGE_WORD_BF16 &&
+              o->cfg.optimizer == COLLAGE_OPTIM_ADAMW &&
               o->cfg.n >= o->tie_proof_min &&
               tie_free(o, isa, 0, k->neg_step) && tie_free(o, isa, 1, k->eps) &&
               (!k->clip || tie_free(o, isa, 0, k->coef));
@@ -572,6 +590,7 @@ static int set_group_nt(collage_adamw *o, collage_isa isa, const adamw_k *k, dou
 static void q8_prepare(collage_adamw *o) {
     for (size_t bi = 0; bi < o->n_blocks; bi++) {
         o->pieces[bi].lrwd = group_lrwd(o, o->blocks[bi].group, o->lr);
+        o->pieces[bi].wd = group_wd(o, o->blocks[bi].group);
         o->pieces[bi].acc = o->cfg.edq ? &o->acc[bi] : NULL;
         if (o->cfg.edq) memset(&o->acc[bi], 0, sizeof o->acc[bi]);
     }
@@ -609,8 +628,15 @@ static collage_status step_begin(collage_adamw *o, const void *grads, double lr,
     uint64_t t = o->t + 1;
     double b1 = o->cfg.beta1, b2 = o->cfg.beta2;
     double step_size = lr * sqrt(1.0 - pow(b2, (double)t)) / (1.0 - pow(b1, (double)t));
+    if (o->cfg.optimizer != COLLAGE_OPTIM_ADAMW) step_size = lr; /* Lion and SGD: no bias correction */
+    if (o->cfg.optimizer == COLLAGE_OPTIM_SGD) { b1 = o->cfg.momentum; b2 = 0.5; } /* b2: unused */
     o->lr = lr;
     k.b1 = (float)b1; k.omb1 = (float)(1.0 - b1);
+    if (o->cfg.optimizer == COLLAGE_OPTIM_SGD) k.omb1 = (float)(1.0 - o->cfg.dampening);
+    k.opt = (int)o->cfg.optimizer;
+    k.first = t == 1;
+    k.nesterov = o->cfg.nesterov != 0;
+    k.decoupled = o->cfg.decoupled != 0;
     k.b2 = (float)b2; k.omb2 = (float)(1.0 - b2);
     k.eps = (float)o->cfg.eps;
     k.neg_step = (float)-step_size;
@@ -638,9 +664,15 @@ static void step_block(collage_adamw *o, long bi) {
     adamw_k kb = o->k;
     kb.lrwd = group_lrwd(o, B->group, o->lr);
     kb.nt = o->group_nt[B->group];
+    kb.wd = group_wd(o, B->group);
     adamw_acc *acc = o->cfg.edq ? &o->acc[bi] : NULL;
     if (acc) memset(acc, 0, sizeof *acc);
-    if (o->isa == COLLAGE_ISA_AVX512) collage__adamw_block_avx512(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
+    if (o->cfg.optimizer != COLLAGE_OPTIM_ADAMW) {
+        if (o->isa == COLLAGE_ISA_AVX512) collage__optim_block_avx512(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
+        else if (o->isa == COLLAGE_ISA_AVX2) collage__optim_block_avx2(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
+        else collage__optim_block_ref(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
+    }
+    else if (o->isa == COLLAGE_ISA_AVX512) collage__adamw_block_avx512(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
     else if (o->isa == COLLAGE_ISA_AVX2) collage__adamw_block_avx2(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
     else collage__adamw_block_ref(o->cfg.strategy, &o->S, B->a, B->b, &kb, acc);
 }
@@ -650,7 +682,8 @@ static void step_qitem(collage_adamw *o, long q) {
     const adamw_piece *P = &o->pieces[o->qitem[q]];
     const int np = (int)(o->qitem[q + 1] - o->qitem[q]);
     const collage_strategy s = o->cfg.strategy;
-    if (o->isa == COLLAGE_ISA_AVX512) collage__adamw_q8_avx512(s, &o->S, P, np, &o->k);
+    if (o->cfg.optimizer != COLLAGE_OPTIM_ADAMW) collage__optim_q8_ref(s, &o->S, P, np, &o->k);
+    else if (o->isa == COLLAGE_ISA_AVX512) collage__adamw_q8_avx512(s, &o->S, P, np, &o->k);
     else if (o->isa == COLLAGE_ISA_AVX2) collage__adamw_q8_avx2(s, &o->S, P, np, &o->k);
     else collage__adamw_q8_ref(s, &o->S, P, np, &o->k);
 }
@@ -763,9 +796,10 @@ collage_status collage_adamw_step_ref(collage_adamw *o, const void *g, double lr
 }
 
 /* ------------------------------------------------------------------ save and load */
-/* File layout (little-endian, as the machine writes it; version 2):
+/* File layout (little-endian, as the machine writes it; version 2 for AdamW, 3 for the others):
  *   "CLGADAMW" | u32 version | u32 strategy | u64 n | u64 t | u32 synced | u32 n_groups
- *   | f64 beta1, beta2, eps, weight_decay, clip | u64 seed | u64 index0, total (version 2 only)
+ *   | f64 beta1, beta2, eps, weight_decay, clip | u64 seed | u64 index0, total (version 2 and 3)
+ *   | u32 optimizer, u32 flags (1: Nesterov, 2: decoupled decay) | f64 momentum, dampening (version 3)
  *   | n_groups × (u64 offset, u64 count, f64 weight_decay, char name[64])   (slab coordinates)
  *   | the strategy's words in the order of their roles (strategy.h): weights | m | v | [δθ, c or the
  *     remainder] | [δv] | [master]   (n elements each: the shard [index0, index0 + n); an 8-bit word's
@@ -773,6 +807,7 @@ collage_status collage_adamw_step_ref(collage_adamw *o, const void *g, double lr
  *   | u64 FNV-1a of everything before. Version 1 (no index0, total: the whole slab) still loads. */
 #define ADAMW_MAGIC "CLGADAMW"
 #define ADAMW_VERSION 2u
+#define ADAMW_VERSION_OPTIM 3u /* an optimizer other than AdamW: its record after the shard's */
 #define NAME_LEN 64
 
 typedef struct {
@@ -794,6 +829,22 @@ typedef struct {
     char name[NAME_LEN];
 } adamw_group_rec;
 
+typedef struct {
+    uint32_t optimizer, flags;
+    double momentum, dampening;
+} adamw_optim_rec;
+
+/* The optimizer record of o (AdamW's: all zero, and not written). */
+static adamw_optim_rec optim_rec(const collage_adamw *o) {
+    adamw_optim_rec r = {(uint32_t)o->cfg.optimizer, 0, 0, 0};
+    if (o->cfg.optimizer == COLLAGE_OPTIM_SGD) {
+        r.flags = (o->cfg.nesterov ? 1u : 0u) | (o->cfg.decoupled ? 2u : 0u);
+        r.momentum = o->cfg.momentum;
+        r.dampening = o->cfg.dampening;
+    }
+    return r;
+}
+
 static uint64_t fnv1a(uint64_t h, const void *p, size_t len) {
     const unsigned char *c = p;
     for (size_t i = 0; i < len; i++) { h ^= c[i]; h *= 0x100000001b3ull; }
@@ -806,7 +857,7 @@ static int slab_list(const collage_adamw *o, void **p, collage_word_format *fmt)
     int k = 0;
     for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) {
         const collage_word_format f = strategy_word(o->cfg.strategy, (collage_word_role)r);
-        if (f) { p[k] = o->word[r]; fmt[k++] = f; }
+        if (optim_has_word(o->cfg.optimizer, o->cfg.strategy, (collage_word_role)r)) { p[k] = o->word[r]; fmt[k++] = f; }
     }
     return k;
 }
@@ -822,13 +873,16 @@ collage_status collage_adamw_save(const collage_adamw *oc, const char *path) {
     collage_atomic_file af;
     collage_status st = collage_atomic_open(&af, path, o->err, sizeof o->err);
     if (st) return st;
-    adamw_header h = {{0}, ADAMW_VERSION, (uint32_t)o->cfg.strategy, o->cfg.n, o->t, (uint32_t)o->synced,
+    const int adamw = o->cfg.optimizer == COLLAGE_OPTIM_ADAMW;
+    adamw_header h = {{0}, adamw ? ADAMW_VERSION : ADAMW_VERSION_OPTIM, (uint32_t)o->cfg.strategy, o->cfg.n, o->t, (uint32_t)o->synced,
                       (uint32_t)o->n_groups, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, o->cfg.weight_decay,
                       o->cfg.clip, o->cfg.seed};
     memcpy(h.magic, ADAMW_MAGIC, 8);
     adamw_shard_rec sh = {o->cfg.index0, o->cfg.total};
     uint64_t hash = FNV_INIT;
-    int ok = write_all(af.f, &h, sizeof h, &hash) && write_all(af.f, &sh, sizeof sh, &hash);
+    adamw_optim_rec orec = optim_rec(o);
+    int ok = write_all(af.f, &h, sizeof h, &hash) && write_all(af.f, &sh, sizeof sh, &hash) &&
+             (adamw || write_all(af.f, &orec, sizeof orec, &hash));
     for (int i = 0; ok && i < o->n_groups; i++) {
         adamw_group_rec g = {o->groups[i].offset, o->groups[i].count, o->groups[i].weight_decay, {0}};
         snprintf(g.name, NAME_LEN, "%s", o->groups[i].name);
@@ -869,9 +923,9 @@ static collage_status read_header(collage_adamw *o, FILE *f, const char *path, i
         return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' is too short to be a collage optimizer state", path);
     if (memcmp(h.magic, ADAMW_MAGIC, 8) != 0)
         return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' is not a collage optimizer state (wrong magic)", path);
-    if (h.version != ADAMW_VERSION && h.version != 1u)
-        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' has format version %u; this build reads versions 1 and %u", path,
-                         h.version, ADAMW_VERSION);
+    if (h.version != ADAMW_VERSION && h.version != 1u && h.version != ADAMW_VERSION_OPTIM)
+        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' has format version %u; this build reads versions 1 to %u", path,
+                         h.version, ADAMW_VERSION_OPTIM);
     uint64_t hash = fnv1a(FNV_INIT, &h, sizeof h);
     adamw_shard_rec sh = {0, h.n};
     if (h.version >= 2) {
@@ -879,6 +933,20 @@ static collage_status read_header(collage_adamw *o, FILE *f, const char *path, i
             return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' is too short to be a collage optimizer state", path);
         hash = fnv1a(hash, &sh, sizeof sh);
     }
+    adamw_optim_rec orec = {COLLAGE_OPTIM_ADAMW, 0, 0, 0}, mine = optim_rec(o);
+    if (h.version >= ADAMW_VERSION_OPTIM) {
+        if (fread(&orec, sizeof orec, 1, f) != 1)
+            return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' is too short to be a collage optimizer state", path);
+        hash = fnv1a(hash, &orec, sizeof orec);
+    }
+    if (orec.optimizer != mine.optimizer)
+        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' holds the state of optimizer '%s' but this optimizer is '%s'", path,
+                         collage_optimizer_name((collage_optimizer)orec.optimizer), collage_optimizer_name(o->cfg.optimizer));
+    /* μ and dampening give SGD's buffer its meaning, Nesterov and the decay how it was filled */
+    if (orec.flags != mine.flags || orec.momentum != mine.momentum || orec.dampening != mine.dampening)
+        return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' was saved with momentum %g, dampening %g, nesterov %u, decoupled %u "
+                         "but the optimizer has %g, %g, %u, %u", path, orec.momentum, orec.dampening, orec.flags & 1u,
+                         orec.flags >> 1 & 1u, mine.momentum, mine.dampening, mine.flags & 1u, mine.flags >> 1 & 1u);
     if (h.strategy != (uint32_t)o->cfg.strategy)
         return load_fail(o, f, COLLAGE_ERR_FORMAT, "'%s' holds '%s' state but the optimizer is '%s'", path,
                          collage_strategy_name((collage_strategy)h.strategy), collage_strategy_name(o->cfg.strategy));

@@ -1,6 +1,7 @@
 /* adamw_avx512.c — the fused AdamW step on 16 lanes (AVX-512), from adamw_kernel.inc.
  * Built with -mavx512f/bw/vl/dq; entered only when the CPU has them (rows.c's ISA choice). */
 #include "adamw_impl.h"
+#include "optim.h"
 #if defined(__x86_64__) && defined(__AVX512F__)
 #include <immintrin.h>
 #include <math.h>
@@ -10,11 +11,15 @@
 #define Q8_NAME collage__adamw_q8_avx512
 #define QQUANT_NAME collage__qblock_quantize_avx512
 #define QDEQUANT_NAME collage__qblock_dequantize_avx512
+#define OPTIM_NAME collage__optim_block_avx512
 #define VSQRT(x) ((vf)_mm512_sqrt_ps((__m512)(x)))
 #include "adamw_kernel.inc"
 #include "adamw_fp16.inc"
 #include "adamw_q8.inc"
+#include "optim_kernel.inc"
 #else
+void collage__optim_block_avx512(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
+                            adamw_acc *acc) { collage__optim_block_ref(s, S, a, b, k, acc); }
 void collage__adamw_block_avx512(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
                                  adamw_acc *acc) { collage__adamw_block_ref(s, S, a, b, k, acc); }
 int collage__adamw_code_spans_avx512(int *loops) { *loops = 0; return -1; }

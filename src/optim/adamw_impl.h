@@ -24,6 +24,12 @@ typedef struct {
     uint64_t key;         /* SR key of this step */
     uint64_t index0;      /* the slab index of element 0 of the slabs (a shard's offset): bf16-sr's
                              random stream is keyed by the slab index, the same for any sharding */
+    /* Lion and SGD (optim.h, numerics.md §14): neg_step is fp32(−lr); SGD's b1 is fp32(μ) and omb1
+     * fp32(1 − dampening) */
+    int opt;              /* collage_optimizer */
+    float wd;             /* fp32(wd) of the block's group: SGD's L2 decay */
+    int first;            /* the first step: SGD's buffer starts as g */
+    int nesterov, decoupled;
 } adamw_k;
 
 /* The slabs of one step, filled from the optimizer's words by role (strategy.h); NULL where the
@@ -61,6 +67,7 @@ typedef struct {
     size_t a, b;
     float lrwd;
     adamw_acc *acc;
+    float wd;      /* fp32(wd) of the piece's group (SGD's L2 decay) */
 } adamw_piece;
 void collage__adamw_q8_ref(collage_strategy s, const adamw_slabs *S, const adamw_piece *P, int np, const adamw_k *k);
 /* The reference's second half for element i, from its moments' new fp32 values m and v: the update with

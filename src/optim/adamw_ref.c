@@ -3,6 +3,7 @@
  * (weights and every state word); it is the oracle, so clarity wins over speed here. */
 #include "adamw_impl.h"
 #include "eft.h"
+#include "optim.h"
 
 #define BF COLLAGE_FMT_BF16
 static inline float F(uint16_t b) { return bf16_f32(b); }
@@ -313,6 +314,17 @@ void collage__adamw_generic_ref(collage_strategy s, const adamw_slabs *S, size_t
                                 adamw_acc *acc) {
     const gdesc D = gdesc_of(s, k);
     for (size_t i = a; i < b; i++) generic_elem(&D, S, i, k, acc);
+}
+
+/* The weight scheme alone, for the other optimizers' updates (optim.h). */
+void collage__scheme_apply_ref(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const float *raw,
+                               const adamw_k *k, adamw_acc *acc) {
+    const gdesc D = gdesc_of(s, k);
+    for (size_t i = a; i < b; i++) {
+        double de = 0, ds = 0;
+        apply_raw(&D, S, i, raw[i - a], k, &de, &ds);
+        if (acc) acc_add(acc, (double)raw[i - a], de, ds);
+    }
 }
 
 /* An 8-bit moment's block [a, b) from its new fp32 values x[0, b − a): scale and codes (the block's

@@ -12,7 +12,7 @@
 collage_run_config collage_run_defaults(void) {
     return (collage_run_config){.strategy = COLLAGE_LIGHT, .steps = 1000, .batch = 16, .accum = 1, .warmup = -1,
                                 .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
-                                .clip = 1.0, .seed = 1337, .keep = 2, .max_skips = 10};
+                                .clip = 1.0, .seed = 1337, .momentum = 0.9, .keep = 2, .max_skips = 10};
 }
 
 double collage_run_lr(const collage_run_config *c, int step) {
@@ -63,12 +63,17 @@ static collage_status check_config(collage_run *r) {
     NEED(c->clip >= 0 && isfinite(c->clip), "clip", "%g", c->clip, "a finite value >= 0 (0: no clipping)");
     NEED(c->keep >= 0, "keep", "%d", c->keep, "1 or more (0: 2)");
     NEED(c->max_skips >= 0, "max_skips", "%d", c->max_skips, "1 or more (0: 10)");
+    NEED(c->momentum >= 0 && c->momentum < 1, "momentum", "%g", c->momentum, "a value in [0, 1)");
+    NEED(!c->nesterov || c->momentum > 0, "nesterov", "%d", c->nesterov, "a momentum > 0");
 #undef NEED
+    char why[256];
+    if (collage_optimizer_check(c->optimizer, c->strategy, why, sizeof why) != COLLAGE_OK)
+        return run_fail(r, COLLAGE_ERR_ARG, "%s", why);
     if (c->batch % r->M != 0 || r->M > RUN_MAX_MICRO || r->A > RUN_MAX_ACCUM)
         return run_fail(r, COLLAGE_ERR_ARG, "a batch of %d sequences does not split into %d ranks x %d micro-batches of "
                                             "equal size", c->batch, r->P, r->A);
     const collage_strategy_info *T = collage_strategy_get(c->strategy);
-    if (T && T->arith == COLLAGE_WORD_FP16 && !(collage_lp_to_f32(COLLAGE_FMT_FP16, collage_lp_from_f32(COLLAGE_FMT_FP16, (float)c->eps)) > 0))
+    if (T && T->arith == COLLAGE_WORD_FP16 && c->optimizer == COLLAGE_OPTIM_ADAMW && !(collage_lp_to_f32(COLLAGE_FMT_FP16, collage_lp_from_f32(COLLAGE_FMT_FP16, (float)c->eps)) > 0))
         return run_fail(r, COLLAGE_ERR_ARG, "eps %g is 0 in fp16, and %s keeps v and its denominator in fp16: where v underflows "
                                             "the update would divide by 0 (use --eps 1e-4, the usual eps of fp16 training, or "
                                             "fp16-master)", c->eps, T->name);
@@ -204,7 +209,8 @@ static collage_status make_model(collage_run *r, const collage_run_saved *saved)
         collage_adamw_config ac = {.strategy = c->strategy, .n = r->hi - r->lo, .beta1 = c->beta1, .beta2 = c->beta2,
                                    .eps = c->eps, .weight_decay = c->weight_decay, .groups = groups, .n_groups = ng,
                                    .clip = c->clip, .skip_nonfinite = 1, .edq = 1, .seed = c->seed,
-                                   .params = (char *)r->params + r->lo * r->wb, .index0 = r->lo, .total = r->n};
+                                   .params = (char *)r->params + r->lo * r->wb, .index0 = r->lo, .total = r->n,
+                                   .optimizer = c->optimizer, .momentum = c->momentum, .nesterov = c->nesterov};
         st = collage_adamw_create(&ac, &r->opt);
     }
     free(groups);

@@ -105,6 +105,9 @@ static char *manifest_text(const collage_run *r, const mfile *files, int nfiles)
             c->steps, c->warmup, c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->clip, (unsigned long long)c->seed,
             (unsigned long long)r->fingerprint, r->P, r->A, collage_family_name(r->mc.family), c->kv_heads, c->hidden);
     if (r->bf16 == 2) fprintf(f, "loss_scale %.17g\nloss_scale_good %d\n", r->loss_scale, r->scale_good); /* fp16 */
+    if (c->optimizer != COLLAGE_OPTIM_ADAMW) /* absent: AdamW, as every run before the others */
+        fprintf(f, "optimizer %s\nmomentum %.17g\nnesterov %d\n", collage_optimizer_name(c->optimizer), c->momentum,
+                c->nesterov);
     fprintf(f, "products %s\n", collage_model_products_spec(r->m));
     for (int i = 0; i < nfiles; i++)
         fprintf(f, "file %s %llu %016llx\n", files[i].name, (unsigned long long)files[i].size,
@@ -202,6 +205,8 @@ static const run_field FIELDS[] = {
     F("seed", "--seed", COLLAGE_RUN_SEED, 0, F_U64, seed),
     FO("kv_heads", "--kv-heads", COLLAGE_RUN_KV_HEADS, 0, F_INT, kv_heads),
     FO("hidden", "--hidden", COLLAGE_RUN_HIDDEN, 0, F_INT, hidden),
+    FO("momentum", "--momentum", COLLAGE_RUN_MOMENTUM, 0, F_DBL, momentum),
+    FO("nesterov", "--nesterov", COLLAGE_RUN_NESTEROV, 0, F_INT, nesterov),
 };
 #undef F
 #undef FO
@@ -258,6 +263,9 @@ static collage_status saved_from(const manifest *m, collage_run_saved *s, char *
     *c = collage_run_defaults();
     if (collage_strategy_parse(kv_get(m, "precision"), &c->strategy) != COLLAGE_OK)
         return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s': unknown precision '%s'", path, kv_get(m, "precision"));
+    const char *opt = kv_get(m, "optimizer"); /* absent: AdamW */
+    if (opt && collage_optimizer_parse(opt, &c->optimizer) != COLLAGE_OK)
+        return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s': unknown optimizer '%s'", path, opt);
     snprintf(s->tokenizer, sizeof s->tokenizer, "%.63s", kv_get(m, "tokenizer"));
     snprintf(s->model, sizeof s->model, "%.63s", kv_get(m, "family") ? kv_get(m, "family") : "gpt2");
     c->tokenizer = s->tokenizer;
@@ -324,6 +332,11 @@ static int conflict_model(const collage_run_saved *s, const collage_run_config *
 int collage_run_conflict(const collage_run_saved *saved, const collage_run_config *asked, unsigned given, char *why,
                          char *was, size_t cap) {
     const collage_run_config *s = &saved->cfg, *a = asked;
+    if ((given & COLLAGE_RUN_OPTIMIZER) && a->optimizer != s->optimizer) {
+        snprintf(why, cap, "--optimizer %s", collage_optimizer_name(a->optimizer));
+        snprintf(was, cap, "optimizer %s", collage_optimizer_name(s->optimizer));
+        return 1;
+    }
     if ((given & COLLAGE_RUN_STRATEGY) && a->strategy != s->strategy) {
         snprintf(why, cap, "--precision %s", collage_strategy_name(a->strategy));
         snprintf(was, cap, "precision %s", collage_strategy_name(s->strategy));

@@ -18,9 +18,9 @@ from .. import export as _export
 from .. import strategy as _strategy
 from . import _lines
 from . import _optim
-from ._optim import AdamW
+from ._optim import SGD, AdamW, Lion
 
-__all__ = ["AdamW", "to_collage", "load", "read_safetensors"]
+__all__ = ["AdamW", "Lion", "SGD", "to_collage", "load", "read_safetensors"]
 
 
 def to_collage(model, precision="collage-light"):

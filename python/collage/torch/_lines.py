@@ -171,11 +171,21 @@ def split_beta(beta):
 class Scalars:
     """The step's scalars (numerics.md §6) as 0-dim fp32 tensors on one device, converted to fp32 once."""
 
-    def __init__(self, device, t, lr, beta1, beta2, eps, coef, seed):
+    def __init__(self, device, t, lr, beta1, beta2, eps, coef, seed, opt=None):
         def T(v):
             return torch.tensor(f32(v), dtype=torch.float32, device=device)
         step_size = lr * math.sqrt(1.0 - beta2 ** t) / (1.0 - beta1 ** t)
+        # Lion and SGD (numerics.md §14, opt: their settings): no bias correction; SGD's b1 is μ and its
+        # omb1 1 − dampening
+        self.opt = opt or {"name": "adamw"}
+        if self.opt["name"] != "adamw":
+            step_size = lr
+        if self.opt["name"] == "sgd":
+            beta1, beta2 = self.opt["momentum"], 0.5
+        self.first = t == 1
         self.b1, self.omb1 = T(beta1), T(1.0 - beta1)
+        if self.opt["name"] == "sgd":
+            self.omb1 = T(1.0 - self.opt["dampening"])
         self.b2, self.omb2 = T(beta2), T(1.0 - beta2)
         self.eps, self.neg_step = T(eps), T(-step_size)
         self.coef, self.clip = T(coef), coef != 1.0
@@ -187,6 +197,7 @@ class Scalars:
     def lrwd(self, wd):
         if wd not in self._lrwd:
             self._lrwd[wd] = torch.tensor(f32(self._lr * wd), dtype=torch.float32, device=self._device)
+        self.wd = torch.tensor(f32(wd), dtype=torch.float32, device=self._device)  # SGD's L2 decay of this group
         return self._lrwd[wd]
 
 
@@ -234,7 +245,9 @@ def mcf_mul_v1(hi, lo, bh, bl):
 # ---------------------------------------------------------------- AdamW's raw update (§6)
 def lp_raw(th, g, st, k, lrwd, multmc):
     """The low-precision path: updates st["exp_avg"], st["exp_avg_sq"] (and st["exp_avg_sq_lo"] when
-    multmc) in place and returns raw, a bf16 tensor."""
+    multmc) in place and returns raw, a bf16 tensor (Lion's and SGD's lines where k.opt says so)."""
+    if k.opt["name"] != "adamw":
+        return _lion_sgd_lp(th, g, st, k, lrwd)
     if k.clip:
         g = rn(f(g) * k.coef)
     m = rn(f(st["exp_avg"]) * k.b1)
@@ -257,6 +270,8 @@ def lp_raw(th, g, st, k, lrwd, multmc):
 
 def f32_raw(w, g, st, k, lrwd):
     """The fp32 path: m, v fp32, each operation rounded to fp32; w is the value the decay multiplies."""
+    if k.opt["name"] != "adamw":
+        return _lion_sgd_f32(w, g, st, k, lrwd)
     if k.clip:
         g = g * k.coef
     m = st["exp_avg"] * k.b1 + k.omb1 * g
@@ -264,6 +279,55 @@ def f32_raw(w, g, st, k, lrwd):
     st["exp_avg"].copy_(m)
     st["exp_avg_sq"].copy_(v)
     return (m * k.neg_step) / (torch.sqrt(v) + k.eps) - w * lrwd
+
+
+# ---------------------------------------------------------------- Lion's and SGD's raw update (§14)
+def _sign(c):
+    """+1, −1, 0 for ±0, NaN for NaN (torch.sign gives 0 for NaN)."""
+    one = torch.ones_like(c)
+    return torch.where(c > 0, one, torch.where(c < 0, -one, torch.where(c == 0, torch.zeros_like(c), c)))
+
+
+def _lion_sgd_lp(th, g, st, k, lrwd):
+    """src/optim/optim_ref.c lion_lp and sgd_lp: m in st["exp_avg"], raw a bf16 tensor."""
+    if k.clip:
+        g = rn(f(g) * k.coef)
+    m = st["exp_avg"]
+    if k.opt["name"] == "lion":
+        c = rn(f(rn(f(m) * k.b1)) + k.omb1 * f(g))
+        m.copy_(rn(f(rn(f(m) * k.b2)) + k.omb2 * f(g)))
+        a = rn(k.neg_step * _sign(f(c)))
+        return rn(f(a) - f(rn(f(th) * lrwd)))
+    if not k.opt["decoupled"] and float(k.wd) != 0.0:
+        g = rn(f(g) + f(rn(f(th) * k.wd)))
+    d = g
+    if float(k.b1) != 0.0:
+        buf = g if k.first else rn(f(rn(f(m) * k.b1)) + k.omb1 * f(g))
+        m.copy_(buf)
+        d = rn(f(g) + f(rn(f(buf) * k.b1))) if k.opt["nesterov"] else buf
+    u = rn(f(d) * k.neg_step)
+    return rn(f(u) - f(rn(f(th) * lrwd))) if k.opt["decoupled"] else u
+
+
+def _lion_sgd_f32(w, g, st, k, lrwd):
+    """optim_ref.c lion_f32 and sgd_f32: each operation rounded to fp32; w the value the decay multiplies."""
+    if k.clip:
+        g = g * k.coef
+    m = st["exp_avg"]
+    mf = m.float()
+    if k.opt["name"] == "lion":
+        c = mf * k.b1 + k.omb1 * g
+        m.copy_(mf * k.b2 + k.omb2 * g)
+        return k.neg_step * _sign(c) - w * lrwd
+    if not k.opt["decoupled"] and float(k.wd) != 0.0:
+        g = g + w * k.wd
+    d = g
+    if float(k.b1) != 0.0:
+        buf = g.clone() if k.first else mf * k.b1 + k.omb1 * g
+        m.copy_(buf)
+        d = g + k.b1 * buf if k.opt["nesterov"] else buf
+    u = k.neg_step * d
+    return u - w * lrwd if k.opt["decoupled"] else u
 
 
 # ---------------------------------------------------------------- applying raw, per strategy

@@ -82,12 +82,16 @@ class _Native:
 
     def __init__(self, strategy, p, st, hp, index0, total):
         words = (ctypes.c_void_p * _lib.ROLE_COUNT)()
-        for w in strategy.state_words:
+        for w in _state_words(strategy, hp["opt"]["name"]):
             words[w.role] = st[w.key].data_ptr()
+        o = hp["opt"]
         cfg = _lib.AdamWConfig(strategy=strategy.index, n=p.numel(), beta1=hp["betas"][0], beta2=hp["betas"][1],
                                eps=hp["eps"], weight_decay=hp["weight_decay"], clip=hp["clip"],
                                skip_nonfinite=int(hp["skip_nonfinite"]), edq=0, seed=hp["seed"],
-                               params=p.data_ptr(), index0=index0, total=total, words=words)
+                               params=p.data_ptr(), index0=index0, total=total, words=words,
+                               optimizer=_OPTIMIZERS.index(o["name"]), momentum=o.get("momentum", 0.0),
+                               dampening=o.get("dampening", 0.0), nesterov=int(o.get("nesterov", False)),
+                               decoupled=int(o.get("decoupled", False)))
         handle = ctypes.c_void_p()
         _lib.check(_lib.lib.collage_adamw_create(ctypes.byref(cfg), ctypes.byref(handle)), "collage_adamw_create")
         self.handle, self._free = handle, _lib.lib.collage_adamw_free  # kept: at exit _lib may be gone first
@@ -99,14 +103,22 @@ class _Native:
 
     @staticmethod
     def key_of(p, st, strategy, hp, index0, total):
-        return (p.data_ptr(), p.numel(), tuple(st[w.key].data_ptr() for w in strategy.state_words),
+        return (p.data_ptr(), p.numel(), tuple(st[w.key].data_ptr() for w in _state_words(strategy, hp["opt"]["name"])),
                 tuple(hp["betas"]), hp["eps"], hp["weight_decay"], hp["clip"], hp["skip_nonfinite"], hp["seed"],
-                index0, total)
+                index0, total, tuple(sorted(hp["opt"].items())))
 
     def __del__(self):
         if getattr(self, "handle", None):
             self._free(self.handle)
             self.handle = None
+
+
+_OPTIMIZERS = ("adamw", "lion", "sgd")  # collage_optimizer's order
+
+
+def _state_words(strategy, opt):
+    """The words besides θ that optimizer opt keeps: the strategy's, less v for Lion and SGD (numerics.md §14)."""
+    return tuple(w for w in strategy.state_words if opt == "adamw" or w.role_name != "v")
 
 
 def _edq_figures(dot, dot_state, nn, lost, updates):
@@ -128,6 +140,8 @@ def _combine(parts):
 
 
 class AdamW(torch.optim.Optimizer):
+    _opt_name = "adamw"
+
     """AdamW with one of libcollage's precision strategies (``collage.strategies()``).
 
     params: tensors, (name, tensor) pairs such as ``model.named_parameters()`` (names then appear in
@@ -149,6 +163,10 @@ class AdamW(torch.optim.Optimizer):
                  max_grad_norm=None, edq=False, seed=0, skip_nonfinite=False, backend="auto"):
         self.strategy = _strategy(precision)
         _supported_or_raise(self.strategy)
+        self._words = _state_words(self.strategy, self._opt_name)
+        if self._opt_name != "adamw" and self.strategy.has("δv"):
+            raise ValueError(f"'{self.strategy.name}' keeps the second moment v as a pair (v, δv), and {self._opt_name} has "
+                             "no second moment; take its weight scheme alone (e.g. collage-light)")
         for w in self.strategy.words:
             _dtype_of(w.format, self.strategy)
         if backend not in ("auto", "torch", "c"):
@@ -286,7 +304,7 @@ class AdamW(torch.optim.Optimizer):
             return st
         st["step"], st["synced"] = 0, False
         seed = getattr(p, "_collage_seed", None)
-        for w in self.strategy.state_words:
+        for w in self._words:
             st[w.key] = _zero_word(w, self.strategy, p)
         if seed is not None:
             for key, v in seed[1].items():
@@ -297,7 +315,7 @@ class AdamW(torch.optim.Optimizer):
 
     def _sync_from_weights(self, p, st):
         """The kept value from θ alone (zero compensation, master = θ), as the C step's first step does."""
-        for w in self.strategy.state_words:
+        for w in self._words:
             if w.role_name == "master":
                 st[w.key].copy_(p.float())
             elif w.role_name in ("δθ", "c", "remainder"):
@@ -318,7 +336,11 @@ class AdamW(torch.optim.Optimizer):
     def _hparams(self, group):
         return {"betas": tuple(float(b) for b in group["betas"]), "eps": float(group["eps"]),
                 "weight_decay": float(group["weight_decay"]), "clip": float(self.max_grad_norm or 0.0),
-                "skip_nonfinite": self.skip_nonfinite, "seed": self.seed}
+                "skip_nonfinite": self.skip_nonfinite, "seed": self.seed, "opt": self._opt_settings()}
+
+    def _opt_settings(self):
+        """The update rule and its settings (Lion, SGD: numerics.md §14)."""
+        return {"name": self._opt_name}
 
     def _uses_c(self, p):
         """Whether libcollage steps p (else the torch lines); raises where neither can."""
@@ -446,7 +468,7 @@ class AdamW(torch.optim.Optimizer):
         key = (p.device, st["step"] + 1, float(group["lr"]), float(b1), float(b2), float(group["eps"]))
         k = self._scalars.get(key)  # one set per device and group a step: each is a copy to the device
         if k is None:
-            k = self._scalars[key] = _lines.Scalars(*key, coef, self.seed)
+            k = self._scalars[key] = _lines.Scalars(*key, coef, self.seed, self._opt_settings())
         return _lines.step_tensor(self.strategy.name, p, g, st, k, k.lrwd(float(group["weight_decay"])), self.edq,
                                   index0)
 
@@ -455,6 +477,8 @@ class AdamW(torch.optim.Optimizer):
         sd = super().state_dict()
         sd["collage"] = {"precision": self.strategy.name, "seed": self.seed, "max_grad_norm": self.max_grad_norm,
                          "edq": self.edq, "skip_nonfinite": self.skip_nonfinite, "version": 1}
+        if self._opt_name != "adamw":  # an AdamW state dict stays as it was
+            sd["collage"]["optimizer"] = self._opt_settings()
         return sd
 
     def load_state_dict(self, state_dict):
@@ -466,6 +490,9 @@ class AdamW(torch.optim.Optimizer):
         if meta["precision"] != self.strategy.name:
             raise ValueError(f"the state dict holds '{meta['precision']}' state, but this optimizer is "
                              f"'{self.strategy.name}'")
+        saved_opt = meta.get("optimizer", {"name": "adamw"})
+        if saved_opt != self._opt_settings():
+            raise ValueError(f"the state dict is of optimizer {saved_opt}, but this optimizer is {self._opt_settings()}")
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups):
             raise ValueError(f"the state dict has {len(groups)} param groups, this optimizer {len(self.param_groups)}")
@@ -495,7 +522,7 @@ class AdamW(torch.optim.Optimizer):
 
     def _load_param_state(self, p, saved):
         out = {"step": int(saved["step"]), "synced": bool(saved["synced"])}
-        for w in self.strategy.state_words:
+        for w in self._words:
             if w.key not in saved:
                 raise ValueError(f"the state dict's entry for {self._name(p)} has no '{w.key}' ({w.role_name})")
             v, want, shape = saved[w.key], _dtype_of(w.format, self.strategy), _word_shape(w, p)
@@ -508,3 +535,39 @@ class AdamW(torch.optim.Optimizer):
                                  f"keeps it as {want} with {count} elements{layout}")
             out[w.key] = v.detach().to(device=p.device, copy=True).reshape(shape).contiguous()
         return out
+
+
+class Lion(AdamW):
+    """Lion (Chen et al. 2023; numerics.md §14) with one of libcollage's precision strategies: the update
+    −lr·sign(β1·m + (1−β1)·g) with decoupled weight decay, then m ← β2·m + (1−β2)·g. Keeps m only (the
+    strategy's v word is not kept; a strategy whose v is a pair, collage-plus, is refused). Otherwise as
+    AdamW: the C step on CPU tensors, the torch lines elsewhere, state dicts, EDQ. Its usual learning
+    rate is 3-10x below AdamW's."""
+    _opt_name = "lion"
+
+    def __init__(self, params, precision="collage-light", lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, **kwargs):
+        super().__init__(params, precision=precision, lr=lr, betas=betas, eps=1e-8, weight_decay=weight_decay, **kwargs)
+
+
+class SGD(AdamW):
+    """SGD with momentum, PyTorch's semantics (numerics.md §14), with one of libcollage's precision
+    strategies: buf ← μ·buf + (1 − dampening)·g (the first step: buf = g), the update −lr·buf, or
+    −lr·(g + μ·buf) with nesterov; weight decay L2 (g + wd·θ enters the buffer, as torch.optim.SGD) or,
+    with decoupled=True, subtracted beside the update. momentum, dampening, nesterov and decoupled hold
+    for every param group; lr and weight_decay may differ per group. The buffer is the strategy's m word
+    (its state key "exp_avg")."""
+    _opt_name = "sgd"
+
+    def __init__(self, params, precision="collage-light", lr=1e-2, momentum=0.9, dampening=0.0, nesterov=False,
+                 weight_decay=0.0, decoupled=False, **kwargs):
+        ok = isinstance(momentum, (int, float)) and isinstance(dampening, (int, float))
+        if not (ok and 0.0 <= momentum < 1.0 and 0.0 <= dampening <= 1.0):
+            raise ValueError(f"momentum {momentum!r} must be in [0, 1) and dampening {dampening!r} in [0, 1]")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("nesterov needs momentum > 0 and dampening 0 (as torch.optim.SGD)")
+        self._sgd = {"momentum": float(momentum), "dampening": float(dampening), "nesterov": bool(nesterov),
+                     "decoupled": bool(decoupled)}
+        super().__init__(params, precision=precision, lr=lr, eps=1e-8, weight_decay=weight_decay, **kwargs)
+
+    def _opt_settings(self):
+        return {"name": "sgd", **self._sgd}
