@@ -151,7 +151,9 @@ $(BUILD)/obj/cuda/%.o: src/cuda/%.cu include/collage.h include/collage_cuda.h sr
 	@mkdir -p $(dir $@)
 	@command -v $(NVCC) >/dev/null || { echo "make CUDA=1: nvcc not found (NVCC=$(NVCC)); install the CUDA toolkit or set NVCC=/path/to/nvcc"; exit 1; }
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+# It finds libcollage by its SONAME beside it ($$ORIGIN): the link is made here.
 $(BUILD)/libcollage_cuda.so: $(BUILD)/obj/cuda/adamw.o $(BUILD)/libcollage.so
+	ln -sf libcollage.so $(BUILD)/$(SONAME)
 	$(NVCC) -shared -o $@ $< -L$(BUILD) -l:libcollage.so -Xlinker -rpath,'$$ORIGIN' -lcudart
 $(BUILD)/gpu/test_cuda: tests/gpu/test_cuda.c tests/harness.h include/collage_cuda.h $(BUILD)/libcollage_cuda.so $(BUILD)/libcollage.so
 	@mkdir -p $(dir $@)
