@@ -97,12 +97,13 @@ def test_the_table_drives_the_c_step(monkeypatch, strategy):
     oref = make_opt(ref, strategy, "c")
     omine = make_opt(mine, strategy, "auto")
     monkeypatch.setattr(_cuda, "Step", CpuStandIn)
-    monkeypatch.setattr(type(omine), "_path", lambda self, p: "cuda")
+    monkeypatch.setattr(omine, "_path", lambda p: "cuda")  # this optimizer only: oref takes the C path
     monkeypatch.setattr(torch.cuda, "current_stream", lambda dev=None: types.SimpleNamespace(cuda_stream=4242))
     CpuStandIn.made.clear()
     run(oref, ref, 6)
     run(omine, mine, 6)
     assert CpuStandIn.made, "the CUDA path was not taken"
+    assert all(p not in oref._cuda_steps for p in flat(ref)) and oref._native, "the reference took the C path"
     for a, b in zip(flat(ref), flat(mine)):
         assert same_bits(a, b)
         for k, v in oref.state[a].items():
