@@ -96,12 +96,23 @@ __global__ static void sumsq_kernel(const dev_tensor *t, int k, int wf, size_t n
     if (lane == 0 && c < n_chunks) out[c] = ce_sumsq_tree(&l[threadIdx.x]);
 }
 
-/* The chunk sums added in order from 0, then the clipping factor and the skip (adamw_elem.h ce_clip). */
+/* The chunk sums added in order from 0 by thread 0, the block loading them into shared memory a batch at
+ * a time (coalesced, many loads in flight: the adds are one dependent chain, the loads need not be), then
+ * the clipping factor and the skip (adamw_elem.h ce_clip). */
+#define TOTAL_BATCH (8 * THREADS)
 __global__ static void total_kernel(const double *chunks, size_t n, double clip, int skip_nonfinite, double gscale,
                                     dev_result *res) {
-    if (threadIdx.x != 0) return;
+    __shared__ double batch[TOTAL_BATCH];
     double sum = 0;
-    for (size_t c = 0; c < n; c++) sum += chunks[c];
+    for (size_t base = 0; base < n; base += TOTAL_BATCH) {
+        const size_t m = n - base < TOTAL_BATCH ? n - base : TOTAL_BATCH;
+        for (size_t i = threadIdx.x; i < m; i += THREADS) batch[i] = chunks[base + i];
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (size_t i = 0; i < m; i++) sum += batch[i];
+        __syncthreads();
+    }
+    if (threadIdx.x != 0) return;
     dev_result r;
     r.sumsq = sum;
     r.c = ce_clip(sum, clip, skip_nonfinite, gscale, &r.gnorm, &r.coef, &r.skip);
@@ -371,7 +382,7 @@ collage_status collage_cuda_adamw_step(collage_cuda_adamw *o, const collage_cuda
         chunk_sums = o->d_chunks;
         n_chunks = chunks;
     }
-    total_kernel<<<1, 32, 0, st>>>(chunk_sums, need ? n_chunks : 0, o->cfg.clip, o->cfg.skip_nonfinite,
+    total_kernel<<<1, THREADS, 0, st>>>(chunk_sums, need ? n_chunks : 0, o->cfg.clip, o->cfg.skip_nonfinite,
                                    o->cfg.grad_scale, o->d_res);
     if (units)
         kernel_of(o->cfg.strategy)<<<(unsigned)units, THREADS, 0, st>>>(o->d_tab, k, o->D, o->d_qtab, o->d_res,

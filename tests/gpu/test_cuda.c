@@ -186,7 +186,7 @@ static void test_every_strategy(void) {
 }
 
 /* ------------------------------------------------------------------ the benchmark */
-static double ms_of(cudaEvent_t a, cudaEvent_t b) { float ms = 0; cudaEventElapsedTime(&ms, a, b); return ms; }
+static double ms_of(cudaEvent_t a, cudaEvent_t b) { float ms = 0; cudaEventElapsedTime(&ms, a, b); return (double)ms; }
 
 /* GPT-2 124M's 148 tensors (wte, wpe, 12 × 12, ln_f). */
 static int gpt2_shapes(size_t *n) {
