@@ -13,10 +13,8 @@ import pytest
 import torch
 
 import collage
-import collage.torch as ct
 from collage import _cuda, _lib
-from collage.torch import _optim
-from helpers import SHAPES, flat, make_opt, make_params, run, same_bits
+from helpers import flat, make_opt, make_params, run, same_bits
 
 
 def fake_cuda_param(shape=(3, 4)):

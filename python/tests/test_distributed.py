@@ -8,7 +8,6 @@
   weights is made in fp32 too); both ranks end with the weights of one process stepping the averaged
   gradients. NCCL on GPUs moves bf16 itself (scripts/gpu_check.sh)."""
 
-import os
 import tempfile
 
 import pytest
