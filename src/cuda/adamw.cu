@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #define THREADS 256
+#define ILP 4 /* elements a thread has in flight in the plain step */
 
 /* A tensor of the step as the kernels read it. */
 typedef struct {
@@ -153,13 +154,23 @@ __device__ static void q8_tile_store(const ce_qtab *Q, int code, int sr, uint64_
 __device__ static void block_plain(const ce_desc *D, const dev_tensor *T, size_t a, size_t b, ce_coef c, int edq,
                                    ce_acc *acc) {
     __shared__ ce_terms sh[THREADS];
-    if (!edq) {
-#pragma unroll 4
-        for (size_t i = a + threadIdx.x; i < b; i += THREADS) {
-            ce_state s = ce_load(D, &T->P, i);
-            ce_terms e;
-            ce_step(D, &s, ce_load_word(D->wf, T->P.g, i), &T->k, c, T->index0 + i, &e);
-            ce_store(D, &T->P, i, &s);
+    if (!edq) { /* ILP elements' words loaded before any is stored: their loads in flight together */
+        for (size_t i0 = a + threadIdx.x; i0 < b; i0 += (size_t)THREADS * ILP) {
+            ce_state s[ILP];
+            uint32_t g[ILP];
+#pragma unroll
+            for (int u = 0; u < ILP; u++) {
+                const size_t i = i0 + (size_t)u * THREADS;
+                if (i < b) { s[u] = ce_load(D, &T->P, i); g[u] = ce_load_word(D->wf, T->P.g, i); }
+            }
+#pragma unroll
+            for (int u = 0; u < ILP; u++) {
+                const size_t i = i0 + (size_t)u * THREADS;
+                if (i >= b) continue;
+                ce_terms e;
+                ce_step(D, &s[u], g[u], &T->k, c, T->index0 + i, &e);
+                ce_store(D, &T->P, i, &s[u]);
+            }
         }
         return;
     }
