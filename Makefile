@@ -189,7 +189,7 @@ setup:
 check-headers:
 	@bash scripts/check-headers.sh
 
-# make install [PREFIX=/usr/local] [DESTDIR=]: the library (static, and shared as Debian installs one:
+# make install [PREFIX=/usr/local] [DESTDIR=] [CUDA=1]: the library (static, and shared as Debian installs one:
 # libcollage.so.X.Y.Z with the SONAME link libcollage.so.X.Y and the link libcollage.so that -lcollage
 # finds), the public headers, collage.pc for pkg-config, and the collage command. Where the loader
 # searches PREFIX/lib (/usr/local/lib, /usr/lib: ldconfig's directories), install runs ldconfig (not
@@ -197,6 +197,8 @@ check-headers:
 # program built with `pkg-config --libs collage` runs without LD_LIBRARY_PATH. Either way it says which.
 PREFIX  ?= /usr/local
 LIBDIR   = $(PREFIX)/lib
+# collage_cuda.h goes with libcollage_cuda (CUDA=1) only
+INSTALL_HDRS = $(if $(filter 1,$(CUDA)),$(wildcard include/*.h),$(filter-out include/collage_cuda.h,$(wildcard include/*.h)))
 VERSION := $(shell sed -n 's/^\#define COLLAGE_VERSION_STRING "\(.*\)"/\1/p' include/collage.h)
 SONAME  := libcollage.so.$(word 1,$(subst ., ,$(VERSION))).$(word 2,$(subst ., ,$(VERSION)))
 LDCONFIG ?= $(or $(firstword $(wildcard /sbin/ldconfig /usr/sbin/ldconfig)),ldconfig)
@@ -210,7 +212,10 @@ install: all
 	install -m 755 $(BUILD)/libcollage.so $(DESTDIR)$(LIBDIR)/libcollage.so.$(VERSION)
 	ln -sf libcollage.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libcollage.so
-	install -m 644 include/*.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(INSTALL_HDRS) $(DESTDIR)$(PREFIX)/include/
+ifeq ($(CUDA),1)
+	install -m 755 $(BUILD)/libcollage_cuda.so $(DESTDIR)$(LIBDIR)/
+endif
 	install -m 755 $(BUILD)/collage $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(strip $(LDLIBS_ALL))|' \
 	    -e 's|@RPATH@|$(RPATH)|' collage.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/collage.pc
