@@ -404,21 +404,37 @@ static void test_every_strategy(void) {
     }
 }
 
-/* The CUDA build's nvcc flags (the Makefile's NVCC_NUMERICS) keep every operation rounded once: no
- * contraction (--fmad=false), IEEE division and square root, no flush of subnormals, no fast math. */
+/* The CUDA build's nvcc flags keep every operation rounded once: NVCC_NUMERICS has no contraction
+ * (--fmad=false), IEEE division and square root, no flush of subnormals; NVCC_FLAGS takes it and the host
+ * side's -ffp-contract=off; the .cu rule compiles with NVCC_FLAGS; no line of the Makefile that sets an
+ * nvcc variable (continuations included) turns fast math or contraction on. */
 static void test_nvcc_flags(void) {
     FILE *f = fopen("Makefile", "r");
     CHECK(f != NULL, "the Makefile is read from the repository's root");
     if (!f) return;
-    char line[4096], flags[4096] = "";
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "NVCC_NUMERICS", 13) == 0) snprintf(flags, sizeof flags, "%s", line);
+    char line[4096], numerics[4096] = "", flags[8192] = "";
+    int cont = 0, in_flags = 0, rule_uses_flags = 0; /* cont: this line continues an nvcc variable's */
+    while (fgets(line, sizeof line, f)) {
+        const size_t len = strlen(line);
+        const int ends_cont = len >= 2 && line[len - 2] == '\\' && line[len - 1] == '\n';
+        if (cont || !strncmp(line, "NVCC", 4) || !strncmp(line, "CUDA_ARCH", 9)) {
+            const char *never[] = {"use_fast_math", "fmad=true", "ftz=true", "prec-div=false", "prec-sqrt=false",
+                                   "ffast-math", "fp-contract=fast", "Ofast"};
+            for (int i = 0; i < 8; i++) CHECK(strstr(line, never[i]) == NULL, "the Makefile's nvcc flags have %s: %s", never[i], line);
+            if (!cont) in_flags = !strncmp(line, "NVCC_FLAGS", 10);
+            if (in_flags) strncat(flags, line, sizeof flags - strlen(flags) - 1);
+            cont = ends_cont;
+        }
+        if (!strncmp(line, "NVCC_NUMERICS", 13)) snprintf(numerics, sizeof numerics, "%s", line);
+        if (strstr(line, "$(NVCC) $(NVCC_FLAGS) -c")) rule_uses_flags = 1;
+    }
     fclose(f);
-    CHECK(flags[0], "the Makefile defines NVCC_NUMERICS");
+    CHECK(numerics[0], "the Makefile defines NVCC_NUMERICS");
     const char *need[] = {"--fmad=false", "-ftz=false", "-prec-div=true", "-prec-sqrt=true"};
-    for (int i = 0; i < 4; i++) CHECK(strstr(flags, need[i]) != NULL, "NVCC_NUMERICS lacks %s: %s", need[i], flags);
-    const char *never[] = {"use_fast_math", "fmad=true", "ftz=true", "prec-div=false", "prec-sqrt=false", "-O3 -ffast"};
-    for (int i = 0; i < 6; i++) CHECK(strstr(flags, never[i]) == NULL, "NVCC_NUMERICS has %s: %s", never[i], flags);
+    for (int i = 0; i < 4; i++) CHECK(strstr(numerics, need[i]) != NULL, "NVCC_NUMERICS lacks %s: %s", need[i], numerics);
+    CHECK(strstr(flags, "$(NVCC_NUMERICS)") && strstr(flags, "-ffp-contract=off"),
+          "NVCC_FLAGS must take $(NVCC_NUMERICS) and the host compiler's -ffp-contract=off: %s", flags);
+    CHECK(rule_uses_flags, "the .cu files are compiled with $(NVCC) $(NVCC_FLAGS)");
 }
 
 int main(void) {
