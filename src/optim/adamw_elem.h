@@ -549,6 +549,98 @@ CE_INL void ce_store(const ce_desc *D, const ce_ptrs *P, size_t i, const ce_stat
     if (ce_has_master(D->w)) P->master[i] = s->master;
 }
 
+/* ------------------------------------------------------------------ 8 elements at a time */
+/* Elements i … i + 7 of a tensor whose slabs all start on 16 bytes, i a multiple of 8: every word read and
+ * written 16 bytes at a time (two for an fp32 word), as the CUDA kernel's plain step does; the values are
+ * ce_load's and ce_store's. */
+#define CE_VEC 8
+CE_INL void ce_ld16(const void *p, uint32_t *out) {
+#ifdef __CUDA_ARCH__
+    const uint4 v = *(const uint4 *)p;
+    out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
+#else
+    memcpy(out, p, 16);
+#endif
+}
+CE_INL void ce_st16(void *p, const uint32_t *in) {
+#ifdef __CUDA_ARCH__
+    uint4 v;
+    v.x = in[0]; v.y = in[1]; v.z = in[2]; v.w = in[3];
+    *(uint4 *)p = v;
+#else
+    memcpy(p, in, 16);
+#endif
+}
+/* The 8 words of format wf (fp32 or 16-bit) at elements i … i + 7 of p, each in the low bits of out[k]. */
+CE_INL void ce_load_word8(int wf, const void *p, size_t i, uint32_t *out) {
+    uint32_t q[8];
+    if (wf == COLLAGE_WORD_FP32) {
+        ce_ld16((const uint32_t *)p + i, q);
+        ce_ld16((const uint32_t *)p + i + 4, q + 4);
+        for (int k = 0; k < 8; k++) out[k] = q[k];
+    } else {
+        ce_ld16((const uint16_t *)p + i, q);
+        for (int k = 0; k < 8; k++) out[k] = (q[k / 2] >> (16 * (k & 1))) & 0xffffu;
+    }
+}
+CE_INL void ce_store_word8(int wf, void *p, size_t i, const uint32_t *in) {
+    uint32_t q[8];
+    if (wf == COLLAGE_WORD_FP32) {
+        for (int k = 0; k < 8; k++) q[k] = in[k];
+        ce_st16((uint32_t *)p + i, q);
+        ce_st16((uint32_t *)p + i + 4, q + 4);
+    } else {
+        for (int k = 0; k < 4; k++) q[k] = (in[2 * k] & 0xffffu) | (in[2 * k + 1] << 16);
+        ce_st16((uint16_t *)p + i, q);
+    }
+}
+/* Whether the slabs of a strategy without 8-bit moments allow ce_load8 (every one on 16 bytes). */
+CE_INL int ce_vec_ok(const ce_desc *D, const ce_ptrs *P) {
+    const void *p[7] = {P->w, P->g, P->m, P->v, P->comp, D->v_pair ? (const void *)P->dv : NULL,
+                        ce_has_master(D->w) ? (const void *)P->master : NULL};
+    for (int k = 0; k < 7; k++)
+        if (p[k] && ((uintptr_t)p[k] & 15u)) return 0;
+    return !ce_desc_q8(D);
+}
+/* Elements i … i + 7 (i a multiple of 8, ce_vec_ok): their words into s and the gradient's bits into g. */
+CE_INL void ce_load8(const ce_desc *D, const ce_ptrs *P, size_t i, ce_state *s, uint32_t *g) {
+    uint32_t x[8];
+    ce_load_word8(D->wf, P->g, i, g);
+    ce_load_word8(D->wf, P->w, i, x);
+    for (int k = 0; k < 8; k++) s[k].w = x[k];
+    ce_load_word8(D->mf, P->m, i, x);
+    for (int k = 0; k < 8; k++) s[k].m = x[k];
+    ce_load_word8(D->vf, P->v, i, x);
+    for (int k = 0; k < 8; k++) s[k].v = x[k];
+    if (P->comp) ce_load_word8(COLLAGE_WORD_BF16, P->comp, i, x);
+    for (int k = 0; k < 8; k++) s[k].comp = P->comp ? (uint16_t)x[k] : 0;
+    if (D->v_pair) ce_load_word8(COLLAGE_WORD_BF16, P->dv, i, x);
+    for (int k = 0; k < 8; k++) s[k].dv = D->v_pair ? (uint16_t)x[k] : 0;
+    if (ce_has_master(D->w)) ce_load_word8(COLLAGE_WORD_FP32, P->master, i, x);
+    for (int k = 0; k < 8; k++) s[k].master = ce_has_master(D->w) ? ce_bits_f32(x[k]) : 0.0f;
+}
+CE_INL void ce_store8(const ce_desc *D, const ce_ptrs *P, size_t i, const ce_state *s) {
+    uint32_t x[8];
+    for (int k = 0; k < 8; k++) x[k] = s[k].w;
+    ce_store_word8(D->wf, P->w, i, x);
+    for (int k = 0; k < 8; k++) x[k] = s[k].m;
+    ce_store_word8(D->mf, P->m, i, x);
+    for (int k = 0; k < 8; k++) x[k] = s[k].v;
+    ce_store_word8(D->vf, P->v, i, x);
+    if (P->comp) {
+        for (int k = 0; k < 8; k++) x[k] = s[k].comp;
+        ce_store_word8(COLLAGE_WORD_BF16, P->comp, i, x);
+    }
+    if (D->v_pair) {
+        for (int k = 0; k < 8; k++) x[k] = s[k].dv;
+        ce_store_word8(COLLAGE_WORD_BF16, P->dv, i, x);
+    }
+    if (ce_has_master(D->w)) {
+        for (int k = 0; k < 8; k++) x[k] = ce_f32_bits(s[k].master);
+        ce_store_word8(COLLAGE_WORD_FP32, P->master, i, x);
+    }
+}
+
 /* ------------------------------------------------------------------ the host's part (not COLLAGE_HD) */
 /* A step's scalars for a tensor at step t (the steps taken, this one included) with learning rate lr and
  * weight decay wd, exactly as adamw.c step_begin and group_lrwd convert them (host only: libcollage's
