@@ -43,8 +43,10 @@ typedef struct {
 
 typedef struct collage_cuda_adamw collage_cuda_adamw;
 
-/* The step's device memory (tensor table, Σg² chunks, EDQ sums, the codes' tables) is allocated here.
- * COLLAGE_ERR_UNSUPPORTED when no CUDA device can be used (the message says why). */
+/* The step's device memory (tensor table, Σg² chunks, EDQ sums, the codes' tables) is allocated here, on
+ * cfg->device; every call works on that device and leaves the caller's current device as it was.
+ * COLLAGE_ERR_UNSUPPORTED when no CUDA device can be used: then *out, if not NULL, holds the object, whose
+ * error message says why; free it. */
 collage_status collage_cuda_adamw_create(const collage_cuda_adamw_config *cfg, collage_cuda_adamw **out);
 void           collage_cuda_adamw_free(collage_cuda_adamw *o); /* NULL is fine */
 const char    *collage_cuda_adamw_error(const collage_cuda_adamw *o);

@@ -48,6 +48,18 @@ struct collage_cuda_adamw {
     char err[512];
 };
 
+/* The caller's current device is left as it was: each call makes the optimizer's device current for its
+ * own work and gives the caller's back (no process-wide side effect). */
+typedef struct { int prev, changed; } device_guard;
+static device_guard device_enter(int dev) {
+    device_guard g = {0, 0};
+    if (cudaGetDevice(&g.prev) == cudaSuccess && g.prev != dev && cudaSetDevice(dev) == cudaSuccess) g.changed = 1;
+    return g;
+}
+static void device_leave(device_guard g) {
+    if (g.changed) cudaSetDevice(g.prev);
+}
+
 static collage_status fail(collage_cuda_adamw *o, collage_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -298,6 +310,8 @@ static step_fn kernel_of(collage_strategy s) {
     }
 }
 
+static collage_status create_device(collage_cuda_adamw *o);
+
 collage_status collage_cuda_adamw_create(const collage_cuda_adamw_config *cfg, collage_cuda_adamw **out) {
     if (!cfg || !out) return COLLAGE_ERR_NULL;
     *out = NULL;
@@ -314,9 +328,20 @@ collage_status collage_cuda_adamw_create(const collage_cuda_adamw_config *cfg, c
     o->h_tab = (dev_tensor *)calloc((size_t)cfg->max_tensors, sizeof *o->h_tab);
     *out = o;
     if (!o->h_tab) return COLLAGE_ERR_NOMEM;
+    const device_guard g = device_enter(cfg->device);
+    const collage_status st = create_device(o);
+    device_leave(g);
+    return st;
+}
+
+/* The optimizer's device memory, on the current device. */
+static collage_status create_device(collage_cuda_adamw *o) {
+    const collage_cuda_adamw_config *cfg = &o->cfg;
     ce_qtab q;
     ce_qtab_fill(&q);
-    CU(o, cudaSetDevice(cfg->device));
+    int dev = -1;
+    CU(o, cudaGetDevice(&dev));
+    if (dev != cfg->device) return fail(o, COLLAGE_ERR_UNSUPPORTED, "CUDA device %d cannot be used", cfg->device);
     CU(o, cudaMalloc((void **)&o->d_tab, (size_t)cfg->max_tensors * sizeof *o->d_tab));
     CU(o, cudaMalloc((void **)&o->d_qtab, sizeof *o->d_qtab));
     CU(o, cudaMalloc((void **)&o->d_chunks, o->max_chunks * sizeof *o->d_chunks));
@@ -392,9 +417,8 @@ static collage_status upload(collage_cuda_adamw *o, const collage_cuda_tensor *t
     return COLLAGE_OK;
 }
 
-collage_status collage_cuda_sumsq_chunks(collage_cuda_adamw *o, const collage_cuda_tensor *t, int k, double *out,
-                                         void *stream) {
-    if (!o || !out) return COLLAGE_ERR_NULL;
+static collage_status sumsq_chunks(collage_cuda_adamw *o, const collage_cuda_tensor *t, int k, double *out,
+                                   void *stream) {
     cudaStream_t st = (cudaStream_t)stream;
     size_t units, chunks;
     collage_status s = upload(o, t, k, st, &units, &chunks);
@@ -404,9 +428,8 @@ collage_status collage_cuda_sumsq_chunks(collage_cuda_adamw *o, const collage_cu
     return COLLAGE_OK;
 }
 
-collage_status collage_cuda_adamw_step(collage_cuda_adamw *o, const collage_cuda_tensor *t, int k,
-                                       const double *chunk_sums, size_t n_chunks, void *stream) {
-    if (!o) return COLLAGE_ERR_NULL;
+static collage_status step(collage_cuda_adamw *o, const collage_cuda_tensor *t, int k, const double *chunk_sums,
+                           size_t n_chunks, void *stream) {
     cudaStream_t st = (cudaStream_t)stream;
     size_t units, chunks;
     collage_status s = upload(o, t, k, st, &units, &chunks);
@@ -442,9 +465,7 @@ static void edq_figures(collage_edq *e, double dot, double ds, double nn, uint64
     e->lost = nz ? (double)lost / (double)nz : 0;
 }
 
-collage_status collage_cuda_adamw_stats(collage_cuda_adamw *o, collage_step_stats *stats, collage_edq *per_tensor) {
-    if (!o) return COLLAGE_ERR_NULL;
-    if (!o->have_step) return fail(o, COLLAGE_ERR_ARG, "no step has been taken");
+static collage_status stats_of(collage_cuda_adamw *o, collage_step_stats *stats, collage_edq *per_tensor) {
     CU(o, cudaStreamSynchronize(o->last_stream));
     dev_result r;
     CU(o, cudaMemcpy(&r, o->d_res, sizeof r, cudaMemcpyDeviceToHost));
@@ -469,4 +490,31 @@ collage_status collage_cuda_adamw_stats(collage_cuda_adamw *o, collage_step_stat
     if (stats) edq_figures(&stats->edq, tot[0], tot[1], tot[2], tl, tn);
     free(acc);
     return COLLAGE_OK;
+}
+
+collage_status collage_cuda_sumsq_chunks(collage_cuda_adamw *o, const collage_cuda_tensor *t, int k, double *out,
+                                         void *stream) {
+    if (!o || !out) return COLLAGE_ERR_NULL;
+    const device_guard g = device_enter(o->cfg.device);
+    const collage_status st = sumsq_chunks(o, t, k, out, stream);
+    device_leave(g);
+    return st;
+}
+
+collage_status collage_cuda_adamw_step(collage_cuda_adamw *o, const collage_cuda_tensor *t, int k,
+                                       const double *chunk_sums, size_t n_chunks, void *stream) {
+    if (!o) return COLLAGE_ERR_NULL;
+    const device_guard g = device_enter(o->cfg.device);
+    const collage_status st = step(o, t, k, chunk_sums, n_chunks, stream);
+    device_leave(g);
+    return st;
+}
+
+collage_status collage_cuda_adamw_stats(collage_cuda_adamw *o, collage_step_stats *stats, collage_edq *per_tensor) {
+    if (!o) return COLLAGE_ERR_NULL;
+    if (!o->have_step) return fail(o, COLLAGE_ERR_ARG, "no step has been taken");
+    const device_guard g = device_enter(o->cfg.device);
+    const collage_status st = stats_of(o, stats, per_tensor);
+    device_leave(g);
+    return st;
 }
