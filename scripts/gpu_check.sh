@@ -67,7 +67,8 @@ part build 300 "${MK[@]}" lib cuda
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$out/gpu.txt" 2>&1
 if [ "${status[build]}" = 0 ]; then
   part test_cuda 150 $B/gpu/test_cuda
-  part memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 1 $B/gpu/test_cuda --quick
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  part memcheck 120 "$cs" --tool memcheck --error-exitcode 1 $B/gpu/test_cuda --quick
   part bench 120 $B/gpu/test_cuda --bench "$out/bench.json"
   export COLLAGE_LIB=$PWD/$B/libcollage.so COLLAGE_CUDA_LIB=$PWD/$B/libcollage_cuda.so PYTHONUNBUFFERED=1
   part device_check 150 python3 python/bench/device_check.py --backend auto --json "$out/device_check.json"
