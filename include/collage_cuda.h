@@ -45,6 +45,7 @@ typedef struct collage_cuda_adamw collage_cuda_adamw;
 
 /* The step's device memory (tensor table, Σg² chunks, EDQ sums, the codes' tables) is allocated here, on
  * cfg->device; every call works on that device and leaves the caller's current device as it was.
+ * COLLAGE_ERR_UNSUPPORTED (*out NULL) for a strategy with a part the device lines do not have.
  * COLLAGE_ERR_UNSUPPORTED when no CUDA device can be used: then *out, if not NULL, holds the object, whose
  * error message says why; free it. */
 collage_status collage_cuda_adamw_create(const collage_cuda_adamw_config *cfg, collage_cuda_adamw **out);

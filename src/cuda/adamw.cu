@@ -318,11 +318,13 @@ collage_status collage_cuda_adamw_create(const collage_cuda_adamw_config *cfg, c
     if (!collage_strategy_valid(cfg->strategy) || cfg->max_tensors <= 0 || !(cfg->clip >= 0) ||
         !(cfg->grad_scale >= 0) || !isfinite(cfg->grad_scale))
         return COLLAGE_ERR_ARG;
+    ce_desc D;
+    if (ce_desc_of(cfg->strategy, &D) != COLLAGE_OK) return COLLAGE_ERR_UNSUPPORTED; /* a part with no lines here */
     collage_cuda_adamw *o = (collage_cuda_adamw *)calloc(1, sizeof *o);
     if (!o) return COLLAGE_ERR_NOMEM;
     o->cfg = *cfg;
     if (o->cfg.grad_scale == 0) o->cfg.grad_scale = 1.0;
-    ce_desc_of(cfg->strategy, &o->D);
+    o->D = D;
     o->max_chunks = cfg->max_elements / CE_BLOCK + (size_t)cfg->max_tensors;
     o->max_units = o->max_chunks + (size_t)cfg->max_tensors; /* 8-bit: a first block may be short */
     o->h_tab = (dev_tensor *)calloc((size_t)cfg->max_tensors, sizeof *o->h_tab);

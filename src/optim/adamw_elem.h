@@ -659,11 +659,16 @@ static inline ce_k ce_k_make(double lr, double beta1, double beta2, double eps, 
     k.key = collage_rand_key(seed, t);
     return k;
 }
-/* The description of strategy s (a preset or a composition); COLLAGE_ERR_ARG for an unknown one. */
+/* The description of strategy s (a preset or a composition); COLLAGE_ERR_ARG for an unknown one,
+ * COLLAGE_ERR_UNSUPPORTED for a part these lines do not have (a weight scheme after fp16-master, a moment
+ * format after e4m3: teach ce_apply / ce_step its lines first). */
 static inline collage_status ce_desc_of(collage_strategy s, ce_desc *D) {
     collage_composition p;
     collage_status st = collage_strategy_parts(s, &p);
     if (st != COLLAGE_OK) return st;
+    if ((int)p.weights > (int)COLLAGE_SCHEME_FP16_MASTER || (int)p.m > (int)COLLAGE_MOMENT_E4M3 ||
+        (int)p.v > (int)COLLAGE_MOMENT_E4M3)
+        return COLLAGE_ERR_UNSUPPORTED;
     *D = ce_desc_make((int)p.weights, (int)p.m, (int)p.v, p.sr_states, s == COLLAGE_PLUS_V1);
     return COLLAGE_OK;
 }
