@@ -46,6 +46,25 @@ endif
 CFLAGS_ALL = $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS_ALL = $(LDOMP) $(LDSAN) $(LDDNNL) -lopenblas -lm $(LDLIBS)
 
+# CUDA=1: also libcollage_cuda (src/cuda/, include/collage_cuda.h: the AdamW step on NVIDIA GPUs, linked
+# against libcollage.so) and the device check's test program (tests/gpu/, run by scripts/gpu_check.sh on a
+# machine with a GPU), with nvcc (NVCC, found on PATH or in /usr/local/cuda). Without it nothing of CUDA is
+# built. NVCC_NUMERICS keeps every operation rounded once, as the C library's -ffp-contract=off does:
+# no contraction into fused multiply-adds, IEEE division and square root, subnormals kept
+# (tests/test_adamw_elem.c fails if these flags change).
+CUDA ?= 0
+NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc),nvcc)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+NVCC_NUMERICS = --fmad=false -ftz=false -prec-div=true -prec-sqrt=true
+# sm_90: H100 and H200; sm_80 (A100) and PTX of compute_90 for newer devices, compiled by the driver.
+CUDA_ARCH ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
+             -gencode=arch=compute_90,code=compute_90
+NVCC_FLAGS = -std=c++17 -O2 -g -lineinfo $(NVCC_NUMERICS) $(CUDA_ARCH) -Iinclude -Isrc/optim \
+             -Xcompiler -fPIC,-Wall,-Wextra,-Wshadow,-ffp-contract=off
+ifeq ($(WERROR),1)
+NVCC_FLAGS += -Werror all-warnings -Xcompiler -Werror
+endif
+
 # The library's rooms (docs/architecture.md); each folder's headers are private to the library and
 # its tests: cli/ sees include/ only.
 SRC_DIRS = src/core src/numerics src/optim src/nn src/models src/train
@@ -62,8 +81,8 @@ TEST_BIN += $(BUILD)/tests/test_python
 HDRS     = $(wildcard include/*.h) $(wildcard $(addsuffix /*.h,$(SRC_DIRS))) $(wildcard src/*/*.inc) $(wildcard cli/*.h) \
            tests/harness.h
 
-.PHONY: all lib cli tests test run setup clean ci-san ci-noomp fuzz install check-headers python FORCE
-all: lib cli
+.PHONY: all lib cli tests test run setup clean ci-san ci-noomp fuzz install check-headers python cuda FORCE
+all: lib cli $(if $(filter 1,$(CUDA)),cuda)
 lib: $(BUILD)/libcollage.a $(BUILD)/libcollage.so
 cli: $(BUILD)/collage
 tests: $(TEST_BIN)
@@ -126,6 +145,20 @@ $(BUILD)/libcollage.a: $(LIB_OBJ)
 # change the ABI; the Python package refuses another major.minor too), as Debian names such libraries.
 $(BUILD)/libcollage.so: $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,$(SONAME) -o $@ $^ $(LDLIBS_ALL)
+# The CUDA step (CUDA=1): its library, and the device check's program against the CPU library.
+cuda: $(BUILD)/libcollage_cuda.so $(BUILD)/gpu/test_cuda
+$(BUILD)/obj/cuda/%.o: src/cuda/%.cu include/collage.h include/collage_cuda.h src/optim/adamw_elem.h Makefile | $(BUILD)/obj
+	@mkdir -p $(dir $@)
+	@command -v $(NVCC) >/dev/null || { echo "make CUDA=1: nvcc not found (NVCC=$(NVCC)); install the CUDA toolkit or set NVCC=/path/to/nvcc"; exit 1; }
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+# It finds libcollage by its SONAME beside it ($$ORIGIN): the link is made here.
+$(BUILD)/libcollage_cuda.so: $(BUILD)/obj/cuda/adamw.o $(BUILD)/libcollage.so
+	ln -sf libcollage.so $(BUILD)/$(SONAME)
+	$(NVCC) -shared -o $@ $< -L$(BUILD) -l:libcollage.so -Xlinker -rpath,'$$ORIGIN' -lcudart
+$(BUILD)/gpu/test_cuda: tests/gpu/test_cuda.c tests/harness.h include/collage_cuda.h $(BUILD)/libcollage_cuda.so $(BUILD)/libcollage.so
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -I$(CUDA_HOME)/include -o $@ $< -L$(BUILD) -l:libcollage_cuda.so -l:libcollage.so \
+	  -Wl,-rpath,'$$ORIGIN/..' -L$(CUDA_HOME)/lib64 -lcudart $(LDLIBS_ALL)
 $(BUILD)/collage: $(CLI_OBJ) $(BUILD)/libcollage.a
 	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libcollage.a $(LDLIBS_ALL) $(MPI_LIBS)
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libcollage.a $(HDRS) | $(BUILD)/tests
@@ -156,7 +189,7 @@ setup:
 check-headers:
 	@bash scripts/check-headers.sh
 
-# make install [PREFIX=/usr/local] [DESTDIR=]: the library (static, and shared as Debian installs one:
+# make install [PREFIX=/usr/local] [DESTDIR=] [CUDA=1]: the library (static, and shared as Debian installs one:
 # libcollage.so.X.Y.Z with the SONAME link libcollage.so.X.Y and the link libcollage.so that -lcollage
 # finds), the public headers, collage.pc for pkg-config, and the collage command. Where the loader
 # searches PREFIX/lib (/usr/local/lib, /usr/lib: ldconfig's directories), install runs ldconfig (not
@@ -164,6 +197,8 @@ check-headers:
 # program built with `pkg-config --libs collage` runs without LD_LIBRARY_PATH. Either way it says which.
 PREFIX  ?= /usr/local
 LIBDIR   = $(PREFIX)/lib
+# collage_cuda.h goes with libcollage_cuda (CUDA=1) only
+INSTALL_HDRS = $(if $(filter 1,$(CUDA)),$(wildcard include/*.h),$(filter-out include/collage_cuda.h,$(wildcard include/*.h)))
 VERSION := $(shell sed -n 's/^\#define COLLAGE_VERSION_STRING "\(.*\)"/\1/p' include/collage.h)
 SONAME  := libcollage.so.$(word 1,$(subst ., ,$(VERSION))).$(word 2,$(subst ., ,$(VERSION)))
 LDCONFIG ?= $(or $(firstword $(wildcard /sbin/ldconfig /usr/sbin/ldconfig)),ldconfig)
@@ -177,7 +212,10 @@ install: all
 	install -m 755 $(BUILD)/libcollage.so $(DESTDIR)$(LIBDIR)/libcollage.so.$(VERSION)
 	ln -sf libcollage.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libcollage.so
-	install -m 644 include/*.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(INSTALL_HDRS) $(DESTDIR)$(PREFIX)/include/
+ifeq ($(CUDA),1)
+	install -m 755 $(BUILD)/libcollage_cuda.so $(DESTDIR)$(LIBDIR)/
+endif
 	install -m 755 $(BUILD)/collage $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(strip $(LDLIBS_ALL))|' \
 	    -e 's|@RPATH@|$(RPATH)|' collage.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/collage.pc

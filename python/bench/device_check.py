@@ -1,15 +1,18 @@
-"""On a machine with a CUDA GPU: the torch path of collage.torch.AdamW on the GPU against libcollage's
-step on the CPU, bit for bit, for every strategy (100 steps, three param groups, clipping, weight
-decay); a state saved on the GPU resumed on the CPU; and the step's time on GPT-2 124M's tensors on the
-GPU beside torch.optim.AdamW (fp32, fused; bf16). Prints one line per check and exits 1 on a
-difference, 0 when everything is equal, and 77 (the skip status of automake's test drivers) when there
-is no CUDA device: nothing was checked, which is neither a pass nor a failure.
+"""On a machine with a CUDA GPU: collage.torch.AdamW on the GPU against libcollage's step on the CPU, bit
+for bit, for every strategy (100 steps, three param groups, clipping, weight decay), through
+libcollage_cuda (--backend auto, `make CUDA=1`) or the torch lines (--backend torch); a state saved on the
+GPU resumed on the CPU; and the step's time on GPT-2 124M's tensors on the GPU beside torch.optim.AdamW
+(fp32 fused; bf16 foreach and fused) and the torch lines. Prints one line per check (and with --json FILE
+the figures as JSON) and exits 1 on a difference, 0 when everything is equal, and 77 (the skip status of
+automake's test drivers) when there is no CUDA device: nothing was checked, neither a pass nor a failure.
 
-    COLLAGE_LIB=build/libcollage.so python3 python/bench/device_check.py [--steps 100] [--no-timing]
+    COLLAGE_LIB=build/libcollage.so python3 python/bench/device_check.py [--steps 100] [--backend auto|torch]
+        [--no-timing] [--json FILE]
 """
 
 import argparse
 import io
+import json
 import os
 import sys
 import time
@@ -39,11 +42,11 @@ def compare(name, pa, oa, pb, ob):
     return bad
 
 
-def check_strategy(name, steps, dev):
+def check_strategy(name, steps, dev, backend):
     cpu = make_params(name)
     gpu = on(cpu, dev)
     oc = make_opt(cpu, name, "c")
-    og = make_opt(gpu, name, "auto")
+    og = make_opt(gpu, name, backend)
     run(oc, cpu, steps)
     run(og, gpu, steps)
     bad = compare(name, cpu, oc, gpu, og)
@@ -51,17 +54,17 @@ def check_strategy(name, steps, dev):
     e1, e2 = oc.last_stats["edq"], og.last_stats["edq"]
     norms = "equal" if same_norm else f"{oc.last_stats['grad_norm']!r} vs {og.last_stats['grad_norm']!r}"
     words = "every word equal" if not bad else "differ: " + ", ".join(bad[:8])
-    print(f"{'ok  ' if not bad and same_norm else 'DIFF'} {name:18s} C on CPU vs torch on {dev}, {steps} steps: "
+    print(f"{'ok  ' if not bad and same_norm else 'DIFF'} {name:18s} C on CPU vs {backend} on {dev}, {steps} steps: "
           f"{words}; grad norm {norms}; lost {e1['lost']:.4f} / {e2['lost']:.4f}")
     return not bad and same_norm
 
 
-def check_resume(name, dev, first=30, rest=20):
+def check_resume(name, dev, backend, first=30, rest=20):
     ref = make_params(name)
     oref = make_opt(ref, name, "c")
     run(oref, ref, first + rest)
     gpu = on(make_params(name), dev)
-    og = make_opt(gpu, name, "auto")
+    og = make_opt(gpu, name, backend)
     run(og, gpu, first)
     buf = io.BytesIO()
     torch.save({"w": [p.detach().cpu() for p in flat(gpu)], "opt": og.state_dict()}, buf)
@@ -83,7 +86,7 @@ def check_resume(name, dev, first=30, rest=20):
     return not bad
 
 
-def timing(dev, names):
+def timing(dev, names, backend):
     sys.path.insert(0, HERE)
     from adamw import gpt2_shapes, grads_for, groups, params_of
     shapes = gpt2_shapes()
@@ -109,7 +112,9 @@ def timing(dev, names):
             ("torch.optim.AdamW fp32 fused", torch.float32, lambda ps: torch.optim.AdamW(groups(ps, shapes), lr=6e-4,
                                                                                         fused=True)),
             ("torch.optim.AdamW bf16 foreach", torch.bfloat16, lambda ps: torch.optim.AdamW(groups(ps, shapes), lr=6e-4,
-                                                                                           foreach=True))):
+                                                                                           foreach=True)),
+            ("torch.optim.AdamW bf16 fused", torch.bfloat16, lambda ps: torch.optim.AdamW(groups(ps, shapes), lr=6e-4,
+                                                                                         fused=True))):
         ps = on_dev(params_of(shapes, dt))
         o = make(ps)
 
@@ -121,12 +126,17 @@ def timing(dev, names):
     for name in names:
         s = collage.strategy(name)
         ps = on_dev(params_of(shapes, torch.float32 if s.weights.format == "fp32" else torch.bfloat16))
-        o = ct.AdamW(groups(ps, shapes), precision=name, lr=6e-4, max_grad_norm=1.0)
-        res[f"collage.torch.AdamW {name}"] = clock(o.step, reps=5)
-        del o, ps
+        # the torch lines once, for collage-light (a launch per operation per tensor: seconds a step)
+        for be in dict.fromkeys((backend, "torch") if name == "collage-light" else (backend,)):
+            o = ct.AdamW(groups(ps, shapes), precision=name, lr=6e-4, max_grad_norm=1.0, backend=be)
+            res[f"collage.torch.AdamW {name} ({be})"] = clock(o.step, reps=5 if be != "torch" else 2)
+            del o
+        del ps
     print(f"GPT-2 124M ({n:,} parameters, 148 tensors) on {torch.cuda.get_device_name()}, torch {torch.__version__}:")
     for k, v in res.items():
-        print(f"  {k:40s} {v:9.1f} ms/step")
+        print(f"  {k:48s} {v:9.2f} ms/step")
+    return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "parameters": n, "tensors": len(shapes),
+            "ms_per_step": res}
 
 
 SKIP = 77
@@ -136,19 +146,28 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--backend", choices=("auto", "torch"), default="auto",
+                    help="auto: libcollage_cuda (make CUDA=1); torch: the torch lines")
+    ap.add_argument("--json", help="write the results here as JSON")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print(f"skip: no CUDA device (torch {torch.__version__}, torch.cuda.is_available() is False): nothing was checked")
         return SKIP
     dev = torch.device("cuda")
-    ok = True
+    ok, out = True, {"backend": a.backend, "checks": {}}
     for s in collage.strategies():
-        if s.name in ct._lines.STRATEGY_LINES:
-            ok &= check_strategy(s.name, a.steps, dev)
+        if s.weights.format != "fp16" and (a.backend != "torch" or s.name in ct._lines.STRATEGY_LINES):
+            out["checks"][s.name] = bool(check_strategy(s.name, a.steps, dev, a.backend))
+            ok &= out["checks"][s.name]
     for name in ("collage-plus", "bf16-sr", "bf16-remainder", "bf16-master"):
-        ok &= check_resume(name, dev)
+        out["checks"][f"resume {name}"] = bool(check_resume(name, dev, a.backend))
+        ok &= out["checks"][f"resume {name}"]
     if not a.no_timing:
-        timing(dev, ["collage-light", "collage-plus", "bf16-master"])
+        out["timing"] = timing(dev, ["bf16", "collage-light", "bf16-sr", "collage-plus", "bf16-master"], a.backend)
+    out["all_equal"] = bool(ok)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
     print("all equal" if ok else "DIFFERENCES")
     return 0 if ok else 1
 

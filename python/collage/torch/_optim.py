@@ -9,7 +9,14 @@ steps taken and whether the kept value's words are set (synced).
   (collage_adamw_config.params / .words: no copy), all stepped by one collage_adamw_step_many with the
   Σg² of every tensor's gradient summed block by block in slab order. It is rebuilt when a tensor or a word
   moves (load_state_dict, a new tensor) or a hyperparameter it holds changes.
+- CUDA tensors: libcollage_cuda's step (collage_cuda.h, `make CUDA=1`), every tensor of a device in one
+  launch on PyTorch's current stream, with the Σg² summed here as for the CPU tensors: the C bits. Where
+  the library is missing, a step on CUDA tensors raises, naming it (backend="torch" takes the torch lines
+  instead, which are slow: one kernel launch per operation per tensor).
 - Other devices (or backend="torch"): the same operations in torch (_lines.py), which give the C bits.
+- Sharded parameters (FSDP's local shards, `shards=`): each holds part of a tensor; the Σg² of the whole
+  model comes from one all-reduce of the vector of every tensor's chunk sums (`all_reduce=`), each rank
+  filling its own chunks: x + 0 = x, so every rank adds the unsharded step's numbers in its order.
 
 One step with clipping equals a single libcollage optimizer over the concatenated slab with one group per
 tensor, stepped once per parameter group (each with its lr) with the slab's Σg²: tests/test_optimizer.py.
@@ -21,6 +28,7 @@ import math
 import numpy as np
 import torch
 
+from .. import _cuda
 from .. import _lib
 from .. import strategy as _strategy
 from . import _lines
@@ -152,7 +160,14 @@ class AdamW(torch.optim.Optimizer):
     max_grad_norm: clip the gradient of all parameters together to this L2 norm (None: no clipping).
     skip_nonfinite: a NaN or Inf anywhere in the gradient skips the step (nothing changes).
     edq: measure the effective descent quality each step (numerics.md §7). seed: bf16-sr's random stream.
-    backend: "auto" (libcollage for CPU tensors, torch elsewhere), "torch" (torch everywhere) or "c".
+    backend: "auto" (libcollage for CPU tensors, libcollage_cuda for CUDA tensors, torch elsewhere),
+    "torch" (the torch lines everywhere: slow on a GPU) or "c" (CPU tensors only).
+    shards: {parameter: (start, numel)} for parameters that are a shard of a tensor of numel elements
+    starting at its element start (FSDP's local shards; start a multiple of 2^14, the Σg² chunks), so that
+    stochastic rounding draws the unsharded tensor's bits. all_reduce: a function that sums a float64
+    tensor across the ranks in place (e.g. torch.distributed.all_reduce), given the vector of every
+    tensor's Σg² chunk sums, each rank's own filled in: the clipping factor and the non-finite skip of the
+    whole model on every rank. Every rank's optimizer lists the same tensors in the same order.
 
     After each step ``optimizer.last_stats`` holds: step, skipped, grad_norm (NaN unless clipping or
     skip_nonfinite), clip_coef, and with edq: "edq" (the whole step) and "groups" (per param group),
@@ -160,7 +175,8 @@ class AdamW(torch.optim.Optimizer):
     """
 
     def __init__(self, params, precision="collage-light", lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-                 max_grad_norm=None, edq=False, seed=0, skip_nonfinite=False, backend="auto"):
+                 max_grad_norm=None, edq=False, seed=0, skip_nonfinite=False, backend="auto", shards=None,
+                 all_reduce=None):
         self.strategy = _strategy(precision)
         _supported_or_raise(self.strategy)
         self._words = _state_words(self.strategy, self._opt_name)
@@ -176,11 +192,16 @@ class AdamW(torch.optim.Optimizer):
             raise ValueError(f"max_grad_norm must be a positive finite number or None, not {max_grad_norm!r}")
         self.max_grad_norm, self.edq, self.seed = max_grad_norm, bool(edq), int(seed)
         self.skip_nonfinite, self.backend = bool(skip_nonfinite), backend
+        if all_reduce is not None and not callable(all_reduce):
+            raise TypeError(f"all_reduce must be a function that sums a tensor across ranks, not {all_reduce!r}")
+        self.all_reduce = all_reduce
         self.last_stats = None
         self._native = {}
+        self._cuda_steps = {}
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         params, self._names = self._strip_names(params)
         super().__init__(params, defaults)
+        self.shards = self._check_shards(shards)
 
     # ------------------------------------------------------------ parameters and their checks
     def _strip_names(self, params):
@@ -292,9 +313,32 @@ class AdamW(torch.optim.Optimizer):
             for p in g["params"]:
                 if q8:
                     at = -(-at // QBLOCK) * QBLOCK
-                off[p] = at
-                at += p.numel()
+                start, full = self.shards.get(p, (0, p.numel()))
+                off[p] = at + start
+                at += full
         return {p: (a, a + p.numel() if q8 else at) for p, a in off.items()}
+
+    def _check_shards(self, shards):
+        """{p: (start, numel)} checked: a parameter of this optimizer, 0 <= start, start + p.numel() <= numel,
+        start a multiple of 2^14 and the shard ending on one or at the tensor's end (its Σg² chunks are the
+        tensor's; an empty shard may be anywhere). A ValueError naming the parameter otherwise."""
+        out = {}
+        mine = {id(p) for g in self.param_groups for p in g["params"]}
+        for p, sh in dict(shards or {}).items():
+            if id(p) not in mine:
+                raise ValueError(f"shards names {self._name(p)}, which is not a parameter of this optimizer")
+            try:
+                start, full = (int(x) for x in sh)
+            except (TypeError, ValueError):
+                raise TypeError(f"shards[{self._name(p)}] must be (start, numel), not {sh!r}") from None
+            n = p.numel()
+            if start < 0 or start + n > full:
+                raise ValueError(f"shards[{self._name(p)}] = ({start}, {full}): its {n} elements do not fit the tensor")
+            if n and (start % _lines.BLOCK or (start + n != full and n % _lines.BLOCK)):
+                raise ValueError(f"shards[{self._name(p)}] = ({start}, {full}): a shard must start at a multiple of "
+                                 f"{_lines.BLOCK} and end on one or at the tensor's end (the Σg² chunks of the tensor)")
+            out[p] = (start, full)
+        return out
 
     # ------------------------------------------------------------ state
     def _init_state(self, p):
@@ -342,19 +386,27 @@ class AdamW(torch.optim.Optimizer):
         """The update rule and its settings (Lion, SGD: numerics.md §14)."""
         return {"name": self._opt_name}
 
-    def _uses_c(self, p):
-        """Whether libcollage steps p (else the torch lines); raises where neither can."""
+    def _path(self, p):
+        """Which steps p: "c" (libcollage, CPU tensors), "cuda" (libcollage_cuda, CUDA tensors) or "torch"
+        (the torch lines); raises where none can, naming what is missing."""
         if self.backend != "torch" and p.device.type == "cpu":
-            return True
+            return "c"
         if self.backend == "c":
             raise ValueError(f"{self._name(p)} is on {p.device}; backend='c' steps CPU tensors only")
         if p.device.type == "meta":
             raise ValueError(f"{self._name(p)} is on the meta device, which holds no values: there is nothing to step "
                              "(materialise the model first, e.g. model.to_empty(device='cpu') and load its weights)")
+        if self.backend == "auto" and p.device.type == "cuda":
+            if _cuda.available():
+                return "cuda"
+            raise RuntimeError(f"{self._name(p)} is on {p.device}, but libcollage_cuda.so, the CUDA step, is not there "
+                               f"(looked for: {_cuda.missing()}). Build it with `make CUDA=1` beside libcollage.so or "
+                               "set COLLAGE_CUDA_LIB to it; or pass backend='torch' to step CUDA tensors with the torch "
+                               "lines (the same bits, slow: one kernel launch per operation per tensor)")
         if self.strategy.name not in _lines.STRATEGY_LINES:
             raise NotImplementedError(f"'{self.strategy.name}' has no torch lines yet: {self._name(p)} on {p.device} "
                                       "cannot be stepped (on CPU, libcollage steps it: backend='auto')")
-        return False
+        return "torch"
 
     def _checked_items(self):
         """Every parameter with a gradient, checked before anything changes: (group index, p, grad, uses C).
@@ -367,7 +419,7 @@ class AdamW(torch.optim.Optimizer):
                 if p.grad is None:
                     continue
                 self._check_param(p, self._names, (gi, pi))
-                items.append((gi, p, self._check_grad(p), self._uses_c(p)))
+                items.append((gi, p, self._check_grad(p), self._path(p)))
         return items
 
     # ------------------------------------------------------------ the step
@@ -395,11 +447,13 @@ class AdamW(torch.optim.Optimizer):
         stats["clip_coef"] = coef
         slab = self._slab()
         self._scalars = {}
-        c_parts = self._step_c([it for it in items if it[4]], sumsq, slab)
+        c_parts = self._step_c([it for it in items if it[4] == "c"], sumsq, slab)
+        c_parts.update(self._step_cuda([it for it in items if it[4] == "cuda"], sumsq, slab))
         parts = []
-        for gi, p, g, st, use_c in every:
+        for gi, p, g, st, path in every:
             if p.numel():
-                part = c_parts[p] if use_c else self._step_torch(p, g, st, self.param_groups[gi], coef, slab[p][0])
+                part = c_parts[p] if path != "torch" else self._step_torch(p, g, st, self.param_groups[gi], coef,
+                                                                            slab[p][0])
                 parts.append((gi, part))
             st["step"] += 1
             st["synced"] = True
@@ -411,11 +465,17 @@ class AdamW(torch.optim.Optimizer):
         return loss
 
     def _grad_sumsq(self, items):
-        """Σ g² of every gradient, block by block in slab order (the C step's blocks and order)."""
+        """Σ g² of every gradient, block by block in slab order (the C step's blocks and order); with
+        all_reduce, the whole model's (_all_chunks)."""
         sums = {}  # each gradient's block sums: libcollage's for the C path, the torch path's per device
-        by_device = {}
-        for _, p, g, _, c in items:
-            by_device.setdefault("c" if c else g.device, []).append((p, g))
+        by_device, cuda = {}, {}
+        for it in items:
+            if it[4] == "cuda":
+                cuda.setdefault(it[2].device, []).append(it)
+            else:
+                by_device.setdefault("c" if it[4] == "c" else it[2].device, []).append((it[1], it[2]))
+        for its in cuda.values():  # each device's gradients in one launch of libcollage_cuda's Σg² kernel
+            sums.update(self._cuda_block_sums(its))
         cpu = by_device.pop("c", [])
         if cpu:  # every CPU gradient's blocks in one parallel loop
             k = len(cpu)
@@ -434,7 +494,84 @@ class AdamW(torch.optim.Optimizer):
             for p, g in pgs:
                 nb = -(-g.numel() // _lines.BLOCK)
                 sums[p], at = flat_sums[at:at + nb], at + nb
+        if self.all_reduce is not None:
+            return self._all_chunks(items, sums)
         return _lines.add_in_order(b for _, p, _, _, _ in items for b in sums[p])  # slab order
+
+    def _all_chunks(self, items, sums):
+        """The whole model's Σg²: the vector of every tensor's chunk sums (slab order; a shard's at its
+        place in its tensor), this rank's filled in and zeros elsewhere, summed across ranks by all_reduce
+        (x + 0 = x: exact in any order), then added in order."""
+        base, at = {}, 0
+        for g in self.param_groups:
+            for p in g["params"]:
+                start, full = self.shards.get(p, (0, p.numel()))
+                base[p] = at + start // _lines.BLOCK
+                at += -(-full // _lines.BLOCK)
+        vec = torch.zeros(at, dtype=torch.float64)
+        for _, p, _, _, _ in items:
+            vec[base[p]:base[p] + len(sums[p])] = torch.tensor(sums[p], dtype=torch.float64)
+        dev = items[0][2].device if items else torch.device("cpu")
+        vec = vec.to(dev)
+        self.all_reduce(vec)
+        return _lines.add_in_order(vec.cpu().tolist())
+
+    # ------------------------------------------------------------ the CUDA step (libcollage_cuda)
+    def _cuda_step_of(self, device, k, elements):
+        """The libcollage_cuda optimizer of a device for this step's setting, made anew when it does not fit."""
+        key = (self.strategy.index, device.index or 0, float(self.max_grad_norm or 0.0), self.skip_nonfinite,
+               self.edq, self.seed)
+        s = self._cuda_steps.get(device)
+        if s is None or not s.fits(key, k, elements):
+            if s is not None:
+                s.close()
+            s = self._cuda_steps[device] = _cuda.Step(*key, max(k, 1), max(elements, 1))
+        return s
+
+    def _cuda_table(self, items, slab):
+        """The collage_cuda_tensor table of CUDA items (gi, p, g, st, path): device pointers of θ, the
+        gradient and the state words, each tensor's slab index, step number and group's hyperparameters."""
+        table = (_cuda.CudaTensor * len(items))()
+        for j, (gi, p, g, st, _) in enumerate(items):
+            group, t = self.param_groups[gi], table[j]
+            t.words[0] = p.data_ptr()
+            for w in self.strategy.state_words:
+                t.words[w.role] = st[w.key].data_ptr()
+            t.grad, t.n, t.index0, t.step = g.data_ptr(), p.numel(), slab[p][0], st["step"] + 1
+            t.lr, t.weight_decay, t.eps = float(group["lr"]), float(group["weight_decay"]), float(group["eps"])
+            t.beta1, t.beta2 = (float(b) for b in group["betas"])
+        return table
+
+    def _cuda_block_sums(self, items):
+        """Each CUDA gradient's Σg² chunk sums (libcollage_cuda's kernel: collage_sumsq_chunks' numbers)."""
+        dev = items[0][2].device
+        table = self._cuda_table(items, self._slab())
+        n = sum(-(-p.numel() // _lines.BLOCK) for _, p, _, _, _ in items)
+        out = torch.empty(n, dtype=torch.float64, device=dev)
+        step = self._cuda_step_of(dev, len(items), sum(p.numel() for _, p, _, _, _ in items))
+        step.sumsq_chunks(table, out.data_ptr(), torch.cuda.current_stream(dev).cuda_stream)
+        flat, at, res = out.cpu().tolist(), 0, {}
+        for _, p, _, _, _ in items:
+            nb = -(-p.numel() // _lines.BLOCK)
+            res[p], at = flat[at:at + nb], at + nb
+        return res
+
+    def _step_cuda(self, items, sumsq, slab):
+        """The CUDA tensors' step: per device, every tensor in one libcollage_cuda step with the Σg² given
+        (the clipping factor is computed from it on the device, as libcollage computes it). Returns each
+        parameter's EDQ sums."""
+        out, by_device = {}, {}
+        for it in items:
+            by_device.setdefault(it[1].device, []).append(it)
+        for dev, its in by_device.items():
+            for _, p, _, st, _ in its:
+                if not st["synced"]:
+                    self._sync_from_weights(p, st)
+            step = self._cuda_step_of(dev, len(its), sum(p.numel() for _, p, _, _, _ in its))
+            total = torch.tensor([0.0 if math.isnan(sumsq) else sumsq], dtype=torch.float64, device=dev)
+            sums = step.step(self._cuda_table(its, slab), total.data_ptr(), torch.cuda.current_stream(dev).cuda_stream)
+            out.update({p: e for (_, p, _, _, _), e in zip(its, sums)})
+        return out
 
     def _step_c(self, items, sumsq, slab):
         """The CPU tensors' step: one libcollage optimizer each (built or rebuilt where needed), all
@@ -519,6 +656,7 @@ class AdamW(torch.optim.Optimizer):
         self.max_grad_norm, self.edq = meta["max_grad_norm"], bool(meta["edq"])
         self.skip_nonfinite = bool(meta["skip_nonfinite"])
         self._native.clear()
+        self._cuda_steps.clear()
 
     def _load_param_state(self, p, saved):
         out = {"step": int(saved["step"]), "synced": bool(saved["synced"])}

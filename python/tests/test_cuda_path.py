@@ -1,0 +1,122 @@
+"""collage.torch.AdamW's CUDA path without a GPU: which path a CUDA tensor takes (libcollage_cuda where it is
+there; an exception naming what is missing where it is not, unless backend="torch" asks for the slow torch
+lines), and the table of tensors the package hands collage_cuda_adamw_step: here a stand-in runs that table
+through libcollage on the CPU (each entry as a collage_adamw over the entry's pointers, stepped with the Σg²
+passed), which must give the C path's bits, so every pointer, slab index, step number and hyperparameter
+of the table is the right one. scripts/gpu_check.sh runs the real library on a GPU."""
+
+import ctypes
+import os
+import types
+
+import pytest
+import torch
+
+import collage
+from collage import _cuda, _lib
+from helpers import flat, make_opt, make_params, run, same_bits
+
+
+def fake_cuda_param(shape=(3, 4)):
+    return types.SimpleNamespace(device=torch.device("cuda", 0), shape=shape)
+
+
+def test_cuda_tensor_without_the_library_names_it(monkeypatch):
+    monkeypatch.setattr(_cuda, "available", lambda: False)
+    monkeypatch.setattr(_cuda, "missing", lambda: "/x/libcollage_cuda.so (no such file)")
+    opt = make_opt(make_params("collage-light"), "collage-light", "auto")
+    with pytest.raises(RuntimeError) as e:
+        opt._path(fake_cuda_param())
+    msg = str(e.value)
+    assert "libcollage_cuda.so" in msg and "make CUDA=1" in msg and "backend='torch'" in msg and "/x/" in msg
+    assert "COLLAGE_CUDA_LIB" in msg and "slow" in msg
+    opt.backend = "torch"  # the opt-in: the torch lines
+    assert opt._path(fake_cuda_param()) == "torch"
+
+
+def test_cuda_tensor_with_the_library_takes_it(monkeypatch):
+    monkeypatch.setattr(_cuda, "available", lambda: True)
+    opt = make_opt(make_params("bf16-sr"), "bf16-sr", "auto")
+    assert opt._path(fake_cuda_param()) == "cuda"
+    assert opt._path(torch.zeros(2, dtype=torch.bfloat16)) == "c"
+    opt.backend = "torch"
+    assert opt._path(fake_cuda_param()) == "torch"
+
+
+class CpuStandIn:
+    """collage._cuda.Step's stand-in: the table run through libcollage (one collage_adamw per entry over the
+    entry's own pointers), the Σg² read from the pointer given; the chunk sums from collage_sumsq_chunks."""
+    made = []
+
+    def __init__(self, strategy_index, device_index, clip, skip_nonfinite, edq, seed, max_tensors, max_elements):
+        self.key = (strategy_index, device_index, clip, skip_nonfinite, edq, seed)
+        self.max_tensors, self.max_elements = max_tensors, max_elements
+        CpuStandIn.made.append(self)
+
+    def fits(self, key, k, elements):
+        return key == self.key and k <= self.max_tensors and elements <= self.max_elements
+
+    def sumsq_chunks(self, table, out_ptr, stream):
+        assert stream == 4242
+        kind = 0 if self.key[0] == collage.strategy("fp32").index else 1
+        at = 0
+        for t in table:
+            nb = -(-t.n // 16384)
+            _lib.check(_lib.lib.collage_sumsq_chunks(t.grad, kind, t.n, 16384, out_ptr + 8 * at), "chunks")
+            at += nb
+
+    def step(self, table, sumsq_ptr, stream):
+        assert stream == 4242
+        sumsq = ctypes.c_double.from_address(sumsq_ptr).value
+        strategy, _, clip, skip, edq, seed = self.key
+        out = []
+        for t in table:
+            words = (ctypes.c_void_p * _lib.ROLE_COUNT)(*[t.words[r] for r in range(_lib.ROLE_COUNT)])
+            cfg = _lib.AdamWConfig(strategy=strategy, n=t.n, beta1=t.beta1, beta2=t.beta2, eps=t.eps,
+                                   weight_decay=t.weight_decay, clip=clip, skip_nonfinite=int(skip), edq=int(edq),
+                                   seed=seed, params=t.words[0], index0=t.index0, total=t.index0 + t.n, words=words)
+            h = ctypes.c_void_p()
+            _lib.check(_lib.lib.collage_adamw_create(ctypes.byref(cfg), ctypes.byref(h)), "create")
+            _lib.lib.collage_adamw_set_steps(h, t.step - 1, 1)
+            st = _lib.StepStats()
+            _lib.check(_lib.lib.collage_adamw_step_sumsq(h, t.grad, t.lr, sumsq, ctypes.byref(st)), "step")
+            out.append((st.edq.sum_dot, st.edq.sum_dot_state, st.edq.sum_nn, st.edq.lost_count, st.edq.updates))
+            _lib.lib.collage_adamw_free(h)
+        return out
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("strategy", ["collage-light", "bf16-sr", "collage-plus", "bf16-master", "fp32"])
+def test_the_table_drives_the_c_step(monkeypatch, strategy):
+    ref = make_params(strategy)
+    mine = [[torch.nn.Parameter(p.detach().clone()) for p in grp] for grp in ref]
+    oref = make_opt(ref, strategy, "c")
+    omine = make_opt(mine, strategy, "auto")
+    monkeypatch.setattr(_cuda, "Step", CpuStandIn)
+    monkeypatch.setattr(omine, "_path", lambda p: "cuda")  # this optimizer only: oref takes the C path
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda dev=None: types.SimpleNamespace(cuda_stream=4242))
+    CpuStandIn.made.clear()
+    run(oref, ref, 6)
+    run(omine, mine, 6)
+    assert CpuStandIn.made, "the CUDA path was not taken"
+    assert all(p not in oref._cuda_steps for p in flat(ref)) and oref._native, "the reference took the C path"
+    for a, b in zip(flat(ref), flat(mine)):
+        assert same_bits(a, b)
+        for k, v in oref.state[a].items():
+            w = omine.state[b][k]
+            assert (same_bits(v, w) if torch.is_tensor(v) else v == w), k
+    assert omine.last_stats["grad_norm"] == oref.last_stats["grad_norm"]
+    assert omine.last_stats["edq"] == oref.last_stats["edq"]
+
+
+def test_the_library_refuses_a_machine_without_a_gpu():
+    """Where make CUDA=1 built libcollage_cuda.so beside libcollage.so: the declarations load and creating
+    the step on a machine without a CUDA device is refused with a message (not a crash)."""
+    if not _cuda.available():
+        pytest.skip(f"libcollage_cuda.so not built (make CUDA=1): {_cuda.missing()}")
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) != "" and torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible: scripts/gpu_check.sh runs the library there")
+    with pytest.raises(_lib.CollageError, match="collage_cuda_adamw_create"):
+        _cuda.Step(collage.strategy("collage-light").index, 0, 1.0, False, False, 0, 4, 1000)

@@ -1,0 +1,189 @@
+"""collage.torch.AdamW across processes (torch.distributed, gloo, 2 ranks on the CPU):
+
+- sharded parameters (FSDP's local shards): each rank steps its shard of every tensor with the whole
+  model's Σg² from one all-reduce of the chunk sums; the shards' words equal the unsharded step's, bit for
+  bit, stochastic rounding included, and the gradient norm is the unsharded one;
+- DistributedDataParallel over a bf16 model: gloo cannot move bf16 tensors ("Invalid scalar type"), so the
+  gradients are averaged widened to fp32 in a communication hook (and the start-up broadcast of the
+  weights is made in fp32 too); both ranks end with the weights of one process stepping the averaged
+  gradients. NCCL on GPUs moves bf16 itself (scripts/gpu_check.sh)."""
+
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import collage.torch as ct
+from collage.torch import _lines
+
+SIZES = [40000, 2 * _lines.BLOCK + 5, 700]
+STEPS = 4
+
+
+def grads_of(step, sizes, dtype):
+    g = torch.Generator().manual_seed(500 + step)
+    return [(torch.randn(n, generator=g) * 0.03).to(dtype) for n in sizes]
+
+
+def shard_of(rank, n):
+    """Rank 0 holds the first chunk-aligned half (at least one chunk when the tensor has two), rank 1 the rest."""
+    cut = min(n, max(_lines.BLOCK, (n // 2) // _lines.BLOCK * _lines.BLOCK))
+    return (0, cut) if rank == 0 else (cut, n)
+
+
+def run_sharded(rank, precision, out):
+    g0 = torch.Generator().manual_seed(3)
+    full = [(torch.randn(n, generator=g0) * 0.5).to(torch.bfloat16) for n in SIZES]
+    ref = [torch.nn.Parameter(w.clone()) for w in full]
+    mine, shards = [], {}
+    for w in full:
+        a, b = shard_of(rank, w.numel())
+        p = torch.nn.Parameter(w[a:b].clone())
+        mine.append(p)
+        shards[p] = (a, w.numel())
+    kw = dict(precision=precision, lr=1e-3, weight_decay=0.1, max_grad_norm=0.5, seed=11)
+    opt = ct.AdamW(mine, shards=shards, all_reduce=dist.all_reduce, **kw)
+    one = ct.AdamW(ref, **kw)  # the unsharded step, in this process alone
+    for t in range(STEPS):
+        gs = grads_of(t, SIZES, torch.bfloat16)
+        for p, q, g in zip(mine, ref, gs):
+            a, b = shards[p][0], shards[p][0] + p.numel()
+            p.grad, q.grad = g[a:b].clone(), g.clone()
+        opt.step()
+        one.step()
+        if opt.last_stats["grad_norm"] != one.last_stats["grad_norm"] or opt.last_stats["clip_coef"] >= 1.0:
+            out.put((rank, f"step {t}: norm {opt.last_stats['grad_norm']!r}, unsharded {one.last_stats['grad_norm']!r}"))
+            return
+    for i, (p, q) in enumerate(zip(mine, ref)):
+        a, b = shards[p][0], shards[p][0] + p.numel()
+        if not torch.equal(p.detach().view(torch.int16), q.detach()[a:b].view(torch.int16)):
+            out.put((rank, f"tensor {i}: θ differs from the unsharded step's"))
+            return
+        for k, v in opt.state[p].items():
+            if torch.is_tensor(v) and not torch.equal(v, one.state[q][k][a:b]):
+                out.put((rank, f"tensor {i}: {k} differs from the unsharded step's"))
+                return
+    out.put((rank, "ok"))
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(16, 32)
+        self.b = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x)))
+
+
+def fp32_mean_hook(state, bucket):
+    """Average a bucket of bf16 gradients across ranks, widened to fp32 (gloo moves no bf16)."""
+    buf = bucket.buffer()
+    wide = buf.float()
+    fut = dist.all_reduce(wide, async_op=True).get_future()
+
+    def done(f):
+        buf.copy_((f.value()[0] / dist.get_world_size()).to(buf.dtype))
+        return buf
+    return fut.then(done)
+
+
+def sync_states_fp32(module, process_group, broadcast_bucket_size, src, params_and_buffers_to_ignore):
+    """DDP's start-up broadcast of the weights, widened to fp32 (gloo moves no bf16)."""
+    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+        if name not in params_and_buffers_to_ignore:
+            w = t.detach().float()
+            dist.broadcast(w, src, group=process_group)
+            t.detach().copy_(w.to(t.dtype))
+
+
+def batch(rank, step):
+    g = torch.Generator().manual_seed(100 * step + rank)
+    return torch.randn(8, 16, generator=g).to(torch.bfloat16), torch.randn(8, 4, generator=g).to(torch.bfloat16)
+
+
+def run_ddp(rank, precision, out):
+    import torch.nn.parallel.distributed as ddp_mod
+    ddp_mod._sync_module_states = sync_states_fp32
+    torch.manual_seed(rank)  # different start: DDP's broadcast must make them equal
+    net = Net().to(torch.bfloat16)
+    model = torch.nn.parallel.DistributedDataParallel(net)
+    model.register_comm_hook(None, fp32_mean_hook)
+    opt = ct.AdamW(model.parameters(), precision=precision, lr=1e-2, max_grad_norm=1.0, seed=5)
+    ref = Net().to(torch.bfloat16)  # one process: the same start, the two ranks' gradients averaged
+    ref.load_state_dict(net.state_dict())
+    ropt = ct.AdamW(ref.parameters(), precision=precision, lr=1e-2, max_grad_norm=1.0, seed=5)
+    for t in range(STEPS):
+        x, y = batch(rank, t)
+        ((model(x).float() - y.float()) ** 2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        gs = []
+        for r in range(2):
+            ref.zero_grad()
+            xr, yr = batch(r, t)
+            ((ref(xr).float() - yr.float()) ** 2).mean().backward()
+            gs.append([p.grad.float() for p in ref.parameters()])
+        for p, g0, g1 in zip(ref.parameters(), *gs):
+            p.grad = ((g0 + g1) / 2).to(p.dtype)
+        ropt.step()
+    for (name, p), q in zip(net.named_parameters(), ref.parameters()):
+        if not torch.equal(p.detach().view(torch.int16), q.detach().view(torch.int16)):
+            out.put((rank, f"{name} differs from one process stepping the averaged gradients"))
+            return
+    out.put((rank, "ok"))
+
+
+JOBS = [("sharded", "bf16-sr"), ("sharded", "collage-light"), ("ddp", "collage-light")]
+
+
+def worker(rank, init, out):
+    """Every job of JOBS on this rank (one start-up of the two processes for all of them)."""
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    try:
+        for what, precision in JOBS:
+            q = []
+            try:
+                (run_sharded if what == "sharded" else run_ddp)(rank, precision, _Put(q))
+            except Exception as e:  # reported by the parent, naming the rank and the job
+                q.append((rank, f"{type(e).__name__}: {e}"))
+            out.put((rank, what, precision, q[0][1] if q else "no result"))
+    finally:
+        dist.destroy_process_group()
+
+
+class _Put:
+    def __init__(self, q):
+        self.q = q
+
+    def put(self, x):
+        self.q.append(x)
+
+
+def test_sharded_and_ddp_steps():
+    """Two gloo ranks: the sharded steps equal the unsharded one (bf16-sr, collage-light), and DDP with the
+    fp32 averaging hook equals one process stepping the averaged gradients."""
+    with tempfile.TemporaryDirectory() as d:
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        procs = [ctx.Process(target=worker, args=(r, f"file://{d}/init", out)) for r in range(2)]
+        for p in procs:
+            p.start()
+        got = [out.get(timeout=180) for _ in range(2 * len(JOBS))]
+        for p in procs:
+            p.join(timeout=60)
+    bad = [g for g in got if g[3] != "ok"]
+    assert not bad and len(got) == 2 * len(JOBS), bad
+
+
+def test_shards_refused_off_the_chunks():
+    p = torch.nn.Parameter(torch.zeros(100, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="multiple of 16384"):
+        ct.AdamW([p], shards={p: (5, 200)})
+    with pytest.raises(ValueError, match="do not fit"):
+        ct.AdamW([p], shards={p: (0, 50)})
+    q = torch.nn.Parameter(torch.zeros(3, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="not a parameter of this optimizer"):
+        ct.AdamW([p], shards={q: (0, 3)})

@@ -1,0 +1,318 @@
+/* test_cuda — the device check of libcollage_cuda (run by scripts/gpu_check.sh on a machine with an NVIDIA
+ * GPU; CI only builds it): every preset and a set of compositions, 3 tensors (groups with their own lr and
+ * weight decay, slab offsets that key stochastic rounding), clipping that triggers, EDQ, a NaN gradient
+ * skipped, stepped on the GPU and by libcollage's scalar reference on the CPU (one optimizer per tensor,
+ * collage_adamw_step_many with the chunks' Σg², as the Python package's CPU path), every word, the
+ * norm, the factor and the EDQ sums bit for bit. --bench FILE: the step's time on 1B parameters in one
+ * tensor and on GPT-2 124M's 148 tensors against the device-to-device copy's bandwidth, as JSON.
+ * Usage: test_cuda [--quick] [--steps N] [--bench FILE] */
+#include "collage_cuda.h"
+#include "../harness.h"
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#define SEED 37u
+#define NT 3
+
+static int g_steps = 100;
+static int g_quick = 0;
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint32_t rnd(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static float urand(void) { return (float)(rnd() & 0xffffff) / 16777216.0f; }
+
+#define CUDA_OK(call) (cudaSuccess == (call))
+
+static size_t word_bytes(collage_word_format f, size_t n) {
+    if (f == COLLAGE_WORD_INT8 || f == COLLAGE_WORD_E4M3) return ((n + 63) & ~(size_t)63) + (n + 255) / 256 * 4;
+    return n * (f == COLLAGE_WORD_FP32 ? 4 : 2);
+}
+static int is_q8(collage_strategy s) {
+    const collage_strategy_info *R = collage_strategy_get(s);
+    for (int r = 0; r < COLLAGE_ROLE_COUNT; r++)
+        if (R->word[r].format == COLLAGE_WORD_INT8 || R->word[r].format == COLLAGE_WORD_E4M3) return 1;
+    return 0;
+}
+static void put_grad(collage_word_format wf, void *g, size_t i, float x) {
+    if (wf == COLLAGE_WORD_FP32) ((float *)g)[i] = x;
+    else ((uint16_t *)g)[i] = collage_lp_from_f32(wf == COLLAGE_WORD_FP16 ? COLLAGE_FMT_FP16 : COLLAGE_FMT_BF16, x);
+}
+
+typedef struct {
+    collage_adamw *cpu;
+    void *dev[COLLAGE_ROLE_COUNT];
+    size_t bytes[COLLAGE_ROLE_COUNT];
+    void *g, *dg;
+    size_t n, index0;
+    double lr, wd;
+} tensor;
+
+/* One strategy: NT tensors stepped on both sides for g_steps steps, compared after each. */
+static void run_strategy(collage_strategy s) {
+    const collage_strategy_info *R = collage_strategy_get(s);
+    const int q8 = is_q8(s), fp16 = R->arith == COLLAGE_WORD_FP16;
+    const collage_word_format wf = R->word[COLLAGE_ROLE_WEIGHTS].format;
+    const size_t gsz = wf == COLLAGE_WORD_FP32 ? 4 : 2;
+    const size_t ns[NT] = {g_quick ? 5000 : 70001, 777, g_quick ? 3000 : 20000};
+    const double lrs[NT] = {1e-3, 2e-3, 5e-4}, wds[NT] = {0.1, 0.0, 0.05};
+    tensor T[NT];
+    memset(T, 0, sizeof T);
+    size_t at = q8 ? 0 : 13; /* an odd first offset: the SR keys of a shard */
+    for (int j = 0; j < NT; j++) {
+        if (q8) at = (at + 255) / 256 * 256;
+        T[j].n = ns[j]; T[j].index0 = at; T[j].lr = lrs[j]; T[j].wd = wds[j];
+        at += ns[j];
+    }
+    for (int j = 0; j < NT; j++) {
+        collage_adamw_config cfg = {.strategy = s, .n = T[j].n, .beta1 = 0.9, .beta2 = 0.95, .eps = fp16 ? 1e-4 : 1e-8,
+                                    .weight_decay = T[j].wd, .clip = 0.05, .skip_nonfinite = 1, .edq = 1, .seed = SEED,
+                                    .index0 = T[j].index0, .total = q8 ? T[j].index0 + T[j].n : at};
+        CHECK(collage_adamw_create(&cfg, &T[j].cpu) == COLLAGE_OK, "%s: create", R->name);
+        if (!T[j].cpu) return;
+        float *w = malloc(T[j].n * sizeof *w);
+        for (size_t i = 0; i < T[j].n; i++) w[i] = (2.0f * urand() - 1.0f) * 0.5f;
+        collage_adamw_set_weights_f32(T[j].cpu, w, T[j].n);
+        free(w);
+        for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) {
+            if (!R->word[r].format) continue;
+            T[j].bytes[r] = word_bytes(R->word[r].format, T[j].n);
+            CHECK(CUDA_OK(cudaMalloc(&T[j].dev[r], T[j].bytes[r])), "cudaMalloc");
+            cudaMemcpy(T[j].dev[r], collage_adamw_word(T[j].cpu, (collage_word_role)r), T[j].bytes[r], cudaMemcpyHostToDevice);
+        }
+        T[j].g = malloc(T[j].n * gsz);
+        CHECK(CUDA_OK(cudaMalloc(&T[j].dg, T[j].n * gsz)), "cudaMalloc");
+    }
+    collage_cuda_adamw_config dc = {.strategy = s, .clip = 0.05, .skip_nonfinite = 1, .edq = 1, .seed = SEED,
+                                    .max_tensors = NT, .max_elements = at};
+    collage_cuda_adamw *o = NULL;
+    CHECK(collage_cuda_adamw_create(&dc, &o) == COLLAGE_OK, "%s: create on the device: %s", R->name, collage_cuda_adamw_error(o));
+    int fails = 0;
+    for (int step = 0; step < g_steps && o; step++) {
+        const int nan_step = step == g_steps / 2;
+        collage_adamw *opts[NT];
+        const void *grads[NT], *gs[NT];
+        double lr[NT];
+        size_t nsz[NT];
+        collage_cuda_tensor dt[NT];
+        memset(dt, 0, sizeof dt);
+        for (int j = 0; j < NT; j++) {
+            for (size_t i = 0; i < T[j].n; i++) put_grad(wf, T[j].g, i, (2.0f * urand() - 1.0f) * 0.05f);
+            if (nan_step && j == NT - 1) put_grad(wf, T[j].g, T[j].n / 2, (float)NAN);
+            cudaMemcpy(T[j].dg, T[j].g, T[j].n * gsz, cudaMemcpyHostToDevice);
+            opts[j] = T[j].cpu; grads[j] = gs[j] = T[j].g; lr[j] = T[j].lr; nsz[j] = T[j].n;
+            dt[j] = (collage_cuda_tensor){.grad = T[j].dg, .n = T[j].n, .index0 = T[j].index0,
+                                          .step = collage_adamw_steps(T[j].cpu) + 1, .lr = T[j].lr,
+                                          .weight_decay = T[j].wd, .beta1 = 0.9, .beta2 = 0.95, .eps = fp16 ? 1e-4 : 1e-8};
+            for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) dt[j].words[r] = T[j].dev[r];
+        }
+        /* the CPU: the chunks' Σg², added in order, and the scalar reference */
+        size_t nc = 0;
+        for (int j = 0; j < NT; j++) nc += (T[j].n + 16383) / 16384;
+        double *chunks = malloc(nc * sizeof *chunks), sumsq = 0;
+        collage_sumsq_chunks_many(gs, nsz, NT, wf == COLLAGE_WORD_FP32 ? 0 : wf == COLLAGE_WORD_BF16 ? 1 : 2, 16384, chunks);
+        for (size_t c = 0; c < nc; c++) sumsq += chunks[c];
+        free(chunks);
+        collage_step_stats cs[NT];
+        const collage_status rc = collage_adamw_step_many(opts, grads, lr, NT, sumsq, cs);
+        collage_step_stats ds;
+        collage_edq de[NT];
+        const collage_status rd = collage_cuda_adamw_step(o, dt, NT, NULL, 0, NULL);
+        CHECK(rd == COLLAGE_OK && collage_cuda_adamw_stats(o, &ds, de) == COLLAGE_OK, "%s step %d: %s", R->name, step,
+              collage_cuda_adamw_error(o));
+        const int before = h_cur_fail;
+        CHECK(ds.skipped == (rc == COLLAGE_ERR_NONFINITE) && ds.skipped == nan_step, "%s step %d: skipped %d, CPU %d",
+              R->name, step, ds.skipped, (int)rc);
+        CHECK(memcmp(&ds.grad_norm, &cs[0].grad_norm, 8) == 0 && memcmp(&ds.clip_coef, &cs[0].clip_coef, 8) == 0,
+              "%s step %d: norm %a factor %a, CPU %a %a", R->name, step, ds.grad_norm, ds.clip_coef, cs[0].grad_norm,
+              cs[0].clip_coef);
+        CHECK(nan_step || ds.clip_coef < 1.0, "%s step %d: clipping was to trigger", R->name, step);
+        for (int j = 0; j < NT && !ds.skipped; j++)
+            CHECK(memcmp(&de[j].sum_dot, &cs[j].edq.sum_dot, 8) == 0 && memcmp(&de[j].sum_dot_state, &cs[j].edq.sum_dot_state, 8) == 0 &&
+                      memcmp(&de[j].sum_nn, &cs[j].edq.sum_nn, 8) == 0 && de[j].lost_count == cs[j].edq.lost_count &&
+                      de[j].updates == cs[j].edq.updates,
+                  "%s step %d tensor %d: EDQ %a %a %a, CPU %a %a %a", R->name, step, j, de[j].sum_dot, de[j].sum_dot_state,
+                  de[j].sum_nn, cs[j].edq.sum_dot, cs[j].edq.sum_dot_state, cs[j].edq.sum_nn);
+        for (int j = 0; j < NT; j++)
+            for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) {
+                if (!T[j].dev[r]) continue;
+                unsigned char *h = malloc(T[j].bytes[r]);
+                cudaMemcpy(h, T[j].dev[r], T[j].bytes[r], cudaMemcpyDeviceToHost);
+                const unsigned char *c = collage_adamw_word(T[j].cpu, (collage_word_role)r);
+                size_t k = 0;
+                while (k < T[j].bytes[r] && h[k] == c[k]) k++;
+                CHECK(k == T[j].bytes[r], "%s step %d tensor %d: word %s differs at byte %zu (GPU %02x, CPU %02x)", R->name,
+                      step, j, collage_word_role_name((collage_word_role)r), k, k < T[j].bytes[r] ? h[k] : 0,
+                      k < T[j].bytes[r] ? c[k] : 0);
+                free(h);
+            }
+        if (h_cur_fail > before && ++fails >= 3) break; /* the first steps that differ say enough */
+    }
+    collage_cuda_adamw_free(o);
+    for (int j = 0; j < NT; j++) {
+        collage_adamw_free(T[j].cpu);
+        for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) cudaFree(T[j].dev[r]);
+        cudaFree(T[j].dg);
+        free(T[j].g);
+    }
+}
+
+static collage_strategy composed(collage_weight_scheme w, collage_moment_format m, collage_moment_format v, int sr) {
+    collage_composition c = {w, m, v, sr};
+    collage_strategy s = COLLAGE_STRATEGY_COUNT;
+    collage_strategy_compose(&c, &s);
+    return s;
+}
+
+static void test_every_strategy(void) {
+    collage_strategy list[COLLAGE_STRATEGY_COUNT + 6];
+    int n = 0;
+    for (int s = 0; s < COLLAGE_STRATEGY_COUNT; s++) list[n++] = (collage_strategy)s;
+    list[n++] = composed(COLLAGE_SCHEME_MCF, COLLAGE_MOMENT_INT8, COLLAGE_MOMENT_INT8, 0);
+    list[n++] = composed(COLLAGE_SCHEME_MCF, COLLAGE_MOMENT_INT8, COLLAGE_MOMENT_INT8, 1);
+    list[n++] = composed(COLLAGE_SCHEME_SR, COLLAGE_MOMENT_E4M3, COLLAGE_MOMENT_E4M3, 1);
+    list[n++] = composed(COLLAGE_SCHEME_MASTER, COLLAGE_MOMENT_INT8, COLLAGE_MOMENT_FP32, 0);
+    list[n++] = composed(COLLAGE_SCHEME_KAHAN, COLLAGE_MOMENT_BF16, COLLAGE_MOMENT_E4M3, 0);
+    list[n++] = composed(COLLAGE_SCHEME_REMAINDER, COLLAGE_MOMENT_FP32, COLLAGE_MOMENT_MCF, 0);
+    for (int i = 0; i < (g_quick ? 3 : n); i++) {
+        const int idx = g_quick ? (int[]){COLLAGE_LIGHT, COLLAGE_BF16_SR, COLLAGE_STRATEGY_COUNT}[i] : i;
+        const double t0 = h_now();
+        run_strategy(list[idx]);
+        printf("    %s: %d steps (%.1f s)\n", collage_strategy_get(list[idx])->name, g_steps, h_now() - t0);
+    }
+}
+
+/* ------------------------------------------------------------------ the benchmark */
+static double ms_of(cudaEvent_t a, cudaEvent_t b) { float ms = 0; cudaEventElapsedTime(&ms, a, b); return (double)ms; }
+
+/* GPT-2 124M's 148 tensors (wte, wpe, 12 × 12, ln_f). */
+static int gpt2_shapes(size_t *n) {
+    int k = 0;
+    n[k++] = 50257 * 768; n[k++] = 1024 * 768;
+    for (int l = 0; l < 12; l++) {
+        const size_t L[12] = {768, 768, 768 * 2304, 2304, 768 * 768, 768, 768, 768, 768 * 3072, 3072, 3072 * 768, 768};
+        for (int i = 0; i < 12; i++) n[k++] = L[i];
+    }
+    n[k++] = 768; n[k++] = 768;
+    return k;
+}
+
+/* Bytes one step moves per element: the gradient read, every word read and written. */
+static double bytes_per_elem(collage_strategy s) {
+    const collage_strategy_info *R = collage_strategy_get(s);
+    double b = R->word[COLLAGE_ROLE_WEIGHTS].format == COLLAGE_WORD_FP32 ? 4 : 2;
+    for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) b += 2.0 * R->word[r].bytes;
+    return b;
+}
+
+static double bench_one(collage_strategy s, const size_t *ns, int k, FILE *out, double copy_gbs, const char *what) {
+    const collage_strategy_info *R = collage_strategy_get(s);
+    collage_cuda_tensor *t = calloc((size_t)k, sizeof *t);
+    size_t total = 0;
+    int ok = 1;
+    for (int j = 0; j < k; j++) {
+        t[j] = (collage_cuda_tensor){.n = ns[j], .index0 = total, .step = 1, .lr = 1e-4, .weight_decay = 0.1,
+                                     .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+        for (int r = 0; r < COLLAGE_ROLE_COUNT; r++)
+            if (R->word[r].format) {
+                ok &= CUDA_OK(cudaMalloc(&t[j].words[r], word_bytes(R->word[r].format, ns[j])));
+                if (ok) cudaMemset(t[j].words[r], 0, word_bytes(R->word[r].format, ns[j]));
+            }
+        void *g = NULL;
+        ok &= CUDA_OK(cudaMalloc(&g, ns[j] * 4));
+        if (ok) cudaMemset(g, 0, ns[j] * 4);
+        t[j].grad = g;
+        total += (ns[j] + 255) / 256 * 256;
+    }
+    double gbs = 0;
+    collage_cuda_adamw *o = NULL;
+    collage_cuda_adamw_config dc = {.strategy = s, .clip = 1.0, .seed = SEED, .max_tensors = k, .max_elements = total};
+    if (ok && collage_cuda_adamw_create(&dc, &o) == COLLAGE_OK) {
+        cudaEvent_t a, b;
+        cudaEventCreate(&a); cudaEventCreate(&b);
+        for (int i = 0; i < 3; i++) collage_cuda_adamw_step(o, t, k, NULL, 0, NULL);
+        const int reps = 20;
+        cudaEventRecord(a, 0);
+        for (int i = 0; i < reps; i++) { for (int j = 0; j < k; j++) t[j].step = 4 + (uint64_t)i; collage_cuda_adamw_step(o, t, k, NULL, 0, NULL); }
+        cudaEventRecord(b, 0);
+        cudaEventSynchronize(b);
+        const double ms = ms_of(a, b) / reps;
+        size_t elems = 0;
+        for (int j = 0; j < k; j++) elems += ns[j];
+        gbs = bytes_per_elem(s) * (double)elems / (ms * 1e6);
+        fprintf(out, "    {\"what\": \"%s\", \"strategy\": \"%s\", \"tensors\": %d, \"elements\": %zu, \"ms\": %.4f, "
+                     "\"bytes_per_element\": %.1f, \"GBps\": %.1f, \"of_copy\": %.3f},\n",
+                what, R->name, k, elems, ms, bytes_per_elem(s), gbs, gbs / copy_gbs);
+        printf("    %s %s: %.3f ms, %.0f GB/s (%.0f%% of the copy's)\n", what, R->name, ms, gbs, 100 * gbs / copy_gbs);
+        cudaEventDestroy(a); cudaEventDestroy(b);
+    } else {
+        printf("    %s %s: not run (memory: %s)\n", what, R->name, o ? collage_cuda_adamw_error(o) : "cudaMalloc");
+    }
+    collage_cuda_adamw_free(o);
+    for (int j = 0; j < k; j++) {
+        for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) cudaFree(t[j].words[r]);
+        cudaFree((void *)t[j].grad);
+    }
+    free(t);
+    return gbs;
+}
+
+/* The device-to-device copy's bandwidth (bytes read + written per second) on 2 GiB. */
+static double copy_bandwidth(void) {
+    const size_t bytes = (size_t)2 << 30;
+    void *a = NULL, *b = NULL;
+    if (!CUDA_OK(cudaMalloc(&a, bytes)) || !CUDA_OK(cudaMalloc(&b, bytes))) return 0;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0); cudaEventCreate(&e1);
+    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e0, 0);
+    for (int i = 0; i < 10; i++) cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e1, 0);
+    cudaEventSynchronize(e1);
+    const double gbs = 2.0 * (double)bytes * 10 / (ms_of(e0, e1) * 1e6);
+    cudaFree(a); cudaFree(b);
+    return gbs;
+}
+
+static void bench(const char *path) {
+    FILE *out = fopen(path, "w");
+    if (!out) { printf("cannot write %s\n", path); h_fail++; return; }
+    struct cudaDeviceProp p;
+    cudaGetDeviceProperties(&p, 0);
+    const double copy = copy_bandwidth();
+    printf("    %s: device-to-device copy %.0f GB/s\n", p.name, copy);
+    fprintf(out, "{\"device\": \"%s\", \"copy_GBps\": %.1f, \"steps\": [\n", p.name, copy);
+    const collage_strategy S[] = {COLLAGE_BF16, COLLAGE_LIGHT, COLLAGE_BF16_SR, COLLAGE_PLUS, COLLAGE_BF16_MASTER};
+    size_t gpt2[148];
+    const int k = gpt2_shapes(gpt2);
+    const size_t one = (size_t)1 << 30;
+    for (int i = 0; i < 5; i++) {
+        bench_one(S[i], &one, 1, out, copy, "1B in one tensor");
+        bench_one(S[i], gpt2, k, out, copy, "GPT-2 124M, 148 tensors");
+    }
+    fprintf(out, "    {}\n]}\n");
+    fclose(out);
+}
+
+int main(int argc, char **argv) {
+    const char *bench_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) { g_quick = 1; g_steps = 5; }
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) g_steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--bench") && i + 1 < argc) bench_path = argv[++i];
+        else { fprintf(stderr, "usage: test_cuda [--quick] [--steps N] [--bench FILE.json]\n"); return 2; }
+    }
+    int nd = 0;
+    if (!CUDA_OK(cudaGetDeviceCount(&nd)) || nd == 0) {
+        printf("no CUDA device: the device check needs a GPU (scripts/gpu_check.sh on a machine with one)\n");
+        printf("0 passed, 1 failed\n");
+        return 1;
+    }
+    collage_set_isa(COLLAGE_ISA_SCALAR); /* the CPU side is the scalar reference (its EDQ sums) */
+    if (bench_path) { bench(bench_path); return h_end(); }
+    RUN(test_every_strategy);
+    return h_end();
+}
