@@ -43,6 +43,17 @@ def test_cuda_tensor_with_the_library_takes_it(monkeypatch):
     assert opt._path(fake_cuda_param()) == "torch"
 
 
+def test_lion_and_sgd_on_cuda_take_the_torch_lines(monkeypatch):
+    """libcollage_cuda steps AdamW only: Lion and SGD on CUDA tensors take their torch lines, whether or not
+    the library is there, and never the AdamW kernels."""
+    for there in (True, False):
+        monkeypatch.setattr(_cuda, "available", lambda there=there: there)
+        for cls in (collage.torch.Lion, collage.torch.SGD):
+            opt = cls(make_params("collage-light")[0], precision="collage-light")
+            assert opt._path(fake_cuda_param()) == "torch"
+            assert opt._path(torch.zeros(2, dtype=torch.bfloat16)) == "c"
+
+
 class CpuStandIn:
     """collage._cuda.Step's stand-in: the table run through libcollage (one collage_adamw per entry over the
     entry's own pointers), the Σg² read from the pointer given; the chunk sums from collage_sumsq_chunks."""

@@ -387,7 +387,7 @@ class AdamW(torch.optim.Optimizer):
         return {"name": self._opt_name}
 
     def _path(self, p):
-        """Which steps p: "c" (libcollage, CPU tensors), "cuda" (libcollage_cuda, CUDA tensors) or "torch"
+        """Which steps p: "c" (libcollage, CPU tensors), "cuda" (libcollage_cuda: AdamW on CUDA tensors) or "torch"
         (the torch lines); raises where none can, naming what is missing."""
         if self.backend != "torch" and p.device.type == "cpu":
             return "c"
@@ -396,7 +396,7 @@ class AdamW(torch.optim.Optimizer):
         if p.device.type == "meta":
             raise ValueError(f"{self._name(p)} is on the meta device, which holds no values: there is nothing to step "
                              "(materialise the model first, e.g. model.to_empty(device='cpu') and load its weights)")
-        if self.backend == "auto" and p.device.type == "cuda":
+        if self.backend == "auto" and p.device.type == "cuda" and self._opt_name == "adamw":
             if _cuda.available():
                 return "cuda"
             raise RuntimeError(f"{self._name(p)} is on {p.device}, but libcollage_cuda.so, the CUDA step, is not there "
