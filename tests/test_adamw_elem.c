@@ -55,6 +55,7 @@ static void test_desc_matches_table(void) {
         ce_desc D = {0};
         CHECK(R != NULL, "strategy %d", (int)s);
         if (!R || !lines_known(s, R)) continue;
+        CHECK(ce_desc_of(s, &D) == COLLAGE_OK, "%s: its description", R->name);
         CHECK(D.wf == (int)R->word[COLLAGE_ROLE_WEIGHTS].format && D.mf == (int)R->word[COLLAGE_ROLE_M].format &&
                   D.vf == (int)R->word[COLLAGE_ROLE_V].format && D.arith == (int)R->arith &&
                   D.v_pair == (R->word[COLLAGE_ROLE_DV].format != COLLAGE_WORD_NONE) &&
