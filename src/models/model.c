@@ -151,35 +151,6 @@ collage_status collage_model_init_weights(const collage_model_config *cfg, uint6
     return fam->init_weights(cfg, seed, w, n);
 }
 
-void collage__widen16(float *w32, const void *w16, size_t n, int kind) {
-    if (kind == 2) collage_fp16_to_f32_row(w32, w16, n);
-    else collage_bf16_to_f32_row(w32, w16, n);
-}
-void collage__round16(void *g16, const float *g32, size_t n, int kind) {
-    if (kind == 2) collage_fp16_from_f32_row(g16, g32, n);
-    else collage_bf16_from_f32_row(g16, g32, n);
-}
-
-collage_status collage__take_batch(const void *params, const int *tokens, const int *targets, int B, int T, int maxB,
-                                   int maxT, int V, int *tok, int *tgt, char *err, size_t cap) {
-    if (cap) err[0] = 0;
-    if (!params || !tokens) return collage__fail(err, cap, COLLAGE_ERR_NULL, "params or tokens is NULL");
-    if (B < 1 || B > maxB || T < 1 || T > maxT)
-        return collage__fail(err, cap, COLLAGE_ERR_SIZE, "batch %d x %d outside 1..%d x 1..%d (maxB x maxT of create)", B,
-                             T, maxB, maxT);
-    for (int n = 0; n < B * T; n++) {
-        if (tokens[n] < 0 || tokens[n] >= V)
-            return collage__fail(err, cap, COLLAGE_ERR_ARG, "token %d at (b %d, t %d) outside [0, vocab_size %d)",
-                                 tokens[n], n / T, n % T, V);
-        if (targets && (targets[n] < 0 || targets[n] >= V))
-            return collage__fail(err, cap, COLLAGE_ERR_ARG, "target %d at (b %d, t %d) outside [0, vocab_size %d)",
-                                 targets[n], n / T, n % T, V);
-    }
-    memcpy(tok, tokens, (size_t)B * T * sizeof(int));
-    if (targets) memcpy(tgt, targets, (size_t)B * T * sizeof(int));
-    return COLLAGE_OK;
-}
-
 #define MAX_DIM (1 << 20)
 #define MAX_C (1 << 15)
 #define MAX_TOKENS (1 << 22) /* maxB · maxT */

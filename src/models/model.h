@@ -1,8 +1,8 @@
 /* model.h — the family table behind collage_model.h: what one model family provides (its names and
  * presets, objective, shape check, tensors, initialisation, the model's calls and its checkpoint format),
  * as a row of function pointers. model.c holds the table and the generic object; each family fills its
- * row in its own file (gpt2.c: collage__gpt2_family, bert.c: collage__bert_family). Private to the
- * library and its tests. */
+ * row in its own file (gpt2.c: collage__gpt2_family, llama.c, bert.c). Private to the library and its
+ * tests. */
 #ifndef COLLAGE_MODELS_MODEL_H
 #define COLLAGE_MODELS_MODEL_H
 
@@ -94,29 +94,19 @@ typedef struct {
     const collage_export_layout *hf;
 } collage_model_family;
 
-/* The rows (model.c's table holds their addresses, in collage_family order). */
+/* The rows (model.c's table holds their addresses, in collage_family order) and their export layouts in
+ * Hugging Face's classes (gpt2_hf.c, llama_hf.c, bert_hf.c). */
 extern const collage_model_family collage__gpt2_family;
-/* GPT-2's layout as Hugging Face's GPT2LMHeadModel (gpt2_hf.c). */
+extern const collage_model_family collage__llama_family;
+extern const collage_model_family collage__bert_family;
 extern const collage_export_layout collage__gpt2_hf;
 extern const collage_export_layout collage__llama_hf;
 extern const collage_export_layout collage__bert_hf;
-extern const collage_model_family collage__bert_family;
 
 /* Helpers the families share (model.c). fill_normal: x[i] = sd·z_i for i < live, 0 for live ≤ i < count,
  * z a standard normal by Box–Muller from the counter-based words collage_rand32(key, ·): elements 2p and
  * 2p+1 depend only on (key, p), so the tensor is the same for any thread count. */
 void collage__fill_normal(float *x, size_t count, size_t live, double sd, uint64_t key);
-
-/* The emulated 16-bit models' slabs (gpt2.c, bert.c, graph_model.c), by nn_rnd_f32's kind (1 bf16, 2
- * fp16): the weights widened exactly into w32, the fp32 gradient sums rounded to nearest into g16. */
-void collage__widen16(float *w32, const void *w16, size_t n, int kind);
-void collage__round16(void *g16, const float *g32, size_t n, int kind);
-
-/* A model call's batch (gpt2.c, graph_model.c): params and tokens given, B × T within maxB × maxT of
- * create, every token and target id in [0, V); the ids copied into tok and tgt (targets may be NULL).
- * Otherwise a status with the message in err (cap bytes), nothing copied. */
-collage_status collage__take_batch(const void *params, const int *tokens, const int *targets, int B, int T, int maxB,
-                                   int maxT, int V, int *tok, int *tgt, char *err, size_t cap);
 
 /* The shape checks every family shares, with a message for each refusal (msg may be NULL): sizes
  * positive, vocab_size ≥ min_vocab, padded_vocab_size ≥ vocab_size, channels divisible by num_heads,
@@ -128,7 +118,6 @@ collage_status collage__check_dims(const collage_model_config *cfg, int min_voca
  * COLLAGE_ERR_FORMAT with a message naming path and both shapes. */
 collage_status collage__ckpt_same_shape(const char *path, const collage_model_config *have,
                                         const collage_model_config *want, char *err, size_t cap);
-extern const collage_model_family collage__llama_family;
 
 /* The kernels of a model's products (products.c): chosen once per model at create, from the pin, the
  * products file or a measurement on the model's own shapes (cfg's product tensors on N = maxB·maxT rows);
