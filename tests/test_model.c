@@ -735,8 +735,21 @@ static size_t grad_bytes(collage_real p, size_t n, size_t fs) {
     return p == COLLAGE_REAL_FP32 ? 4 * n : p == COLLAGE_REAL_FP64 ? 8 * n : p == COLLAGE_REAL_BF16 ? 2 * n + 4 * fs : 6 * n;
 }
 
-/* One family in one precision: its table covers the slab, the memory report counts the gradients the
- * table implies, and (fp32, bf16: the kinds the formats take) the checkpoint saves and loads the same bits. */
+/* The same configuration, field by field (the struct has padding). */
+static int same_config(const collage_model_config *a, const collage_model_config *b) {
+    return a->family == b->family && a->vocab_size == b->vocab_size && a->padded_vocab_size == b->padded_vocab_size &&
+           a->max_seq_len == b->max_seq_len && a->num_layers == b->num_layers && a->num_heads == b->num_heads &&
+           a->channels == b->channels && a->num_kv_heads == b->num_kv_heads && a->hidden_dim == b->hidden_dim &&
+           a->untied == b->untied && a->norm_eps == b->norm_eps && a->rope_theta == b->rope_theta;
+}
+
+/* Bytes of scratch a model of precision p holds besides the products' tiles (which only the bf16 model
+ * has): the fp16 model's fp32 copy of its weights. */
+static size_t scratch_bytes(collage_real p, size_t n) { return p == COLLAGE_REAL_FP16 ? 4 * n : 0; }
+
+/* One family in one precision: its table covers the slab, the memory report counts the gradients and the
+ * weight copy the table implies, and (fp32, bf16: the kinds the formats take) the checkpoint saves the
+ * config and the bits and loads them back. */
 static void check_family_precision(const collage_model_config *c, collage_real p, const char *file) {
     const char *fam = collage_family_name(c->family), *pn = collage_real_name(p);
     collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS];
@@ -755,6 +768,8 @@ static void check_family_precision(const collage_model_config *c, collage_real p
     CHECK(nt > 0 && n == off && n == collage_model_num_params(c), "%s %s: %zu parameters, the table %zu", fam, pn, n, off);
     CHECK(collage_model_memory_get(m, &mem) == COLLAGE_OK && mem.gradients == grad_bytes(p, n, fs) && mem.activations > 0,
           "%s %s: gradients %zu bytes, the table implies %zu", fam, pn, mem.gradients, grad_bytes(p, n, fs));
+    CHECK(p == COLLAGE_REAL_BF16 ? mem.scratch > 0 : mem.scratch == scratch_bytes(p, n), "%s %s: scratch %zu bytes",
+          fam, pn, mem.scratch);
     collage_model_free(m);
     if (p != COLLAGE_REAL_FP32 && p != COLLAGE_REAL_BF16) return;
     float *w = malloc(n * sizeof *w);
@@ -766,7 +781,7 @@ static void check_family_precision(const collage_model_config *c, collage_real p
     const int bf16 = p == COLLAGE_REAL_BF16; /* llama2.c's file holds fp32: bf16 weights go in and come back exactly */
     CHECK(wp && back && collage_model_save_file(file, c, wp, bf16, err, sizeof err) == COLLAGE_OK &&
               collage_model_read_header(file, &h, &bf, err, sizeof err) == COLLAGE_OK && (bf == bf16 || !bf) &&
-              h.family == c->family && collage_model_num_params(&h) == n &&
+              same_config(&h, c) && collage_model_num_params(&h) == n &&
               collage_model_load_file(file, &h, back, bf16, err, sizeof err) == COLLAGE_OK &&
               !memcmp(back, wp, n * collage_real_size(p)), "%s %s: checkpoint round trip: %s", fam, pn, err);
     free(w); free(wp); free(back);
