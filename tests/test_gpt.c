@@ -1,22 +1,16 @@
-/* test_gpt.c — the GPT-2 family in graph_model.h's object: parameter layout (llm.c's 124M count),
- * initialisation, backward against central finite differences in double on every parameter, the float
- * model against the double one, the loss at init and under SGD, bit-identical results for 1 and 2
- * threads, the bf16 mode (bf16 activations and gradients, loss near fp32), partial batches, sampling, and
- * bad input. */
+/* test_gpt.c — the GPT-2 family in graph_model.h's object (made by collage__model_object): parameter
+ * layout (llm.c's 124M count), initialisation, backward against central finite differences in double on
+ * every parameter, the float model against the double one, the loss at init and under SGD,
+ * bit-identical results for 1 and 2 threads, the bf16 mode (bf16 activations and gradients, loss near
+ * fp32), partial batches, sampling, and bad input. */
 #include "collage.h"
 #include "collage_model.h"
 #include "gpt2_plan.h"
 #include "harness.h"
+#include "model.h"
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
-
-/* A GPT-2 model of graph_model.h (the family row's create: its check, then the object). */
-static collage_status gpt_create(const collage_model_config *c, gm_precision prec, int maxB, int maxT, gm_model **m) {
-    *m = NULL;
-    const collage_status st = gpt2_check(c, maxB, maxT, NULL, 0);
-    return st != COLLAGE_OK ? st : gm_create(&collage__gpt2_graph, c, prec, maxB, maxT, m);
-}
 
 /* ------------------------------------------------------------------ tolerances */
 #define FD_STEP 1e-3          /* finite-difference step (4-point stencil, error O(h^4)) */
@@ -188,7 +182,7 @@ static void test_backward_vs_finite_differences(void) {
     const collage_model_config c = small_cfg();
     const int B = 2, T = 5;
     gm_model *m = NULL;
-    CHECK(gpt_create(&c, GM_FP64, B, T, &m) == COLLAGE_OK, "create");
+    CHECK(collage__model_object(&c, GM_FP64, B, T, &m) == COLLAGE_OK, "create");
     if (!m) return;
     const size_t n = gm_size(m);
     double *w = malloc(n * sizeof *w), *g = malloc(n * sizeof *g);
@@ -220,8 +214,8 @@ static void test_float_matches_double(void) {
     const collage_model_config c = small_cfg();
     const int B = 2, T = 5;
     gm_model *md = NULL, *mf = NULL;
-    CHECK(gpt_create(&c, GM_FP64, B, T, &md) == COLLAGE_OK, "create fp64");
-    CHECK(gpt_create(&c, GM_FP32, B, T, &mf) == COLLAGE_OK, "create fp32");
+    CHECK(collage__model_object(&c, GM_FP64, B, T, &md) == COLLAGE_OK, "create fp64");
+    CHECK(collage__model_object(&c, GM_FP32, B, T, &mf) == COLLAGE_OK, "create fp32");
     if (!md || !mf) { gm_free(md); gm_free(mf); return; }
     const size_t n = gm_size(md);
     double *w = malloc(n * sizeof *w);
@@ -262,8 +256,8 @@ static void test_float_matches_double(void) {
 static void test_accumulation_and_partial_batch(void) {
     const collage_model_config c = small_cfg();
     gm_model *m = NULL, *big = NULL;
-    CHECK(gpt_create(&c, GM_FP64, 2, 5, &m) == COLLAGE_OK, "create");
-    CHECK(gpt_create(&c, GM_FP64, 3, 8, &big) == COLLAGE_OK, "create big");
+    CHECK(collage__model_object(&c, GM_FP64, 2, 5, &m) == COLLAGE_OK, "create");
+    CHECK(collage__model_object(&c, GM_FP64, 3, 8, &big) == COLLAGE_OK, "create big");
     if (!m || !big) { gm_free(m); gm_free(big); return; }
     const size_t n = gm_size(m);
     double *w = malloc(n * sizeof *w), *g1 = malloc(n * sizeof *g1);
@@ -303,7 +297,7 @@ static void test_loss_at_init(void) {
     gpt2_preset("tiny", &c);
     const int B = 4, T = 32;
     gm_model *m = NULL;
-    CHECK(gpt_create(&c, GM_FP32, B, T, &m) == COLLAGE_OK, "create");
+    CHECK(collage__model_object(&c, GM_FP32, B, T, &m) == COLLAGE_OK, "create");
     if (!m) return;
     const size_t n = gm_size(m);
     float *w = malloc(n * sizeof *w);
@@ -323,11 +317,11 @@ static void test_loss_at_init(void) {
 /* SGD on a repeated 8-symbol phrase (a byte vocabulary, a model small enough to run on one thread):
  * the model should learn to continue it. */
 static void test_sgd_reduces_loss(void) {
-    const collage_model_config c = {.vocab_size = 256, .padded_vocab_size = 256, .max_seq_len = 32,
-                                  .num_layers = 2, .num_heads = 4, .channels = 64};
+    const collage_model_config c = {.family = COLLAGE_FAMILY_GPT2, .vocab_size = 256, .padded_vocab_size = 256,
+                                    .max_seq_len = 32, .num_layers = 2, .num_heads = 4, .channels = 64};
     const int B = 2, T = 32;
     gm_model *m = NULL;
-    CHECK(gpt_create(&c, GM_FP32, B, T, &m) == COLLAGE_OK, "create");
+    CHECK(collage__model_object(&c, GM_FP32, B, T, &m) == COLLAGE_OK, "create");
     if (!m) return;
     const size_t n = gm_size(m);
     float *w = malloc(n * sizeof *w);
@@ -371,7 +365,7 @@ static void run_threads(gm_precision prec, int threads, const void *w, const int
     gpt2_preset("tiny", &c);
     gm_model *m = NULL;
     set_threads(threads);
-    CHECK(gpt_create(&c, prec, B, T, &m) == COLLAGE_OK, "create");
+    CHECK(collage__model_object(&c, prec, B, T, &m) == COLLAGE_OK, "create");
     if (!m) return;
     size_t n = gm_size(m), es = prec == GM_BF16 ? 2 : 4;
     gm_forward(m, w, tok, tgt, B, T, loss);
@@ -397,7 +391,7 @@ static void test_thread_count_independence(void) {
     h_seed(SEED + 11);
     random_tokens(tok, tgt, B * T, c.vocab_size);
     gm_model *probe = NULL;
-    gpt_create(&c, GM_FP32, B, T, &probe);
+    collage__model_object(&c, GM_FP32, B, T, &probe);
     size_t nacts = acts_copy(probe, NULL);
     gm_free(probe);
     float *g1 = malloc(n * 4), *g2 = malloc(n * 4);
@@ -467,7 +461,7 @@ static bf16_run bf16_once(gm_precision prec, const collage_bf16 *w16, const floa
     gpt2_preset("tiny", &c);
     bf16_run r = {.loss = (double)NAN};
     gm_model *m = NULL;
-    CHECK(gpt_create(&c, prec, B, T, &m) == COLLAGE_OK, "create %s", gm_precision_name(prec));
+    CHECK(collage__model_object(&c, prec, B, T, &m) == COLLAGE_OK, "create %s", gm_precision_name(prec));
     if (!m) return r;
     size_t n = gm_size(m);
     const void *wp = prec == GM_FP32 ? (const void *)w : (const void *)w16;
@@ -569,7 +563,7 @@ static void test_bf16_mode(void) {
 static void test_next_logits_and_sampling(void) {
     const collage_model_config c = small_cfg();
     gm_model *m = NULL;
-    CHECK(gpt_create(&c, GM_FP32, 1, 8, &m) == COLLAGE_OK, "create");
+    CHECK(collage__model_object(&c, GM_FP32, 1, 8, &m) == COLLAGE_OK, "create");
     if (!m) return;
     size_t n = gm_size(m);
     double *wd = malloc(n * sizeof *wd);
@@ -624,7 +618,7 @@ static void test_bad_input(void) {
     c.num_heads = 4;  /* 18 % 4 != 0 */
     CHECK(gpt2_check(&c, 1, 1, msg, sizeof msg) == COLLAGE_ERR_SIZE && strstr(msg, "divisible"), "heads: %s", msg);
     gm_model *m = (gm_model *)&c;
-    CHECK(gpt_create(&c, GM_FP32, 1, 4, &m) == COLLAGE_ERR_SIZE && m == NULL, "create bad heads");
+    CHECK(collage__model_object(&c, GM_FP32, 1, 4, &m) == COLLAGE_ERR_SIZE && m == NULL, "create bad heads");
     c = small_cfg();
     c.padded_vocab_size = 10;
     CHECK(gpt2_check(&c, 1, 1, msg, sizeof msg) == COLLAGE_ERR_SIZE, "Vp < V");
@@ -632,16 +626,16 @@ static void test_bad_input(void) {
     c.num_layers = 0;
     CHECK(gpt2_check(&c, 1, 1, msg, sizeof msg) == COLLAGE_ERR_SIZE, "L = 0");
     c = small_cfg();
-    CHECK(gpt_create(&c, GM_FP32, 1, 9, &m) == COLLAGE_ERR_SIZE, "maxT > max_seq_len");
-    CHECK(gpt_create(&c, GM_FP32, 0, 4, &m) == COLLAGE_ERR_SIZE, "maxB = 0");
-    CHECK(gpt_create(&c, GM_PRECISION_COUNT, 1, 4, &m) == COLLAGE_ERR_ARG, "bad precision");
-    CHECK(gpt_create(NULL, GM_FP32, 1, 4, &m) == COLLAGE_ERR_NULL, "NULL config");
+    CHECK(collage__model_object(&c, GM_FP32, 1, 9, &m) == COLLAGE_ERR_SIZE, "maxT > max_seq_len");
+    CHECK(collage__model_object(&c, GM_FP32, 0, 4, &m) == COLLAGE_ERR_SIZE, "maxB = 0");
+    CHECK(collage__model_object(&c, GM_PRECISION_COUNT, 1, 4, &m) == COLLAGE_ERR_ARG, "bad precision");
+    CHECK(collage__model_object(NULL, GM_FP32, 1, 4, &m) == COLLAGE_ERR_NULL, "NULL config");
     CHECK(gpt2_preset("huge", &c) == COLLAGE_ERR_ARG, "unknown preset");
     collage_real pr;
     CHECK(collage_real_parse("bf16", &pr) == COLLAGE_OK && gm_precision_of(pr) == GM_BF16, "parse bf16");
     CHECK(collage_real_parse("fp8", &pr) == COLLAGE_ERR_ARG, "parse fp8");
     c = small_cfg();
-    CHECK(gpt_create(&c, GM_FP32, 2, 4, &m) == COLLAGE_OK, "create");
+    CHECK(collage__model_object(&c, GM_FP32, 2, 4, &m) == COLLAGE_OK, "create");
     if (!m) return;
     size_t n = gm_size(m);
     float *w = calloc(n, sizeof *w);

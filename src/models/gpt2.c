@@ -104,8 +104,8 @@ collage_status gpt2_init_weights(const collage_model_config *cfg, uint64_t seed,
 
 /* ---------------------------------------------------------------- the plan */
 /* Offsets of the activations: one slab, or in bf16 (split) a bf16 slab and a float slab. */
-static void plan_acts(gpt_plan *P, int maxB, int maxT, int split) {
-    const size_t N = (size_t)maxB * (size_t)maxT, C = (size_t)P->C, L = (size_t)P->L, NH = (size_t)P->NH;
+static void plan_acts(gpt_plan *P, int maxB, int maxT, int split, gm_sizes *sz) {
+    const size_t N = (size_t)maxB * (size_t)maxT, C = (size_t)P->C, NH = (size_t)P->NH;
     const size_t TT = (size_t)maxB * NH * (size_t)maxT * (size_t)maxT, NV = N * (size_t)P->Vp;
     /* per layer size (al; the count is L·al) or, for al = 0, the whole count */
     const size_t per[A_COUNT] = {0, N * C, N, N, 3 * N * C, N * C, TT, N * C, N * C, N, N,
@@ -114,17 +114,11 @@ static void plan_acts(gpt_plan *P, int maxB, int maxT, int split) {
     const size_t whole[A_COUNT] = {N * C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, N * C, N, N, NV, N,
                                    N * C, N * C, N * C, 3 * N * C, 4 * N * C, split ? NV : 0,
                                    nn_attention_scratch(maxB, maxT, P->C, P->NH)};
-    size_t off[2] = {0, 0};
-    for (int k = 0; k < A_COUNT; k++) {
-        const int s16 = split && ACT_BF16[k];
-        P->a[k] = off[s16];
-        P->al[k] = per[k];
-        P->an[k] = per[k] ? L * per[k] : whole[k];
-        off[s16] += P->an[k];
-    }
-    P->nacts = off[0];
-    P->nacts16 = off[1];
+    gm_lay_out_acts(A_COUNT, P->L, per, whole, ACT_BF16, split, P->a, P->al, P->an, sz);
 }
+
+/* 1: a tensor with a slice per layer (its first dimension L). */
+static const unsigned char LAYERED[GPT2_NTENSORS] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0};
 
 static void gpt_plan_free(void *plan) { free(plan); }
 
@@ -135,16 +129,12 @@ static void *gpt_plan_new(const collage_model_config *c, int maxB, int maxT, int
     gpt2_tensors(c, t, GPT2_NTENSORS);
     *P = (gpt_plan){.V = c->vocab_size, .Vp = c->padded_vocab_size, .maxT = c->max_seq_len, .L = c->num_layers,
                     .NH = c->num_heads, .C = c->channels, .loss_scale = 1.0f};
-    for (int k = 0; k < GPT2_NTENSORS; k++) {
-        P->p[k] = t[k].offset;
-        P->pl[k] = k >= GPT2_LN1W && k <= GPT2_FCPROJB ? t[k].count / (size_t)P->L : 0;
-        P->gs[k] = P->ngs;
-        if (!gpt_product_weight(k)) P->ngs += t[k].count;
-    }
+    P->ngs = gm_lay_out_params(t, GPT2_NTENSORS, P->L, LAYERED, P->p, P->pl, P->gs);
     P->nparams = t[GPT2_NTENSORS - 1].offset + t[GPT2_NTENSORS - 1].count;
-    plan_acts(P, maxB, maxT, split);
-    *sz = (gm_sizes){.nparams = P->nparams, .nacts = P->nacts, .nacts16 = P->nacts16, .ngs = P->ngs,
-                     .logits = P->a[A_LOGITS]};
+    plan_acts(P, maxB, maxT, split, sz);
+    sz->nparams = P->nparams;
+    sz->ngs = P->ngs;
+    sz->logits = P->a[A_LOGITS];
     return P;
 }
 
@@ -167,20 +157,9 @@ const gm_graph collage__gpt2_graph = {
     .set_loss_scale = gpt_set_loss_scale, .acts = gpt_acts};
 
 /* ---------------------------------------------------------------- the family's row of the model table */
-static collage_status fam_create(const collage_model_config *cfg, collage_real prec, int maxB, int maxT, void **impl) {
-    *impl = NULL;
-    if ((unsigned)prec >= COLLAGE_REAL_COUNT) return COLLAGE_ERR_ARG;
-    collage_status st = gpt2_check(cfg, maxB, maxT, NULL, 0);
-    if (st != COLLAGE_OK) return st;
-    gm_model *m = NULL;
-    st = gm_create(&collage__gpt2_graph, cfg, gm_precision_of(prec), maxB, maxT, &m);
-    *impl = m;
-    return st;
-}
-
 const collage_model_family collage__gpt2_family = {
     .name = "gpt2", .presets = GPT2_PRESETS, .preset = gpt2_preset, .pad_vocab = gpt2_pad_vocab,
     .check = gpt2_check, .tensors = gpt2_tensors, .init_weights = gpt2_init_weights,
-    .create = fam_create, GM_ROW_CALLS,
+    .graph = &collage__gpt2_graph,
     .ckpt_probe = gpt2_ckpt_probe, .ckpt_what = "llm.c GPT-2: int32 magic 20240326", .ckpt_save = gpt2_ckpt_save,
     .ckpt_read_header = gpt2_ckpt_read_header, .ckpt_load = gpt2_ckpt_load, .hf = &collage__gpt2_hf};

@@ -22,7 +22,7 @@ typedef struct {
     /* activation k: offset in its slab, layer stride, count; in the bf16 model the bf16 ones are in a
      * slab of their own (a16) and the rest (statistics, logits, losses, scratch) in a float slab (a32) */
     size_t a[A_COUNT], al[A_COUNT], an[A_COUNT];
-    size_t nparams, nacts, nacts16;
+    size_t nparams;
     /* bf16 model: the float sums of the gradients that no product writes (biases, norms, wpe): offset of
      * tensor k in that slab (the products' matrices: wte, qkvw, attprojw, fcw, fcprojw have none) */
     size_t gs[GPT2_NTENSORS];

@@ -1,8 +1,8 @@
 /* graph_model.c — the model object of graph_model.h: slabs allocated at create, each call's input checked
  * and copied, the family's float, double or bf16 graph run in the model's precision, gradients kept by
  * the contracts of collage_model.h (+= in fp32 and fp64; one rounding per element in bf16), the
- * masked-LM objective for a family that declares it (padding, scored positions, hits), and the adapters
- * that make it a family row's model calls. */
+ * masked-LM objective for a family that declares it (padding, scored positions, hits); collage_model
+ * (model.c) is this object on a family's graphs. */
 #include "internal.h"
 #include "graph_model.h"
 #include "model.h"
@@ -395,9 +395,27 @@ static double mlm_run(gm_model *m, const void *w, const gm_env *e, long *hits) {
     return sum;
 }
 
+/* A causal model's batch: full rows, every position scored, the mean; no count of hits. */
+static collage_status forward_full_rows(gm_model *m, const void *params, const collage_batch *b,
+                                        collage_forward_info *out) {
+    const char *fam = collage_family_name(m->cfg.family);
+    if (!b) return fail(m, COLLAGE_ERR_NULL, "batch is NULL");
+    for (int r = 0; b->lengths && r < b->B; r++)
+        if (b->lengths[r] != b->T)
+            return fail(m, COLLAGE_ERR_UNSUPPORTED, "row %d is %d of %d tokens long: a %s model takes no padding", r,
+                        b->lengths[r], b->T, fam);
+    if (b->loss_divisor != 0)
+        return fail(m, COLLAGE_ERR_UNSUPPORTED, "a %s model's loss is the mean over every position (no divisor)", fam);
+    double loss = (double)NAN;
+    collage_status st = gm_forward(m, params, b->tokens, b->targets, b->B, b->T, &loss);
+    if (st == COLLAGE_OK && out)
+        *out = (collage_forward_info){.loss = loss, .scored = b->targets ? (long long)b->B * b->T : 0, .correct = -1};
+    return st;
+}
+
 collage_status gm_forward_batch(gm_model *m, const void *params, const collage_batch *b, collage_forward_info *out) {
     if (!m) return COLLAGE_ERR_NULL;
-    if (!m->g->mlm) return fail(m, COLLAGE_ERR_UNSUPPORTED, "this model is no masked LM");
+    if (!m->g->mlm) return forward_full_rows(m, params, b, out);
     m->ready = 0;
     collage_status st = take_batch(m, params, b);
     gm_env e = {0};
@@ -431,7 +449,9 @@ static void copy_logits(const gm_model *m, int K, float *logits) {
 collage_status gm_logits_at(gm_model *m, const void *params, const int *tokens, int T, const int *pos, int npos,
                             float *logits) {
     if (!m) return COLLAGE_ERR_NULL;
-    if (!m->g->mlm) return fail(m, COLLAGE_ERR_UNSUPPORTED, "this model is no masked LM");
+    if (!m->g->mlm)
+        return fail(m, COLLAGE_ERR_UNSUPPORTED, "a %s model predicts the next token, not masked positions",
+                    collage_family_name(m->cfg.family));
     m->ready = 0;
     if (!logits || !pos) return fail(m, COLLAGE_ERR_NULL, "positions or logits is NULL");
     if (npos < 1 || npos > T) return fail(m, COLLAGE_ERR_SIZE, "%d positions of a %d-token sequence", npos, T);
@@ -468,41 +488,30 @@ int gm_act_tensors(const gm_model *m, gm_act *out, int cap) {
     return n;
 }
 
-/* ---------------------------------------------------------------- a family row's model calls */
-void gm_row_free(void *m) { gm_free(m); }
-size_t gm_row_size(const void *m) { return gm_size(m); }
-const char *gm_row_error(const void *m) { return gm_error(m); }
-collage_status gm_row_forward(void *m, const void *params, const int *tokens, const int *targets, int B, int T,
-                              double *loss) {
-    return gm_forward(m, params, tokens, targets, B, T, loss);
-}
-collage_status gm_row_backward(void *m) { return gm_backward(m); }
-void *gm_row_grads(void *m) { return gm_grads(m); }
-void gm_row_zero_grad(void *m) { gm_zero_grad(m); }
-collage_status gm_row_next_logits(void *m, const void *params, const int *tokens, int T, float *logits) {
-    return gm_next_logits(m, params, tokens, T, logits);
-}
-collage_status gm_row_set_loss_scale(void *m, double scale) { return gm_set_loss_scale(m, scale); }
-collage_status gm_row_memory(const void *m, collage_model_memory *out) { return gm_memory(m, out); }
-collage_status gm_row_forward_batch(void *m, const void *params, const collage_batch *b, collage_forward_info *out) {
-    return gm_forward_batch(m, params, b, out);
-}
-collage_status gm_row_logits_at(void *m, const void *params, const int *tokens, int T, const int *pos, int npos,
-                                float *logits) {
-    return gm_logits_at(m, params, tokens, T, pos, npos, logits);
+/* ---------------------------------------------------------------- the families' plans */
+size_t gm_lay_out_params(const collage_tensor_info *t, int nt, int L, const unsigned char *layered, size_t *p,
+                         size_t *pl, size_t *gs) {
+    size_t ngs = 0;
+    for (int k = 0; k < nt; k++) {
+        p[k] = t[k].offset;
+        pl[k] = layered[k] ? t[k].count / (size_t)L : 0;
+        gs[k] = ngs;
+        if (!t[k].product) ngs += t[k].count;
+    }
+    return ngs;
 }
 
-/* ---------------------------------------------------------------- initialisation */
-void gm_init_normal(float *x, size_t n, double sd, uint64_t key) {
-    const long pairs = (long)((n + 1) / 2);
-    const int nt = collage__threads();
-    (void)nt; /* unused without OpenMP */
-#pragma omp parallel for schedule(static) num_threads(nt) if (n >= 65536)
-    for (long p = 0; p < pairs; p++) {
-        const double u1 = ((double)collage_rand32(key, 2 * (uint64_t)p) + 1.0) * (1.0 / 4294967296.0); /* (0, 1] */
-        const double u2 = (double)collage_rand32(key, 2 * (uint64_t)p + 1) * (1.0 / 4294967296.0);
-        const double r = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
-        x[2 * p] = (float)(sd * (r * cos(th)));
-        if ((size_t)(2 * p + 1) < n) x[2 * p + 1] = (float)(sd * (r * sin(th)));
+void gm_lay_out_acts(int n, int L, const size_t *per, const size_t *whole, const unsigned char *is16, int split,
+                     size_t *a, size_t *al, size_t *an, gm_sizes *sz) {
+    size_t off[2] = {0, 0};
+    for (int k = 0; k < n; k++) {
+        const int s16 = split && is16[k];
+        const size_t count = per[k] ? (size_t)L * per[k] : whole[k];
+        a[k] = off[s16];
+        al[k] = per[k];
+        if (an) an[k] = count;
+        off[s16] += count;
     }
+    sz->nacts = off[0];
+    sz->nacts16 = off[1];
 }

@@ -1,12 +1,13 @@
 /* model.h — the family table behind collage_model.h: what one model family provides (its names and
- * presets, objective, shape check, tensors, initialisation, the model's calls and its checkpoint format),
- * as a row of function pointers. model.c holds the table and the generic object; each family fills its
+ * presets, objective, shape check, tensors, initialisation, its graphs and its checkpoint format), as a
+ * row of function pointers. model.c holds the table and the generic object; each family fills its
  * row in its own file (gpt2.c: collage__gpt2_family, llama.c, bert.c). Private to the library and its
  * tests. */
 #ifndef COLLAGE_MODELS_MODEL_H
 #define COLLAGE_MODELS_MODEL_H
 
 #include "collage_model.h"
+#include "graph_model.h"
 #include "nn.h"
 
 /* The first bytes of a checkpoint file handed to every family's probe (fewer when the file is shorter). */
@@ -59,26 +60,9 @@ typedef struct {
     int (*tensors)(const collage_model_config *cfg, collage_tensor_info *out, int cap);
     collage_status (*init_weights)(const collage_model_config *cfg, uint64_t seed, float *w, size_t n);
 
-    /* The model: an object of the family's own type (impl), made for maxB × maxT. The calls keep the
-     * contracts of collage_model.h; model.c keeps OpenBLAS single-threaded around them. */
-    collage_status (*create)(const collage_model_config *cfg, collage_real prec, int maxB, int maxT, void **impl);
-    void (*free)(void *impl);
-    size_t (*size)(const void *impl);
-    const char *(*error)(const void *impl);
-    collage_status (*forward)(void *impl, const void *params, const int *tokens, const int *targets, int B, int T,
-                              double *loss);
-    collage_status (*backward)(void *impl);
-    void *(*grads)(void *impl);
-    void (*zero_grad)(void *impl);
-    collage_status (*set_loss_scale)(void *impl, double scale); /* optional: NULL = no loss scaling */
-    collage_status (*next_logits)(void *impl, const void *params, const int *tokens, int T, float *logits);
-    /* Optional (NULL: model.c answers for the family). forward_batch: padding, unscored positions, a loss
-     * divisor and the count of correct predictions (NULL: full rows, every position scored, through
-     * forward). logits_at: the logits of chosen positions (NULL: COLLAGE_ERR_UNSUPPORTED). */
-    collage_status (*forward_batch)(void *impl, const void *params, const collage_batch *b, collage_forward_info *out);
-    collage_status (*logits_at)(void *impl, const void *params, const int *tokens, int T, const int *pos, int npos,
-                                float *logits);
-    collage_status (*memory)(const void *impl, collage_model_memory *out);
+    /* The model: graph_model.h's object on the family's graphs (its plan, its float, double and bf16
+     * passes; a masked-LM family's on gm_io). collage_model_create checks cfg with check first. */
+    const gm_graph *graph;
 
     /* The checkpoint format. probe: 1 when head (the file's first len bytes) starts a checkpoint of this
      * family. ckpt_what names the format for messages ("llm.c GPT-2, magic 20240326"). Errors name the
@@ -139,6 +123,11 @@ void collage__products_forget(void);
 void collage__products_describe(const collage__products *p, collage_real prec, char *out, size_t cap);
 /* The pin that reproduces the choice ("fp32=onednn,bf16=widen"), for a rerun or a resume. */
 void collage__products_spec(const collage__products *p, collage_real prec, char *out, size_t cap);
+
+/* The model object of cfg's family in precision prec (any of gm_precision, the emulated ones included):
+ * the family's check for maxB × maxT, then gm_create on its graphs. *out NULL on failure. */
+collage_status collage__model_object(const collage_model_config *cfg, gm_precision prec, int maxB, int maxT,
+                                     gm_model **out);
 
 /* The row of family f; NULL if f is out of range. */
 const collage_model_family *collage__model_family(collage_family f);
