@@ -55,12 +55,7 @@ collage_status bert_ckpt_save(const char *path, const collage_model_config *cfg,
              fwrite(dims, 8, nd, af.f) == nd &&
              fwrite((const char *)params + t[k].offset * es, es, t[k].count, af.f) == t[k].count;
     }
-    if (!ok) {
-        st = collage__fail(err, cap, COLLAGE_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-        collage_atomic_abort(&af);
-        return st;
-    }
-    return collage_atomic_commit(&af, err, cap);
+    return collage__atomic_finish(&af, ok, err, cap);
 }
 
 /* Open and validate the header and the file's size; on success *fp is positioned at the first record. */

@@ -41,12 +41,7 @@ collage_status gpt2_ckpt_save(const char *path, const collage_model_config *cfg,
     collage_status st = collage_atomic_open(&af, path, err, cap);
     if (st) return st;
     size_t es = bf16 ? 2 : 4;
-    if (fwrite(h, sizeof h, 1, af.f) != 1 || fwrite(params, es, n, af.f) != n) {
-        st = collage__fail(err, cap, COLLAGE_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-        collage_atomic_abort(&af);
-        return st;
-    }
-    return collage_atomic_commit(&af, err, cap);
+    return collage__atomic_finish(&af, fwrite(h, sizeof h, 1, af.f) == 1 && fwrite(params, es, n, af.f) == n, err, cap);
 }
 
 /* Open and validate the header; on success *fp is positioned at the weights. */
