@@ -1,7 +1,7 @@
 /* model.c — collage_model.h over the family table: one row per family (model.h), chosen by the config's
- * family (or, for a checkpoint, by probing the file's first bytes); the generic model object, which keeps
- * OpenBLAS single-threaded for the length of each call and restores the caller's setting; precisions,
- * parameter groups and sampling, which no family changes. */
+ * family (or, for a checkpoint, by probing the file's first bytes); collage_model, graph_model.c's object
+ * on the family's graphs, which keeps OpenBLAS single-threaded for the length of each call and restores
+ * the caller's setting; precisions, parameter groups and sampling, which no family changes. */
 #include "internal.h"
 #include "model.h"
 #include "nn.h"
