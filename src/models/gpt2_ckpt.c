@@ -108,17 +108,9 @@ collage_status gpt2_ckpt_load(const char *path, const collage_model_config *cfg,
     size_t fes = file_bf16 ? 2 : 4;
     void *buf = file_bf16 == want_bf16 ? NULL : malloc(chunk * fes);
     if (file_bf16 != want_bf16 && !buf) { fclose(f); return COLLAGE_ERR_NOMEM; }
-    for (size_t at = 0; at < n; at += chunk) {
-        size_t k = n - at < chunk ? n - at : chunk;
-        void *dst = want_bf16 ? (void *)((uint16_t *)params + at) : (void *)((float *)params + at);
-        if (fread(buf ? buf : dst, fes, k, f) != k) {
-            free(buf); fclose(f);
-            return collage__fail(err, cap, COLLAGE_ERR_IO, "read error in '%s' at parameter %zu", path, at);
-        }
-        if (buf && want_bf16) collage_bf16_from_f32_row(dst, buf, k);
-        else if (buf) collage_bf16_to_f32_row(dst, buf, k);
-    }
+    const size_t got = collage__read_elements(f, params, n, fes, want_bf16, buf, chunk);
     free(buf);
     fclose(f);
+    if (got < n) return collage__fail(err, cap, COLLAGE_ERR_IO, "read error in '%s' at parameter %zu", path, got);
     return COLLAGE_OK;
 }

@@ -151,6 +151,18 @@ collage_status collage_model_init_weights(const collage_model_config *cfg, uint6
     return fam->init_weights(cfg, seed, w, n);
 }
 
+size_t collage__read_elements(FILE *f, void *dst, size_t count, size_t es, int want_bf16, void *buf, size_t chunk) {
+    for (size_t at = 0; at < count; at += chunk) {
+        const size_t k = count - at < chunk ? count - at : chunk;
+        void *d = want_bf16 ? (void *)((uint16_t *)dst + at) : (void *)((float *)dst + at);
+        const int convert = (es == 2) != (want_bf16 != 0);
+        if (fread(convert ? buf : d, es, k, f) != k) return at;
+        if (convert && want_bf16) collage_bf16_from_f32_row(d, buf, k);
+        else if (convert) collage_bf16_to_f32_row(d, buf, k);
+    }
+    return count;
+}
+
 #define MAX_DIM (1 << 20)
 #define MAX_C (1 << 15)
 #define MAX_TOKENS (1 << 22) /* maxB · maxT */

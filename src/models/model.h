@@ -9,6 +9,7 @@
 #include "collage_model.h"
 #include "graph_model.h"
 #include "nn.h"
+#include <stdio.h>
 
 /* The first bytes of a checkpoint file handed to every family's probe (fewer when the file is shorter). */
 #define COLLAGE_CKPT_PROBE_BYTES 64
@@ -98,6 +99,11 @@ void collage__fill_normal(float *x, size_t count, size_t live, double sd, uint64
  * batch maxB × maxT (0: skip) within the context and at most 2^22 tokens. */
 collage_status collage__check_dims(const collage_model_config *cfg, int min_vocab, int maxB, int maxT, char *msg,
                                    size_t cap);
+/* The families' checkpoint readers: count elements of es bytes (4 float, 2 bf16) from f into dst (float
+ * when want_bf16 = 0, collage_bf16 when 1), converting bf16 → float exactly and float → bf16 by RN, through
+ * buf (chunk elements of es bytes; NULL where no conversion is needed). Returns count, or the index of
+ * the first element of the chunk that could not be read. */
+size_t collage__read_elements(FILE *f, void *dst, size_t count, size_t es, int want_bf16, void *buf, size_t chunk);
 /* COLLAGE_OK when the config a checkpoint holds (have) is the one asked for (want), else
  * COLLAGE_ERR_FORMAT with a message naming path and both shapes. */
 collage_status collage__ckpt_same_shape(const char *path, const collage_model_config *have,
