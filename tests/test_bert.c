@@ -9,16 +9,10 @@
 #include "collage.h"
 #include "collage_run.h"
 #include "harness.h"
+#include "model.h"
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
-
-/* A BERT model of graph_model.h (the family row's create: its check, then the object). */
-static collage_status bert_create(const collage_model_config *c, gm_precision prec, int maxB, int maxT, gm_model **m) {
-    *m = NULL;
-    const collage_status st = bert_check(c, maxB, maxT, NULL, 0);
-    return st != COLLAGE_OK ? st : gm_create(&collage__bert_graph, c, prec, maxB, maxT, m);
-}
 
 /* ------------------------------------------------------------------ tolerances */
 #define FD_STEP 1e-3          /* finite-difference step (4-point stencil, error O(h^4)) */
@@ -175,7 +169,7 @@ static void test_backward_vs_finite_differences(void) {
     const collage_model_config c = small_cfg();
     const int B = 2, T = 6, len[2] = {6, 4};
     gm_model *m = NULL;
-    CHECK(bert_create(&c, GM_FP64, B, T, &m) == COLLAGE_OK, "create");
+    CHECK(collage__model_object(&c, GM_FP64, B, T, &m) == COLLAGE_OK, "create");
     if (!m) return;
     const size_t n = gm_size(m);
     double *w = malloc(n * sizeof *w), *g = malloc(n * sizeof *g);
@@ -216,7 +210,8 @@ static void test_float_matches_double(void) {
     const collage_model_config c = small_cfg();
     const int B = 2, T = 6, len[2] = {3, 6};
     gm_model *md = NULL, *mf = NULL;
-    CHECK(bert_create(&c, GM_FP64, B, T, &md) == COLLAGE_OK && bert_create(&c, GM_FP32, B, T, &mf) == COLLAGE_OK,
+    CHECK(collage__model_object(&c, GM_FP64, B, T, &md) == COLLAGE_OK &&
+              collage__model_object(&c, GM_FP32, B, T, &mf) == COLLAGE_OK,
           "create");
     if (!md || !mf) { gm_free(md); gm_free(mf); return; }
     const size_t n = gm_size(md);
@@ -241,7 +236,8 @@ static void test_float_matches_double(void) {
 static void test_padding(void) {
     const collage_model_config c = small_cfg();
     gm_model *m = NULL, *one = NULL;
-    CHECK(bert_create(&c, GM_FP64, 2, 6, &m) == COLLAGE_OK && bert_create(&c, GM_FP64, 1, 4, &one) == COLLAGE_OK,
+    CHECK(collage__model_object(&c, GM_FP64, 2, 6, &m) == COLLAGE_OK &&
+              collage__model_object(&c, GM_FP64, 1, 4, &one) == COLLAGE_OK,
           "create");
     if (!m || !one) { gm_free(m); gm_free(one); return; }
     const size_t n = gm_size(m);
@@ -316,7 +312,7 @@ static run_out run_once(gm_precision prec, const void *w, const int *tok, const 
     const collage_model_config c = tiny_cfg();
     run_out o = {.loss = (double)NAN};
     gm_model *m = NULL;
-    CHECK(bert_create(&c, prec, B, T, &m) == COLLAGE_OK, "create %s", gm_precision_name(prec));
+    CHECK(collage__model_object(&c, prec, B, T, &m) == COLLAGE_OK, "create %s", gm_precision_name(prec));
     if (!m) return o;
     const collage_batch b = {.tokens = tok, .targets = tgt, .lengths = len, .B = B, .T = T};
     collage_forward_info fi = {0};
@@ -480,7 +476,7 @@ static void test_against_fp64(void) {
 static void test_logits_at(void) {
     const collage_model_config c = small_cfg();
     gm_model *m = NULL;
-    CHECK(bert_create(&c, GM_FP32, 1, 8, &m) == COLLAGE_OK, "create");
+    CHECK(collage__model_object(&c, GM_FP32, 1, 8, &m) == COLLAGE_OK, "create");
     if (!m) return;
     const size_t n = gm_size(m);
     double *wd = malloc(n * sizeof *wd);
@@ -586,8 +582,8 @@ static void test_bad_input(void) {
     CHECK(bert_check(&c, 1, 1, msg, sizeof msg) == COLLAGE_ERR_SIZE, "V 1");
     c = small_cfg();
     gm_model *m = NULL;
-    CHECK(bert_create(&c, GM_FP32, 1, 9, &m) == COLLAGE_ERR_SIZE && !m, "maxT > context");
-    CHECK(bert_create(&c, GM_FP32, 2, 4, &m) == COLLAGE_OK, "create");
+    CHECK(collage__model_object(&c, GM_FP32, 1, 9, &m) == COLLAGE_ERR_SIZE && !m, "maxT > context");
+    CHECK(collage__model_object(&c, GM_FP32, 2, 4, &m) == COLLAGE_OK, "create");
     if (!m) return;
     float *w = calloc(gm_size(m), sizeof *w);
     int tok[8] = {1, 2, 3, 4, 5, 6, 7, 8}, tgt[8], len[2] = {4, 2};

@@ -10,7 +10,6 @@
 #include "adamw_impl.h" /* the generic reference and the presets' cases, side by side */
 #include "collage.h"
 #include "collage_run.h"
-#include "gpt2.h"
 #include "nn.h"                /* nn_rnd_f32: the float model's rounding where it stores */
 #include "harness.h"
 #include <math.h>

@@ -1,6 +1,6 @@
 /* test_model.c — the generic model interface (collage_model.h) against its families, GPT-2 (gpt2.h) and
- * BERT (bert.h, in graph_model.h's object): the same tensors, groups and parameter counts; forward, backward and
- * the logits (next token, or of chosen positions) through collage_model equal the family's own calls bit for bit in fp32,
+ * BERT (bert.h), each in graph_model.h's object: the same tensors, groups and parameter counts; forward, backward and
+ * the logits (next token, or of chosen positions) through collage_model equal the object's own calls bit for bit in fp32,
  * bf16 and fp64, and what a family does not do is refused with a message; checkpoints of both formats
  * save, read their header and load back exactly (BERT's tensors by name, in any order), and failures name
  * the file; model calls, one at a time or on two threads at once, leave the caller's OpenBLAS thread
@@ -13,8 +13,7 @@
 #include "collage_data.h"
 #include "collage_model.h"
 #include "bert_plan.h"
-#include "gpt2.h"
-#include "gpt2_ckpt.h"
+#include "gpt2_plan.h"
 #include "harness.h"
 #include <cblas.h>
 #include <math.h>
@@ -31,12 +30,6 @@ static collage_model_config micro_cfg(void) {
                                   .max_seq_len = 8, .num_layers = 2, .num_heads = 2, .channels = 16};
 }
 
-static collage_gpt_config gpt_of(const collage_model_config *c) {
-    return (collage_gpt_config){.vocab_size = c->vocab_size, .padded_vocab_size = c->padded_vocab_size,
-                                .max_seq_len = c->max_seq_len, .num_layers = c->num_layers,
-                                .num_heads = c->num_heads, .channels = c->channels};
-}
-
 /* ------------------------------------------------------------------ names, configs, tensors */
 static void test_names_and_presets(void) {
     collage_family f;
@@ -51,12 +44,12 @@ static void test_names_and_presets(void) {
     for (int k = 0; k < COLLAGE_REAL_COUNT; k++) {
         CHECK(collage_real_parse(collage_real_name((collage_real)k), &r) == COLLAGE_OK && r == (collage_real)k,
               "real %d round trip", k);
-        if (k == COLLAGE_REAL_FP16) continue; /* the family runs it as fp16-emulated */
-        CHECK(strcmp(collage_real_name((collage_real)k), collage_gpt_precision_name((collage_gpt_precision)k)) == 0,
+        if (k == COLLAGE_REAL_FP16) continue; /* the object runs it as fp16-emulated */
+        CHECK(strcmp(collage_real_name((collage_real)k), gm_precision_name(gm_precision_of((collage_real)k))) == 0,
               "real %d named %s", k, collage_real_name((collage_real)k));
     }
     CHECK(!strcmp(collage_real_name(COLLAGE_REAL_FP16), "fp16") &&
-              !strcmp(collage_gpt_precision_name(COLLAGE_GPT_FP16_EMULATED), "fp16-emulated"), "the fp16 names");
+              !strcmp(gm_precision_name(gm_precision_of(COLLAGE_REAL_FP16)), "fp16-emulated"), "the fp16 names");
     CHECK(collage_real_size(COLLAGE_REAL_FP32) == 4 && collage_real_size(COLLAGE_REAL_BF16) == 2 &&
               collage_real_size(COLLAGE_REAL_FP64) == 8 && collage_real_size(COLLAGE_REAL_FP16) == 2, "real sizes");
     CHECK(collage_real_parse("fp8", &r) == COLLAGE_ERR_ARG, "parse fp8");
@@ -79,13 +72,11 @@ static void test_names_and_presets(void) {
     }
     CHECK(collage_family_parse("bert", &f) == COLLAGE_OK && f == COLLAGE_FAMILY_BERT, "parse bert");
     for (int k = 0; k < 3 && k < n; k++) {
-        collage_model_config c;
-        collage_gpt_config g;
+        collage_model_config c, g;
         CHECK(strcmp(names[k], want[k]) == 0, "preset %d is %s", k, names[k]);
-        CHECK(collage_model_preset(names[k], &c) == COLLAGE_OK && collage_gpt_preset(names[k], &g) == COLLAGE_OK, "%s",
+        CHECK(collage_model_preset(names[k], &c) == COLLAGE_OK && gpt2_preset(names[k], &g) == COLLAGE_OK, "%s",
               names[k]);
-        collage_gpt_config back = gpt_of(&c);
-        CHECK(c.family == COLLAGE_FAMILY_GPT2 && memcmp(&back, &g, sizeof g) == 0, "preset %s differs", names[k]);
+        CHECK(c.family == COLLAGE_FAMILY_GPT2 && memcmp(&c, &g, sizeof g) == 0, "preset %s differs", names[k]);
     }
     collage_model_config c;
     CHECK(collage_model_preset("huge", &c) == COLLAGE_ERR_ARG, "unknown preset");
@@ -118,27 +109,26 @@ static void test_tensors_and_groups(void) {
     collage_model_config cs[2] = {micro_cfg()};
     collage_model_preset("gpt2", &cs[1]);
     for (int i = 0; i < 2; i++) {
-        const collage_gpt_config g = gpt_of(&cs[i]);
-        collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS];
-        collage_gpt_tensor gt[COLLAGE_GPT_NTENSORS];
+        collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS], gt[GPT2_NTENSORS];
         const int n = collage_model_tensors(&cs[i], t, COLLAGE_MODEL_MAX_TENSORS);
-        CHECK(n == COLLAGE_GPT_NTENSORS && collage_gpt_tensors(&g, gt) == n, "config %d: %d tensors", i, n);
+        CHECK(n == GPT2_NTENSORS && gpt2_tensors(&cs[i], gt, GPT2_NTENSORS) == n, "config %d: %d tensors", i, n);
         CHECK(collage_model_tensors(&cs[i], NULL, 0) == n && collage_model_tensors(&cs[i], t, 3) == n, "count only");
-        for (int k = 0; k < n && k < COLLAGE_GPT_NTENSORS; k++) {
-            int same = strcmp(t[k].name, gt[k].name) == 0 && t[k].offset == gt[k].offset &&
+        size_t off = 0;
+        for (int k = 0; k < n && k < GPT2_NTENSORS; k++) {
+            int same = strcmp(t[k].name, gt[k].name) == 0 && t[k].offset == gt[k].offset && t[k].offset == off &&
                        t[k].count == gt[k].count && t[k].ndim == gt[k].ndim && t[k].decay == gt[k].decay &&
                        t[k].shape[3] == 0;
             for (int d = 0; d < 3; d++) same = same && t[k].shape[d] == gt[k].shape[d];
             CHECK(same, "config %d tensor %d (%s) differs from the family's", i, k, gt[k].name);
+            off += t[k].count;
         }
-        CHECK(collage_model_num_params(&cs[i]) == collage_gpt_num_params(&g), "config %d: params %zu vs %zu", i,
-              collage_model_num_params(&cs[i]), collage_gpt_num_params(&g));
-        collage_param_group pg[COLLAGE_MODEL_MAX_TENSORS], gg[COLLAGE_GPT_NTENSORS];
-        CHECK(collage_model_param_groups(&cs[i], 0.1, pg, COLLAGE_MODEL_MAX_TENSORS) == n &&
-                  collage_gpt_param_groups(&g, 0.1, gg) == n, "groups");
-        for (int k = 0; k < n && k < COLLAGE_GPT_NTENSORS; k++)
-            CHECK(strcmp(pg[k].name, gg[k].name) == 0 && pg[k].offset == gg[k].offset && pg[k].count == gg[k].count &&
-                      pg[k].weight_decay == gg[k].weight_decay, "config %d group %d differs", i, k);
+        CHECK(collage_model_num_params(&cs[i]) == off, "config %d: params %zu vs the tensors' %zu", i,
+              collage_model_num_params(&cs[i]), off);
+        collage_param_group pg[COLLAGE_MODEL_MAX_TENSORS];
+        CHECK(collage_model_param_groups(&cs[i], 0.1, pg, COLLAGE_MODEL_MAX_TENSORS) == n, "groups");
+        for (int k = 0; k < n && k < GPT2_NTENSORS; k++)
+            CHECK(strcmp(pg[k].name, gt[k].name) == 0 && pg[k].offset == gt[k].offset && pg[k].count == gt[k].count &&
+                      pg[k].weight_decay == (gt[k].decay ? 0.1 : 0.0), "config %d group %d differs", i, k);
     }
     CHECK(collage_model_num_params(&cs[1]) == 124475904u, "gpt2 has %zu params", collage_model_num_params(&cs[1]));
 }
@@ -178,11 +168,10 @@ static void test_llama_tensors_and_groups(void) {
 
 static void test_init_matches_family(void) {
     const collage_model_config c = micro_cfg();
-    const collage_gpt_config g = gpt_of(&c);
     const size_t n = collage_model_num_params(&c);
     float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
     CHECK(collage_model_init_weights(&c, SEED, a, n) == COLLAGE_OK, "init");
-    CHECK(collage_gpt_init_weights(&g, SEED, b, n) == COLLAGE_OK, "family init");
+    CHECK(gpt2_init_weights(&c, SEED, b, n) == COLLAGE_OK, "family init");
     CHECK(memcmp(a, b, n * sizeof *a) == 0, "init differs from the family's");
     CHECK(collage_model_init_weights(&c, SEED, a, n + 1) == COLLAGE_ERR_SIZE, "wrong n accepted");
     free(a);
@@ -201,44 +190,39 @@ static void *weights_in(collage_real p, const float *w, size_t n) {
     return out;
 }
 
-/* The family's precision a model precision runs (the fp16 model is its float graph on fp16 storage). */
-static collage_gpt_precision gpt_prec(collage_real p) {
-    return p == COLLAGE_REAL_FP16 ? COLLAGE_GPT_FP16_EMULATED : (collage_gpt_precision)p;
-}
-
 /* One precision: two steps (forward, backward) with and without zero_grad, then next_logits. */
 static void compare_precision(collage_real p, const float *w32, const int *tok, const int *tgt) {
     const collage_model_config c = micro_cfg();
-    const collage_gpt_config g = gpt_of(&c);
     collage_model *m = NULL;
-    collage_gpt *f = NULL;
+    gm_model *f = NULL;
+    const gm_precision fp = p == COLLAGE_REAL_FP16 ? GM_FP16_EMULATED : (gm_precision)p;
     CHECK(collage_model_create(&c, p, B_TEST, T_TEST, &m) == COLLAGE_OK, "%s: create", collage_real_name(p));
-    CHECK(collage_gpt_create(&g, gpt_prec(p), B_TEST, T_TEST, &f) == COLLAGE_OK, "family create");
-    if (!m || !f) { collage_model_free(m); collage_gpt_free(f); return; }
+    CHECK(gm_create(&collage__gpt2_graph, &c, fp, B_TEST, T_TEST, &f) == COLLAGE_OK, "family create");
+    if (!m || !f) { collage_model_free(m); gm_free(f); return; }
     const size_t n = collage_model_size(m), es = collage_real_size(p);
-    CHECK(n == collage_gpt_size(f) && collage_model_precision(m) == p, "size or precision");
+    CHECK(n == gm_size(f) && collage_model_precision(m) == p, "size or precision");
     CHECK(collage_model_get_config(m)->num_layers == c.num_layers, "config");
     void *w = weights_in(p, w32, n);
     for (int step = 0; step < 2; step++) {
         double lm = 0, lf = 1;
-        if (step == 0) { collage_model_zero_grad(m); collage_gpt_zero_grad(f); }
+        if (step == 0) { collage_model_zero_grad(m); gm_zero_grad(f); }
         CHECK(collage_model_forward(m, w, tok, tgt, B_TEST, T_TEST - step, &lm) == COLLAGE_OK, "%s", collage_model_error(m));
-        CHECK(collage_gpt_forward(f, w, tok, tgt, B_TEST, T_TEST - step, &lf) == COLLAGE_OK, "%s", collage_gpt_error(f));
+        CHECK(gm_forward(f, w, tok, tgt, B_TEST, T_TEST - step, &lf) == COLLAGE_OK, "%s", gm_error(f));
         CHECK(memcmp(&lm, &lf, sizeof lm) == 0, "%s step %d: loss %.17g vs family %.17g", collage_real_name(p), step, lm, lf);
-        CHECK(collage_model_backward(m) == COLLAGE_OK && collage_gpt_backward(f) == COLLAGE_OK, "backward");
-        CHECK(memcmp(collage_model_grads(m), collage_gpt_grads(f), n * es) == 0, "%s step %d: gradients differ",
+        CHECK(collage_model_backward(m) == COLLAGE_OK && gm_backward(f) == COLLAGE_OK, "backward");
+        CHECK(memcmp(collage_model_grads(m), gm_grads(f), n * es) == 0, "%s step %d: gradients differ",
               collage_real_name(p), step);
     }
     float lgm[19], lgf[19];
-    CHECK(collage_model_next_logits(m, w, tok, 5, lgm) == COLLAGE_OK && collage_gpt_next_logits(f, w, tok, 5, lgf) == COLLAGE_OK,
+    CHECK(collage_model_next_logits(m, w, tok, 5, lgm) == COLLAGE_OK && gm_next_logits(f, w, tok, 5, lgf) == COLLAGE_OK,
           "next_logits");
     CHECK(memcmp(lgm, lgf, sizeof lgm) == 0, "%s: next-token logits differ", collage_real_name(p));
-    CHECK(collage_sample_logits(lgm, 19, 0.8f, 7, 3) == collage_gpt_sample(lgf, 19, 0.8f, 7, 3), "sample");
+    CHECK(collage_sample_logits(lgm, 19, 0.8f, 7, 3) == collage_sample_logits(lgf, 19, 0.8f, 7, 3), "sample");
     CHECK(collage_model_backward(m) == COLLAGE_ERR_ARG && strstr(collage_model_error(m), "forward"),
           "backward after next_logits: %s", collage_model_error(m));
     free(w);
     collage_model_free(m);
-    collage_gpt_free(f);
+    gm_free(f);
 }
 
 static void test_model_matches_family(void) {
@@ -437,12 +421,11 @@ static void test_blas_threads_restored(void) {
         return;
     }
     const collage_model_config c = micro_cfg();
-    const collage_gpt_config g = gpt_of(&c);
     collage_model *m = NULL;
-    collage_gpt *f = NULL;
+    gm_model *f = NULL;
     collage_model_create(&c, COLLAGE_REAL_FP32, 1, 4, &m);
-    collage_gpt_create(&g, COLLAGE_GPT_FP32, 1, 4, &f);
-    if (!m || !f) { CHECK(0, "create"); collage_model_free(m); collage_gpt_free(f); return; }
+    gm_create(&collage__gpt2_graph, &c, GM_FP32, 1, 4, &f);
+    if (!m || !f) { CHECK(0, "create"); collage_model_free(m); gm_free(f); return; }
     float *w = calloc(collage_model_size(m), sizeof *w), lg[19];
     int tok[4] = {1, 2, 3, 4};
     CHECK(collage_model_forward(m, w, tok, tok, 1, 4, NULL) == COLLAGE_OK, "forward");
@@ -451,12 +434,12 @@ static void test_blas_threads_restored(void) {
     CHECK(openblas_get_num_threads() == 2, "after collage_model_backward: %d threads", openblas_get_num_threads());
     CHECK(collage_model_next_logits(m, w, tok, 4, lg) == COLLAGE_OK, "next_logits");
     CHECK(openblas_get_num_threads() == 2, "after collage_model_next_logits: %d", openblas_get_num_threads());
-    CHECK(collage_gpt_forward(f, w, tok, tok, 1, 4, NULL) == COLLAGE_OK && collage_gpt_backward(f) == COLLAGE_OK &&
-              collage_gpt_next_logits(f, w, tok, 4, lg) == COLLAGE_OK, "family calls");
+    CHECK(gm_forward(f, w, tok, tok, 1, 4, NULL) == COLLAGE_OK && gm_backward(f) == COLLAGE_OK &&
+              gm_next_logits(f, w, tok, 4, lg) == COLLAGE_OK, "family calls");
     CHECK(openblas_get_num_threads() == 2, "after the family's calls: %d threads", openblas_get_num_threads());
     free(w);
     collage_model_free(m);
-    collage_gpt_free(f);
+    gm_free(f);
     openblas_set_num_threads(before);
 }
 
@@ -505,7 +488,6 @@ static char g_dir[64];
 
 static void test_checkpoint_round_trip(void) {
     const collage_model_config c = micro_cfg();
-    const collage_gpt_config g = gpt_of(&c);
     const size_t n = collage_model_num_params(&c);
     float *w = malloc(n * sizeof *w), *back = malloc(n * sizeof *back);
     collage_bf16 *wb = malloc(n * sizeof *wb), *backb = malloc(n * sizeof *backb), *rn = malloc(n * sizeof *rn);
@@ -517,7 +499,7 @@ static void test_checkpoint_round_trip(void) {
         snprintf(fam_path, sizeof fam_path, "%s/family%d.bin", g_dir, bf);
         const void *src = bf ? (const void *)wb : (const void *)w;
         CHECK(collage_model_save_file(path, &c, src, bf, err, sizeof err) == COLLAGE_OK, "save: %s", err);
-        CHECK(collage_ckpt_save_model(fam_path, &g, src, bf, err, sizeof err) == COLLAGE_OK, "family save: %s", err);
+        CHECK(gpt2_ckpt_save(fam_path, &c, src, bf, err, sizeof err) == COLLAGE_OK, "family save: %s", err);
         char cmd[300];
         snprintf(cmd, sizeof cmd, "cmp -s %s %s", path, fam_path);
         CHECK(h_sh(NULL, 0, "%s", cmd) == 0, "bf16 %d: the file differs from the family's", bf);
@@ -569,7 +551,7 @@ static void test_checkpoint_errors(void) {
     /* the right magic, then too short: the family's reader names the problem */
     snprintf(path, sizeof path, "%s/short.bin", g_dir);
     f = fopen(path, "wb");
-    int32_t magic = COLLAGE_LLMC_MAGIC, version = COLLAGE_LLMC_VERSION_FP32;
+    int32_t magic = GPT2_LLMC_MAGIC, version = GPT2_LLMC_VERSION_FP32;
     if (f) { fwrite(&magic, 4, 1, f); fwrite(&version, 4, 1, f); fclose(f); }
     expect_fail(collage_model_read_header(path, &r, &bf, err, sizeof err), COLLAGE_ERR_FORMAT, err, "short.bin", "short");
     /* a valid file of another shape */
@@ -753,8 +735,21 @@ static size_t grad_bytes(collage_real p, size_t n, size_t fs) {
     return p == COLLAGE_REAL_FP32 ? 4 * n : p == COLLAGE_REAL_FP64 ? 8 * n : p == COLLAGE_REAL_BF16 ? 2 * n + 4 * fs : 6 * n;
 }
 
-/* One family in one precision: its table covers the slab, the memory report counts the gradients the
- * table implies, and (fp32, bf16: the kinds the formats take) the checkpoint saves and loads the same bits. */
+/* The same configuration, field by field (the struct has padding). */
+static int same_config(const collage_model_config *a, const collage_model_config *b) {
+    return a->family == b->family && a->vocab_size == b->vocab_size && a->padded_vocab_size == b->padded_vocab_size &&
+           a->max_seq_len == b->max_seq_len && a->num_layers == b->num_layers && a->num_heads == b->num_heads &&
+           a->channels == b->channels && a->num_kv_heads == b->num_kv_heads && a->hidden_dim == b->hidden_dim &&
+           a->untied == b->untied && a->norm_eps == b->norm_eps && a->rope_theta == b->rope_theta;
+}
+
+/* Bytes of scratch a model of precision p holds besides the products' tiles (which only the bf16 model
+ * has): the fp16 model's fp32 copy of its weights. */
+static size_t scratch_bytes(collage_real p, size_t n) { return p == COLLAGE_REAL_FP16 ? 4 * n : 0; }
+
+/* One family in one precision: its table covers the slab, the memory report counts the gradients and the
+ * weight copy the table implies, and (fp32, bf16: the kinds the formats take) the checkpoint saves the
+ * config and the bits and loads them back. */
 static void check_family_precision(const collage_model_config *c, collage_real p, const char *file) {
     const char *fam = collage_family_name(c->family), *pn = collage_real_name(p);
     collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS];
@@ -773,6 +768,8 @@ static void check_family_precision(const collage_model_config *c, collage_real p
     CHECK(nt > 0 && n == off && n == collage_model_num_params(c), "%s %s: %zu parameters, the table %zu", fam, pn, n, off);
     CHECK(collage_model_memory_get(m, &mem) == COLLAGE_OK && mem.gradients == grad_bytes(p, n, fs) && mem.activations > 0,
           "%s %s: gradients %zu bytes, the table implies %zu", fam, pn, mem.gradients, grad_bytes(p, n, fs));
+    CHECK(p == COLLAGE_REAL_BF16 ? mem.scratch > 0 : mem.scratch == scratch_bytes(p, n), "%s %s: scratch %zu bytes",
+          fam, pn, mem.scratch);
     collage_model_free(m);
     if (p != COLLAGE_REAL_FP32 && p != COLLAGE_REAL_BF16) return;
     float *w = malloc(n * sizeof *w);
@@ -784,7 +781,7 @@ static void check_family_precision(const collage_model_config *c, collage_real p
     const int bf16 = p == COLLAGE_REAL_BF16; /* llama2.c's file holds fp32: bf16 weights go in and come back exactly */
     CHECK(wp && back && collage_model_save_file(file, c, wp, bf16, err, sizeof err) == COLLAGE_OK &&
               collage_model_read_header(file, &h, &bf, err, sizeof err) == COLLAGE_OK && (bf == bf16 || !bf) &&
-              h.family == c->family && collage_model_num_params(&h) == n &&
+              same_config(&h, c) && collage_model_num_params(&h) == n &&
               collage_model_load_file(file, &h, back, bf16, err, sizeof err) == COLLAGE_OK &&
               !memcmp(back, wp, n * collage_real_size(p)), "%s %s: checkpoint round trip: %s", fam, pn, err);
     free(w); free(wp); free(back);

@@ -62,3 +62,10 @@ collage_status collage_atomic_commit(collage_atomic_file *af, char *err, size_t 
     return COLLAGE_OK;
 }
 
+collage_status collage__atomic_finish(collage_atomic_file *af, int written, char *err, size_t cap) {
+    if (!af || !af->f) return COLLAGE_ERR_NULL;
+    if (written) return collage_atomic_commit(af, err, cap);
+    const collage_status st = collage__fail(err, cap, COLLAGE_ERR_IO, "cannot write '%s': %s", af->path, strerror(errno));
+    collage_atomic_abort(af);
+    return st;
+}

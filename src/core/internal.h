@@ -102,6 +102,10 @@ static inline uint32_t rand_bits(uint32_t k1, uint32_t k2, uint32_t index_lo) {
  * syncs the file but not its folder: for files written into a folder that the caller syncs itself
  * before renaming it into place (a checkpoint). */
 void collage__atomic_defer_dir_sync(int on);
+/* The end of an atomic file's writing: written (every write succeeded), the file committed
+ * (collage_atomic_commit); else COLLAGE_ERR_IO with "cannot write 'PATH': errno's message" in err (errno
+ * as the failed write left it) and the temporary file removed. */
+collage_status collage__atomic_finish(collage_atomic_file *af, int written, char *err, size_t cap);
 
 /* A status with a one-line message in err (cap bytes; err may be NULL). */
 collage_status collage__fail(char *err, size_t cap, collage_status st, const char *fmt, ...)

@@ -98,8 +98,8 @@ collage_status bert_init_weights(const collage_model_config *cfg, uint64_t seed,
 
 /* ---------------------------------------------------------------- the plan */
 /* Offsets of the activations: one slab, or in bf16 (split) a bf16 slab and a float slab. */
-static void plan_acts(bert_plan *P, int maxB, int maxT, int split) {
-    const size_t N = (size_t)maxB * (size_t)maxT, C = (size_t)P->C, L = (size_t)P->L, NH = (size_t)P->NH;
+static void plan_acts(bert_plan *P, int maxB, int maxT, int split, gm_sizes *sz) {
+    const size_t N = (size_t)maxB * (size_t)maxT, C = (size_t)P->C, NH = (size_t)P->NH;
     const size_t TT = (size_t)maxB * NH * (size_t)maxT * (size_t)maxT, NV = N * (size_t)P->Vp;
     size_t per[BA_COUNT] = {0}, whole[BA_COUNT] = {0};
     const size_t layer[] = {3 * N * C, N * C, TT, N * C, N * C, N, N, 4 * N * C, 4 * N * C, N * C, N * C, N, N};
@@ -111,17 +111,11 @@ static void plan_acts(bert_plan *P, int maxB, int maxT, int split) {
         [BA_DH1] = N * C, [BA_DH2] = N * C, [BA_DLOGITS] = split ? NV : 0, [BA_DTMP] = split ? 0 : N * C,
         [BA_SCR] = nn_attention_scratch(maxB, maxT, P->C, P->NH)};
     memcpy(whole, rest, sizeof whole);
-    size_t off[2] = {0, 0};
-    for (int k = 0; k < BA_COUNT; k++) {
-        const int s16 = split && ACT_BF16[k];
-        P->a[k] = off[s16];
-        P->al[k] = per[k];
-        P->an[k] = per[k] ? L * per[k] : whole[k];
-        off[s16] += P->an[k];
-    }
-    P->nacts = off[0];
-    P->nacts16 = off[1];
+    gm_lay_out_acts(BA_COUNT, P->L, per, whole, ACT_BF16, split, P->a, P->al, P->an, sz);
 }
+
+/* 1: a tensor with a slice per layer (its first dimension L). */
+static const unsigned char LAYERED[BERT_NTENSORS] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0};
 
 static void bert_plan_free(void *plan) { free(plan); }
 
@@ -132,16 +126,12 @@ static void *bert_plan_new(const collage_model_config *c, int maxB, int maxT, in
     bert_tensors(c, t, BERT_NTENSORS);
     *P = (bert_plan){.V = c->vocab_size, .Vp = c->padded_vocab_size, .maxT = c->max_seq_len, .L = c->num_layers,
                      .NH = c->num_heads, .C = c->channels, .loss_scale = 1.0f};
-    for (int k = 0; k < BERT_NTENSORS; k++) {
-        P->p[k] = t[k].offset;
-        P->pl[k] = k >= BERT_QKVW && k <= BERT_LN2B ? t[k].count / (size_t)P->L : 0;
-        P->gs[k] = P->ngs;
-        if (!bert_product_weight(k)) P->ngs += t[k].count;
-    }
+    P->ngs = gm_lay_out_params(t, BERT_NTENSORS, P->L, LAYERED, P->p, P->pl, P->gs);
     P->nparams = t[BERT_NTENSORS - 1].offset + t[BERT_NTENSORS - 1].count;
-    plan_acts(P, maxB, maxT, split);
-    *sz = (gm_sizes){.nparams = P->nparams, .nacts = P->nacts, .nacts16 = P->nacts16, .ngs = P->ngs,
-                     .logits = P->a[BA_LOGITS]};
+    plan_acts(P, maxB, maxT, split, sz);
+    sz->nparams = P->nparams;
+    sz->ngs = P->ngs;
+    sz->logits = P->a[BA_LOGITS];
     return P;
 }
 
@@ -165,20 +155,9 @@ const gm_graph collage__bert_graph = {
     .set_loss_scale = bert_set_loss_scale, .mlm = &BERT_MLM, .acts = bert_acts};
 
 /* ---------------------------------------------------------------- the family's row of the model table */
-static collage_status fam_create(const collage_model_config *cfg, collage_real prec, int maxB, int maxT, void **impl) {
-    *impl = NULL;
-    if ((unsigned)prec >= COLLAGE_REAL_COUNT) return COLLAGE_ERR_ARG;
-    collage_status st = bert_check(cfg, maxB, maxT, NULL, 0);
-    if (st != COLLAGE_OK) return st;
-    gm_model *m = NULL;
-    st = gm_create(&collage__bert_graph, cfg, gm_precision_of(prec), maxB, maxT, &m);
-    *impl = m;
-    return st;
-}
-
 const collage_model_family collage__bert_family = {
     .name = "bert", .presets = BERT_PRESETS, .objective = COLLAGE_OBJECTIVE_MASKED_LM, .added_tokens = 1,
     .preset = bert_preset, .pad_vocab = bert_pad_vocab, .check = bert_check, .tensors = bert_tensors,
-    .init_weights = bert_init_weights, .create = fam_create, GM_MLM_ROW_CALLS,
+    .init_weights = bert_init_weights, .graph = &collage__bert_graph,
     .ckpt_probe = bert_ckpt_probe, .ckpt_what = "collage BERT: magic \"collbert\"", .ckpt_save = bert_ckpt_save,
     .ckpt_read_header = bert_ckpt_read_header, .ckpt_load = bert_ckpt_load, .hf = &collage__bert_hf};

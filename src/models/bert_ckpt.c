@@ -55,12 +55,7 @@ collage_status bert_ckpt_save(const char *path, const collage_model_config *cfg,
              fwrite(dims, 8, nd, af.f) == nd &&
              fwrite((const char *)params + t[k].offset * es, es, t[k].count, af.f) == t[k].count;
     }
-    if (!ok) {
-        st = collage__fail(err, cap, COLLAGE_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-        collage_atomic_abort(&af);
-        return st;
-    }
-    return collage_atomic_commit(&af, err, cap);
+    return collage__atomic_finish(&af, ok, err, cap);
 }
 
 /* Open and validate the header and the file's size; on success *fp is positioned at the first record. */
@@ -137,20 +132,6 @@ static collage_status read_record_head(FILE *f, const char *path, const collage_
     return COLLAGE_OK;
 }
 
-/* count elements of es bytes from f into dst (float when want_bf16 = 0, collage_bf16 when 1), converting
- * bf16 → float exactly and float → bf16 by RN. buf: a chunk of `chunk` elements for the conversion. */
-static int read_elements(FILE *f, void *dst, size_t count, size_t es, int want_bf16, void *buf, size_t chunk) {
-    for (size_t at = 0; at < count; at += chunk) {
-        const size_t k = count - at < chunk ? count - at : chunk;
-        void *d = want_bf16 ? (void *)((uint16_t *)dst + at) : (void *)((float *)dst + at);
-        const int convert = (es == 2) != (want_bf16 != 0);
-        if (fread(convert ? buf : d, es, k, f) != k) return -1;
-        if (convert && want_bf16) collage_bf16_from_f32_row(d, buf, k);
-        else if (convert) collage_bf16_to_f32_row(d, buf, k);
-    }
-    return 0;
-}
-
 collage_status bert_ckpt_load(const char *path, const collage_model_config *cfg, void *params, int want_bf16,
                               char *err, size_t cap) {
     if (!path || !cfg || !params) return COLLAGE_ERR_NULL;
@@ -172,7 +153,8 @@ collage_status bert_ckpt_load(const char *path, const collage_model_config *cfg,
     for (int r = 0; r < BERT_NTENSORS && st == COLLAGE_OK; r++) {
         int k = 0;
         st = read_record_head(f, path, t, seen, &k, err, cap);
-        if (st == COLLAGE_OK && read_elements(f, (char *)params + t[k].offset * ws, t[k].count, es, want_bf16, buf, chunk))
+        if (st == COLLAGE_OK &&
+            collage__read_elements(f, (char *)params + t[k].offset * ws, t[k].count, es, want_bf16, buf, chunk) != t[k].count)
             st = collage__fail(err, cap, COLLAGE_ERR_IO, "read error in '%s' in tensor '%s'", path, t[k].name);
         if (st == COLLAGE_OK) seen[k] = 1;
     }

@@ -29,7 +29,7 @@ typedef struct {
     /* activation k: offset in its slab, layer stride, count; in the bf16 model the bf16 ones are in a slab
      * of their own (a16) and the rest in a float slab (a32) */
     size_t a[BA_COUNT], al[BA_COUNT], an[BA_COUNT];
-    size_t nparams, nacts, nacts16;
+    size_t nparams;
     /* bf16 model: the float sums of the gradients no product writes (biases, norms, wpe, wtt), per tensor */
     size_t gs[BERT_NTENSORS];
     size_t ngs;

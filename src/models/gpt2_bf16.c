@@ -8,47 +8,49 @@
 #include "model_bf16.h"
 
 /* Every product of a step on N tokens. */
-int NN_BF16_NAME(gpt_bf16_reserve)(const gpt_plan *P, int N, const gpt_bf16_env *e) {
+int NN_BF16_NAME(gpt_bf16_reserve)(const void *plan, int N, const gm_env *e) {
+    const gpt_plan *P = plan;
     return model_bf16_reserve(e->ws, N, P->C, P->Vp, e->nt, e->path);
 }
 
 static void trunk(const gpt_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const int *tok, int B, int T,
-                  const gpt_bf16_env *e) {
+                  const gm_env *e) {
     const int C = P->C, N = B * T, nt = e->nt;
-    OPB(encoder_forward)(H(A_ENC, 0), tok, W(COLLAGE_GPT_WTE, 0), W(COLLAGE_GPT_WPE, 0), B, T, C, 1, nt);
+    OPB(encoder_forward)(H(A_ENC, 0), tok, W(GPT2_WTE, 0), W(GPT2_WPE, 0), B, T, C, 1, nt);
     for (int l = 0; l < P->L; l++) {
         const uint16_t *res = l ? H(A_RES3, l - 1) : H(A_ENC, 0);
-        OPB(layernorm_forward)(H(A_LN1, l), F(A_LN1_MEAN, l), F(A_LN1_RSTD, l), res, W(COLLAGE_GPT_LN1W, l),
-                                  W(COLLAGE_GPT_LN1B, l), N, C, 1, nt);
-        OPB(matmul_forward)(H(A_QKV, l), H(A_LN1, l), W(COLLAGE_GPT_QKVW, l), W(COLLAGE_GPT_QKVB, l), NULL, N, C,
+        OPB(layernorm_forward)(H(A_LN1, l), F(A_LN1_MEAN, l), F(A_LN1_RSTD, l), res, W(GPT2_LN1W, l),
+                                  W(GPT2_LN1B, l), N, C, 1, nt);
+        OPB(matmul_forward)(H(A_QKV, l), H(A_LN1, l), W(GPT2_QKVW, l), W(GPT2_QKVB, l), NULL, N, C,
                                3 * C, e->ws, e->path, nt);
         OPB(attention_forward)(H(A_ATTY, l), H(A_ATT, l), F(A_SCR, 0), H(A_QKV, l), B, T, C, P->NH, 1, nt);
-        OPB(matmul_forward)(H(A_RES2, l), H(A_ATTY, l), W(COLLAGE_GPT_ATTPROJW, l), W(COLLAGE_GPT_ATTPROJB, l),
+        OPB(matmul_forward)(H(A_RES2, l), H(A_ATTY, l), W(GPT2_ATTPROJW, l), W(GPT2_ATTPROJB, l),
                                res, N, C, C, e->ws, e->path, nt);
         OPB(layernorm_forward)(H(A_LN2, l), F(A_LN2_MEAN, l), F(A_LN2_RSTD, l), H(A_RES2, l),
-                                  W(COLLAGE_GPT_LN2W, l), W(COLLAGE_GPT_LN2B, l), N, C, 1, nt);
-        OPB(matmul_forward)(H(A_FCH, l), H(A_LN2, l), W(COLLAGE_GPT_FCW, l), W(COLLAGE_GPT_FCB, l), NULL, N, C,
+                                  W(GPT2_LN2W, l), W(GPT2_LN2B, l), N, C, 1, nt);
+        OPB(matmul_forward)(H(A_FCH, l), H(A_LN2, l), W(GPT2_FCW, l), W(GPT2_FCB, l), NULL, N, C,
                                4 * C, e->ws, e->path, nt);
         OPB(gelu_forward)(H(A_FCH_GELU, l), H(A_FCH, l), (size_t)N * 4 * C, 1, nt);
-        OPB(matmul_forward)(H(A_RES3, l), H(A_FCH_GELU, l), W(COLLAGE_GPT_FCPROJW, l),
-                               W(COLLAGE_GPT_FCPROJB, l), H(A_RES2, l), N, 4 * C, C, e->ws, e->path, nt);
+        OPB(matmul_forward)(H(A_RES3, l), H(A_FCH_GELU, l), W(GPT2_FCPROJW, l),
+                               W(GPT2_FCPROJB, l), H(A_RES2, l), N, 4 * C, C, e->ws, e->path, nt);
     }
     OPB(layernorm_forward)(H(A_LNF, 0), F(A_LNF_MEAN, 0), F(A_LNF_RSTD, 0), H(A_RES3, P->L - 1),
-                              W(COLLAGE_GPT_LNFW, 0), W(COLLAGE_GPT_LNFB, 0), N, C, 1, nt);
+                              W(GPT2_LNFW, 0), W(GPT2_LNFB, 0), N, C, 1, nt);
 }
 
-double NN_BF16_NAME(gpt_forward_bf16)(const gpt_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const int *tok,
-                        const int *tgt, int B, int T, const gpt_bf16_env *e) {
+double NN_BF16_NAME(gpt_forward_bf16)(const void *plan, const uint16_t *w, uint16_t *a16, float *a32, const int *tok,
+                                      const int *tgt, int B, int T, const gm_env *e) {
+    const gpt_plan *P = plan;
     const int N = B * T;
     trunk(P, w, a16, a32, tok, B, T, e);
-    OPB(matmul_logits)(F(A_LOGITS, 0), H(A_LNF, 0), W(COLLAGE_GPT_WTE, 0), N, P->C, P->Vp, e->ws, e->path, e->nt);
+    OPB(matmul_logits)(F(A_LOGITS, 0), H(A_LNF, 0), W(GPT2_WTE, 0), N, P->C, P->Vp, e->ws, e->path, e->nt);
     if (!tgt) return (double)NAN;
     return OPB(crossentropy_forward)(F(A_LOGITS, 0), F(A_LOSSES, 0), tgt, N, P->V, P->Vp, e->nt);
 }
 
 /* One linear layer's backward: dinp = rnd(dout·w), the weight's gradient, the bias's sum. */
 static void linear_backward(uint16_t *dinp, uint16_t *dw, int add, float *db, const uint16_t *dout,
-                            const uint16_t *inp, const uint16_t *wt, int N, int C, int OC, const gpt_bf16_env *e) {
+                            const uint16_t *inp, const uint16_t *wt, int N, int C, int OC, const gm_env *e) {
     OPB(matmul_backward_input)(dinp, dout, wt, N, C, OC, e->ws, e->path, e->nt);
     OPB(matmul_backward_weight)(dw, add, dout, inp, N, C, OC, NULL, NULL, 0, e->ws, e->path, e->nt);
     OPB(bias_backward)(db, dout, N, OC, e->nt);
@@ -56,52 +58,55 @@ static void linear_backward(uint16_t *dinp, uint16_t *dw, int add, float *db, co
 
 /* The float sums into the bf16 gradient slab: g = rnd(s), or rnd(g + s) with add. */
 static void round_sums(const gpt_plan *P, uint16_t *g16, const float *gs, int add) {
-    for (int k = 0; k < COLLAGE_GPT_NTENSORS; k++) {
+    for (int k = 0; k < GPT2_NTENSORS; k++) {
         if (gpt_product_weight(k)) continue;
-        const size_t n = k + 1 < COLLAGE_GPT_NTENSORS ? P->p[k + 1] - P->p[k] : P->nparams - P->p[k];
+        const size_t n = k + 1 < GPT2_NTENSORS ? P->p[k + 1] - P->p[k] : P->nparams - P->p[k];
         uint16_t *g = g16 + P->p[k];
         const float *s = gs + P->gs[k];
         for (size_t i = 0; i < n; i++) g[i] = bf16_rn_bits(add ? bf16_f32(g[i]) + s[i] : s[i]);
     }
 }
 
-void NN_BF16_NAME(gpt_backward_bf16)(const gpt_plan *P, const uint16_t *w, uint16_t *g16, float *gs, int add, uint16_t *a16,
-                       float *a32, const int *tok, const int *tgt, int B, int T, const gpt_bf16_env *e) {
+void NN_BF16_NAME(gpt_backward_bf16)(const void *plan, const uint16_t *w, uint16_t *g16, float *gs, int add,
+                                     uint16_t *a16, float *a32, const int *tok, const int *tgt, int B, int T,
+                                     const gm_env *e) {
+    const gpt_plan *P = plan;
     const int C = P->C, N = B * T, L = P->L, nt = e->nt;
     uint16_t *dres = H(A_DRES, 0), *dln = H(A_DLN, 0), *datty = H(A_DATTY, 0), *dqkv = H(A_DQKV, 0);
     uint16_t *dfch = H(A_DFCH, 0), *dlogits = H(A_DLOGITS, 0);
     memset(gs, 0, P->ngs * sizeof *gs);
     OPB(crossentropy_backward)(dlogits, F(A_LOGITS, 0), tgt, N, P->V, P->Vp, 1.0f / (float)N, 1, nt);
-    OPB(matmul_backward_input)(dln, dlogits, W(COLLAGE_GPT_WTE, 0), N, C, P->Vp, e->ws, e->path, nt);
-    OPB(layernorm_backward)(dres, GS(COLLAGE_GPT_LNFW, 0), GS(COLLAGE_GPT_LNFB, 0), dln, H(A_RES3, L - 1),
-                               W(COLLAGE_GPT_LNFW, 0), F(A_LNF_MEAN, 0), F(A_LNF_RSTD, 0), N, C, 0, 1, nt);
+    OPB(matmul_backward_input)(dln, dlogits, W(GPT2_WTE, 0), N, C, P->Vp, e->ws, e->path, nt);
+    OPB(layernorm_backward)(dres, GS(GPT2_LNFW, 0), GS(GPT2_LNFB, 0), dln, H(A_RES3, L - 1),
+                               W(GPT2_LNFW, 0), F(A_LNF_MEAN, 0), F(A_LNF_RSTD, 0), N, C, 0, 1, nt);
     for (int l = L - 1; l >= 0; l--) {
         const uint16_t *res = l ? H(A_RES3, l - 1) : H(A_ENC, 0);
-        linear_backward(dfch, G(COLLAGE_GPT_FCPROJW, l), add, GS(COLLAGE_GPT_FCPROJB, l), dres, H(A_FCH_GELU, l),
-                        W(COLLAGE_GPT_FCPROJW, l), N, 4 * C, C, e);
+        linear_backward(dfch, G(GPT2_FCPROJW, l), add, GS(GPT2_FCPROJB, l), dres, H(A_FCH_GELU, l),
+                        W(GPT2_FCPROJW, l), N, 4 * C, C, e);
         OPB(gelu_backward)(dfch, H(A_FCH, l), (size_t)N * 4 * C, 1, nt);
-        linear_backward(dln, G(COLLAGE_GPT_FCW, l), add, GS(COLLAGE_GPT_FCB, l), dfch, H(A_LN2, l),
-                        W(COLLAGE_GPT_FCW, l), N, C, 4 * C, e);
-        OPB(layernorm_backward)(dres, GS(COLLAGE_GPT_LN2W, l), GS(COLLAGE_GPT_LN2B, l), dln, H(A_RES2, l),
-                                   W(COLLAGE_GPT_LN2W, l), F(A_LN2_MEAN, l), F(A_LN2_RSTD, l), N, C, 1, 1, nt);
-        linear_backward(datty, G(COLLAGE_GPT_ATTPROJW, l), add, GS(COLLAGE_GPT_ATTPROJB, l), dres, H(A_ATTY, l),
-                        W(COLLAGE_GPT_ATTPROJW, l), N, C, C, e);
+        linear_backward(dln, G(GPT2_FCW, l), add, GS(GPT2_FCB, l), dfch, H(A_LN2, l),
+                        W(GPT2_FCW, l), N, C, 4 * C, e);
+        OPB(layernorm_backward)(dres, GS(GPT2_LN2W, l), GS(GPT2_LN2B, l), dln, H(A_RES2, l),
+                                   W(GPT2_LN2W, l), F(A_LN2_MEAN, l), F(A_LN2_RSTD, l), N, C, 1, 1, nt);
+        linear_backward(datty, G(GPT2_ATTPROJW, l), add, GS(GPT2_ATTPROJB, l), dres, H(A_ATTY, l),
+                        W(GPT2_ATTPROJW, l), N, C, C, e);
         OPB(attention_backward)(dqkv, F(A_SCR, 0), datty, H(A_QKV, l), H(A_ATT, l), B, T, C, P->NH, 1, nt);
-        linear_backward(dln, G(COLLAGE_GPT_QKVW, l), add, GS(COLLAGE_GPT_QKVB, l), dqkv, H(A_LN1, l),
-                        W(COLLAGE_GPT_QKVW, l), N, C, 3 * C, e);
-        OPB(layernorm_backward)(dres, GS(COLLAGE_GPT_LN1W, l), GS(COLLAGE_GPT_LN1B, l), dln, res,
-                                   W(COLLAGE_GPT_LN1W, l), F(A_LN1_MEAN, l), F(A_LN1_RSTD, l), N, C, 1, 1, nt);
+        linear_backward(dln, G(GPT2_QKVW, l), add, GS(GPT2_QKVB, l), dqkv, H(A_LN1, l),
+                        W(GPT2_QKVW, l), N, C, 3 * C, e);
+        OPB(layernorm_backward)(dres, GS(GPT2_LN1W, l), GS(GPT2_LN1B, l), dln, res,
+                                   W(GPT2_LN1W, l), F(A_LN1_MEAN, l), F(A_LN1_RSTD, l), N, C, 1, 1, nt);
     }
-    OPB(encoder_backward)(NULL, GS(COLLAGE_GPT_WPE, 0), dres, tok, B, T, C, nt);
+    OPB(encoder_backward)(NULL, GS(GPT2_WPE, 0), dres, tok, B, T, C, nt);
     /* wte: the logits' product and the embedding's rows, summed in float and rounded once */
-    OPB(matmul_backward_weight)(G(COLLAGE_GPT_WTE, 0), add, dlogits, H(A_LNF, 0), N, C, P->Vp, tok, dres, N,
+    OPB(matmul_backward_weight)(G(GPT2_WTE, 0), add, dlogits, H(A_LNF, 0), N, C, P->Vp, tok, dres, N,
                                    e->ws, e->path, nt);
     round_sums(P, g16, gs, add);
 }
 
-void NN_BF16_NAME(gpt_last_logits_bf16)(const gpt_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const int *tok, int T,
-                          const gpt_bf16_env *e) {
+void NN_BF16_NAME(gpt_last_logits_bf16)(const void *plan, const uint16_t *w, uint16_t *a16, float *a32,
+                                        const int *tok, int T, const gm_env *e) {
+    const gpt_plan *P = plan;
     trunk(P, w, a16, a32, tok, 1, T, e);
-    OPB(matmul_logits)(F(A_LOGITS, 0), H(A_LNF, 0) + (size_t)(T - 1) * P->C, W(COLLAGE_GPT_WTE, 0), 1, P->C,
+    OPB(matmul_logits)(F(A_LOGITS, 0), H(A_LNF, 0) + (size_t)(T - 1) * P->C, W(GPT2_WTE, 0), 1, P->C,
                           P->Vp, e->ws, e->path, e->nt);
 }

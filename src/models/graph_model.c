@@ -1,8 +1,8 @@
 /* graph_model.c — the model object of graph_model.h: slabs allocated at create, each call's input checked
  * and copied, the family's float, double or bf16 graph run in the model's precision, gradients kept by
  * the contracts of collage_model.h (+= in fp32 and fp64; one rounding per element in bf16), the
- * masked-LM objective for a family that declares it (padding, scored positions, hits), and the adapters
- * that make it a family row's model calls. */
+ * masked-LM objective for a family that declares it (padding, scored positions, hits); collage_model
+ * (model.c) is this object on a family's graphs. */
 #include "internal.h"
 #include "graph_model.h"
 #include "model.h"
@@ -54,20 +54,57 @@ static collage_status bf16_env(gm_model *m, gm_env *e) {
     return COLLAGE_OK;
 }
 
-/* The float graphs' rounding (nn.h nn_rnd_f32's bf): 1 in bf16-emulated, 2 in fp16-emulated, 0 otherwise. */
-/* The library's precision of a graph-model precision, for the choice of kernels. */
-static collage_real real_of(gm_precision p) {
-    return p == GM_BF16 ? COLLAGE_REAL_BF16 : p == GM_FP64 ? COLLAGE_REAL_FP64 : COLLAGE_REAL_FP32;
+/* ---------------------------------------------------------------- the precisions */
+/* Which of the family's graphs a precision runs. */
+typedef enum { RUN_F32, RUN_F64, RUN_BF16 } gm_run;
+
+/* One row per precision: everything the object asks of one (adding a precision is a row here, its value
+ * in gm_precision and, for a new 16-bit storage, its case in widen16 / round16). real: the collage_real
+ * that collage_model_create runs as this precision (-1: none, made by gm_create only); products: the
+ * precision whose kernels its products take (collage__products_for); emulated: the float graph's
+ * rounding and the storage of the weights and gradients (nn.h nn_rnd_f32's bf: 1 bf16, 2 fp16; 0 none). */
+static const struct {
+    const char *name;
+    int real;
+    collage_real products;
+    gm_run run;
+    int emulated;
+} PRECISIONS[GM_PRECISION_COUNT] = {
+    [GM_FP32] = {"fp32", COLLAGE_REAL_FP32, COLLAGE_REAL_FP32, RUN_F32, 0},
+    [GM_BF16] = {"bf16", COLLAGE_REAL_BF16, COLLAGE_REAL_BF16, RUN_BF16, 0},
+    [GM_FP64] = {"fp64", COLLAGE_REAL_FP64, COLLAGE_REAL_FP64, RUN_F64, 0},
+    [GM_BF16_EMULATED] = {"bf16-emulated", -1, COLLAGE_REAL_FP32, RUN_F32, 1},
+    [GM_FP16_EMULATED] = {"fp16-emulated", COLLAGE_REAL_FP16, COLLAGE_REAL_FP32, RUN_F32, 2},
+};
+
+static gm_run run_of(const gm_model *m) { return PRECISIONS[m->prec].run; }
+static int emulated(const gm_model *m) { return PRECISIONS[m->prec].emulated; }
+
+/* An emulated model's slabs, by its kind (1 bf16, 2 fp16): the weights widened exactly into w32; the
+ * float gradient sums rounded to nearest into g16. */
+static void widen16(float *w32, const void *w16, size_t n, int kind) {
+    if (kind == 2) collage_fp16_to_f32_row(w32, w16, n);
+    else collage_bf16_to_f32_row(w32, w16, n);
+}
+static void round16(void *g16, const float *g32, size_t n, int kind) {
+    if (kind == 2) collage_fp16_from_f32_row(g16, g32, n);
+    else collage_bf16_from_f32_row(g16, g32, n);
 }
 
-static int emulated(const gm_model *m) {
-    return m->prec == GM_BF16_EMULATED ? 1 : m->prec == GM_FP16_EMULATED ? 2 : 0;
+const char *gm_precision_name(gm_precision p) {
+    return (unsigned)p < GM_PRECISION_COUNT ? PRECISIONS[p].name : "unknown";
+}
+
+gm_precision gm_precision_of(collage_real r) {
+    for (int p = 0; p < GM_PRECISION_COUNT; p++)
+        if (PRECISIONS[p].real == (int)r) return (gm_precision)p;
+    return GM_FP32;
 }
 
 static collage_status alloc_slabs(gm_model *m) {
     const size_t n = m->sz.nparams, bt = (size_t)m->maxB * (size_t)m->maxT;
-    collage__products_for(&m->cfg, real_of(m->prec), (int)bt, &m->pp);
-    const int bf16 = m->prec == GM_BF16, emu = emulated(m) != 0;
+    collage__products_for(&m->cfg, PRECISIONS[m->prec].products, (int)bt, &m->pp);
+    const int bf16 = run_of(m) == RUN_BF16, emu = emulated(m) != 0;
     m->tok = calloc(bt, sizeof(int));
     m->tgt = calloc(bt, sizeof(int));
     m->acts = calloc(m->sz.nacts, m->esize);
@@ -95,8 +132,8 @@ collage_status gm_create(const gm_graph *g, const collage_model_config *cfg, gm_
     gm_model *m = calloc(1, sizeof *m);
     if (!m) return COLLAGE_ERR_NOMEM;
     *m = (gm_model){.g = g, .cfg = *cfg, .prec = prec, .maxB = maxB, .maxT = maxT,
-                    .esize = prec == GM_FP64 ? sizeof(double) : sizeof(float)};
-    m->plan = g->plan_new(cfg, maxB, maxT, prec == GM_BF16, &m->sz);
+                    .esize = PRECISIONS[prec].run == RUN_F64 ? sizeof(double) : sizeof(float)};
+    m->plan = g->plan_new(cfg, maxB, maxT, PRECISIONS[prec].run == RUN_BF16, &m->sz);
     if (!m->plan || alloc_slabs(m) != COLLAGE_OK) {
         gm_free(m);
         return COLLAGE_ERR_NOMEM;
@@ -130,10 +167,27 @@ collage_status gm_memory(const gm_model *m, collage_model_memory *out) {
     return COLLAGE_OK;
 }
 
-/* Sizes and token ids of one call; copies the ids into the model. */
+/* Sizes and token ids of one call: params and tokens given, B × T within maxB × maxT, every token and
+ * target id in [0, V); the ids copied into the model (targets may be NULL). Otherwise a status and the
+ * message, nothing copied. */
 static collage_status take_input(gm_model *m, const void *params, const int *tokens, const int *targets, int B, int T) {
-    return collage__take_batch(params, tokens, targets, B, T, m->maxB, m->maxT, m->cfg.vocab_size, m->tok, m->tgt,
-                               m->err, sizeof m->err);
+    const int V = m->cfg.vocab_size;
+    m->err[0] = 0;
+    if (!params || !tokens) return fail(m, COLLAGE_ERR_NULL, "params or tokens is NULL");
+    if (B < 1 || B > m->maxB || T < 1 || T > m->maxT)
+        return fail(m, COLLAGE_ERR_SIZE, "batch %d x %d outside 1..%d x 1..%d (maxB x maxT of create)", B, T, m->maxB,
+                    m->maxT);
+    for (int n = 0; n < B * T; n++) {
+        if (tokens[n] < 0 || tokens[n] >= V)
+            return fail(m, COLLAGE_ERR_ARG, "token %d at (b %d, t %d) outside [0, vocab_size %d)", tokens[n], n / T,
+                        n % T, V);
+        if (targets && (targets[n] < 0 || targets[n] >= V))
+            return fail(m, COLLAGE_ERR_ARG, "target %d at (b %d, t %d) outside [0, vocab_size %d)", targets[n], n / T,
+                        n % T, V);
+    }
+    memcpy(m->tok, tokens, (size_t)B * T * sizeof(int));
+    if (targets) memcpy(m->tgt, targets, (size_t)B * T * sizeof(int));
+    return COLLAGE_OK;
 }
 
 /* The input checked, the bf16 build chosen, and the weights the graph reads (emulated: widened). */
@@ -142,11 +196,11 @@ static collage_status begin_call(gm_model *m, const void *params, const int *tok
     m->ready = 0;
     collage_status st = take_input(m, params, tokens, targets, B, T);
     *e = (gm_env){0};
-    if (st == COLLAGE_OK && m->prec == GM_BF16) st = bf16_env(m, e);
+    if (st == COLLAGE_OK && run_of(m) == RUN_BF16) st = bf16_env(m, e);
     if (st != COLLAGE_OK) return st;
     *w = params;
     if (emulated(m)) {
-        collage__widen16(m->w32, params, m->sz.nparams, emulated(m));
+        widen16(m->w32, params, m->sz.nparams, emulated(m));
         *w = m->w32;
     }
     return COLLAGE_OK;
@@ -169,8 +223,8 @@ collage_status gm_forward(gm_model *m, const void *params, const int *tokens, co
     const int nt = collage__threads(), *tgt = targets ? m->tgt : NULL;
     const int btok = nn_blas_begin(m->pp.prod.f32);
     double L;
-    if (m->prec == GM_BF16) L = m->graph->forward(m->plan, w, m->acts16, m->acts, m->tok, tgt, B, T, &e);
-    else if (m->prec == GM_FP64) L = m->g->forward_f64(m->plan, w, m->acts, m->tok, tgt, B, T, 0, nt);
+    if (run_of(m) == RUN_BF16) L = m->graph->forward(m->plan, w, m->acts16, m->acts, m->tok, tgt, B, T, &e);
+    else if (run_of(m) == RUN_F64) L = m->g->forward_f64(m->plan, w, m->acts, m->tok, tgt, B, T, 0, nt);
     else L = m->g->forward_f32(m->plan, w, m->acts, m->tok, tgt, B, T, emulated(m), nt);
     nn_blas_end(btok);
     m->w_used = w;
@@ -184,10 +238,10 @@ collage_status gm_forward(gm_model *m, const void *params, const int *tokens, co
 /* The masked-LM graph's backward of the model's precision on the last call's input. */
 static void mlm_backward(gm_model *m, const gm_env *e, int nt) {
     const gm_mlm_graph *g = m->g->mlm;
-    if (m->prec == GM_BF16)
+    if (run_of(m) == RUN_BF16)
         g->bf16[m->graph - m->g->bf16].backward(m->plan, m->w_used, (uint16_t *)m->grads16, m->gsums,
                                                      !m->grads16_zero, m->acts16, m->acts, &m->io, e);
-    else if (m->prec == GM_FP64) g->backward_f64(m->plan, m->w_used, m->grads, m->acts, &m->io, 0, nt);
+    else if (run_of(m) == RUN_F64) g->backward_f64(m->plan, m->w_used, m->grads, m->acts, &m->io, 0, nt);
     else g->backward_f32(m->plan, m->w_used, m->grads, m->acts, &m->io, emulated(m), nt);
 }
 
@@ -195,20 +249,20 @@ collage_status gm_backward(gm_model *m) {
     if (!m) return COLLAGE_ERR_NULL;
     if (!m->ready) return fail(m, COLLAGE_ERR_ARG, "backward needs a forward with targets before it (one backward each)");
     gm_env e = {0};
-    if (m->prec == GM_BF16 && bf16_env(m, &e) != COLLAGE_OK) return COLLAGE_ERR_NOMEM;
+    if (run_of(m) == RUN_BF16 && bf16_env(m, &e) != COLLAGE_OK) return COLLAGE_ERR_NOMEM;
     m->ready = 0;
     const int nt = collage__threads();
     const int btok = nn_blas_begin(m->pp.prod.f32);
     if (m->g->mlm) mlm_backward(m, &e, nt);
-    else if (m->prec == GM_BF16)
+    else if (run_of(m) == RUN_BF16)
         m->graph->backward(m->plan, m->w_used, (uint16_t *)m->grads16, m->gsums, !m->grads16_zero, m->acts16, m->acts,
                            m->tok, m->tgt, m->B, m->T, &e);
-    else if (m->prec == GM_FP64)
+    else if (run_of(m) == RUN_F64)
         m->g->backward_f64(m->plan, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, 0, nt);
     else
         m->g->backward_f32(m->plan, m->w_used, m->grads, m->acts, m->tok, m->tgt, m->B, m->T, emulated(m), nt);
     nn_blas_end(btok);
-    if (emulated(m)) collage__round16(m->grads16, m->grads, m->sz.nparams, emulated(m));
+    if (emulated(m)) round16(m->grads16, m->grads, m->sz.nparams, emulated(m));
     m->grads16_zero = 0;
     return COLLAGE_OK;
 }
@@ -241,12 +295,12 @@ collage_status gm_next_logits(gm_model *m, const void *params, const int *tokens
     if (st != COLLAGE_OK) return st;
     const int nt = collage__threads(), V = m->cfg.vocab_size;
     const int btok = nn_blas_begin(m->pp.prod.f32);
-    if (m->prec == GM_FP64) {
+    if (run_of(m) == RUN_F64) {
         m->g->last_logits_f64(m->plan, w, m->acts, m->tok, T, 0, nt);
         const double *x = (const double *)m->acts + m->sz.logits;
         for (int i = 0; i < V; i++) logits[i] = (float)x[i];
     } else {
-        if (m->prec == GM_BF16) m->graph->last_logits(m->plan, w, m->acts16, m->acts, m->tok, T, &e);
+        if (run_of(m) == RUN_BF16) m->graph->last_logits(m->plan, w, m->acts16, m->acts, m->tok, T, &e);
         else m->g->last_logits_f32(m->plan, w, m->acts, m->tok, T, emulated(m), nt);
         memcpy(logits, (const float *)m->acts + m->sz.logits, (size_t)V * sizeof(float));
     }
@@ -257,7 +311,7 @@ collage_status gm_next_logits(gm_model *m, const void *params, const int *tokens
 collage_status gm_set_loss_scale(gm_model *m, double scale) {
     if (!m) return COLLAGE_ERR_NULL;
     if (!(scale > 0) || !isfinite(scale)) return fail(m, COLLAGE_ERR_ARG, "loss scale %g is not finite and positive", scale);
-    if (m->prec == GM_BF16 || !m->g->set_loss_scale)
+    if (run_of(m) == RUN_BF16 || !m->g->set_loss_scale)
         return fail(m, COLLAGE_ERR_UNSUPPORTED, "this model takes no loss scale");
     m->g->set_loss_scale(m->plan, (float)scale);
     return COLLAGE_OK;
@@ -320,7 +374,7 @@ static collage_status take_batch(gm_model *m, const void *params, const collage_
 /* The weights the graph reads: the caller's slab, or in an emulated model the slab widened. */
 static const void *weights(gm_model *m, const void *params) {
     if (!emulated(m)) return params;
-    collage__widen16(m->w32, params, m->sz.nparams, emulated(m));
+    widen16(m->w32, params, m->sz.nparams, emulated(m));
     return m->w32;
 }
 
@@ -330,24 +384,42 @@ static double mlm_run(gm_model *m, const void *w, const gm_env *e, long *hits) {
     const int nt = collage__threads(), K = m->io.K, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
     const int scored = K > 0 && m->io.tgt;
     double sum;
-    if (m->prec == GM_FP64) {
+    if (run_of(m) == RUN_F64) {
         sum = g->forward_f64(m->plan, w, m->acts, &m->io, 0, nt);
         *hits = scored ? nn_argmax_hits_f64((const double *)m->acts + m->sz.logits, m->tgt, K, V, Vp, nt) : 0;
         return sum;
     }
-    if (m->prec == GM_BF16) sum = g->bf16[m->graph - m->g->bf16].forward(m->plan, w, m->acts16, m->acts, &m->io, e);
+    if (run_of(m) == RUN_BF16) sum = g->bf16[m->graph - m->g->bf16].forward(m->plan, w, m->acts16, m->acts, &m->io, e);
     else sum = g->forward_f32(m->plan, w, m->acts, &m->io, emulated(m), nt);
     *hits = scored ? nn_argmax_hits_f32((const float *)m->acts + m->sz.logits, m->tgt, K, V, Vp, nt) : 0;
     return sum;
 }
 
+/* A causal model's batch: full rows, every position scored, the mean; no count of hits. */
+static collage_status forward_full_rows(gm_model *m, const void *params, const collage_batch *b,
+                                        collage_forward_info *out) {
+    const char *fam = collage_family_name(m->cfg.family);
+    if (!b) return fail(m, COLLAGE_ERR_NULL, "batch is NULL");
+    for (int r = 0; b->lengths && r < b->B; r++)
+        if (b->lengths[r] != b->T)
+            return fail(m, COLLAGE_ERR_UNSUPPORTED, "row %d is %d of %d tokens long: a %s model takes no padding", r,
+                        b->lengths[r], b->T, fam);
+    if (b->loss_divisor != 0)
+        return fail(m, COLLAGE_ERR_UNSUPPORTED, "a %s model's loss is the mean over every position (no divisor)", fam);
+    double loss = (double)NAN;
+    collage_status st = gm_forward(m, params, b->tokens, b->targets, b->B, b->T, &loss);
+    if (st == COLLAGE_OK && out)
+        *out = (collage_forward_info){.loss = loss, .scored = b->targets ? (long long)b->B * b->T : 0, .correct = -1};
+    return st;
+}
+
 collage_status gm_forward_batch(gm_model *m, const void *params, const collage_batch *b, collage_forward_info *out) {
     if (!m) return COLLAGE_ERR_NULL;
-    if (!m->g->mlm) return fail(m, COLLAGE_ERR_UNSUPPORTED, "this model is no masked LM");
+    if (!m->g->mlm) return forward_full_rows(m, params, b, out);
     m->ready = 0;
     collage_status st = take_batch(m, params, b);
     gm_env e = {0};
-    if (st == COLLAGE_OK && m->prec == GM_BF16) st = bf16_env(m, &e);
+    if (st == COLLAGE_OK && run_of(m) == RUN_BF16) st = bf16_env(m, &e);
     if (st != COLLAGE_OK) return st;
     const void *w = weights(m, params);
     long hits = 0;
@@ -368,7 +440,7 @@ static void copy_logits(const gm_model *m, int K, float *logits) {
     for (int k = 0; k < K; k++)
         for (int i = 0; i < V; i++) {
             const size_t at = m->sz.logits + (size_t)k * Vp + (size_t)i;
-            logits[(size_t)k * V + i] = m->prec == GM_FP64 ? (float)((const double *)m->acts)[at] : ((const float *)m->acts)[at];
+            logits[(size_t)k * V + i] = run_of(m) == RUN_F64 ? (float)((const double *)m->acts)[at] : ((const float *)m->acts)[at];
         }
 }
 
@@ -377,7 +449,9 @@ static void copy_logits(const gm_model *m, int K, float *logits) {
 collage_status gm_logits_at(gm_model *m, const void *params, const int *tokens, int T, const int *pos, int npos,
                             float *logits) {
     if (!m) return COLLAGE_ERR_NULL;
-    if (!m->g->mlm) return fail(m, COLLAGE_ERR_UNSUPPORTED, "this model is no masked LM");
+    if (!m->g->mlm)
+        return fail(m, COLLAGE_ERR_UNSUPPORTED, "a %s model predicts the next token, not masked positions",
+                    collage_family_name(m->cfg.family));
     m->ready = 0;
     if (!logits || !pos) return fail(m, COLLAGE_ERR_NULL, "positions or logits is NULL");
     if (npos < 1 || npos > T) return fail(m, COLLAGE_ERR_SIZE, "%d positions of a %d-token sequence", npos, T);
@@ -388,7 +462,7 @@ collage_status gm_logits_at(gm_model *m, const void *params, const int *tokens, 
         m->rows[k] = pos[k];
     }
     gm_env e = {0};
-    if (st == COLLAGE_OK && m->prec == GM_BF16) st = bf16_env(m, &e);
+    if (st == COLLAGE_OK && run_of(m) == RUN_BF16) st = bf16_env(m, &e);
     if (st != COLLAGE_OK) return st;
     m->io.K = npos;
     long hits;
@@ -409,57 +483,35 @@ int gm_act_tensors(const gm_model *m, gm_act *out, int cap) {
         const size_t es = s16 ? sizeof(uint16_t) : m->esize;
         const char *base = s16 ? (const char *)m->acts16 : (const char *)m->acts;
         out[k] = (gm_act){.name = slot[k].name, .data = base + slot[k].offset * es, .count = slot[k].count,
-                          .esize = es, .bf16 = m->prec != GM_FP32 && m->prec != GM_FP64 && slot[k].bf16};
+                          .esize = es, .bf16 = (run_of(m) == RUN_BF16 || emulated(m)) && slot[k].bf16};
     }
     return n;
 }
 
-const char *gm_precision_name(gm_precision p) {
-    static const char *const names[GM_PRECISION_COUNT] = {"fp32", "bf16", "fp64", "bf16-emulated", "fp16-emulated"};
-    return (unsigned)p < GM_PRECISION_COUNT ? names[p] : "unknown";
-}
-
-/* ---------------------------------------------------------------- a family row's model calls */
-gm_precision gm_precision_of(collage_real r) {
-    return r == COLLAGE_REAL_BF16   ? GM_BF16
-           : r == COLLAGE_REAL_FP64 ? GM_FP64
-           : r == COLLAGE_REAL_FP16 ? GM_FP16_EMULATED
-                                    : GM_FP32;
-}
-void gm_row_free(void *m) { gm_free(m); }
-size_t gm_row_size(const void *m) { return gm_size(m); }
-const char *gm_row_error(const void *m) { return gm_error(m); }
-collage_status gm_row_forward(void *m, const void *params, const int *tokens, const int *targets, int B, int T,
-                              double *loss) {
-    return gm_forward(m, params, tokens, targets, B, T, loss);
-}
-collage_status gm_row_backward(void *m) { return gm_backward(m); }
-void *gm_row_grads(void *m) { return gm_grads(m); }
-void gm_row_zero_grad(void *m) { gm_zero_grad(m); }
-collage_status gm_row_next_logits(void *m, const void *params, const int *tokens, int T, float *logits) {
-    return gm_next_logits(m, params, tokens, T, logits);
-}
-collage_status gm_row_set_loss_scale(void *m, double scale) { return gm_set_loss_scale(m, scale); }
-collage_status gm_row_memory(const void *m, collage_model_memory *out) { return gm_memory(m, out); }
-collage_status gm_row_forward_batch(void *m, const void *params, const collage_batch *b, collage_forward_info *out) {
-    return gm_forward_batch(m, params, b, out);
-}
-collage_status gm_row_logits_at(void *m, const void *params, const int *tokens, int T, const int *pos, int npos,
-                                float *logits) {
-    return gm_logits_at(m, params, tokens, T, pos, npos, logits);
-}
-
-/* ---------------------------------------------------------------- initialisation */
-void gm_init_normal(float *x, size_t n, double sd, uint64_t key) {
-    const long pairs = (long)((n + 1) / 2);
-    const int nt = collage__threads();
-    (void)nt; /* unused without OpenMP */
-#pragma omp parallel for schedule(static) num_threads(nt) if (n >= 65536)
-    for (long p = 0; p < pairs; p++) {
-        const double u1 = ((double)collage_rand32(key, 2 * (uint64_t)p) + 1.0) * (1.0 / 4294967296.0); /* (0, 1] */
-        const double u2 = (double)collage_rand32(key, 2 * (uint64_t)p + 1) * (1.0 / 4294967296.0);
-        const double r = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
-        x[2 * p] = (float)(sd * (r * cos(th)));
-        if ((size_t)(2 * p + 1) < n) x[2 * p + 1] = (float)(sd * (r * sin(th)));
+/* ---------------------------------------------------------------- the families' plans */
+size_t gm_lay_out_params(const collage_tensor_info *t, int nt, int L, const unsigned char *layered, size_t *p,
+                         size_t *pl, size_t *gs) {
+    size_t ngs = 0;
+    for (int k = 0; k < nt; k++) {
+        p[k] = t[k].offset;
+        pl[k] = layered[k] ? t[k].count / (size_t)L : 0;
+        gs[k] = ngs;
+        if (!t[k].product) ngs += t[k].count;
     }
+    return ngs;
+}
+
+void gm_lay_out_acts(int n, int L, const size_t *per, const size_t *whole, const unsigned char *is16, int split,
+                     size_t *a, size_t *al, size_t *an, gm_sizes *sz) {
+    size_t off[2] = {0, 0};
+    for (int k = 0; k < n; k++) {
+        const int s16 = split && is16[k];
+        const size_t count = per[k] ? (size_t)L * per[k] : whole[k];
+        a[k] = off[s16];
+        al[k] = per[k];
+        if (an) an[k] = count;
+        off[s16] += count;
+    }
+    sz->nacts = off[0];
+    sz->nacts16 = off[1];
 }

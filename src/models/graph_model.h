@@ -1,11 +1,12 @@
-/* graph_model.h — the model object of a family whose passes are graphs of src/nn's ops: it holds the
- * slabs (activations for maxB × maxT, gradients, the bf16 model's two activation slabs, float sums and
- * products' scratch), checks and copies each call's tokens, runs the family's graph in the precision
- * it was made for, and keeps the gradient contracts of collage_model.h. A family gives its plan (where
- * tensors and activations live) and its graphs: float and double (one source over `real`), bf16 in two
- * builds (baseline and AVX-512). A family that declares the masked-LM objective (gm_graph.mlm) gets
- * batches with padding, scored positions and hits, and the logits of chosen positions. LLaMA (llama.c)
- * and BERT (bert.c) run in it. Private to the library and its tests. */
+/* graph_model.h — the model object of every family (collage_model is this object on a family's graphs):
+ * it holds the slabs (activations for maxB × maxT, gradients, the bf16 model's two activation slabs,
+ * float sums and products' scratch), checks and copies each call's tokens, runs the family's graph in
+ * the precision it was made for, and keeps the gradient contracts of collage_model.h. A family gives its
+ * plan (where tensors and activations live) and its graphs: float and double (one source over `real`),
+ * bf16 in two builds (baseline and AVX-512). A family that declares the masked-LM objective
+ * (gm_graph.mlm) gets batches with padding, scored positions and hits, and the logits of chosen
+ * positions. GPT-2 (gpt2.c), LLaMA (llama.c) and BERT (bert.c) run in it. Private to the library and its
+ * tests. */
 #ifndef COLLAGE_GRAPH_MODEL_H
 #define COLLAGE_GRAPH_MODEL_H
 
@@ -134,8 +135,10 @@ collage_status gm_next_logits(gm_model *m, const void *params, const int *tokens
  * GM_BF16 (its graph has none: COLLAGE_ERR_UNSUPPORTED), nor where the family takes none. */
 collage_status gm_set_loss_scale(gm_model *m, double scale);
 collage_status gm_memory(const gm_model *m, collage_model_memory *out);
-/* A masked-LM model (gm_graph.mlm): collage_model_forward_batch and collage_model_logits_at. gm_forward
- * on it runs full rows, every position with a target scored, the mean; gm_next_logits is refused. */
+/* collage_model_forward_batch and collage_model_logits_at. A masked-LM model (gm_graph.mlm): padding,
+ * scored positions, a divisor and hits; gm_forward on it runs full rows, every position with a target
+ * scored, the mean; gm_next_logits is refused. A causal model: forward_batch takes full rows and the mean
+ * only (no hits: correct = -1); logits_at is refused. */
 collage_status gm_forward_batch(gm_model *m, const void *params, const collage_batch *b, collage_forward_info *out);
 collage_status gm_logits_at(gm_model *m, const void *params, const int *tokens, int T, const int *pos, int npos,
                             float *logits);
@@ -145,33 +148,20 @@ typedef struct { const char *name; const void *data; size_t count, esize; int bf
 int            gm_act_tensors(const gm_model *m, gm_act *out, int cap);
 const char    *gm_precision_name(gm_precision p); /* "fp32", "bf16", "fp64", "bf16-emulated", "fp16-emulated" */
 
-/* A family row's model calls over gm_model (model.h), for its designated initialiser; .create is the
- * family's own (it names its graph and maps collage_real to gm_precision with gm_precision_of). */
-gm_precision gm_precision_of(collage_real r);
-void           gm_row_free(void *m);
-size_t         gm_row_size(const void *m);
-const char    *gm_row_error(const void *m);
-collage_status gm_row_forward(void *m, const void *params, const int *tokens, const int *targets, int B, int T,
-                              double *loss);
-collage_status gm_row_backward(void *m);
-void          *gm_row_grads(void *m);
-void           gm_row_zero_grad(void *m);
-collage_status gm_row_next_logits(void *m, const void *params, const int *tokens, int T, float *logits);
-collage_status gm_row_set_loss_scale(void *m, double scale);
-collage_status gm_row_memory(const void *m, collage_model_memory *out);
-collage_status gm_row_forward_batch(void *m, const void *params, const collage_batch *b, collage_forward_info *out);
-collage_status gm_row_logits_at(void *m, const void *params, const int *tokens, int T, const int *pos, int npos,
-                                float *logits);
-#define GM_ROW_CALLS                                                                                          \
-    .free = gm_row_free, .size = gm_row_size, .error = gm_row_error, .forward = gm_row_forward,                 \
-    .backward = gm_row_backward, .grads = gm_row_grads, .zero_grad = gm_row_zero_grad,                          \
-    .next_logits = gm_row_next_logits, .set_loss_scale = gm_row_set_loss_scale,    \
-    .memory = gm_row_memory
-/* A masked-LM family's row: GM_ROW_CALLS and the two calls of the objective. */
-#define GM_MLM_ROW_CALLS GM_ROW_CALLS, .forward_batch = gm_row_forward_batch, .logits_at = gm_row_logits_at
+/* Helpers of the families' plan_new. gm_lay_out_params: for the nt parameter tensors t (slab order), the
+ * offsets p[k], the stride of one layer's slice pl[k] (count / L where layered[k], else 0) and, for the
+ * tensors no product writes (t[k].product 0), the offset gs[k] of their gradient's float sum in the bf16
+ * model, one after the other; returns the sums' total (the plan's ngs). gm_lay_out_acts: n stored
+ * activations, activation k per[k] elements in each of L layers (stride al[k] = per[k]) or, where
+ * per[k] is 0, whole[k] elements; in one slab in order k, or with split (the bf16 model) those with
+ * is16[k] in a bf16 slab of their own and the rest in a float slab; the offsets into a[k], the counts
+ * into an[k], the two slabs' sizes into sz->nacts and sz->nacts16. */
+size_t gm_lay_out_params(const collage_tensor_info *t, int nt, int L, const unsigned char *layered, size_t *p,
+                         size_t *pl, size_t *gs);
+void   gm_lay_out_acts(int n, int L, const size_t *per, const size_t *whole, const unsigned char *is16, int split,
+                       size_t *a, size_t *al, size_t *an, gm_sizes *sz);
 
-/* x[0..n) = sd · N(0,1), deterministic in key and the same for any thread count: elements 2p and 2p+1
- * from the counter-based words 2p and 2p+1 of key (Box–Muller). */
-void gm_init_normal(float *x, size_t n, double sd, uint64_t key);
+/* The precision collage_model_create makes for a collage_real (COLLAGE_REAL_FP16: GM_FP16_EMULATED). */
+gm_precision gm_precision_of(collage_real r);
 
 #endif

@@ -130,7 +130,8 @@ static collage_status llama_init(const collage_model_config *cfg, uint64_t seed,
         if (!t[k].decay)
             for (size_t i = 0; i < t[k].count; i++) x[i] = 1.0f;
         else
-            gm_init_normal(x, t[k].count, k == LT_WO || k == LT_W2 ? resid : 0.02, collage_rand_key(seed, (uint64_t)k));
+            collage__fill_normal(x, t[k].count, t[k].count, k == LT_WO || k == LT_W2 ? resid : 0.02,
+                                 collage_rand_key(seed, (uint64_t)k));
         if (k == LT_EMB || k == LT_OUT)
             memset(x + (size_t)cfg->vocab_size * cfg->channels, 0,
                    (size_t)(cfg->padded_vocab_size - cfg->vocab_size) * cfg->channels * sizeof *x);
@@ -151,15 +152,7 @@ static void plan_acts(llama_plan *P, int maxB, int maxT, int split, gm_sizes *sz
     const size_t whole[LA_COUNT] = {N * C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, N * C, N, NV, N,
                                     N * C, N * C, N * C, N * QKV, N * H, 2 * N * H, split ? NV : 0,
                                     nn_gqa_scratch(maxB, maxT, P->NH, P->hs)};
-    size_t off[2] = {0, 0};
-    for (int k = 0; k < LA_COUNT; k++) {
-        const int s16 = split && LA_BF16[k];
-        P->a[k] = off[s16];
-        P->al[k] = per[k];
-        off[s16] += per[k] ? (size_t)P->L * per[k] : whole[k];
-    }
-    sz->nacts = off[0];
-    sz->nacts16 = off[1];
+    gm_lay_out_acts(LA_COUNT, P->L, per, whole, LA_BF16, split, P->a, P->al, NULL, sz);
     sz->logits = P->a[LA_LOGITS];
 }
 
@@ -214,21 +207,10 @@ const gm_graph collage__llama_graph = {
     .set_loss_scale = llama_set_loss_scale};
 
 /* ---------------------------------------------------------------- the family's row of the model table */
-static collage_status fam_create(const collage_model_config *cfg, collage_real prec, int maxB, int maxT, void **impl) {
-    *impl = NULL;
-    if ((unsigned)prec >= COLLAGE_REAL_COUNT) return COLLAGE_ERR_ARG;
-    collage_status st = llama_check(cfg, maxB, maxT, NULL, 0);
-    if (st != COLLAGE_OK) return st;
-    gm_model *m = NULL;
-    st = gm_create(&collage__llama_graph, cfg, gm_precision_of(prec), maxB, maxT, &m);
-    *impl = m;
-    return st;
-}
-
 const collage_model_family collage__llama_family = {
     .name = "llama", .presets = LLAMA_PRESETS, .preset = llama_preset, .pad_vocab = llama_pad_vocab,
     .check = llama_check, .tensors = fam_tensors, .init_weights = llama_init, .hidden_of = llama_hidden_of,
-    .create = fam_create, GM_ROW_CALLS,
+    .graph = &collage__llama_graph,
     .ckpt_probe = llama_ckpt_probe,
     .ckpt_what = "llama2.c (legacy export): int32 dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len",
     .ckpt_save = llama_ckpt_save, .ckpt_read_header = llama_ckpt_read_header, .ckpt_load = llama_ckpt_load,

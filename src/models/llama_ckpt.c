@@ -125,11 +125,7 @@ collage_status llama_ckpt_save(const char *path, const collage_model_config *cfg
         nn_rope_table_f32(cs, cfg->max_seq_len, (int)hs, cfg->rope_theta);
         int bad = fwrite(h, sizeof h, 1, af.f) != 1;
         for (size_t i = 0; i < nr && !bad; i++) bad = write_run(af.f, &runs[i], params, bf16, cs, half, buf);
-        if (bad) {
-            st = collage__fail(err, cap, COLLAGE_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-            collage_atomic_abort(&af);
-        } else
-            st = collage_atomic_commit(&af, err, cap);
+        st = collage__atomic_finish(&af, !bad, err, cap);
     }
     free(runs); free(cs); free(buf);
     return st;

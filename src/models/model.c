@@ -1,7 +1,7 @@
 /* model.c — collage_model.h over the family table: one row per family (model.h), chosen by the config's
- * family (or, for a checkpoint, by probing the file's first bytes); the generic model object, which keeps
- * OpenBLAS single-threaded for the length of each call and restores the caller's setting; precisions,
- * parameter groups and sampling, which no family changes. */
+ * family (or, for a checkpoint, by probing the file's first bytes); collage_model, graph_model.c's object
+ * on the family's graphs, which keeps OpenBLAS single-threaded for the length of each call and restores
+ * the caller's setting; precisions, parameter groups and sampling, which no family changes. */
 #include "internal.h"
 #include "model.h"
 #include "nn.h"
@@ -151,33 +151,16 @@ collage_status collage_model_init_weights(const collage_model_config *cfg, uint6
     return fam->init_weights(cfg, seed, w, n);
 }
 
-void collage__widen16(float *w32, const void *w16, size_t n, int kind) {
-    if (kind == 2) collage_fp16_to_f32_row(w32, w16, n);
-    else collage_bf16_to_f32_row(w32, w16, n);
-}
-void collage__round16(void *g16, const float *g32, size_t n, int kind) {
-    if (kind == 2) collage_fp16_from_f32_row(g16, g32, n);
-    else collage_bf16_from_f32_row(g16, g32, n);
-}
-
-collage_status collage__take_batch(const void *params, const int *tokens, const int *targets, int B, int T, int maxB,
-                                   int maxT, int V, int *tok, int *tgt, char *err, size_t cap) {
-    if (cap) err[0] = 0;
-    if (!params || !tokens) return collage__fail(err, cap, COLLAGE_ERR_NULL, "params or tokens is NULL");
-    if (B < 1 || B > maxB || T < 1 || T > maxT)
-        return collage__fail(err, cap, COLLAGE_ERR_SIZE, "batch %d x %d outside 1..%d x 1..%d (maxB x maxT of create)", B,
-                             T, maxB, maxT);
-    for (int n = 0; n < B * T; n++) {
-        if (tokens[n] < 0 || tokens[n] >= V)
-            return collage__fail(err, cap, COLLAGE_ERR_ARG, "token %d at (b %d, t %d) outside [0, vocab_size %d)",
-                                 tokens[n], n / T, n % T, V);
-        if (targets && (targets[n] < 0 || targets[n] >= V))
-            return collage__fail(err, cap, COLLAGE_ERR_ARG, "target %d at (b %d, t %d) outside [0, vocab_size %d)",
-                                 targets[n], n / T, n % T, V);
+size_t collage__read_elements(FILE *f, void *dst, size_t count, size_t es, int want_bf16, void *buf, size_t chunk) {
+    for (size_t at = 0; at < count; at += chunk) {
+        const size_t k = count - at < chunk ? count - at : chunk;
+        void *d = want_bf16 ? (void *)((uint16_t *)dst + at) : (void *)((float *)dst + at);
+        const int convert = (es == 2) != (want_bf16 != 0);
+        if (fread(convert ? buf : d, es, k, f) != k) return at;
+        if (convert && want_bf16) collage_bf16_from_f32_row(d, buf, k);
+        else if (convert) collage_bf16_to_f32_row(d, buf, k);
     }
-    memcpy(tok, tokens, (size_t)B * T * sizeof(int));
-    if (targets) memcpy(tgt, targets, (size_t)B * T * sizeof(int));
-    return COLLAGE_OK;
+    return count;
 }
 
 #define MAX_DIM (1 << 20)
@@ -274,15 +257,26 @@ collage_status collage_real_parse(const char *name, collage_real *out) {
 }
 
 /* ---------------------------------------------------------------- the model */
+collage_status collage__model_object(const collage_model_config *cfg, gm_precision prec, int maxB, int maxT,
+                                     gm_model **out) {
+    *out = NULL;
+    if (!cfg) return COLLAGE_ERR_NULL;
+    const collage_model_family *fam = family_of(cfg);
+    if (!fam) return COLLAGE_ERR_ARG;
+    const collage_status st = fam->check(cfg, maxB, maxT, NULL, 0);
+    return st != COLLAGE_OK ? st : gm_create(fam->graph, cfg, prec, maxB, maxT, out);
+}
+
+/* The object is graph_model.c's, made on the family's graphs; model.c adds the kernels' description and
+ * brackets every call with nn_blas_begin / nn_blas_end, so that every call leaves the caller's OpenBLAS
+ * thread count as it found it. */
 struct collage_model {
     const collage_model_family *fam;
     collage_model_config cfg;
     collage_real prec;
-    void *impl;  /* the family's own object */
-    collage__products pp; /* the kernels of its products (the family's create chose the same) */
+    gm_model *impl;
+    collage__products pp; /* the kernels of its products (the object chose the same) */
     char products[160], spec[48];
-    char err[200]; /* a refusal of model.c's own (own_err 1), else the family's message is the error */
-    int own_err;
 };
 
 collage_status collage_model_create(const collage_model_config *cfg, collage_real prec, int maxB, int maxT,
@@ -295,10 +289,13 @@ collage_status collage_model_create(const collage_model_config *cfg, collage_rea
     collage_model *m = calloc(1, sizeof *m);
     if (!m) return COLLAGE_ERR_NOMEM;
     *m = (collage_model){.fam = fam, .cfg = *cfg, .prec = prec};
-    collage_status st = fam->create(cfg, prec, maxB, maxT, &m->impl);
+    collage_status st = collage__model_object(cfg, gm_precision_of(prec), maxB, maxT, &m->impl);
     if (st == COLLAGE_OK) st = collage__products_for(cfg, prec, maxB * maxT, &m->pp);
-    if (st != COLLAGE_OK && m->impl) fam->free(m->impl);
-    if (st != COLLAGE_OK) { free(m); return st; }
+    if (st != COLLAGE_OK) {
+        gm_free(m->impl);
+        free(m);
+        return st;
+    }
     collage__products_describe(&m->pp, prec, m->products, sizeof m->products);
     collage__products_spec(&m->pp, prec, m->spec, sizeof m->spec);
     *out = m;
@@ -307,84 +304,48 @@ collage_status collage_model_create(const collage_model_config *cfg, collage_rea
 
 void collage_model_free(collage_model *m) {
     if (!m) return;
-    m->fam->free(m->impl);
+    gm_free(m->impl);
     free(m);
 }
 
 const collage_model_config *collage_model_get_config(const collage_model *m) { return m ? &m->cfg : NULL; }
 collage_real collage_model_precision(const collage_model *m) { return m ? m->prec : COLLAGE_REAL_FP32; }
-size_t collage_model_size(const collage_model *m) { return m ? m->fam->size(m->impl) : 0; }
-const char *collage_model_error(const collage_model *m) {
-    if (!m) return "no model";
-    return m->own_err ? m->err : m->fam->error(m->impl);
-}
+size_t collage_model_size(const collage_model *m) { return m ? gm_size(m->impl) : 0; }
+const char *collage_model_error(const collage_model *m) { return m ? gm_error(m->impl) : "no model"; }
 
-__attribute__((format(printf, 3, 4)))
-static collage_status refuse(collage_model *m, collage_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m->err, sizeof m->err, fmt, ap);
-    va_end(ap);
-    m->own_err = 1;
-    return st;
-}
-
-/* Forward, backward and next_logits bracket the family's call with nn_blas_begin / nn_blas_end, so every
- * family leaves the caller's OpenBLAS thread count as it found it. */
 collage_status collage_model_forward(collage_model *m, const void *params, const int *tokens, const int *targets,
                                      int B, int T, double *loss) {
     if (!m) return COLLAGE_ERR_NULL;
-    m->own_err = 0;
     const int tok = nn_blas_begin(m->pp.prod.f32);
-    collage_status st = m->fam->forward(m->impl, params, tokens, targets, B, T, loss);
+    collage_status st = gm_forward(m->impl, params, tokens, targets, B, T, loss);
     nn_blas_end(tok);
-    return st;
-}
-
-/* A family without forward_batch: full rows, every position scored, the mean; no count of hits. */
-static collage_status forward_full_rows(collage_model *m, const void *params, const collage_batch *b,
-                                        collage_forward_info *out) {
-    for (int r = 0; b->lengths && r < b->B; r++)
-        if (b->lengths[r] != b->T)
-            return refuse(m, COLLAGE_ERR_UNSUPPORTED, "row %d is %d of %d tokens long: a %s model takes no padding", r,
-                          b->lengths[r], b->T, m->fam->name);
-    if (b->loss_divisor != 0)
-        return refuse(m, COLLAGE_ERR_UNSUPPORTED, "a %s model's loss is the mean over every position (no divisor)",
-                      m->fam->name);
-    double loss = (double)NAN;
-    collage_status st = m->fam->forward(m->impl, params, b->tokens, b->targets, b->B, b->T, &loss);
-    if (st == COLLAGE_OK && out)
-        *out = (collage_forward_info){.loss = loss, .scored = b->targets ? (long long)b->B * b->T : 0, .correct = -1};
     return st;
 }
 
 collage_status collage_model_forward_batch(collage_model *m, const void *params, const collage_batch *b,
                                            collage_forward_info *out) {
     if (!m || !b) return COLLAGE_ERR_NULL;
-    m->own_err = 0;
     const int tok = nn_blas_begin(m->pp.prod.f32);
-    collage_status st = m->fam->forward_batch ? m->fam->forward_batch(m->impl, params, b, out)
-                                              : forward_full_rows(m, params, b, out);
+    collage_status st = gm_forward_batch(m->impl, params, b, out);
     nn_blas_end(tok);
     return st;
 }
 
 collage_status collage_model_backward(collage_model *m) {
     if (!m) return COLLAGE_ERR_NULL;
-    m->own_err = 0;
     const int tok = nn_blas_begin(m->pp.prod.f32);
-    collage_status st = m->fam->backward(m->impl);
+    collage_status st = gm_backward(m->impl);
     nn_blas_end(tok);
     return st;
 }
 
-void *collage_model_grads(collage_model *m) { return m ? m->fam->grads(m->impl) : NULL; }
+void *collage_model_grads(collage_model *m) { return m ? gm_grads(m->impl) : NULL; }
 const char *collage_model_products(const collage_model *m) { return m ? m->products : "none"; }
 const char *collage_model_products_spec(const collage_model *m) { return m ? m->spec : ""; }
 
 collage_status collage_model_memory_get(const collage_model *m, collage_model_memory *out) {
     if (!m || !out) return COLLAGE_ERR_NULL;
-    return m->fam->memory(m->impl, out);
+    return gm_memory(m->impl, out);
 }
 
 /* The kernels in force where no model chose: the pinned ones, else oneDNN's bf16 path where the CPU has
@@ -464,19 +425,18 @@ collage_status collage_bf16_matmul(int ta, int tb, int M, int N, int K, const co
 
 collage_status collage_model_set_loss_scale(collage_model *m, double scale) {
     if (!m) return COLLAGE_ERR_NULL;
-    return m->fam->set_loss_scale ? m->fam->set_loss_scale(m->impl, scale) : COLLAGE_ERR_UNSUPPORTED;
+    return gm_set_loss_scale(m->impl, scale);
 }
 
 void collage_model_zero_grad(collage_model *m) {
-    if (m) m->fam->zero_grad(m->impl);
+    if (m) gm_zero_grad(m->impl);
 }
 
 collage_status collage_model_next_logits(collage_model *m, const void *params, const int *tokens, int T,
                                          float *logits) {
     if (!m) return COLLAGE_ERR_NULL;
-    m->own_err = 0;
     const int tok = nn_blas_begin(m->pp.prod.f32);
-    collage_status st = m->fam->next_logits(m->impl, params, tokens, T, logits);
+    collage_status st = gm_next_logits(m->impl, params, tokens, T, logits);
     nn_blas_end(tok);
     return st;
 }
@@ -484,12 +444,8 @@ collage_status collage_model_next_logits(collage_model *m, const void *params, c
 collage_status collage_model_logits_at(collage_model *m, const void *params, const int *tokens, int T,
                                        const int *pos, int npos, float *logits) {
     if (!m) return COLLAGE_ERR_NULL;
-    m->own_err = 0;
-    if (!m->fam->logits_at)
-        return refuse(m, COLLAGE_ERR_UNSUPPORTED, "a %s model predicts the next token, not masked positions",
-                      m->fam->name);
     const int tok = nn_blas_begin(m->pp.prod.f32);
-    collage_status st = m->fam->logits_at(m->impl, params, tokens, T, pos, npos, logits);
+    collage_status st = gm_logits_at(m->impl, params, tokens, T, pos, npos, logits);
     nn_blas_end(tok);
     return st;
 }

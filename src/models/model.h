@@ -1,13 +1,15 @@
 /* model.h — the family table behind collage_model.h: what one model family provides (its names and
- * presets, objective, shape check, tensors, initialisation, the model's calls and its checkpoint format),
- * as a row of function pointers. model.c holds the table and the generic object; each family fills its
- * row in its own file (gpt2.c: collage__gpt2_family, bert.c: collage__bert_family). Private to the
- * library and its tests. */
+ * presets, objective, shape check, tensors, initialisation, its graphs and its checkpoint format), as a
+ * row of function pointers. model.c holds the table and the generic object; each family fills its
+ * row in its own file (gpt2.c: collage__gpt2_family, llama.c, bert.c). Private to the library and its
+ * tests. */
 #ifndef COLLAGE_MODELS_MODEL_H
 #define COLLAGE_MODELS_MODEL_H
 
 #include "collage_model.h"
+#include "graph_model.h"
 #include "nn.h"
+#include <stdio.h>
 
 /* The first bytes of a checkpoint file handed to every family's probe (fewer when the file is shorter). */
 #define COLLAGE_CKPT_PROBE_BYTES 64
@@ -59,26 +61,9 @@ typedef struct {
     int (*tensors)(const collage_model_config *cfg, collage_tensor_info *out, int cap);
     collage_status (*init_weights)(const collage_model_config *cfg, uint64_t seed, float *w, size_t n);
 
-    /* The model: an object of the family's own type (impl), made for maxB × maxT. The calls keep the
-     * contracts of collage_model.h; model.c keeps OpenBLAS single-threaded around them. */
-    collage_status (*create)(const collage_model_config *cfg, collage_real prec, int maxB, int maxT, void **impl);
-    void (*free)(void *impl);
-    size_t (*size)(const void *impl);
-    const char *(*error)(const void *impl);
-    collage_status (*forward)(void *impl, const void *params, const int *tokens, const int *targets, int B, int T,
-                              double *loss);
-    collage_status (*backward)(void *impl);
-    void *(*grads)(void *impl);
-    void (*zero_grad)(void *impl);
-    collage_status (*set_loss_scale)(void *impl, double scale); /* optional: NULL = no loss scaling */
-    collage_status (*next_logits)(void *impl, const void *params, const int *tokens, int T, float *logits);
-    /* Optional (NULL: model.c answers for the family). forward_batch: padding, unscored positions, a loss
-     * divisor and the count of correct predictions (NULL: full rows, every position scored, through
-     * forward). logits_at: the logits of chosen positions (NULL: COLLAGE_ERR_UNSUPPORTED). */
-    collage_status (*forward_batch)(void *impl, const void *params, const collage_batch *b, collage_forward_info *out);
-    collage_status (*logits_at)(void *impl, const void *params, const int *tokens, int T, const int *pos, int npos,
-                                float *logits);
-    collage_status (*memory)(const void *impl, collage_model_memory *out);
+    /* The model: graph_model.h's object on the family's graphs (its plan, its float, double and bf16
+     * passes; a masked-LM family's on gm_io). collage_model_create checks cfg with check first. */
+    const gm_graph *graph;
 
     /* The checkpoint format. probe: 1 when head (the file's first len bytes) starts a checkpoint of this
      * family. ckpt_what names the format for messages ("llm.c GPT-2, magic 20240326"). Errors name the
@@ -94,29 +79,19 @@ typedef struct {
     const collage_export_layout *hf;
 } collage_model_family;
 
-/* The rows (model.c's table holds their addresses, in collage_family order). */
+/* The rows (model.c's table holds their addresses, in collage_family order) and their export layouts in
+ * Hugging Face's classes (gpt2_hf.c, llama_hf.c, bert_hf.c). */
 extern const collage_model_family collage__gpt2_family;
-/* GPT-2's layout as Hugging Face's GPT2LMHeadModel (gpt2_hf.c). */
+extern const collage_model_family collage__llama_family;
+extern const collage_model_family collage__bert_family;
 extern const collage_export_layout collage__gpt2_hf;
 extern const collage_export_layout collage__llama_hf;
 extern const collage_export_layout collage__bert_hf;
-extern const collage_model_family collage__bert_family;
 
 /* Helpers the families share (model.c). fill_normal: x[i] = sd·z_i for i < live, 0 for live ≤ i < count,
  * z a standard normal by Box–Muller from the counter-based words collage_rand32(key, ·): elements 2p and
  * 2p+1 depend only on (key, p), so the tensor is the same for any thread count. */
 void collage__fill_normal(float *x, size_t count, size_t live, double sd, uint64_t key);
-
-/* The emulated 16-bit models' slabs (gpt2.c, bert.c, graph_model.c), by nn_rnd_f32's kind (1 bf16, 2
- * fp16): the weights widened exactly into w32, the fp32 gradient sums rounded to nearest into g16. */
-void collage__widen16(float *w32, const void *w16, size_t n, int kind);
-void collage__round16(void *g16, const float *g32, size_t n, int kind);
-
-/* A model call's batch (gpt2.c, graph_model.c): params and tokens given, B × T within maxB × maxT of
- * create, every token and target id in [0, V); the ids copied into tok and tgt (targets may be NULL).
- * Otherwise a status with the message in err (cap bytes), nothing copied. */
-collage_status collage__take_batch(const void *params, const int *tokens, const int *targets, int B, int T, int maxB,
-                                   int maxT, int V, int *tok, int *tgt, char *err, size_t cap);
 
 /* The shape checks every family shares, with a message for each refusal (msg may be NULL): sizes
  * positive, vocab_size ≥ min_vocab, padded_vocab_size ≥ vocab_size, channels divisible by num_heads,
@@ -124,11 +99,15 @@ collage_status collage__take_batch(const void *params, const int *tokens, const 
  * batch maxB × maxT (0: skip) within the context and at most 2^22 tokens. */
 collage_status collage__check_dims(const collage_model_config *cfg, int min_vocab, int maxB, int maxT, char *msg,
                                    size_t cap);
+/* The families' checkpoint readers: count elements of es bytes (4 float, 2 bf16) from f into dst (float
+ * when want_bf16 = 0, collage_bf16 when 1), converting bf16 → float exactly and float → bf16 by RN, through
+ * buf (chunk elements of es bytes; NULL where no conversion is needed). Returns count, or the index of
+ * the first element of the chunk that could not be read. */
+size_t collage__read_elements(FILE *f, void *dst, size_t count, size_t es, int want_bf16, void *buf, size_t chunk);
 /* COLLAGE_OK when the config a checkpoint holds (have) is the one asked for (want), else
  * COLLAGE_ERR_FORMAT with a message naming path and both shapes. */
 collage_status collage__ckpt_same_shape(const char *path, const collage_model_config *have,
                                         const collage_model_config *want, char *err, size_t cap);
-extern const collage_model_family collage__llama_family;
 
 /* The kernels of a model's products (products.c): chosen once per model at create, from the pin, the
  * products file or a measurement on the model's own shapes (cfg's product tensors on N = maxB·maxT rows);
@@ -150,6 +129,11 @@ void collage__products_forget(void);
 void collage__products_describe(const collage__products *p, collage_real prec, char *out, size_t cap);
 /* The pin that reproduces the choice ("fp32=onednn,bf16=widen"), for a rerun or a resume. */
 void collage__products_spec(const collage__products *p, collage_real prec, char *out, size_t cap);
+
+/* The model object of cfg's family in precision prec (any of gm_precision, the emulated ones included):
+ * the family's check for maxB × maxT, then gm_create on its graphs. *out NULL on failure. */
+collage_status collage__model_object(const collage_model_config *cfg, gm_precision prec, int maxB, int maxT,
+                                     gm_model **out);
 
 /* The row of family f; NULL if f is out of range. */
 const collage_model_family *collage__model_family(collage_family f);

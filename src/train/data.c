@@ -59,12 +59,7 @@ collage_status collage_shard_write(const char *path, const uint16_t *tokens, siz
             ok = fwrite(b, 1, 2, f) == 2;
         }
     }
-    if (!ok) {
-        st = collage__fail(err, err_size, COLLAGE_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-        collage_atomic_abort(&af);
-        return st;
-    }
-    return collage_atomic_commit(&af, err, err_size);
+    return collage__atomic_finish(&af, ok, err, err_size);
 }
 
 /* Validate the header against the file size; on success *count = N. */
