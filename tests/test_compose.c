@@ -814,6 +814,18 @@ static void test_c8_exhaustive(void) {
               "special %a: q %a, θ %04x", (double)sp[i], (double)q, t2);
     }
     CHECK(isnan(c8_add(1.0f, (float)NAN)) && isnan(c8_join(0x7fc0, 5)), "NaN through c8_add and c8_join");
+    /* numerics.md §9's vectors */
+    float q200 = 200.0f;
+    for (int i = 0; i < 10; i++) q200 = c8_add(q200, 0.10009765625f);
+    const struct { float q; uint32_t bits; uint16_t th; int e; } V[] = {
+        {bitsf(c8_rn16_bits(fbits(0.1f))), 0x3dcccd00u, 0x3dcd, -51}, {c8_add(1.0f, 1e-4f), 0x3f800300u, 0x3f80, 3},
+        {c8_add(1.0f, -1e-5f), 0x3f7fff00u, 0x3f80, -1},              {c8_add(1.0f, 0x1p-16f + 0x1p-38f), 0x3f800100u, 0x3f80, 1},
+        {c8_add(1.0f, 0x1p-16f), 0x3f800000u, 0x3f80, 0},             {q200, 0x43490400u, 0x4349, 4},
+        {bitsf(c8_rn16_bits(fbits(-3e-39f))), 0x8020ab00u, 0x8021, -85}, {bitsf(c8_rn16_bits(fbits(3.3961e38f))), 0x7f7f7f00u, 0x7f7f, 127}};
+    for (size_t i = 0; i < sizeof V / sizeof *V; i++)
+        CHECK(fbits(V[i].q) == V[i].bits && c8_theta(V[i].q) == V[i].th && c8_byte(V[i].q, V[i].th) == V[i].e,
+              "vector %zu: q %08x θ %04x e %d, want %08x %04x %d", i, fbits(V[i].q), c8_theta(V[i].q),
+              c8_byte(V[i].q, c8_theta(V[i].q)), V[i].bits, V[i].th, V[i].e);
 }
 
 /* ------------------------------------------------------------------ 5. fast == reference */

@@ -11,9 +11,10 @@
 
 /* The kept value of (θ, e): the fp32 whose bits are θ·2^16 + e·2^8, e signed. Exact: no rounding.
  * Since fp32 bits order magnitudes, e moves q away from zero (e > 0) or toward it (e < 0) by e units of
- * 2^-15 of q's binade (2^-141 in the subnormals): |q − θ| ≤ 2^-8·ulp(θ)·128 = half an ulp of θ. The
- * encoders below never make θ = ±0 with e < 0 (that pair would decode to a NaN), nor a finite θ whose
- * q is not finite except θ = ±Inf's neighbours, whose e < 0 decodes to the finite q they round. */
+ * its 16th significant bit (2^-141 in the subnormals), and |q − θ| ≤ half an ulp of θ (below a power of
+ * two θ, the units are the lower binade's). The encoders below never pair θ = ±0 with e < 0 (that
+ * would decode to a NaN); θ = ±Inf with e < 0 is the rounding of a finite q above bf16's largest value
+ * by half its ulp or more, and decodes back to that q. */
 static inline float c8_join(uint16_t th, int8_t e) {
     return bits_f32(((uint32_t)th << 16) + (uint32_t)((int32_t)e * 256));
 }
