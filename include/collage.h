@@ -211,6 +211,8 @@ typedef enum {
     COLLAGE_FP16_LIGHT,          /* "fp16-collage-light": (θ, δθ) fp16 MCF, m, v fp16        10 */
     COLLAGE_FP16_PLUS,           /* "fp16-collage-plus": fp16-collage-light + (v, δv)        12 */
     COLLAGE_FP16_MASTER,         /* θ fp16; fp32 master, m, v (fp16 mixed precision)         16 */
+    COLLAGE_BF16_C8,             /* "bf16-c8": θ bf16 + a correction byte e (θ and e: the kept
+                                    value to 16 significant bits); m, v bf16                  9 */
     COLLAGE_STRATEGY_COUNT       /* the presets; composed strategies are numbered from
                                     COLLAGE_STRATEGY_COMPOSED */
 } collage_strategy;
@@ -238,6 +240,7 @@ typedef enum {
     COLLAGE_SCHEME_FP16,         /* θ fp16, θ = RN(θ + raw) */
     COLLAGE_SCHEME_FP16_MCF,     /* (θ, δθ) fp16, Grow */
     COLLAGE_SCHEME_FP16_MASTER,  /* θ fp16 and an fp32 master */
+    COLLAGE_SCHEME_C8,           /* θ bf16 and a correction byte: the kept value rounded to 16 bits */
     COLLAGE_SCHEME_COUNT
 } collage_weight_scheme;
 typedef enum {
@@ -276,6 +279,7 @@ typedef enum {
     COLLAGE_WORD_INT8,     /* the dynamic 8-bit code (collage_qcode: signed for m, unsigned for v) per
                               element and one fp32 scale per block of `block` elements: 1 + 4/block bytes */
     COLLAGE_WORD_E4M3,     /* an fp8 e4m3 code per element and one fp32 scale per block */
+    COLLAGE_WORD_BYTE,     /* a signed byte per element, no scale (bf16-c8's correction e), 1 byte */
     COLLAGE_WORD_FORMAT_COUNT
 } collage_word_format;
 
@@ -289,6 +293,7 @@ typedef enum {
     COLLAGE_ROLE_REMAINDER,     /* the low 16 bits that make θ an fp32 master (θ's bits + remainder) */
     COLLAGE_ROLE_DV,            /* δv: the kept second moment is the MCF v + δv */
     COLLAGE_ROLE_MASTER,        /* fp32 master weights; θ is their rounding */
+    COLLAGE_ROLE_CORRECTION,    /* e: the kept value's fp32 bits are θ's bits·2^16 + e·2^8 (bf16-c8) */
     COLLAGE_ROLE_COUNT
 } collage_word_role;
 

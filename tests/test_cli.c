@@ -251,7 +251,7 @@ static void test_one_grammar(void) {
         rc = h_sh(all, sizeof all, "%s bench optimizer --params 8K --threads 1 --reps 1 --json", g_bin);
         int rows = 0;
         for (const char *p = all; (p = strstr(p, "\"strategy\":")); p++) rows++;
-        CHECK(rc == 0 && rows == COLLAGE_STRATEGY_COUNT + 7 && strstr(all, "\"strategy\":\"fp16\"") &&
+        CHECK(rc == 0 && rows == COLLAGE_STRATEGY_COUNT + 8 && strstr(all, "\"strategy\":\"fp16\"") &&
                   strstr(all, "\"strategy\":\"collage-light+m=int8,v=int8\""),
               "bench optimizer: rc %d, %d rows: %.300s", rc, rows, all);
         rc = h_sh(out, sizeof out, "%s bench optimizer --params 8K --threads 1 --reps 1 --precision bf16-sr+m=e4m3,v=int8 --json",

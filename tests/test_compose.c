@@ -39,10 +39,12 @@ static const char *const COMPOSED[] = {
     "collage-plus+m=int8",         "bf16-sr+m=int8,v=e4m3,q=sr", "bf16+m=fp32",
     "bf16-kahan+v=mcf",            "collage-light+m=fp16,v=fp16-mcf", "fp16",
     "fp16-collage-light",          "fp16-collage-plus",        "fp16-master",
-    "fp16-master+m=int8,v=int8",   "collage-light+m=int8,v=int8,q=sr", "bf16-sr+m=int8,v=int8,q=sr"};
+    "fp16-master+m=int8,v=int8",   "collage-light+m=int8,v=int8,q=sr", "bf16-sr+m=int8,v=int8,q=sr",
+    "bf16-c8",                     "bf16-c8+m=int8,v=int8"};
 #define N_COMPOSED ((int)(sizeof COMPOSED / sizeof *COMPOSED))
 /* and, for the fast step against the reference only, the other fused loops with q=sr (e4m3's codes) */
-static const char *const FAST_EXTRA[] = {"collage-light+m=e4m3,v=e4m3,q=sr", "bf16-kahan+m=e4m3,v=e4m3,q=sr"};
+static const char *const FAST_EXTRA[] = {"collage-light+m=e4m3,v=e4m3,q=sr", "bf16-kahan+m=e4m3,v=e4m3,q=sr",
+                                         "bf16-c8+m=e4m3,v=e4m3", "bf16-c8+m=int8,v=int8,q=sr"};
 #define N_FAST (N_COMPOSED + (int)(sizeof FAST_EXTRA / sizeof *FAST_EXTRA))
 
 static collage_strategy strat(const char *name) {
@@ -494,7 +496,8 @@ static void test_names_and_table(void) {
                     for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) {
                         const collage_state_word *W = &T->word[r];
                         const int q = W->format == COLLAGE_WORD_INT8 || W->format == COLLAGE_WORD_E4M3;
-                        const double want = W->format == COLLAGE_WORD_FP32 ? 4 : q ? 1 + 4.0 / 256 : W->format ? 2 : 0;
+                        const double want = W->format == COLLAGE_WORD_FP32 ? 4 : q ? 1 + 4.0 / 256
+                                            : W->format == COLLAGE_WORD_BYTE ? 1 : W->format ? 2 : 0;
                         bad += W->bytes != want || W->block != (q ? COLLAGE_QBLOCK : 0);
                         bytes += W->bytes;
                     }
@@ -536,6 +539,10 @@ static void test_names_and_table(void) {
           "numbers of no strategy (a preset's parts, a pair m, out of range)");
     collage_memory m = collage_strategy_memory(strat("collage-light+m=int8,v=int8"));
     CHECK(m.total == 2 + 2 + 2 + 2 * (1 + 4.0 / 256), "collage-light+int8 bytes %g", m.total);
+    m = collage_strategy_memory(strat("bf16-c8+m=int8,v=int8"));
+    CHECK(m.total == 2 + 1 + 2 + 2 * (1 + 4.0 / 256) && m.compensation == 1, "bf16-c8+int8 bytes %g", m.total);
+    m = collage_strategy_memory(COLLAGE_BF16_C8);
+    CHECK(m.total == 9, "bf16-c8 bytes %g", m.total);
 }
 
 /* ------------------------------------------------------------------ 3. generic path == presets */
@@ -578,7 +585,7 @@ static void test_generic_equals_presets(void) {
             S[v] = (adamw_slabs){f32w ? (void *)fb[v][0] : buf[v][0], f32w ? (const void *)fb[v][1] : buf[v][1],
                                  arith32 ? (void *)fb[v][2] : buf[v][2], arith32 ? (void *)fb[v][3] : buf[v][3],
                                  buf[v][4], buf[v][5], strategy_has((collage_strategy)s, COLLAGE_ROLE_MASTER) ? fb[v][0] : NULL,
-                                 NULL, NULL};
+                                 NULL, NULL, NULL};
             memset(&acc[v], 0, sizeof acc[v]);
         }
         collage__adamw_block_ref((collage_strategy)s, &S[0], 0, n, &k, &acc[0]);
@@ -714,6 +721,110 @@ static void test_oracle_q8(void) {
         free(q.th); free(q.comp); free(q.master); free(q.mq); free(q.vq); free(q.ms); free(q.vs);
         free(w); free(g); free(kept);
     }
+}
+
+/* ------------------------------------------------------------------ 4b. bf16-c8's correction byte */
+/* x rounded to `bits` significant bits in double (x exact there), ties to even or away from zero, on
+ * the grid fp32's exponent range gives such a format (2^(−125−bits) in the subnormals); ±2^128 and
+ * beyond become Inf. Written from the definition (frexp, ldexp), not from c8.h's bit operations. */
+static double rn_sig(double x, int bits, int away) {
+    if (x == 0 || !isfinite(x)) return x;
+    int E;
+    frexp(x, &E);
+    const int ue = E - bits < -125 - bits ? -125 - bits : E - bits;
+    const double y = ldexp(x, -ue), r = away ? round(y) : nearbyint(y), q = ldexp(r, ue);
+    return fabs(q) >= 0x1p128 ? copysign(HUGE_VAL, x) : q;
+}
+/* ulp of bf16 value t (t finite): 2^(E − 8) for t in [2^(E−1), 2^E), 2^-133 in the subnormals. */
+static double bf16_ulp(float t) {
+    int E;
+    frexp((double)t, &E);
+    return t == 0.0f || E - 8 < -133 ? 0x1p-133 : ldexp(1.0, E - 8);
+}
+#define C8_PER_THETA 24       /* random kept values around each finite bf16 θ, and as many sums */
+/* Every finite bf16 θ (65280 of them, both zeros and the subnormals), with random residuals r,
+ * |r| ≤ half an ulp of θ, and random updates: (1) the encoding of x = θ + r (bits rounded to 16, θ' its
+ * nearest bf16 with ties away, e' the byte) decodes exactly to RN16(x), the nearest 16-bit value, so
+ * |decode(encode(x)) − x| ≤ 2^-9·ulp(θ') = half an ulp of θ' / 256 (FlashOptim's 255-level rule: /254);
+ * θ' is a nearest bf16 to x; e' is a byte and ±0 never takes e < 0; (2) c8_add(q, raw) is RN16 of the
+ * exact sum q + raw (raw from 2^-26 to 4 times q, both signs, sums exact in double), the midpoint case
+ * included (counted: it must occur); (3) the vector kernels' lines are these (test_fast_equals_ref). */
+static void test_c8_exhaustive(void) {
+    long bad = 0, mids = 0, sums = 0;
+    double worst = 0;
+    h_seed(38);
+    for (uint32_t tb = 0; tb < 0x10000u; tb++) {
+        if ((tb & 0x7f80u) == 0x7f80u) continue; /* Inf, NaN */
+        const float th = bfv((uint16_t)tb);
+        const double h = bf16_ulp(th) / 2;
+        for (int k = 0; k < C8_PER_THETA; k++) {
+            const float x = (float)((double)th + (2 * h_uniform() - 1) * h); /* an fp32 near θ */
+            const float q = bitsf(c8_rn16_bits(fbits(x)));
+            const uint16_t t2 = c8_theta(q);
+            const int8_t e = c8_byte(q, t2);
+            const double want = rn_sig((double)x, 16, 0), err = fabs((double)q - (double)x);
+            const double near = rn_sig((double)q, 8, 1); /* the nearest bf16, ties away */
+            const double u2 = isfinite(bfv(t2)) ? bf16_ulp(bfv(t2)) : bf16_ulp(th); /* θ' = Inf: x rounds past the top */
+            const int ok1 = (double)q == want && fbits(c8_join(t2, e)) == fbits(q) && (double)bfv(t2) == near &&
+                            err <= u2 / 512 && !((t2 & 0x7fffu) == 0 && e < 0);
+            if (err / (u2 / 2) > worst) worst = err / (u2 / 2);
+            /* (2): an update of random size and sign */
+            const int sh = (int)(h_rand32() % 29u) - 26;
+            const float raw = (float)ldexp((h_uniform() + 0.5) * (h_rand32() & 1 ? 1 : -1) * ((double)fabsf(q) + 0x1p-140), sh);
+            const double exact = (double)q + (double)raw, bb = exact - (double)q;
+            const int exact_ok = ((double)q - (exact - bb)) + ((double)raw - bb) == 0; /* TwoSum's error in double */
+            const float got = c8_add(q, raw), s32 = q + raw;
+            int ok2 = 1;
+            if (exact_ok) {
+                sums++;
+                mids += (fbits(s32) & 0xffu) == 0x80u && (double)s32 != exact;
+                ok2 = (double)got == rn_sig(exact, 16, 0);
+            }
+            if (ok1 && ok2) continue;
+            if (bad++ < 5)
+                CHECK(0, "θ %04x x %a: q %a (want %a), θ' %04x e %d; raw %a: RN16(q + raw) %a, want %a", tb, (double)x, (double)q,
+                      want, t2, e, (double)raw, (double)got, rn_sig(exact, 16, 0));
+        }
+    }
+    /* the fp24 midpoints, made on purpose: q + half a 16-bit step ± a little */
+    for (uint32_t k = 0; k < 200000; k++) {
+        const uint32_t qb = (0x01000000u + (h_rand32() % 0x7e000000u)) & 0x7fffff00u;
+        const float q = bitsf(qb | (h_rand32() & 0x80000000u));
+        const double step = ldexp(fabs((double)q), -16), tiny = ldexp(step, -(int)(12 + h_rand32() % 20u));
+        const float raw = (float)((double)(h_rand32() & 1 ? 1 : -1) * (step * 0.5) + (h_rand32() & 1 ? tiny : -tiny));
+        const double exact = (double)q + (double)raw, bb = exact - (double)q;
+        if (((double)q - (exact - bb)) + ((double)raw - bb) != 0) continue;
+        sums++;
+        mids += (fbits(q + raw) & 0xffu) == 0x80u && (double)(q + raw) != exact;
+        if ((double)c8_add(q, raw) != rn_sig(exact, 16, 0) && bad++ < 5)
+            CHECK(0, "midpoint: q %a raw %a: %a, want %a", (double)q, (double)raw, (double)c8_add(q, raw), rn_sig(exact, 16, 0));
+    }
+    printf("    65280 bf16 θ x %d residuals: worst |decode(encode(x)) - x| = %.6f half-ulps of θ (bound 1/256 = %.6f); "
+           "%ld exact sums, %ld through an fp24 midpoint\n", C8_PER_THETA, worst, 1.0 / 256, sums, mids);
+    CHECK(bad == 0, "%ld encodings or sums wrong", bad);
+    CHECK(worst <= 1.0 / 256 && worst > 0.99 / 256, "worst error %.6g half-ulps: the bound 1/256 should be met and reached", worst);
+    CHECK(mids > 1000, "only %ld sums went through an fp24 midpoint", mids);
+    /* specials: ±0 and ±Inf stay, a NaN stays a NaN, a value rounding beyond bf16's range keeps its q */
+    const float sp[] = {0.0f, -0.0f, (float)HUGE_VAL, -(float)HUGE_VAL, 0x1.fffffep127f, -0x1.ff8p127f};
+    for (size_t i = 0; i < sizeof sp / sizeof *sp; i++) {
+        const float q = bitsf(c8_rn16_bits(fbits(sp[i])));
+        const uint16_t t2 = c8_theta(q);
+        CHECK(fbits(c8_join(t2, c8_byte(q, t2))) == fbits(q) && (double)q == rn_sig((double)sp[i], 16, 0),
+              "special %a: q %a, θ %04x", (double)sp[i], (double)q, t2);
+    }
+    CHECK(isnan(c8_add(1.0f, (float)NAN)) && isnan(c8_join(0x7fc0, 5)), "NaN through c8_add and c8_join");
+    /* numerics.md §9's vectors */
+    float q200 = 200.0f;
+    for (int i = 0; i < 10; i++) q200 = c8_add(q200, 0.10009765625f);
+    const struct { float q; uint32_t bits; uint16_t th; int e; } V[] = {
+        {bitsf(c8_rn16_bits(fbits(0.1f))), 0x3dcccd00u, 0x3dcd, -51}, {c8_add(1.0f, 1e-4f), 0x3f800300u, 0x3f80, 3},
+        {c8_add(1.0f, -1e-5f), 0x3f7fff00u, 0x3f80, -1},              {c8_add(1.0f, 0x1p-16f + 0x1p-38f), 0x3f800100u, 0x3f80, 1},
+        {c8_add(1.0f, 0x1p-16f), 0x3f800000u, 0x3f80, 0},             {q200, 0x43490400u, 0x4349, 4},
+        {bitsf(c8_rn16_bits(fbits(-3e-39f))), 0x8020ab00u, 0x8021, -85}, {bitsf(c8_rn16_bits(fbits(3.3961e38f))), 0x7f7f7f00u, 0x7f7f, 127}};
+    for (size_t i = 0; i < sizeof V / sizeof *V; i++)
+        CHECK(fbits(V[i].q) == V[i].bits && c8_theta(V[i].q) == V[i].th && c8_byte(V[i].q, V[i].th) == V[i].e,
+              "vector %zu: q %08x θ %04x e %d, want %08x %04x %d", i, fbits(V[i].q), c8_theta(V[i].q),
+              c8_byte(V[i].q, c8_theta(V[i].q)), V[i].bits, V[i].th, V[i].e);
 }
 
 /* ------------------------------------------------------------------ 5. fast == reference */
@@ -1074,6 +1185,10 @@ static const long_case LONG_CASES[] = {
     {"bf16-sr+m=int8,v=int8", 0.15, 0.15},          /* 4.61e-2 / 4.60e-2 */
     {"bf16-sr+m=int8,v=int8,q=sr", 0.15, 0.15},     /* 4.68e-2 / 4.64e-2 */
     {"fp16-master", 5e-6, 5e-6},                    /* 1.34e-6 / 1.39e-6 */
+    /* bf16 θ and a correction byte: the kept value to 16 significant bits tracks float64 as collage-light
+     * does (test_adamw: 4.24e-4 / 9.02e-3 with bf16 moments) */
+    {"bf16-c8", 2e-3, 3e-2},                        /* 5.36e-4 / 9.03e-3 */
+    {"bf16-c8+m=int8,v=int8", 4e-3, 5e-3},          /* 1.31e-3 / 1.74e-3 */
 };
 /* The fp16 lines, with eps 1e-4 (1e-8 is 0 in fp16), against float64 AdamW with the same eps. */
 static const long_case LONG_FP16[] = {
@@ -1144,11 +1259,11 @@ static void test_long_run_vs_float64(void) {
 /* ------------------------------------------------------------------ 8. the lost update, weight decay */
 /* What a weight scheme does with an update below half an ulp of θ: keeps all of it (an fp32
  * accumulator or a compensation word), keeps it on average (SR), or loses it. */
-typedef enum { KEEPS, KEEPS_ON_AVERAGE, LOSES } keeps_t;
+typedef enum { KEEPS, KEEPS_ON_AVERAGE, LOSES, KEEPS_16_BITS } keeps_t;
 static keeps_t scheme_keeps(collage_strategy s) {
     collage_composition p;
     collage_strategy_parts(s, &p);
-    return p.weights == COLLAGE_SCHEME_SR ? KEEPS_ON_AVERAGE
+    return p.weights == COLLAGE_SCHEME_SR ? KEEPS_ON_AVERAGE : p.weights == COLLAGE_SCHEME_C8 ? KEEPS_16_BITS
            : p.weights == COLLAGE_SCHEME_BF16 || p.weights == COLLAGE_SCHEME_FP16 ? LOSES : KEEPS;
 }
 
@@ -1157,15 +1272,21 @@ static keeps_t scheme_keeps(collage_strategy s) {
 #define LOST_TOL_F64 0.04 /* |kept − float64 AdamW| / displacement (test_adamw's bound for bf16 states) */
 /* Constant gradient 1 (every moment of a block equal: the 8-bit codes hold it exactly), θ0 = 1, lr 1e-4,
  * β (0.9, 0.95), no decay: each step moves θ by about −lr, below half an ulp of θ in bf16 and fp16. */
+/* bf16-c8 keeps 16 significant bits: the update, about 6.5 units of the 16th bit of θ (2^-16 below 1),
+ * is rounded at each step, and its kept value follows float64 AdamW rounded to 16 bits per step (w16),
+ * not float64 AdamW itself (7% apart here), within the same tolerance. */
 static void test_lost_update(void) {
     const double lr = 1e-4;
-    double w = 1.0, m = 0, v = 0;
+    double w = 1.0, w16 = 1.0, m = 0, v = 0;
     for (int t = 1; t <= LOST_STEPS; t++) {
         m = 0.9 * m + 0.1;
         v = 0.95 * v + 0.05;
-        w += -lr * sqrt(1.0 - pow(0.95, t)) / (1.0 - pow(0.9, t)) * m / (sqrt(v) + 1e-8);
+        const double u = -lr * sqrt(1.0 - pow(0.95, t)) / (1.0 - pow(0.9, t)) * m / (sqrt(v) + 1e-8);
+        w += u;
+        w16 = rn_sig(w16 + u, 16, 0);
     }
     const double disp = 1.0 - w;
+    printf("    float64 AdamW %.9f, rounded to 16 bits each step %.9f\n", w, w16);
     for (int si = 0; si < N_COMPOSED; si++) {
         const collage_strategy s = strat(COMPOSED[si]);
         const keeps_t kind = scheme_keeps(s);
@@ -1184,8 +1305,9 @@ static void test_lost_update(void) {
         for (size_t i = 0; i < n; i++) mean += kept[i];
         mean /= (double)n;
         for (size_t i = 0; i < n; i++) var += (kept[i] - mean) * (kept[i] - mean);
-        const double se = sqrt(var / (double)n / (double)(n - 1)), e64 = (mean - w) / disp;
-        printf("    %-34s kept %.9f  (kept - f64)/displacement %+.2e\n", COMPOSED[si], mean, e64);
+        const double se = sqrt(var / (double)n / (double)(n - 1)), e64 = (mean - (kind == KEEPS_16_BITS ? w16 : w)) / disp;
+        printf("    %-34s kept %.9f  (kept - f64%s)/displacement %+.2e\n", COMPOSED[si], mean, kind == KEEPS_16_BITS ? " in 16 bits" : "",
+               e64);
         if (kind == LOSES) CHECK(mean == 1.0, "%s should lose every update: kept %.9f", COMPOSED[si], mean);
         else CHECK(fabs(e64) <= LOST_TOL_F64 + SIGMAS * se / disp, "%s: (kept - float64)/displacement %.3e (se %.2e)", COMPOSED[si],
                    e64, se);
@@ -1201,9 +1323,13 @@ static void test_lost_update(void) {
 #define WD_TWO_WORD_HI 1.02
 #define WD_FP16_TWO_WORD 2e-3    /* two fp16 words: |kept/e^-0.1 − 1| */
 #define WD_SR_BIAS 5e-3
+#define WD_C8_REL 1e-4           /* 16 bits: kept / (θ ← RN16(θ − lr·wd·θ) in float64) − 1 */
 /* Zero gradients, θ = 1, lr 1e-3, wd 0.01, 10000 steps: θ·e^-0.1. The 8-bit moments stay zero. */
 static void test_weight_decay(void) {
     const double target = exp(-0.1);
+    double w16 = 1.0; /* bf16-c8's 16 bits: each step's decay, 0.6 to 0.66 units of the 16th bit, rounds to one */
+    for (int t = 0; t < WD_STEPS; t++) w16 = rn_sig(w16 - 1e-5 * w16, 16, 0);
+    printf("    decay rounded to 16 bits each step: %.9f = e^-0.1 x %.6f\n", w16, w16 / target);
     for (int si = 0; si < N_COMPOSED; si++) {
         const collage_strategy s = strat(COMPOSED[si]);
         collage_composition p;
@@ -1229,6 +1355,8 @@ static void test_weight_decay(void) {
                             p.weights == COLLAGE_SCHEME_REMAINDER || p.weights == COLLAGE_SCHEME_FP32;
         if (fp32acc) CHECK(fabs(rel) <= WD_FP32_REL, "%s: kept/e^-0.1 - 1 = %.3e", COMPOSED[si], rel);
         else if (scheme_keeps(s) == LOSES) CHECK(mean == 1.0, "%s: kept %.9f, should stay 1", COMPOSED[si], mean);
+        else if (scheme_keeps(s) == KEEPS_16_BITS) CHECK(fabs(mean / w16 - 1) <= WD_C8_REL, "%s: kept/(16-bit decay) - 1 = %.3e",
+                                                         COMPOSED[si], mean / w16 - 1);
         else if (p.weights == COLLAGE_SCHEME_SR) CHECK(fabs(rel) <= WD_SR_BIAS + SIGMAS * se / target, "%s: %.3e (se %.2e)", COMPOSED[si], rel, se);
         else if (p.weights == COLLAGE_SCHEME_FP16_MCF) CHECK(fabs(rel) <= WD_FP16_TWO_WORD, "%s: %.3e", COMPOSED[si], rel);
         else CHECK(mean >= WD_TWO_WORD_LO * target && mean <= WD_TWO_WORD_HI * target, "%s: kept/e^-0.1 = %.6f", COMPOSED[si],
@@ -1431,6 +1559,7 @@ int main(void) {
     RUN(test_names_and_table);
     RUN(test_generic_equals_presets);
     RUN(test_oracle_q8);
+    RUN(test_c8_exhaustive);
     RUN(test_fast_equals_ref);
     RUN(test_fp16_fast_specials);
     RUN(test_save_load_shards);

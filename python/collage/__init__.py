@@ -29,7 +29,7 @@ library_path = _lib.library_path
 # ASCII keys of the state dict for the roles the library names (collage_word_role_name); a role
 # added to the library and missing here is keyed by its own name.
 _ROLE_KEYS = {"θ": "weights", "m": "exp_avg", "v": "exp_avg_sq", "δθ": "compensation", "c": "kahan",
-              "remainder": "remainder", "δv": "exp_avg_sq_lo", "master": "master"}
+              "remainder": "remainder", "δv": "exp_avg_sq_lo", "master": "master", "e": "correction"}
 
 
 @dataclass(frozen=True)

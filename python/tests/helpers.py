@@ -149,7 +149,7 @@ class DirectC:
         gi, off, n = self.layout[index]
         o, a, _, _ = self.opts[gi]
         fmt = self.s.weights.format if role is None else next(w.format for w in self.s.words if w.role == role)
-        dt = {"fp32": np.float32, "bf16": np.uint16, "int16": np.int16}[fmt]
+        dt = {"fp32": np.float32, "bf16": np.uint16, "int16": np.int16, "byte": np.int8}[fmt]
         ptr = _lib.lib.collage_adamw_params(o) if role is None else _lib.lib.collage_adamw_word(o, role)
         buf = (ctypes.c_char * (n * np.dtype(dt).itemsize)).from_address(ptr + (off - a) * np.dtype(dt).itemsize)
         return np.frombuffer(buf, dtype=dt).copy()

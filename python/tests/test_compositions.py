@@ -17,7 +17,7 @@ from helpers import bits, same_bits
 
 COMPOSITIONS = ["collage-light+m=int8,v=int8", "bf16-sr+m=int8,v=int8,q=sr", "bf16-master+m=int8,v=int8",
                 "bf16+m=e4m3,v=int8", "collage-plus+m=int8", "bf16-kahan+m=e4m3,v=e4m3,q=sr",
-                "collage-light+m=fp32,v=bf16"]
+                "collage-light+m=fp32,v=bf16", "bf16-c8+m=int8,v=int8"]
 SHAPES = [(300,), (5, 7), (1000,), (256,)]  # a partial block, a tiny tensor, several blocks, one whole block
 HP = dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 STEPS = 12

@@ -42,6 +42,8 @@ def kept(strategy, p):
             return words[w.key].double()
         if w.role_name == "remainder":
             return _lines.rem_join(p.detach(), words[w.key]).double()
+        if w.role_name == "e":
+            return _lines.c8_join(p.detach(), words[w.key]).double()
     return th
 
 
@@ -78,6 +80,8 @@ def test_kept_values_as_the_library_keeps_them(name):
         w64 = w.detach().double()
         if s.weights.format == "fp32" or s.has("master") or s.has("remainder"):
             assert torch.equal(kept(s, p), w64), f"{name}: the float value is kept exactly"
+        elif s.has("e"):  # bf16-c8: w to 16 significant bits, to nearest
+            assert bool(((kept(s, p) - w64).abs() <= w64.abs() * 2.0 ** -16).all()), f"{name}: 16 bits"
         elif any(s.has(r) for r in TWO_WORDS):
             assert bool(((kept(s, p) - w64).abs() <= w64.abs() * 2.0 ** -16).all()), f"{name}: 16 bits"
         else:

@@ -339,21 +339,30 @@ static void sync_from_weights(collage_adamw *o) {
     if (master)
         for (size_t i = 0; i < o->cfg.n; i++) master[i] = lp_f32(f, w[i]);
     if (comp) memset(comp, 0, o->cfg.n * 2);
+    if (o->word[COLLAGE_ROLE_CORRECTION]) memset(o->word[COLLAGE_ROLE_CORRECTION], 0, o->cfg.n);
     o->synced = 1;
 }
 
 /* The kept value from fp32 weights, by the roles of the strategy's words: θ alone (fp32 or its RN),
- * θ and an fp32 master, θ and the exact difference (δθ, c), or θ and the remainder. */
+ * θ and an fp32 master, θ and the exact difference (δθ, c), θ and the remainder, or θ and the
+ * correction byte of w rounded to 16 significant bits (a NaN: θ its bf16 NaN, e = 0). */
 collage_status collage_adamw_set_weights_f32(collage_adamw *o, const float *w, size_t n) {
     if (!o || !w) return COLLAGE_ERR_NULL;
     if (n != o->cfg.n) return COLLAGE_ERR_SIZE;
     collage_strategy s = o->cfg.strategy;
     float *w32 = o->word[COLLAGE_ROLE_WEIGHTS], *master = o->word[COLLAGE_ROLE_MASTER];
     uint16_t *w16 = o->word[COLLAGE_ROLE_WEIGHTS], *comp = comp_word(o);
+    int8_t *corr = o->word[COLLAGE_ROLE_CORRECTION];
     const int fp32 = collage_strategy_is_fp32(s), rem = strategy_has(s, COLLAGE_ROLE_REMAINDER);
     const collage_format f = theta_format(o);
     for (size_t i = 0; i < n; i++) {
         if (fp32) { w32[i] = w[i]; continue; }
+        if (corr) {
+            const float q = bits_f32(c8_rn16_bits(f32_bits(w[i])));
+            w16[i] = w[i] != w[i] ? bf16_rn_bits(w[i]) : c8_theta(q);
+            corr[i] = w[i] != w[i] ? 0 : c8_byte(q, w16[i]);
+            continue;
+        }
         if (rem) {
             w16[i] = rem_theta(w[i]);
             comp[i] = rem_low(w[i], w16[i]);
@@ -373,6 +382,7 @@ collage_status collage_adamw_kept_f64(const collage_adamw *o, double *out, size_
     collage_strategy s = o->cfg.strategy;
     const float *w32 = o->word[COLLAGE_ROLE_WEIGHTS], *master = o->word[COLLAGE_ROLE_MASTER];
     const uint16_t *w16 = o->word[COLLAGE_ROLE_WEIGHTS], *comp = comp_word(o);
+    const int8_t *corr = o->word[COLLAGE_ROLE_CORRECTION];
     const int fp32 = collage_strategy_is_fp32(s), rem = strategy_has(s, COLLAGE_ROLE_REMAINDER);
     const collage_format f = theta_format(o);
     int synced = o->synced;
@@ -381,6 +391,7 @@ collage_status collage_adamw_kept_f64(const collage_adamw *o, double *out, size_
         else if (!synced) out[i] = (double)lp_f32(f, w16[i]);
         else if (master) out[i] = (double)master[i];
         else if (rem) out[i] = (double)rem_join(w16[i], comp[i]);
+        else if (corr) out[i] = (double)c8_join(w16[i], corr[i]);
         else if (comp) out[i] = (double)lp_f32(f, w16[i]) + (double)lp_f32(f, comp[i]);
         else out[i] = (double)lp_f32(f, w16[i]);
     }
@@ -649,7 +660,7 @@ static collage_status step_begin(collage_adamw *o, const void *grads, double lr,
     k.index0 = o->cfg.index0;
     o->S = (adamw_slabs){o->word[COLLAGE_ROLE_WEIGHTS], grads, o->word[COLLAGE_ROLE_M], o->word[COLLAGE_ROLE_V],
                          comp_word(o), o->word[COLLAGE_ROLE_DV], o->word[COLLAGE_ROLE_MASTER],
-                         word_scales(o, COLLAGE_ROLE_M), word_scales(o, COLLAGE_ROLE_V)};
+                         word_scales(o, COLLAGE_ROLE_M), word_scales(o, COLLAGE_ROLE_V), o->word[COLLAGE_ROLE_CORRECTION]};
     o->isa = ref ? COLLAGE_ISA_SCALAR : collage_get_isa();
     *tie_free_all = set_group_nt(o, o->isa, &k, o->lr);
     o->k = k;

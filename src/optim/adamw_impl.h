@@ -6,6 +6,7 @@
 #include "internal.h"
 #include "qcode.h"
 #include "strategy.h"
+#include "c8.h"
 
 /* Per-step scalars, each converted to fp32 once (numerics.md §1-3). */
 typedef struct {
@@ -37,7 +38,7 @@ typedef struct {
  * moments in their words' formats (fp32, bf16, fp16, or 8-bit codes with one fp32 scale per block of
  * COLLAGE_QBLOCK slab elements in mscale, vscale: element i's block is (index0 + i) / 256 − index0 / 256,
  * index0 a multiple of 256); comp: δθ (collage, bf16 or fp16), Kahan's c, or the 16-bit remainder;
- * dv: δv (bf16 or fp16); master: fp32. */
+ * dv: δv (bf16 or fp16); master: fp32; corr: bf16-c8's correction byte e (c8.h). */
 typedef struct {
     void *w;
     const void *g;
@@ -45,6 +46,7 @@ typedef struct {
     uint16_t *comp, *dv;
     float *master;
     float *mscale, *vscale;
+    int8_t *corr;
 } adamw_slabs;
 
 /* EDQ partial sums of one block (numerics.md §7), combined in block order. */

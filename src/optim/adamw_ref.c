@@ -274,6 +274,13 @@ static void apply_raw(const gdesc *D, const adamw_slabs *S, size_t i, float raw,
         *ds = (double)mnew - (double)mold;
         break;
     }
+    case COLLAGE_SCHEME_C8: { /* q = join(θ, e) exactly; q' = RN16(q + raw); θ', e' its split (c8.h) */
+        const float qold = c8_join(old, S->corr[i]), qnew = c8_add(qold, raw);
+        w16[i] = c8_theta(qnew);
+        S->corr[i] = c8_byte(qnew, w16[i]);
+        *ds = (double)qnew - (double)qold;
+        break;
+    }
     case COLLAGE_SCHEME_MASTER:
     case COLLAGE_SCHEME_FP16_MASTER: {
         const float mold = S->master[i];

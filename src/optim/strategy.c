@@ -12,7 +12,8 @@ static const char *const SCHEME_NAMES[COLLAGE_SCHEME_COUNT] = {
     [COLLAGE_SCHEME_FP32] = "fp32", [COLLAGE_SCHEME_BF16] = "bf16", [COLLAGE_SCHEME_MCF] = "collage-light",
     [COLLAGE_SCHEME_SR] = "bf16-sr", [COLLAGE_SCHEME_KAHAN] = "bf16-kahan", [COLLAGE_SCHEME_REMAINDER] = "bf16-remainder",
     [COLLAGE_SCHEME_MASTER] = "bf16-master", [COLLAGE_SCHEME_FP16] = "fp16",
-    [COLLAGE_SCHEME_FP16_MCF] = "fp16-collage-light", [COLLAGE_SCHEME_FP16_MASTER] = "fp16-master"};
+    [COLLAGE_SCHEME_FP16_MCF] = "fp16-collage-light", [COLLAGE_SCHEME_FP16_MASTER] = "fp16-master",
+    [COLLAGE_SCHEME_C8] = "bf16-c8"};
 static const char *const MOMENT_NAMES[COLLAGE_MOMENT_COUNT] = {
     [COLLAGE_MOMENT_FP32] = "fp32", [COLLAGE_MOMENT_BF16] = "bf16", [COLLAGE_MOMENT_MCF] = "mcf",
     [COLLAGE_MOMENT_FP16] = "fp16", [COLLAGE_MOMENT_FP16_MCF] = "fp16-mcf", [COLLAGE_MOMENT_INT8] = "int8",
@@ -88,6 +89,7 @@ static const char *scheme_keeps(collage_weight_scheme w) {
     case COLLAGE_SCHEME_FP16_MCF: return "its compensation word δθ";
     case COLLAGE_SCHEME_KAHAN: return "its Kahan buffer";
     case COLLAGE_SCHEME_REMAINDER: return "its remainder bits";
+    case COLLAGE_SCHEME_C8: return "its correction byte e";
     case COLLAGE_SCHEME_MASTER:
     case COLLAGE_SCHEME_FP16_MASTER: return "its fp32 master weights";
     default: return NULL;
@@ -250,7 +252,7 @@ collage_memory collage_strategy_memory(collage_strategy s) {
     const collage_state_word *w = T->word;
     r.weights = w[COLLAGE_ROLE_WEIGHTS].bytes;
     r.compensation = w[COLLAGE_ROLE_COMPENSATION].bytes + w[COLLAGE_ROLE_KAHAN].bytes +
-                     w[COLLAGE_ROLE_REMAINDER].bytes + w[COLLAGE_ROLE_DV].bytes;
+                     w[COLLAGE_ROLE_REMAINDER].bytes + w[COLLAGE_ROLE_DV].bytes + w[COLLAGE_ROLE_CORRECTION].bytes;
     r.m = w[COLLAGE_ROLE_M].bytes;
     r.v = w[COLLAGE_ROLE_V].bytes;
     r.master = w[COLLAGE_ROLE_MASTER].bytes;
@@ -263,7 +265,7 @@ const char *collage_word_role_name(collage_word_role r) {
     static const char *const names[COLLAGE_ROLE_COUNT] = {
         [COLLAGE_ROLE_WEIGHTS] = "θ", [COLLAGE_ROLE_M] = "m", [COLLAGE_ROLE_V] = "v",
         [COLLAGE_ROLE_COMPENSATION] = "δθ", [COLLAGE_ROLE_KAHAN] = "c", [COLLAGE_ROLE_REMAINDER] = "remainder",
-        [COLLAGE_ROLE_DV] = "δv", [COLLAGE_ROLE_MASTER] = "master"};
+        [COLLAGE_ROLE_DV] = "δv", [COLLAGE_ROLE_MASTER] = "master", [COLLAGE_ROLE_CORRECTION] = "e"};
     return (unsigned)r < COLLAGE_ROLE_COUNT ? names[r] : "unknown";
 }
 
@@ -271,7 +273,7 @@ const char *collage_word_format_name(collage_word_format f) {
     static const char *const names[COLLAGE_WORD_FORMAT_COUNT] = {
         [COLLAGE_WORD_NONE] = "none", [COLLAGE_WORD_FP32] = "fp32", [COLLAGE_WORD_BF16] = "bf16",
         [COLLAGE_WORD_FP16] = "fp16", [COLLAGE_WORD_INT16] = "int16", [COLLAGE_WORD_INT8] = "int8",
-        [COLLAGE_WORD_E4M3] = "e4m3"};
+        [COLLAGE_WORD_E4M3] = "e4m3", [COLLAGE_WORD_BYTE] = "byte"};
     return (unsigned)f < COLLAGE_WORD_FORMAT_COUNT ? names[f] : "unknown";
 }
 
@@ -282,7 +284,8 @@ size_t collage__word_size(collage_word_format f) {
     case COLLAGE_WORD_FP16:
     case COLLAGE_WORD_INT16: return 2;
     case COLLAGE_WORD_INT8:
-    case COLLAGE_WORD_E4M3: return 1;
+    case COLLAGE_WORD_E4M3:
+    case COLLAGE_WORD_BYTE: return 1;
     default: return 0;
     }
 }

@@ -16,6 +16,7 @@
 #define WORD_FP16 {COLLAGE_WORD_FP16, 0, 2.0, 0}
 #define WORD_FP16_DERIVED {COLLAGE_WORD_FP16, 0, 2.0, 1}
 #define WORD_INT16 {COLLAGE_WORD_INT16, 0, 2.0, 0}
+#define WORD_BYTE {COLLAGE_WORD_BYTE, 0, 1.0, 0}
 /* The parts of a preset (collage.h collage_composition). */
 #define PARTS(W, M, V) {COLLAGE_SCHEME_##W, COLLAGE_MOMENT_##M, COLLAGE_MOMENT_##V, 0}
 
@@ -85,6 +86,10 @@ static const collage_strategy_info collage__strategy_table[COLLAGE_STRATEGY_COUN
                              .word = {[COLLAGE_ROLE_WEIGHTS] = WORD_FP16_DERIVED, [COLLAGE_ROLE_M] = WORD_FP32,
                                       [COLLAGE_ROLE_V] = WORD_FP32, [COLLAGE_ROLE_MASTER] = WORD_FP32},
                              .keeps_update_in = "its fp32 master weights", .parts = PARTS(FP16_MASTER, FP32, FP32)},
+    [COLLAGE_BF16_C8] = {.name = "bf16-c8", .arith = COLLAGE_WORD_BF16,
+                         .word = {[COLLAGE_ROLE_WEIGHTS] = WORD_BF16, [COLLAGE_ROLE_M] = WORD_BF16,
+                                  [COLLAGE_ROLE_V] = WORD_BF16, [COLLAGE_ROLE_CORRECTION] = WORD_BYTE},
+                         .keeps_update_in = "its correction byte e", .parts = PARTS(C8, BF16, BF16)},
 };
 
 /* ------------------------------------------------------------------ composed strategies */
@@ -141,6 +146,7 @@ STRATEGY_INL collage_word_format parts_word(collage_composition p, collage_word_
     case COLLAGE_ROLE_REMAINDER: return p.weights == COLLAGE_SCHEME_REMAINDER ? COLLAGE_WORD_INT16 : COLLAGE_WORD_NONE;
     case COLLAGE_ROLE_DV: return moment_is_pair(p.v) ? moment_word_format(p.v) : COLLAGE_WORD_NONE;
     case COLLAGE_ROLE_MASTER: return scheme_has_master(p.weights) ? COLLAGE_WORD_FP32 : COLLAGE_WORD_NONE;
+    case COLLAGE_ROLE_CORRECTION: return p.weights == COLLAGE_SCHEME_C8 ? COLLAGE_WORD_BYTE : COLLAGE_WORD_NONE;
     default: return COLLAGE_WORD_NONE;
     }
 }

@@ -428,6 +428,48 @@ def apply_remainder(p, g, st, k, lrwd, edq, index0):
         return _d(f(raw)), _d(f(th)) - _d(f(old)), _d(mnew) - _d(mold)
 
 
+def c8_join(th, e):
+    """bf16-c8's kept value q: bits (θ << 16) + e·2^8 mod 2^32, as fp32 (src/numerics/c8.h c8_join)."""
+    u = ((th.view(torch.int16).to(torch.int64) & 0xFFFF) * 65536 + e.to(torch.int64) * 256) & M32
+    return torch.where(u >= 0x80000000, u - (1 << 32), u).to(torch.int32).view(torch.float32)
+
+
+def c8_add(q, raw):
+    """RN16(q + raw), rounded once (c8.h c8_add): s = q + raw and its TwoSum error t; s on an fp24
+    midpoint (low byte 0x80) with t ≠ 0 steps one fp32 unit toward the exact sum; then the bits rounded
+    to a multiple of 2^8, ties to even."""
+    s = q + raw
+    bb = s - q
+    t = (q - (s - bb)) + (raw - bb)
+    u = _u32(s)
+    mid = (((u & 0xFF) == 0x80) & (t != 0)).to(torch.int64)
+    u = (u + mid * (1 - 2 * (((_u32(t) ^ u) >> 31) & 1))) & M32  # +1 where t has s's sign, else −1
+    return (u + 0x7F + ((u >> 8) & 1)) & 0xFFFFFF00  # the bits of q', as int64
+
+
+def c8_split(qbits):
+    """θ = (bits + 0x8000) >> 16 (the nearest bf16, ties away from zero), e = (bits − (θ << 16)) >> 8."""
+    th = ((qbits + 0x8000) >> 16) & 0xFFFF
+    e = ((qbits - th * 65536) >> 8) & 0xFF
+    return _int16_of(th).view(torch.bfloat16), torch.where(e >= 0x80, e - 0x100, e).to(torch.int8)
+
+
+def _f32_of_bits(u):
+    return torch.where(u >= 0x80000000, u - (1 << 32), u).to(torch.int32).view(torch.float32)
+
+
+def apply_c8(p, g, st, k, lrwd, edq, index0):
+    old = p.clone()
+    qold = c8_join(old, st["correction"])
+    raw = lp_raw(old, g, st, k, lrwd, None)
+    qbits = c8_add(qold, f(raw))
+    th, e = c8_split(qbits)
+    p.copy_(th)
+    st["correction"].copy_(e)
+    if edq:
+        return _d(f(raw)), _d(f(th)) - _d(f(old)), _d(_f32_of_bits(qbits)) - _d(qold)
+
+
 # The torch lines of each strategy, by the table's name: (apply, MultMC of its (v, δv) or None).
 STRATEGY_LINES = {
     "fp32": (apply_fp32, None),
@@ -440,6 +482,7 @@ STRATEGY_LINES = {
     "bf16-sr": (apply_sr, None),
     "bf16-remainder": (apply_remainder, None),
     "collage-plus-v1": (apply_grow, mcf_mul_v1),
+    "bf16-c8": (apply_c8, None),
 }
 
 
@@ -460,13 +503,19 @@ def step_tensor(name, p, g, st, k, lrwd, edq, index0):
 # ---------------------------------------------------------------- the kept value from fp32 weights
 def kept_words(strategy, w):
     """collage_adamw_set_weights_f32 in torch: θ and the words besides θ that keep the fp32 value w
-    (θ = RN(w) with δθ or c = RN(w − θ) and master = w; bf16-remainder's exact θ and ρ; fp32: w)."""
+    (θ = RN(w) with δθ or c = RN(w − θ) and master = w; bf16-remainder's exact θ and ρ; bf16-c8's θ and e
+    of w rounded to 16 bits, a NaN w with e = 0; fp32: w)."""
     words = {}
     if strategy.weights.format == "fp32":
         return w.clone(), words
     if strategy.has("remainder"):
         th, rho = rem_split(w)
         return th, {"remainder": rho}
+    if strategy.has("e"):
+        u = _u32(w)
+        th, e = c8_split((u + 0x7F + ((u >> 8) & 1)) & 0xFFFFFF00)
+        nan = torch.isnan(w)
+        return torch.where(nan, rn(w), th), {"correction": torch.where(nan, torch.zeros_like(e), e)}
     th = rn(w)
     for word in strategy.state_words:
         if word.role_name in ("δθ", "c"):

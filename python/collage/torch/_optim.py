@@ -34,7 +34,7 @@ from .. import strategy as _strategy
 from . import _lines
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int16": torch.int16,
-           "int8": torch.uint8, "e4m3": torch.uint8}
+           "int8": torch.uint8, "e4m3": torch.uint8, "byte": torch.int8}
 QBLOCK = 256  # COLLAGE_QBLOCK: an 8-bit word's elements per fp32 scale
 
 
