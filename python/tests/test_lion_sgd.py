@@ -10,7 +10,8 @@ import collage.torch as ct
 from helpers import GROUP_HP, SHAPES, flat, make_params, run, same_bits
 
 STEPS = 25
-NAMES = ["fp32", "bf16", "collage-light", "bf16-fp32-states", "bf16-master", "bf16-kahan", "bf16-sr", "bf16-remainder"]
+NAMES = ["fp32", "bf16", "collage-light", "bf16-fp32-states", "bf16-master", "bf16-kahan", "bf16-sr", "bf16-remainder",
+         "bf16-c8"]
 KINDS = {
     "lion": lambda groups, name, backend: ct.Lion(groups, precision=name, lr=3e-3, weight_decay=0.1,
                                                   max_grad_norm=1.0, edq=True, seed=5, backend=backend),
