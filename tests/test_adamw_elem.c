@@ -32,6 +32,7 @@ static const collage_composition COMPOSED[] = {
     {COLLAGE_SCHEME_BF16, COLLAGE_MOMENT_E4M3, COLLAGE_MOMENT_MCF, 0},
     {COLLAGE_SCHEME_MCF, COLLAGE_MOMENT_FP32, COLLAGE_MOMENT_BF16, 0},
     {COLLAGE_SCHEME_FP16_MCF, COLLAGE_MOMENT_FP16, COLLAGE_MOMENT_FP32, 0},
+    {COLLAGE_SCHEME_C8, COLLAGE_MOMENT_INT8, COLLAGE_MOMENT_INT8, 0},
 };
 #define N_COMPOSED ((int)(sizeof COMPOSED / sizeof COMPOSED[0]))
 
@@ -250,7 +251,7 @@ typedef struct {
 /* A word's bytes for n elements in the library's layout (8-bit: codes padded to 64 bytes, then scales). */
 static size_t word_bytes(collage_word_format f, size_t n) {
     if (f == COLLAGE_WORD_INT8 || f == COLLAGE_WORD_E4M3) return ((n + 63) & ~(size_t)63) + (n + 255) / 256 * 4;
-    return n * (f == COLLAGE_WORD_FP32 ? 4 : 2);
+    return n * (f == COLLAGE_WORD_FP32 ? 4 : f == COLLAGE_WORD_BYTE ? 1 : 2);
 }
 
 /* Ranges of the shard in offset order (the groups clipped to it and the gaps between them) as tensors over
@@ -297,6 +298,7 @@ static int make_tensors(const ce_desc *D, collage_strategy s, const layout *L, v
         T->P.comp = comp ? comp + a : NULL;
         T->P.dv = words[COLLAGE_ROLE_DV] ? (uint16_t *)words[COLLAGE_ROLE_DV] + a : NULL;
         T->P.master = words[COLLAGE_ROLE_MASTER] ? (float *)words[COLLAGE_ROLE_MASTER] + a : NULL;
+        T->P.corr = words[COLLAGE_ROLE_CORRECTION] ? (int8_t *)words[COLLAGE_ROLE_CORRECTION] + a : NULL;
     }
     return k;
 }

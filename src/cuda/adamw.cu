@@ -306,6 +306,7 @@ static step_fn kernel_of(collage_strategy s) {
         PRESET(COLLAGE_FP16_LIGHT, FP16_MCF, FP16, FP16, 0)
         PRESET(COLLAGE_FP16_PLUS, FP16_MCF, FP16, FP16_MCF, 0)
         PRESET(COLLAGE_FP16_MASTER, FP16_MASTER, FP32, FP32, 0)
+        PRESET(COLLAGE_BF16_C8, C8, BF16, BF16, 0)
     default: return step_kernel<1, 0, 0, 0, 0, 0>;
     }
 }
@@ -397,6 +398,7 @@ static collage_status upload(collage_cuda_adamw *o, const collage_cuda_tensor *t
                                                                      : x->words[COLLAGE_ROLE_REMAINDER]);
         T->P.dv = (uint16_t *)x->words[COLLAGE_ROLE_DV];
         T->P.master = (float *)x->words[COLLAGE_ROLE_MASTER];
+        T->P.corr = (int8_t *)x->words[COLLAGE_ROLE_CORRECTION];
         const size_t pad = (x->n + 63) & ~(size_t)63;
         T->P.mscale = D->mq >= 0 ? (float *)((char *)x->words[COLLAGE_ROLE_M] + pad) : NULL;
         T->P.vscale = D->vq >= 0 ? (float *)((char *)x->words[COLLAGE_ROLE_V] + pad) : NULL;

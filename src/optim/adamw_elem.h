@@ -226,6 +226,7 @@ typedef struct {
     uint32_t w, m, v;   /* θ, m, v (the hi word of a pair; an 8-bit code) */
     uint16_t comp, dv;  /* δθ, Kahan's c or the remainder; δv */
     float master;
+    int8_t corr;        /* bf16-c8's correction byte */
 } ce_state;
 
 /* EDQ terms of one element (adamw_ref.c acc_add): d the intended update, de the change of θ, ds the
@@ -282,6 +283,19 @@ CE_INL float ce_decay_base(const ce_desc *D, const ce_state *s) {
     return ce_has_master(D->w) ? s->master : ce_word_get(D->wf, s->w);
 }
 
+/* bf16-c8 (c8.h, numerics.md §6): the kept value q of (θ, e), exactly; q + raw rounded once to 16
+ * significant bits (TwoSum's error moves a sum at an fp24 midpoint to its side first); θ of q (ties away
+ * from zero) and its byte. The same lines as c8_join, c8_add, c8_theta, c8_byte. */
+CE_INL float ce_c8_join(uint16_t th, int8_t e) { return ce_bits_f32(((uint32_t)th << 16) + (uint32_t)((int32_t)e * 256)); }
+CE_INL float ce_c8_add(float q, float raw) {
+    const float s = q + raw, bb = s - q, t = (q - (s - bb)) + (raw - bb);
+    uint32_t u = ce_f32_bits(s);
+    if ((u & 0xffu) == 0x80u && t != 0.0f) u += ((ce_f32_bits(t) ^ u) >> 31) ? 0xffffffffu : 1u;
+    return ce_bits_f32((u + 0x7fu + ((u >> 8) & 1u)) & 0xffffff00u);
+}
+CE_INL uint16_t ce_c8_theta(float q) { return (uint16_t)((ce_f32_bits(q) + 0x8000u) >> 16); }
+CE_INL int8_t ce_c8_byte(float q, uint16_t th) { return (int8_t)(uint8_t)((ce_f32_bits(q) - ((uint32_t)th << 16)) >> 8); }
+
 /* θ (and its compensation or master) += raw by the weight scheme (adamw_ref.c apply_raw); index: the
  * element's slab index, which keys stochastic rounding. EDQ's Δ_eff, Δ_state in t->de, t->ds. */
 CE_INL void ce_apply(const ce_desc *D, ce_state *s, float raw, const ce_k *k, uint64_t index, ce_terms *t) {
@@ -315,6 +329,11 @@ CE_INL void ce_apply(const ce_desc *D, ce_state *s, float raw, const ce_k *k, ui
         nw = ce_rem_theta(mnew);
         s->comp = ce_rem_low(mnew, nw);
         ds = (double)mnew - (double)mold;
+    } else if (D->w == COLLAGE_SCHEME_C8) {
+        const float qold = ce_c8_join(old, s->corr), qnew = ce_c8_add(qold, raw);
+        nw = ce_c8_theta(qnew);
+        s->corr = ce_c8_byte(qnew, nw);
+        ds = (double)qnew - (double)qold;
     } else if (ce_has_master(D->w)) {
         const float mold = s->master;
         s->master = mold + raw;
@@ -517,6 +536,7 @@ typedef struct {
     void *m, *v;
     uint16_t *comp, *dv;
     float *master, *mscale, *vscale;
+    int8_t *corr;       /* bf16-c8's correction bytes */
 } ce_ptrs;
 
 CE_INL uint32_t ce_load_word(int wf, const void *p, size_t i) {
@@ -537,6 +557,7 @@ CE_INL ce_state ce_load(const ce_desc *D, const ce_ptrs *P, size_t i) {
     s.comp = P->comp ? P->comp[i] : 0;
     s.dv = D->v_pair ? P->dv[i] : 0;
     s.master = ce_has_master(D->w) ? P->master[i] : 0.0f;
+    s.corr = P->corr ? P->corr[i] : 0;
     return s;
 }
 /* Element i's words back; with q8 set, the 8-bit moments are left to the block's store. */
@@ -547,6 +568,7 @@ CE_INL void ce_store(const ce_desc *D, const ce_ptrs *P, size_t i, const ce_stat
     if (P->comp) P->comp[i] = s->comp;
     if (D->v_pair) P->dv[i] = s->dv;
     if (ce_has_master(D->w)) P->master[i] = s->master;
+    if (P->corr) P->corr[i] = s->corr;
 }
 
 /* ------------------------------------------------------------------ 8 elements at a time */
@@ -600,7 +622,7 @@ CE_INL int ce_vec_ok(const ce_desc *D, const ce_ptrs *P) {
                         ce_has_master(D->w) ? (const void *)P->master : NULL};
     for (int k = 0; k < 7; k++)
         if (p[k] && ((uintptr_t)p[k] & 15u)) return 0;
-    return !ce_desc_q8(D);
+    return !ce_desc_q8(D) && !P->corr; /* bf16-c8's bytes go one element at a time */
 }
 /* Elements i … i + 7 (i a multiple of 8, ce_vec_ok): their words into s and the gradient's bits into g. */
 CE_INL void ce_load8(const ce_desc *D, const ce_ptrs *P, size_t i, ce_state *s, uint32_t *g) {
@@ -660,13 +682,14 @@ static inline ce_k ce_k_make(double lr, double beta1, double beta2, double eps, 
     return k;
 }
 /* The description of strategy s (a preset or a composition); COLLAGE_ERR_ARG for an unknown one,
- * COLLAGE_ERR_UNSUPPORTED for a part these lines do not have (a weight scheme after fp16-master, a moment
+ * COLLAGE_ERR_UNSUPPORTED for a part these lines do not have (a weight scheme after bf16-c8, a moment
  * format after e4m3: teach ce_apply / ce_step its lines first). */
 static inline collage_status ce_desc_of(collage_strategy s, ce_desc *D) {
     collage_composition p;
     collage_status st = collage_strategy_parts(s, &p);
     if (st != COLLAGE_OK) return st;
-    if ((int)p.weights > (int)COLLAGE_SCHEME_FP16_MASTER || (int)p.m > (int)COLLAGE_MOMENT_E4M3 ||
+    if (((int)p.weights > (int)COLLAGE_SCHEME_FP16_MASTER && p.weights != COLLAGE_SCHEME_C8) ||
+        (int)p.m > (int)COLLAGE_MOMENT_E4M3 ||
         (int)p.v > (int)COLLAGE_MOMENT_E4M3)
         return COLLAGE_ERR_UNSUPPORTED;
     *D = ce_desc_make((int)p.weights, (int)p.m, (int)p.v, p.sr_states, s == COLLAGE_PLUS_V1);
