@@ -12,6 +12,8 @@
 struct collage_run {
     collage_run_config cfg;       /* resolved: the preset's shape, seq, warmup filled in */
     char model_name[64], tokenizer_name[64], *data, *init;
+    char fp8_recipe[16];          /* cfg.fp8_recipe's copy */
+    float *amax_all;              /* fp8 on several ranks: every rank's delayed amaxes */
     collage_comm comm;            /* a copy; has_comm 0: one process */
     int has_comm;
     collage_tokenizer *tok;
