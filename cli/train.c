@@ -199,6 +199,9 @@ static int create_failed(const train_opts *o, collage_status st, const char *err
         snprintf(flag, sizeof flag, "--data: ");
         hint = data ? "--data takes a text file, a folder of text files or .bin shards (without it: the fortunes)"
                     : "install Debian's fortunes package (scripts/setup.sh does), or pass --data PATH";
+    } else if (st == COLLAGE_ERR_ARG && strstr(err, "fp8")) {
+        hint = "--compute fp8 takes a bf16 strategy (collage-light, collage-plus, bf16, bf16-sr, bf16-master…), a GPT-2 "
+               "or LLaMA preset and --fp8-recipe delayed | current | block | mxfp8";
     } else if (st == COLLAGE_ERR_ARG) {
         hint = "the shape flags: --dim a multiple of --heads, --heads of --kv-heads (collage train --help)";
     }

@@ -193,8 +193,8 @@ static collage_status make_model(collage_run *r, const collage_run_saved *saved)
     if (c->fp8) prec = COLLAGE_REAL_FP8;
     collage_status mst = create_model(r, prec, saved ? saved->products : NULL);
     if (mst == COLLAGE_OK && c->fp8 && collage_model_fp8_set(r->m, r->fp8_recipe, c->fp8_e4m3_all) != COLLAGE_OK)
-        return run_fail(r, COLLAGE_ERR_ARG, "fp8 recipe '%s': %s (delayed, current, block or mxfp8)", r->fp8_recipe,
-                        collage_model_error(r->m));
+        return run_fail(r, COLLAGE_ERR_ARG, "fp8 recipe '%s' is not one of delayed, current, block, mxfp8",
+                        r->fp8_recipe);
     if (mst == COLLAGE_ERR_IO) return run_fail(r, COLLAGE_ERR_IO, "the transport failed agreeing on the products' kernels");
     if (mst == COLLAGE_ERR_FORMAT) return mst;
     if (mst == COLLAGE_ERR_UNSUPPORTED)
