@@ -137,6 +137,11 @@ int train_parse(int argc, char **argv, train_opts *o) {
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { if (dist_rank() == 0) train_usage(stdout); return 1; }
         else return cli_unknown("train", a);
     }
+    if (!o->cfg.fp8 && (o->cfg.fp8_recipe || o->cfg.fp8_e4m3_all)) {
+        fprintf(stderr, "collage train: %s: an fp8 compute setting without --compute fp8\nhint: add --compute fp8 (bf16 "
+                        "strategies, GPT-2 and LLaMA presets)\n", o->cfg.fp8_recipe ? "--fp8-recipe" : "--fp8-e4m3-all");
+        return -1;
+    }
     char why[256];
     if (collage_optimizer_check(o->cfg.optimizer, o->cfg.strategy, why, sizeof why) != COLLAGE_OK) {
         fprintf(stderr, "collage train: --optimizer %s --precision %s: %s\nhint: --optimizer adamw keeps v; lion and sgd "

@@ -217,11 +217,33 @@ static void test_fp8_trains(void) {
     check_trains("llama-tiny", "block");
 }
 
+/* `collage train --compute fp8` (delayed) saved at step 6 and resumed: the same step-12 model file as the
+ * uninterrupted run (the checkpoint holds fp8.state); a resume without --compute fp8 refused. */
+static void test_fp8_train_resume(void) {
+    const char *bin = getenv("COLLAGE_BIN");
+    char dir[] = "/tmp/collage-fp8-XXXXXX", out[16384];
+    if (!bin) bin = "build/collage";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+#define RUN_FP8 "train --compute fp8 --steps 12 --batch 4 --seq 32 --eval-every 12 --threads 1 --quiet"
+    int rc = h_sh(out, sizeof out, "%s " RUN_FP8 " --save %s/a --save-every 6", bin, dir);
+    CHECK(rc == 0, "run a: %s", out);
+    rc = h_sh(out, sizeof out, "test -s %s/a/step-00000006/fp8.state && %s " RUN_FP8 " --resume %s/a/step-00000006 --save %s/b",
+              dir, bin, dir, dir);
+    CHECK(rc == 0, "resume: %s", out);
+    rc = h_sh(out, sizeof out, "cmp %s/a/step-00000012/model.bin %s/b/step-00000012/model.bin", dir, dir);
+    CHECK(rc == 0, "the resumed run's model differs: %s", out);
+    rc = h_sh(out, sizeof out, "%s train --steps 12 --batch 4 --seq 32 --threads 1 --resume %s/a/step-00000006", bin, dir);
+    CHECK(rc != 0 && strstr(out, "--compute fp8"), "resume without fp8 refused: %s", out);
+#undef RUN_FP8
+    h_sh(NULL, 0, "rm -rf %s", dir);
+}
+
 int main(void) {
     RUN(test_fp8_close_to_bf16);
     RUN(test_fp8_threads);
     RUN(test_fp8_state_resume);
     RUN(test_fp8_nonfinite_and_refusals);
     RUN(test_fp8_trains);
+    RUN(test_fp8_train_resume);
     return h_end();
 }

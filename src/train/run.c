@@ -245,6 +245,7 @@ static collage_status make_model(collage_run *r, const collage_run_saved *saved)
 static collage_status first_weights(collage_run *r, const char *resume_dir, const collage_run_saved *saved) {
     if (saved) {
         collage_status st = run_load_shards(r, resume_dir, saved);
+        if (st == COLLAGE_OK) st = run_load_fp8(r, resume_dir);
         r->step = saved->step;
         if (r->bf16 == 2 && saved->loss_scale > 0) {
             r->loss_scale = saved->loss_scale;
