@@ -586,7 +586,15 @@ collage_status collage_run_evaluate_scores(collage_run *r, collage_split split, 
     if (per_epoch == 0 || batches < 1) return COLLAGE_OK;
     if ((uint64_t)batches > per_epoch) batches = (int)per_epoch;
     double sum = 0, hits = 0, scored = 0;
+    /* fp8: an evaluation's quantizations leave the step's delayed amaxes as they were (each rank evaluates
+     * its own batches: recorded, they would differ between ranks and between a run and its resumption) */
+    int na = 0;
+    float *amax = r->m ? collage_model_fp8_amaxes(r->m, &na) : NULL, *keep = NULL;
+    if (amax && !(keep = malloc((size_t)na * sizeof *keep))) return COLLAGE_ERR_NOMEM;
+    if (keep) memcpy(keep, amax, (size_t)na * sizeof *keep);
     for (int b = 0; b < batches; b++) sum += evaluate_batch(r, split, b, &hits, &scored);
+    if (keep) memcpy(amax, keep, (size_t)na * sizeof *keep);
+    free(keep);
     out->loss = sum / batches;
     out->scored = (long long)scored;
     if (r->mlm && scored > 0) out->accuracy = hits / scored;
