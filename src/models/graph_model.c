@@ -307,7 +307,7 @@ collage_status gm_forward(gm_model *m, const void *params, const int *tokens, co
     m->T = T;
     if (loss) *loss = L;
     if ((st = fp8_status(m)) != COLLAGE_OK) {
-        if (loss) *loss = NAN;
+        if (loss) *loss = (double)NAN;
         return st;
     }
     m->ready = targets != NULL;
