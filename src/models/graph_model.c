@@ -229,6 +229,14 @@ size_t gm_size(const gm_model *m) { return m ? m->sz.nparams : 0; }
 const char *gm_error(const gm_model *m) { return m ? m->err : "no model"; }
 
 
+/* The fp8 products' scratch (operands' values, their blocks' scales and factors, tiles) and the delayed
+ * state, in bytes. */
+static size_t fp8_scratch(const gm_fp8 *f) {
+    size_t b = f->ws.tiles.cap * sizeof(float) + (f->scaling ? collage__fp8_scaling_bytes(f->scaling) : 0);
+    for (int w = 0; w < 2; w++) b += f->ws.cap_v[w] * sizeof(uint16_t) + 2 * f->ws.cap_s[w] * sizeof(float);
+    return b;
+}
+
 collage_status gm_memory(const gm_model *m, collage_model_memory *out) {
     if (!m || !out) return COLLAGE_ERR_NULL;
     const size_t n = m->sz.nparams;
@@ -238,7 +246,7 @@ collage_status gm_memory(const gm_model *m, collage_model_memory *out) {
         .activations = m->sz.nacts * m->esize + (m->acts16 ? m->sz.nacts16 * sizeof(uint16_t) : 0) +
                        2 * (size_t)m->maxB * (size_t)m->maxT * sizeof(int) +
                        (m->rows ? ((size_t)m->maxB * (size_t)m->maxT + (size_t)m->maxB) * sizeof(int) : 0),
-        .scratch = m->ws.cap * sizeof(float) + (m->w32 ? n * sizeof(float) : 0)};
+        .scratch = m->ws.cap * sizeof(float) + (m->w32 ? n * sizeof(float) : 0) + fp8_scratch(&m->fp8)};
     return COLLAGE_OK;
 }
 
