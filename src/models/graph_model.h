@@ -165,7 +165,7 @@ collage_status gm_logits_at(gm_model *m, const void *params, const int *tokens, 
  * holds bf16 (or fp16) values. Returns their number (0: the family lists none). */
 typedef struct { const char *name; const void *data; size_t count, esize; int bf16; } gm_act;
 int            gm_act_tensors(const gm_model *m, gm_act *out, int cap);
-const char    *gm_precision_name(gm_precision p); /* "fp32", "bf16", "fp64", "bf16-emulated", "fp16-emulated" */
+const char    *gm_precision_name(gm_precision p); /* "fp32", "bf16", "fp64", "bf16-emulated", "fp16-emulated", "fp8" */
 
 /* Helpers of the families' plan_new. gm_lay_out_params: for the nt parameter tensors t (slab order), the
  * offsets p[k], the stride of one layer's slice pl[k] (count / L where layered[k], else 0) and, for the
