@@ -117,6 +117,9 @@ static void bench_run_free(bench_run *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* --compute fp8: the fp8 recipe of the strategies' models (NULL: bf16 products). */
+static const char *g_fp8;
+
 static int bench_run_make(bench_run *r, collage_strategy s, const collage_model_config *c, const float *w0, int B,
                           int T, int samples) {
     memset(r, 0, sizeof *r);
@@ -127,9 +130,13 @@ static int bench_run_make(bench_run *r, collage_strategy s, const collage_model_
     collage_adamw_config ac = {.strategy = s, .n = n, .beta2 = 0.95, .weight_decay = 0.1, .groups = g,
                                .n_groups = ng, .clip = 1.0, .edq = 1};
     r->t[0] = malloc(sizeof(double) * 4 * (size_t)samples);
-    if (!r->t[0] || collage_model_create(c, s == COLLAGE_FP32 ? COLLAGE_REAL_FP32 : COLLAGE_REAL_BF16, B, T, &r->m) != COLLAGE_OK ||
+    const collage_real prec = s == COLLAGE_FP32 ? COLLAGE_REAL_FP32 : g_fp8 ? COLLAGE_REAL_FP8 : COLLAGE_REAL_BF16;
+    if (!r->t[0] || collage_model_create(c, prec, B, T, &r->m) != COLLAGE_OK ||
+        (prec == COLLAGE_REAL_FP8 && collage_model_fp8_set(r->m, g_fp8, 0) != COLLAGE_OK) ||
         collage_adamw_create(&ac, &r->opt) != COLLAGE_OK) {
-        fprintf(stderr, "collage bench model: cannot create the %s model (out of memory?)\nhint: a smaller --batch or --seq\n", collage_strategy_name(s));
+        fprintf(stderr, "collage bench model: cannot create the %s model%s (out of memory?)\nhint: a smaller --batch or --seq%s\n",
+                collage_strategy_name(s), g_fp8 ? " with fp8 compute" : "",
+                g_fp8 ? "; --compute fp8 takes a GPT-2 or LLaMA preset and --fp8-recipe delayed | current | block | mxfp8" : "");
         bench_run_free(r);
         return 1;
     }
@@ -156,7 +163,8 @@ static void bench_run_step(bench_run *r, const int32_t *in, const int32_t *tg, i
     double t1 = cli_now();
     collage_model_backward(r->m);
     double t2 = cli_now();
-    collage_adamw_step(r->opt, collage_model_grads(r->m), 1e-4, NULL);
+    const collage_status st = collage_adamw_step(r->opt, collage_model_grads(r->m), 1e-4, NULL);
+    if (collage_model_precision(r->m) == COLLAGE_REAL_FP8) collage_model_fp8_end_step(r->m, st != COLLAGE_OK);
     double t3 = cli_now();
     if (j >= 0) r->t[0][j] = t3 - t0, r->t[1][j] = t1 - t0, r->t[2][j] = t2 - t1, r->t[3][j] = t3 - t2;
 }
@@ -338,6 +346,7 @@ static void model_rows(bench_model_set *m, const collage_strategy *chosen, int d
         for (int k = 0; k < si; k++) seen |= !strcmp(m->prod[k], m->prod[si]);
         if (!seen) printf("; %s on %s", si == 0 ? "bf16 strategies" : collage_strategy_name(chosen[si]), m->prod[si]);
     }
+    if (g_fp8) printf("; the bf16 strategies' products on fp8 operands (%s scaling, e4m3/e5m2)", g_fp8);
     printf("\n");
 }
 
@@ -397,7 +406,8 @@ static int split_models(const char *arg, char *buf, size_t cap, const char **out
 }
 
 int cmd_bench_model(int argc, char **argv) {
-    const char *preset = "gpt2", *only = NULL;
+    const char *preset = "gpt2", *only = NULL, *recipe = "delayed";
+    int fp8 = 0;
     int B = 4, T = 64, steps = 5, warmup = 3, json = 0, threads = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -412,9 +422,16 @@ int cmd_bench_model(int argc, char **argv) {
             if (!strcmp(a, "--strategy")) fprintf(stderr, "collage bench model: note: --strategy is spelled --precision now\n");
         } else if (!strcmp(a, "--threads")) bad = cli_parse_threads("bench model", v, &threads);
         else if (!strcmp(a, "--json")) { json = 1; continue; }
+        else if (!strcmp(a, "--compute")) {
+            if (v && strcmp(v, "bf16") && strcmp(v, "fp8")) {
+                fprintf(stderr, "collage bench model: --compute %s: unknown\nhint: --compute takes bf16 or fp8\n", v);
+                return 2;
+            }
+            fp8 = v && !strcmp(v, "fp8");
+        } else if (!strcmp(a, "--fp8-recipe")) recipe = v;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: collage bench model [--model PRESET[,PRESET...]] [--batch B] [--seq T] [--steps N] [--warmup W] "
-                   "[--precision S] [--threads N] [--json]\n"
+                   "[--precision S] [--compute bf16|fp8] [--fp8-recipe R] [--threads N] [--json]\n"
                    "each strategy is stepped in alternation with an fp32 model\n"
                    "  --model P[,P]   presets (default gpt2); several (up to %d): stepped in alternation, their FLOP/s\n"
                    "                  compared with the first's; presets: %s\n"
@@ -423,6 +440,8 @@ int cmd_bench_model(int argc, char **argv) {
                    "  --steps N       timed steps (default 5)\n"
                    "  --warmup W      untimed steps before them (default 3)\n"
                    "  --precision S   fp32 and this strategy only (default: every strategy)\n"
+                   "  --compute C     the strategies' products: bf16 (default) or fp8 (GPT-2, LLaMA; fp32 stays fp32)\n"
+                   "  --fp8-recipe R  fp8 scaling: delayed (default) | current | block | mxfp8\n"
                    "  --threads N     threads (1 to 4 x the cores; default: all cores)\n"
                    "  --json          one JSON object per line\n", MAX_MODELS, cli_preset_names(", "));
             return 0;
@@ -443,6 +462,7 @@ int cmd_bench_model(int argc, char **argv) {
         return 2;
     }
     cli_set_threads(threads);
+    g_fp8 = fp8 ? recipe : NULL;
     return bench_model(presets, nm, B, T, steps, warmup, only, json);
 }
 

@@ -48,6 +48,7 @@ static const flag_spec FLAGS[] = {
     FD("--loss-scale", cfg.loss_scale, 0, 0, INFINITY, 1, 1),
     FD("--momentum", cfg.momentum, COLLAGE_RUN_MOMENTUM, 0, 1, 0, 1),
     {"--nesterov", F_BARE, O(cfg.nesterov), COLLAGE_RUN_NESTEROV, 0, 0, 0, 0, 0, 0},
+    FS("--fp8-recipe", cfg.fp8_recipe, 0), {"--fp8-e4m3-all", F_BARE, O(cfg.fp8_e4m3_all), 0, 0, 0, 0, 0, 0, 0},
     {"--overwrite", F_BARE, O(overwrite), 0, 0, 0, 0, 0, 0, 0}, {"--quiet", F_BARE, O(quiet), 0, 0, 0, 0, 0, 0, 0},
 };
 #undef O
@@ -121,12 +122,25 @@ int train_parse(int argc, char **argv, train_opts *o) {
             if (cli_parse_strategy("train", a, v, &o->cfg.strategy)) return -1;
             o->given |= COLLAGE_RUN_STRATEGY;
             i++;
+        } else if (!strcmp(a, "--compute")) {
+            if (!v) return cli_needs_value("train", a);
+            if (strcmp(v, "bf16") && strcmp(v, "fp8")) {
+                fprintf(stderr, "collage train: --compute %s: unknown\nhint: --compute takes bf16 or fp8\n", v);
+                return -1;
+            }
+            o->cfg.fp8 = !strcmp(v, "fp8");
+            i++;
         } else if (!strcmp(a, "--optimizer")) {
             if (cli_parse_optimizer("train", a, v, &o->cfg.optimizer)) return -1;
             o->given |= COLLAGE_RUN_OPTIMIZER;
             i++;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { if (dist_rank() == 0) train_usage(stdout); return 1; }
         else return cli_unknown("train", a);
+    }
+    if (!o->cfg.fp8 && (o->cfg.fp8_recipe || o->cfg.fp8_e4m3_all)) {
+        fprintf(stderr, "collage train: %s: an fp8 compute setting without --compute fp8\nhint: add --compute fp8 (bf16 "
+                        "strategies, GPT-2 and LLaMA presets)\n", o->cfg.fp8_recipe ? "--fp8-recipe" : "--fp8-e4m3-all");
+        return -1;
     }
     char why[256];
     if (collage_optimizer_check(o->cfg.optimizer, o->cfg.strategy, why, sizeof why) != COLLAGE_OK) {
@@ -143,7 +157,8 @@ int train_parse(int argc, char **argv, train_opts *o) {
 int cli_train_flag(const char *flag) {
     for (size_t i = 0; i < sizeof FLAGS / sizeof *FLAGS; i++)
         if (!strcmp(FLAGS[i].flag, flag)) return FLAGS[i].kind != F_BARE;
-    return !strcmp(flag, "--precision") || !strcmp(flag, "--strategy") || !strcmp(flag, "--optimizer") ? 1 : -1;
+    return !strcmp(flag, "--precision") || !strcmp(flag, "--strategy") || !strcmp(flag, "--optimizer") ||
+                   !strcmp(flag, "--compute") ? 1 : -1;
 }
 
 const char *train_range_of(const char *flag) {
@@ -213,6 +228,9 @@ int train_resume_config(train_opts *o) {
     o->cfg.data = a.data;
     o->cfg.accum = a.accum;
     o->cfg.max_skips = a.max_skips;
+    o->cfg.fp8 = a.fp8; /* not in the checkpoint: a resumed fp8 run repeats its fp8 flags */
+    o->cfg.fp8_recipe = a.fp8_recipe;
+    o->cfg.fp8_e4m3_all = a.fp8_e4m3_all;
     if (g & COLLAGE_RUN_STEPS) o->cfg.steps = a.steps;
     if (g & COLLAGE_RUN_WARMUP) o->cfg.warmup = a.warmup;
     if (g & COLLAGE_RUN_LR) o->cfg.lr = a.lr;

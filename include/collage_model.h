@@ -116,11 +116,14 @@ typedef enum {
                               fp16, computed in fp32 on those values: an accuracy study of fp16 storage (this
                               CPU path has no fp16 arithmetic), with loss scaling (collage_model_set_loss_scale);
                               every family has it (a family without it returns COLLAGE_ERR_UNSUPPORTED) */
+    COLLAGE_REAL_FP8,      /* COLLAGE_REAL_BF16's model (bf16 weights, gradients, activations) with every matrix
+                              product on fp8 operands quantized by a recipe, fp32 sums (docs/numerics.md §13,
+                              collage_model_fp8_set); GPT-2 and LLaMA (BERT: COLLAGE_ERR_UNSUPPORTED) */
     COLLAGE_REAL_COUNT
 } collage_real;
-const char    *collage_real_name(collage_real r);                      /* "fp32", "bf16", "fp64", "fp16" */
+const char    *collage_real_name(collage_real r);                      /* "fp32", "bf16", "fp64", "fp16", "fp8" */
 collage_status collage_real_parse(const char *name, collage_real *out);
-size_t         collage_real_size(collage_real r);                      /* bytes per element: 4, 2, 8, 2 */
+size_t         collage_real_size(collage_real r);                      /* bytes per element: 4, 2, 8, 2, 2 */
 
 typedef struct collage_model collage_model;
 /* All memory (activations for maxB × maxT, gradients) is allocated here. */
@@ -173,6 +176,22 @@ void           collage_model_zero_grad(collage_model *m);
 /* Loss scaling: the following backwards compute the gradients of scale × the mean loss (1 by default).
  * COLLAGE_ERR_UNSUPPORTED where the model's family or precision has none (the bf16 model). */
 collage_status collage_model_set_loss_scale(collage_model *m, double scale);
+/* ---- fp8 compute (COLLAGE_REAL_FP8, docs/numerics.md §13 "The model in fp8")
+ * set: the scaling recipe by name ("delayed" — the default —, "current", "block", "mxfp8") and the
+ * formats (e4m3_all 0: the incoming gradients in e5m2, the rest e4m3; 1: e4m3 everywhere); the delayed
+ * state starts afresh. Between steps only. A forward or backward whose fp8 operand holds NaN or Inf fails
+ * with COLLAGE_ERR_NONFINITE (the step is to be skipped). end_step: after each optimizer step (skipped 0)
+ * or skipped step (1): delayed scaling's histories and scales move on (or the step's amaxes are
+ * forgotten). amaxes: the step's amaxes of the delayed slots, n of them, to max-reduce over data-
+ * parallel ranks before end_step (NULL, n 0: no delayed state). state: the delayed state as bytes for a
+ * checkpoint (0 bytes: none); load refuses other bytes (COLLAGE_ERR_FORMAT, message in
+ * collage_model_error). COLLAGE_ERR_UNSUPPORTED on a model of another precision. */
+collage_status collage_model_fp8_set(collage_model *m, const char *recipe, int e4m3_all);
+collage_status collage_model_fp8_end_step(collage_model *m, int skipped);
+float         *collage_model_fp8_amaxes(collage_model *m, int *n);
+size_t         collage_model_fp8_state_bytes(const collage_model *m);
+collage_status collage_model_fp8_state_save(const collage_model *m, void *buf, size_t cap);
+collage_status collage_model_fp8_state_load(collage_model *m, const void *buf, size_t len);
 /* ---- the kernels of the products (docs/numerics.md §10)
  * A product runs on one of the kernels this build has: fp32 on OpenBLAS's sgemm, oneDNN's sgemm or
  * collage's reference sgemm (a fixed order: the same bits on every x86-64 CPU); bf16 operands on

@@ -63,6 +63,11 @@ typedef struct {
     double momentum;            /* SGD's μ in [0, 1) */
     int nesterov;               /* SGD: Nesterov's momentum */
     double loss_scale;          /* fp16 strategies: the first dynamic loss scale (0: COLLAGE_LOSS_SCALE_INIT) */
+    int fp8;                    /* 1: fp8 compute (COLLAGE_REAL_FP8; a strategy with bf16 weights): every matrix
+                                   product on fp8 operands; a step whose fp8 operand holds NaN or Inf is skipped as a
+                                   gradient with NaN is; the delayed scaling's amaxes max-reduced over the ranks */
+    const char *fp8_recipe;     /* fp8: "delayed" (NULL), "current", "block" or "mxfp8" (collage_model_fp8_set) */
+    int fp8_e4m3_all;           /* fp8: e4m3 for the gradients too (0: e5m2) */
     /* what the run does, not what it computes (not saved; may differ on resume) */
     int keep;                   /* checkpoints of this run kept in a run folder by collage_run_save (0: 2) */
     int max_skips;              /* skipped steps in a row that mean divergence (0: 10) */

@@ -64,7 +64,8 @@ static void path(char *out, size_t cap, const char *name) { snprintf(out, cap, "
  * model's flags (TRAIN, TRAIN_LLAMA, TRAIN_BERT). */
 static void check_ranks_vs_accum_of(int N, const char *prec, const char *train) {
     char out[8192], la[600], lb[600], sa[600], sb[600], ca[1024], cb[1024], ma[1100], mb[1100], tag[64];
-    snprintf(tag, sizeof tag, "%s%s-%d", strstr(train, "llama") ? "llama-" : strstr(train, "bert") ? "bert-" : "", prec, N);
+    snprintf(tag, sizeof tag, "%s%s%s-%d", strstr(train, "llama") ? "llama-" : strstr(train, "bert") ? "bert-" : "",
+             strstr(train, "fp8") ? "fp8-" : "", prec, N);
     snprintf(la, sizeof la, "%s/ranks-%s.jsonl", g_dir, tag);
     snprintf(lb, sizeof lb, "%s/accum-%s.jsonl", g_dir, tag);
     snprintf(sa, sizeof sa, "%s/ranks-%s", g_dir, tag);
@@ -85,6 +86,11 @@ static void check_ranks_vs_accum_of(int N, const char *prec, const char *train) 
     snprintf(ma, sizeof ma, "%s/model.bin", ca);
     snprintf(mb, sizeof mb, "%s/model.bin", cb);
     CHECK(same_file(ma, mb), "%s: the weights of %d ranks and of 1 rank --accum %d differ", prec, N, N);
+    if (strstr(train, "fp8")) { /* the delayed scaling: amaxes max-reduced over the ranks */
+        snprintf(ma, sizeof ma, "%s/fp8.state", ca);
+        snprintf(mb, sizeof mb, "%s/fp8.state", cb);
+        CHECK(same_file(ma, mb), "%s: the fp8 scaling of %d ranks and of 1 rank --accum %d differ", tag, N, N);
+    }
     CHECK(file_has(la, "\"comm_ms\":"), "%s: the MPI run's log has no comm_ms", tag);
     printf("    %s: %d ranks == 1 rank --accum %d over 8 steps (losses, model.bin)\n", tag, N, N);
 }
@@ -95,6 +101,7 @@ static void test_ranks_equal_one_rank_accum(void) {
     check_ranks_vs_accum(3, "bf16-sr"); /* stochastic rounding keyed by the global index */
     check_ranks_vs_accum(2, "fp32");
     check_ranks_vs_accum_of(2, "collage-light", TRAIN_LLAMA);
+    check_ranks_vs_accum_of(2, "collage-light", TRAIN " --compute fp8"); /* delayed scaling */
     check_ranks_vs_accum_of(2, "collage-plus", TRAIN_BERT);
 }
 

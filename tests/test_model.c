@@ -51,8 +51,10 @@ static void test_names_and_presets(void) {
     CHECK(!strcmp(collage_real_name(COLLAGE_REAL_FP16), "fp16") &&
               !strcmp(gm_precision_name(gm_precision_of(COLLAGE_REAL_FP16)), "fp16-emulated"), "the fp16 names");
     CHECK(collage_real_size(COLLAGE_REAL_FP32) == 4 && collage_real_size(COLLAGE_REAL_BF16) == 2 &&
-              collage_real_size(COLLAGE_REAL_FP64) == 8 && collage_real_size(COLLAGE_REAL_FP16) == 2, "real sizes");
-    CHECK(collage_real_parse("fp8", &r) == COLLAGE_ERR_ARG, "parse fp8");
+              collage_real_size(COLLAGE_REAL_FP64) == 8 && collage_real_size(COLLAGE_REAL_FP16) == 2 &&
+              collage_real_size(COLLAGE_REAL_FP8) == 2, "real sizes");
+    CHECK(collage_real_parse("fp8", &r) == COLLAGE_OK && r == COLLAGE_REAL_FP8, "parse fp8");
+    CHECK(collage_real_parse("fp4", &r) == COLLAGE_ERR_ARG, "parse fp4");
     const char *const *names = collage_model_preset_names();
     static const char *want[] = {"tiny", "small", "gpt2", "llama-tiny", "llama-small", "llama-110m", "bert-tiny", "bert-base"};
     int n = 0;
@@ -184,7 +186,7 @@ static void *weights_in(collage_real p, const float *w, size_t n) {
     void *out = malloc(n * collage_real_size(p));
     if (!out) return NULL;
     if (p == COLLAGE_REAL_FP32) memcpy(out, w, n * sizeof(float));
-    else if (p == COLLAGE_REAL_BF16) collage_bf16_from_f32_row(out, w, n);
+    else if (p == COLLAGE_REAL_BF16 || p == COLLAGE_REAL_FP8) collage_bf16_from_f32_row(out, w, n);
     else if (p == COLLAGE_REAL_FP16) collage_fp16_from_f32_row(out, w, n);
     else for (size_t i = 0; i < n; i++) ((double *)out)[i] = (double)w[i];
     return out;
@@ -195,7 +197,7 @@ static void compare_precision(collage_real p, const float *w32, const int *tok, 
     const collage_model_config c = micro_cfg();
     collage_model *m = NULL;
     gm_model *f = NULL;
-    const gm_precision fp = p == COLLAGE_REAL_FP16 ? GM_FP16_EMULATED : (gm_precision)p;
+    const gm_precision fp = gm_precision_of(p);
     CHECK(collage_model_create(&c, p, B_TEST, T_TEST, &m) == COLLAGE_OK, "%s: create", collage_real_name(p));
     CHECK(gm_create(&collage__gpt2_graph, &c, fp, B_TEST, T_TEST, &f) == COLLAGE_OK, "family create");
     if (!m || !f) { collage_model_free(m); gm_free(f); return; }
@@ -352,7 +354,12 @@ static void test_bert_matches_family(void) {
     for (int p = 0; p < COLLAGE_REAL_COUNT; p++) {
         collage_model *m = NULL;
         gm_model *f = NULL;
-        const gm_precision bp = p == COLLAGE_REAL_FP16 ? GM_FP16_EMULATED : (gm_precision)p;
+        const gm_precision bp = gm_precision_of((collage_real)p);
+        if (p == COLLAGE_REAL_FP8) {
+            CHECK(collage_model_create(&c, COLLAGE_REAL_FP8, B_TEST, T_TEST, &m) == COLLAGE_ERR_UNSUPPORTED && !m,
+                  "BERT has no fp8 precision");
+            continue;
+        }
         CHECK(collage_model_create(&c, (collage_real)p, B_TEST, T_TEST, &m) == COLLAGE_OK &&
                   gm_create(&collage__bert_graph, &c, bp, B_TEST, T_TEST, &f) == COLLAGE_OK, "create");
         if (!m || !f) { collage_model_free(m); gm_free(f); continue; }
@@ -732,7 +739,8 @@ static void test_llama_checkpoint_and_products(void) {
  * writes (their float sums in the bf16 model): the slab, and in bf16 the sums, in fp16 the fp32
  * accumulator beside the fp16 slab. */
 static size_t grad_bytes(collage_real p, size_t n, size_t fs) {
-    return p == COLLAGE_REAL_FP32 ? 4 * n : p == COLLAGE_REAL_FP64 ? 8 * n : p == COLLAGE_REAL_BF16 ? 2 * n + 4 * fs : 6 * n;
+    return p == COLLAGE_REAL_FP32 ? 4 * n : p == COLLAGE_REAL_FP64 ? 8 * n : p == COLLAGE_REAL_BF16 || p == COLLAGE_REAL_FP8 ? 2 * n + 4 * fs
+                                                                                       : 6 * n;
 }
 
 /* The same configuration, field by field (the struct has padding). */
@@ -761,6 +769,10 @@ static void check_family_precision(const collage_model_config *c, collage_real p
         fs += t[k].product ? 0 : t[k].count;
     }
     collage_model *m = NULL;
+    if (p == COLLAGE_REAL_FP8 && c->family == COLLAGE_FAMILY_BERT) {
+        CHECK(collage_model_create(c, p, B_TEST, T_TEST, &m) == COLLAGE_ERR_UNSUPPORTED && !m, "%s fp8: refused", fam);
+        return;
+    }
     CHECK(collage_model_create(c, p, B_TEST, T_TEST, &m) == COLLAGE_OK, "%s %s: create", fam, pn);
     if (!m) return;
     const size_t n = collage_model_size(m);
@@ -768,7 +780,7 @@ static void check_family_precision(const collage_model_config *c, collage_real p
     CHECK(nt > 0 && n == off && n == collage_model_num_params(c), "%s %s: %zu parameters, the table %zu", fam, pn, n, off);
     CHECK(collage_model_memory_get(m, &mem) == COLLAGE_OK && mem.gradients == grad_bytes(p, n, fs) && mem.activations > 0,
           "%s %s: gradients %zu bytes, the table implies %zu", fam, pn, mem.gradients, grad_bytes(p, n, fs));
-    CHECK(p == COLLAGE_REAL_BF16 ? mem.scratch > 0 : mem.scratch == scratch_bytes(p, n), "%s %s: scratch %zu bytes",
+    CHECK(p == COLLAGE_REAL_BF16 || p == COLLAGE_REAL_FP8 ? mem.scratch > 0 : mem.scratch == scratch_bytes(p, n), "%s %s: scratch %zu bytes",
           fam, pn, mem.scratch);
     collage_model_free(m);
     if (p != COLLAGE_REAL_FP32 && p != COLLAGE_REAL_BF16) return;

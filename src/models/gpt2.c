@@ -154,7 +154,7 @@ const gm_graph collage__gpt2_graph = {
     .last_logits_f32 = gpt_last_logits_f32, .last_logits_f64 = gpt_last_logits_f64,
     .bf16 = {{gpt_bf16_reserve, gpt_forward_bf16, gpt_backward_bf16, gpt_last_logits_bf16},
              {gpt_bf16_reserve_avx512, gpt_forward_bf16_avx512, gpt_backward_bf16_avx512, gpt_last_logits_bf16_avx512}},
-    .set_loss_scale = gpt_set_loss_scale, .acts = gpt_acts};
+    .set_loss_scale = gpt_set_loss_scale, .acts = gpt_acts, .fp8_layers = gpt_fp8_layers};
 
 /* ---------------------------------------------------------------- the family's row of the model table */
 const collage_model_family collage__gpt2_family = {

@@ -28,6 +28,7 @@ struct gm_model {
     nn_ws ws;               /* bf16: the products' tile scratch */
     collage__products pp;   /* the kernels of its products, chosen at create */
     const gm_bf16_graph *graph; /* the bf16 build of the last call */
+    gm_fp8 fp8;             /* fp8: the products' recipe, scaling state and scratch */
     const void *w_used;     /* the weights of the last forward (the caller's slab or w32) */
     int *tok, *tgt;         /* masked LM: tgt holds the K scored rows' targets */
     int *len, *rows;        /* masked LM: the rows' lengths, the scored positions */
@@ -47,7 +48,9 @@ static collage_status fail(gm_model *m, collage_status st, const char *fmt, ...)
 
 /* The bf16 build for this call (collage_get_isa) and its scratch grown for the current thread count. */
 static collage_status bf16_env(gm_model *m, gm_env *e) {
-    *e = (gm_env){.ws = &m->ws, .path = m->pp.prod.bf16, .nt = collage__threads()};
+    *e = (gm_env){.ws = &m->ws, .path = m->pp.prod.bf16, .nt = collage__threads(),
+                  .fp8 = m->prec == GM_FP8 ? &m->fp8 : NULL};
+    m->fp8.st = COLLAGE_OK;
     m->graph = &m->g->bf16[collage_get_isa() == COLLAGE_ISA_AVX512];
     if (m->graph->reserve(m->plan, m->maxB * m->maxT, e))
         return fail(m, COLLAGE_ERR_NOMEM, "out of memory for the products' scratch (%d threads)", e->nt);
@@ -75,6 +78,7 @@ static const struct {
     [GM_FP64] = {"fp64", COLLAGE_REAL_FP64, COLLAGE_REAL_FP64, RUN_F64, 0},
     [GM_BF16_EMULATED] = {"bf16-emulated", -1, COLLAGE_REAL_FP32, RUN_F32, 1},
     [GM_FP16_EMULATED] = {"fp16-emulated", COLLAGE_REAL_FP16, COLLAGE_REAL_FP32, RUN_F32, 2},
+    [GM_FP8] = {"fp8", COLLAGE_REAL_FP8, COLLAGE_REAL_BF16, RUN_BF16, 0},
 };
 
 static gm_run run_of(const gm_model *m) { return PRECISIONS[m->prec].run; }
@@ -99,6 +103,75 @@ gm_precision gm_precision_of(collage_real r) {
     for (int p = 0; p < GM_PRECISION_COUNT; p++)
         if (PRECISIONS[p].real == (int)r) return (gm_precision)p;
     return GM_FP32;
+}
+
+collage_real gm_products_real(gm_precision p) {
+    return (unsigned)p < GM_PRECISION_COUNT ? PRECISIONS[p].products : COLLAGE_REAL_FP32;
+}
+
+/* ---------------------------------------------------------------- the fp8 precision */
+/* The delayed state of fp8's recipe (delayed: 3 slots per linear layer, Transformer Engine's history of
+ * 1024 steps and margin 0; other recipes: none). COLLAGE_ERR_NOMEM. */
+static collage_status fp8_state_new(gm_model *m) {
+    collage__fp8_scaling_free(m->fp8.scaling);
+    m->fp8.scaling = NULL;
+    if (m->fp8.recipe != COLLAGE_FP8_DELAYED) return COLLAGE_OK;
+    const int layers = m->g->fp8_layers(m->plan);
+    collage_format *fmts = malloc((size_t)layers * 3 * sizeof *fmts);
+    if (!fmts) return COLLAGE_ERR_NOMEM;
+    nn_fp8_slot_formats(fmts, layers, m->fp8.e4m3_all);
+    m->fp8.scaling = collage__fp8_scaling_create(fmts, 3 * layers, 1024, 0);
+    free(fmts);
+    return m->fp8.scaling ? COLLAGE_OK : COLLAGE_ERR_NOMEM;
+}
+
+collage_status gm_fp8_set(gm_model *m, collage_fp8_recipe recipe, int e4m3_all) {
+    if (!m) return COLLAGE_ERR_NULL;
+    if (m->prec != GM_FP8) return fail(m, COLLAGE_ERR_UNSUPPORTED, "fp8 settings on a %s model", PRECISIONS[m->prec].name);
+    if ((unsigned)recipe >= COLLAGE_FP8_RECIPE_COUNT) return fail(m, COLLAGE_ERR_ARG, "unknown fp8 recipe %d", (int)recipe);
+    m->fp8.recipe = recipe;
+    m->fp8.e4m3_all = e4m3_all != 0;
+    gm_env e;
+    const collage_status st = fp8_state_new(m);
+    return st != COLLAGE_OK ? st : bf16_env(m, &e);
+}
+
+collage_status gm_fp8_end_step(gm_model *m, int skipped) {
+    if (!m) return COLLAGE_ERR_NULL;
+    if (m->prec != GM_FP8) return fail(m, COLLAGE_ERR_UNSUPPORTED, "fp8 step on a %s model", PRECISIONS[m->prec].name);
+    if (m->fp8.scaling) {
+        if (skipped) collage__fp8_scaling_discard(m->fp8.scaling);
+        else collage__fp8_scaling_step(m->fp8.scaling);
+    }
+    return COLLAGE_OK;
+}
+
+float *gm_fp8_amaxes(gm_model *m, int *n) {
+    *n = m && m->fp8.scaling ? collage__fp8_scaling_slots(m->fp8.scaling) : 0;
+    return *n ? collage__fp8_scaling_current(m->fp8.scaling) : NULL;
+}
+
+size_t gm_fp8_state_bytes(const gm_model *m) {
+    return m && m->fp8.scaling ? collage__fp8_scaling_bytes(m->fp8.scaling) : 0;
+}
+
+collage_status gm_fp8_state_save(const gm_model *m, void *buf, size_t cap) {
+    if (!m) return COLLAGE_ERR_NULL;
+    return m->fp8.scaling ? collage__fp8_scaling_save(m->fp8.scaling, buf, cap) : COLLAGE_OK;
+}
+
+collage_status gm_fp8_state_load(gm_model *m, const void *buf, size_t len) {
+    if (!m) return COLLAGE_ERR_NULL;
+    if (!m->fp8.scaling)
+        return len ? fail(m, COLLAGE_ERR_FORMAT, "%zu bytes of fp8 scaling state for a model without one", len) : COLLAGE_OK;
+    return collage__fp8_scaling_load(m->fp8.scaling, buf, len, m->err, sizeof m->err);
+}
+
+/* The fp8 products' status of the call just run: COLLAGE_ERR_NONFINITE with the message, or COLLAGE_OK. */
+static collage_status fp8_status(gm_model *m) {
+    if (m->prec != GM_FP8 || m->fp8.st == COLLAGE_OK) return COLLAGE_OK;
+    return fail(m, m->fp8.st, "an fp8 product's operand holds NaN or Inf (%s): skip this step",
+                collage_status_str(m->fp8.st));
 }
 
 static collage_status alloc_slabs(gm_model *m) {
@@ -129,12 +202,13 @@ collage_status gm_create(const gm_graph *g, const collage_model_config *cfg, gm_
     if (!g || !cfg) return COLLAGE_ERR_NULL;
     if ((unsigned)prec >= GM_PRECISION_COUNT) return COLLAGE_ERR_ARG;
     if (maxB < 1 || maxT < 1) return COLLAGE_ERR_SIZE;
+    if (prec == GM_FP8 && !g->fp8_layers) return COLLAGE_ERR_UNSUPPORTED;
     gm_model *m = calloc(1, sizeof *m);
     if (!m) return COLLAGE_ERR_NOMEM;
     *m = (gm_model){.g = g, .cfg = *cfg, .prec = prec, .maxB = maxB, .maxT = maxT,
                     .esize = PRECISIONS[prec].run == RUN_F64 ? sizeof(double) : sizeof(float)};
     m->plan = g->plan_new(cfg, maxB, maxT, PRECISIONS[prec].run == RUN_BF16, &m->sz);
-    if (!m->plan || alloc_slabs(m) != COLLAGE_OK) {
+    if (!m->plan || (prec == GM_FP8 && fp8_state_new(m) != COLLAGE_OK) || alloc_slabs(m) != COLLAGE_OK) {
         gm_free(m);
         return COLLAGE_ERR_NOMEM;
     }
@@ -147,12 +221,21 @@ void gm_free(gm_model *m) {
     if (m->plan) m->g->plan_free(m->plan);
     free(m->acts); free(m->grads); free(m->grads16); free(m->w32); free(m->tok); free(m->tgt);
     free(m->acts16); free(m->gsums); free(m->len); free(m->rows); nn_ws_free(&m->ws);
+    collage__fp8_scaling_free(m->fp8.scaling); nn_fp8_ws_free(&m->fp8.ws);
     free(m);
 }
 
 size_t gm_size(const gm_model *m) { return m ? m->sz.nparams : 0; }
 const char *gm_error(const gm_model *m) { return m ? m->err : "no model"; }
 
+
+/* The fp8 products' scratch (operands' values, their blocks' scales and factors, tiles) and the delayed
+ * state, in bytes. */
+static size_t fp8_scratch(const gm_fp8 *f) {
+    size_t b = f->ws.tiles.cap * sizeof(float) + (f->scaling ? collage__fp8_scaling_bytes(f->scaling) : 0);
+    for (int w = 0; w < 2; w++) b += f->ws.cap_v[w] * sizeof(uint16_t) + 2 * f->ws.cap_s[w] * sizeof(float);
+    return b;
+}
 
 collage_status gm_memory(const gm_model *m, collage_model_memory *out) {
     if (!m || !out) return COLLAGE_ERR_NULL;
@@ -163,7 +246,7 @@ collage_status gm_memory(const gm_model *m, collage_model_memory *out) {
         .activations = m->sz.nacts * m->esize + (m->acts16 ? m->sz.nacts16 * sizeof(uint16_t) : 0) +
                        2 * (size_t)m->maxB * (size_t)m->maxT * sizeof(int) +
                        (m->rows ? ((size_t)m->maxB * (size_t)m->maxT + (size_t)m->maxB) * sizeof(int) : 0),
-        .scratch = m->ws.cap * sizeof(float) + (m->w32 ? n * sizeof(float) : 0)};
+        .scratch = m->ws.cap * sizeof(float) + (m->w32 ? n * sizeof(float) : 0) + fp8_scratch(&m->fp8)};
     return COLLAGE_OK;
 }
 
@@ -230,8 +313,12 @@ collage_status gm_forward(gm_model *m, const void *params, const int *tokens, co
     m->w_used = w;
     m->B = B;
     m->T = T;
-    m->ready = targets != NULL;
     if (loss) *loss = L;
+    if ((st = fp8_status(m)) != COLLAGE_OK) {
+        if (loss) *loss = (double)NAN;
+        return st;
+    }
+    m->ready = targets != NULL;
     return COLLAGE_OK;
 }
 
@@ -264,7 +351,7 @@ collage_status gm_backward(gm_model *m) {
     nn_blas_end(btok);
     if (emulated(m)) round16(m->grads16, m->grads, m->sz.nparams, emulated(m));
     m->grads16_zero = 0;
-    return COLLAGE_OK;
+    return fp8_status(m);
 }
 
 void *gm_grads(gm_model *m) {
@@ -305,7 +392,7 @@ collage_status gm_next_logits(gm_model *m, const void *params, const int *tokens
         memcpy(logits, (const float *)m->acts + m->sz.logits, (size_t)V * sizeof(float));
     }
     nn_blas_end(btok);
-    return COLLAGE_OK;
+    return fp8_status(m);
 }
 
 collage_status gm_set_loss_scale(gm_model *m, double scale) {

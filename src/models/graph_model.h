@@ -24,14 +24,30 @@ typedef enum {
                          backward: what GM_BF16 computes on the widening path, bit for bit */
     GM_FP16_EMULATED, /* the same with fp16 (IEEE half) storage: bf = 2, fp16 weights and gradients (the
                          CPU has no fp16 arithmetic: fp32 operations on fp16-rounded values) */
+    GM_FP8,           /* the bf16 model with every matrix product on fp8 operands (numerics.md §13): the
+                         family's bf16 graph with gm_env.fp8 set */
     GM_PRECISION_COUNT
 } gm_precision;
 
-/* The bf16 graph's environment: the products' scratch and path, the threads. */
+/* The fp8 products of a GM_FP8 model (numerics.md §13, "The model in fp8"): the recipe and formats, the
+ * delayed-scaling state (3 slots per linear layer: its input, weight, incoming gradient; NULL for the
+ * other recipes), the products' scratch, and the first status other than COLLAGE_OK an fp8 product of
+ * the call under way returned (COLLAGE_ERR_NONFINITE: NaN or Inf in an operand; the call fails). */
+typedef struct {
+    collage_fp8_recipe recipe;
+    int e4m3_all;
+    collage__fp8_scaling *scaling;
+    nn_fp8_ws ws;
+    collage_status st;
+} gm_fp8;
+
+/* The bf16 graph's environment: the products' scratch and path, the threads; fp8: the fp8 products
+ * (NULL: bf16 products). */
 typedef struct {
     nn_ws *ws;
     nn_bf16_path path;
     int nt;
+    gm_fp8 *fp8;
 } gm_env;
 
 /* Slab sizes of a plan, in elements: parameters; the activation slab (float or double; in the bf16
@@ -114,6 +130,9 @@ typedef struct {
     const gm_mlm_graph *mlm;
     /* The plan's stored activations into out (up to cap); returns their number. NULL: none listed. */
     int (*acts)(const void *plan, gm_act_slot *out, int cap);
+    /* The linear layers of the bf16 graph's fp8 build (gm_env.fp8): their number (the delayed state has 3
+     * slots each). NULL: the family has no fp8 precision. */
+    int (*fp8_layers)(const void *plan);
 } gm_graph;
 
 typedef struct gm_model gm_model;
@@ -146,7 +165,7 @@ collage_status gm_logits_at(gm_model *m, const void *params, const int *tokens, 
  * holds bf16 (or fp16) values. Returns their number (0: the family lists none). */
 typedef struct { const char *name; const void *data; size_t count, esize; int bf16; } gm_act;
 int            gm_act_tensors(const gm_model *m, gm_act *out, int cap);
-const char    *gm_precision_name(gm_precision p); /* "fp32", "bf16", "fp64", "bf16-emulated", "fp16-emulated" */
+const char    *gm_precision_name(gm_precision p); /* "fp32", "bf16", "fp64", "bf16-emulated", "fp16-emulated", "fp8" */
 
 /* Helpers of the families' plan_new. gm_lay_out_params: for the nt parameter tensors t (slab order), the
  * offsets p[k], the stride of one layer's slice pl[k] (count / L where layered[k], else 0) and, for the
@@ -161,7 +180,21 @@ size_t gm_lay_out_params(const collage_tensor_info *t, int nt, int L, const unsi
 void   gm_lay_out_acts(int n, int L, const size_t *per, const size_t *whole, const unsigned char *is16, int split,
                        size_t *a, size_t *al, size_t *an, gm_sizes *sz);
 
-/* The precision collage_model_create makes for a collage_real (COLLAGE_REAL_FP16: GM_FP16_EMULATED). */
+/* The precision collage_model_create makes for a collage_real (COLLAGE_REAL_FP16: GM_FP16_EMULATED), and
+ * the collage_real whose product kernels a precision runs (GM_FP8: COLLAGE_REAL_BF16's). */
 gm_precision gm_precision_of(collage_real r);
+collage_real gm_products_real(gm_precision p);
+
+/* The fp8 precision's controls (collage_model.h collage_model_fp8_*): COLLAGE_ERR_UNSUPPORTED on a model
+ * of another precision. set: the recipe and formats (any time between steps; the delayed state starts
+ * afresh: scales 1, empty histories). end_step: skipped 0, collage__fp8_scaling_step, else _discard (no
+ * state for the per-block recipes: nothing to do). amaxes: the step's amaxes (NULL, *n = 0 without a
+ * delayed state). state_*: the delayed state's bytes (0 bytes without one). */
+collage_status gm_fp8_set(gm_model *m, collage_fp8_recipe recipe, int e4m3_all);
+collage_status gm_fp8_end_step(gm_model *m, int skipped);
+float         *gm_fp8_amaxes(gm_model *m, int *n);
+size_t         gm_fp8_state_bytes(const gm_model *m);
+collage_status gm_fp8_state_save(const gm_model *m, void *buf, size_t cap);
+collage_status gm_fp8_state_load(gm_model *m, const void *buf, size_t len);
 
 #endif

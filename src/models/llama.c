@@ -204,7 +204,7 @@ const gm_graph collage__llama_graph = {
     .bf16 = {{llama_bf16_reserve, llama_forward_bf16, llama_backward_bf16, llama_last_logits_bf16},
              {llama_bf16_reserve_avx512, llama_forward_bf16_avx512, llama_backward_bf16_avx512,
               llama_last_logits_bf16_avx512}},
-    .set_loss_scale = llama_set_loss_scale};
+    .set_loss_scale = llama_set_loss_scale, .fp8_layers = llama_fp8_layers};
 
 /* ---------------------------------------------------------------- the family's row of the model table */
 const collage_model_family collage__llama_family = {

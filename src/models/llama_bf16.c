@@ -5,11 +5,7 @@
  * every value is rounded where the float model in bf16 mode rounds it (docs/numerics.md §10). */
 #include "internal.h"
 #include "llama_plan.h"
-
-#define OPB(op) NN_BF16_NAME(nn_##op##_bf16) /* the bf16 op of this build (baseline or AVX-512) */
-#define W(k, l) (w + P->p[k] + (size_t)(l) * P->pl[k])    /* parameter tensor k of layer l (bf16) */
-#define G(k, l) (g16 + P->p[k] + (size_t)(l) * P->pl[k])  /* its gradient, for the products' matrices */
-#define GS(k, l) (gs + P->gs[k] + (size_t)(l) * P->pl[k]) /* the float sum of the others' gradients */
+#include "model_bf16.h" /* OPB, W, G, GS and the products, bf16 or fp8 */
 #define A16(k, l) (a16 + P->a[k] + (size_t)(l) * P->al[k]) /* bf16 activation k of layer l */
 #define A32(k, l) (a32 + P->a[k] + (size_t)(l) * P->al[k]) /* float activation */
 
@@ -23,8 +19,17 @@ int NN_BF16_NAME(llama_bf16_reserve)(const void *plan, int N, const gm_env *e) {
         {V, C, N}, {C, H, N}, {H2, C, N}, {C, C, N}, {Q, C, N}};       /* weight gradients */
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         if (nn_gemm_bf16_reserve(e->ws, shapes[i][0], shapes[i][1], shapes[i][2], e->nt, e->path)) return -1;
+    if (mb_fp8_reserve(e, N, C, Q) || mb_fp8_reserve(e, N, C, C) || mb_fp8_reserve(e, N, C, H2) ||
+        mb_fp8_reserve(e, N, H, C) || mb_fp8_reserve(e, N, C, V))
+        return -1;
     return 0;
 }
+
+/* The linear layers in the fp8 build's numbering: four per block, then the logits'. */
+enum { LIN_QKV, LIN_WO, LIN_W13, LIN_W2, LIN_PER_BLOCK };
+#define LIN(l, k) ((l) * LIN_PER_BLOCK + (k))
+#define LIN_HEAD(P) ((P)->L * LIN_PER_BLOCK)
+int NN_BF16_NAME(llama_fp8_layers)(const void *plan) { return LIN_HEAD((const llama_plan *)plan) + 1; }
 
 static void trunk(const llama_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const int *tok, int B, int T,
                   const gm_env *e) {
@@ -33,17 +38,16 @@ static void trunk(const llama_plan *P, const uint16_t *w, uint16_t *a16, float *
     for (int l = 0; l < P->L; l++) {
         const uint16_t *res = l ? A16(LA_RES2, l - 1) : A16(LA_ENC, 0);
         OPB(rmsnorm_forward)(A16(LA_LN1, l), A32(LA_RSTD1, l), res, W(LT_ATTN_NORM, l), N, C, P->eps32, 1, nt);
-        OPB(matmul_forward)(A16(LA_QKV, l), A16(LA_LN1, l), W(LT_WQKV, l), NULL, NULL, N, C, Q, e->ws, e->path, nt);
+        mb_forward(e, LIN(l, LIN_QKV), A16(LA_QKV, l), A16(LA_LN1, l), W(LT_WQKV, l), NULL, NULL, N, C, Q);
         OPB(rope_forward)(A16(LA_QKV, l), P->rope32, B, T, Q, P->NH + P->NKV, P->hs, 1, nt);
         OPB(gqa_forward)(A16(LA_ATTY, l), A16(LA_ATT, l), A32(LA_SCR, 0), A16(LA_QKV, l), B, T, P->NH, P->NKV, P->hs,
                          1, nt);
-        OPB(matmul_forward)(A16(LA_RES1, l), A16(LA_ATTY, l), W(LT_WO, l), NULL, res, N, C, C, e->ws, e->path, nt);
+        mb_forward(e, LIN(l, LIN_WO), A16(LA_RES1, l), A16(LA_ATTY, l), W(LT_WO, l), NULL, res, N, C, C);
         OPB(rmsnorm_forward)(A16(LA_LN2, l), A32(LA_RSTD2, l), A16(LA_RES1, l), W(LT_FFN_NORM, l), N, C, P->eps32, 1,
                              nt);
-        OPB(matmul_forward)(A16(LA_H13, l), A16(LA_LN2, l), W(LT_W13, l), NULL, NULL, N, C, 2 * H, e->ws, e->path, nt);
+        mb_forward(e, LIN(l, LIN_W13), A16(LA_H13, l), A16(LA_LN2, l), W(LT_W13, l), NULL, NULL, N, C, 2 * H);
         OPB(swiglu_forward)(A16(LA_HG, l), A16(LA_H13, l), N, H, 1, nt);
-        OPB(matmul_forward)(A16(LA_RES2, l), A16(LA_HG, l), W(LT_W2, l), NULL, A16(LA_RES1, l), N, H, C, e->ws, e->path,
-                            nt);
+        mb_forward(e, LIN(l, LIN_W2), A16(LA_RES2, l), A16(LA_HG, l), W(LT_W2, l), NULL, A16(LA_RES1, l), N, H, C);
     }
     OPB(rmsnorm_forward)(A16(LA_LNF, 0), A32(LA_RSTDF, 0), A16(LA_RES2, P->L - 1), W(LT_NORM, 0), N, C, P->eps32, 1,
                          nt);
@@ -54,16 +58,16 @@ double NN_BF16_NAME(llama_forward_bf16)(const void *plan, const uint16_t *w, uin
     const llama_plan *P = plan;
     const int N = B * T;
     trunk(P, w, a16, a32, tok, B, T, e);
-    OPB(matmul_logits)(A32(LA_LOGITS, 0), A16(LA_LNF, 0), W(LT_OUT, 0), N, P->C, P->Vp, e->ws, e->path, e->nt);
+    mb_logits(e, LIN_HEAD(P), A32(LA_LOGITS, 0), A16(LA_LNF, 0), W(LT_OUT, 0), N, P->C, P->Vp);
     if (!tgt) return (double)NAN;
     return OPB(crossentropy_forward)(A32(LA_LOGITS, 0), A32(LA_LOSSES, 0), tgt, N, P->V, P->Vp, e->nt);
 }
 
 /* One bias-free linear layer's backward: dinp = rnd(dout·w) and the weight's gradient. */
-static void linear_backward(uint16_t *dinp, uint16_t *dw, int add, const uint16_t *dout, const uint16_t *inp,
+static void linear_backward(int k, uint16_t *dinp, uint16_t *dw, int add, const uint16_t *dout, const uint16_t *inp,
                             const uint16_t *wt, int N, int C, int OC, const gm_env *e) {
-    OPB(matmul_backward_input)(dinp, dout, wt, N, C, OC, e->ws, e->path, e->nt);
-    OPB(matmul_backward_weight)(dw, add, dout, inp, N, C, OC, NULL, NULL, 0, e->ws, e->path, e->nt);
+    mb_backward_input(e, k, dinp, dout, wt, N, C, OC);
+    mb_backward_weight(e, k, dw, add, dout, inp, N, C, OC, NULL, NULL, 0);
 }
 
 /* The float sums into the bf16 gradient slab: g = rnd(s), or rnd(g + s) with add. */
@@ -83,15 +87,15 @@ static void block_backward(const llama_plan *P, int l, const uint16_t *w, uint16
     uint16_t *dres = A16(LA_DRES, 0), *dln = A16(LA_DLN, 0), *datty = A16(LA_DATTY, 0), *dqkv = A16(LA_DQKV, 0);
     uint16_t *dhg = A16(LA_DHG, 0), *dh13 = A16(LA_DH13, 0);
     const uint16_t *res = l ? A16(LA_RES2, l - 1) : A16(LA_ENC, 0);
-    linear_backward(dhg, G(LT_W2, l), add, dres, A16(LA_HG, l), W(LT_W2, l), N, H, C, e);
+    linear_backward(LIN(l, LIN_W2), dhg, G(LT_W2, l), add, dres, A16(LA_HG, l), W(LT_W2, l), N, H, C, e);
     OPB(swiglu_backward)(dh13, dhg, A16(LA_H13, l), N, H, 1, nt);
-    linear_backward(dln, G(LT_W13, l), add, dh13, A16(LA_LN2, l), W(LT_W13, l), N, C, 2 * H, e);
+    linear_backward(LIN(l, LIN_W13), dln, G(LT_W13, l), add, dh13, A16(LA_LN2, l), W(LT_W13, l), N, C, 2 * H, e);
     OPB(rmsnorm_backward)(dres, GS(LT_FFN_NORM, l), dln, A16(LA_RES1, l), W(LT_FFN_NORM, l), A32(LA_RSTD2, l), N, C, 1,
                           1, nt);
-    linear_backward(datty, G(LT_WO, l), add, dres, A16(LA_ATTY, l), W(LT_WO, l), N, C, C, e);
+    linear_backward(LIN(l, LIN_WO), datty, G(LT_WO, l), add, dres, A16(LA_ATTY, l), W(LT_WO, l), N, C, C, e);
     OPB(gqa_backward)(dqkv, A32(LA_SCR, 0), datty, A16(LA_QKV, l), A16(LA_ATT, l), B, T, P->NH, P->NKV, P->hs, 1, nt);
     OPB(rope_backward)(dqkv, P->rope32, B, T, Q, P->NH + P->NKV, P->hs, 1, nt);
-    linear_backward(dln, G(LT_WQKV, l), add, dqkv, A16(LA_LN1, l), W(LT_WQKV, l), N, C, Q, e);
+    linear_backward(LIN(l, LIN_QKV), dln, G(LT_WQKV, l), add, dqkv, A16(LA_LN1, l), W(LT_WQKV, l), N, C, Q, e);
     OPB(rmsnorm_backward)(dres, GS(LT_ATTN_NORM, l), dln, res, W(LT_ATTN_NORM, l), A32(LA_RSTD1, l), N, C, 1, 1, nt);
 }
 
@@ -103,16 +107,14 @@ void NN_BF16_NAME(llama_backward_bf16)(const void *plan, const uint16_t *w, uint
     uint16_t *dres = A16(LA_DRES, 0), *dln = A16(LA_DLN, 0), *dlogits = A16(LA_DLOGITS, 0);
     memset(gs, 0, P->ngs * sizeof *gs);
     OPB(crossentropy_backward)(dlogits, A32(LA_LOGITS, 0), tgt, N, P->V, P->Vp, 1.0f / (float)N, 1, nt);
-    OPB(matmul_backward_input)(dln, dlogits, W(LT_OUT, 0), N, C, P->Vp, e->ws, e->path, nt);
+    mb_backward_input(e, LIN_HEAD(P), dln, dlogits, W(LT_OUT, 0), N, C, P->Vp);
     OPB(rmsnorm_backward)(dres, GS(LT_NORM, 0), dln, A16(LA_RES2, P->L - 1), W(LT_NORM, 0), A32(LA_RSTDF, 0), N, C, 0,
                           1, nt);
     for (int l = P->L - 1; l >= 0; l--) block_backward(P, l, w, g16, gs, add, a16, a32, B, T, e);
     if (P->tied) /* the logits' product and the embedding's rows, summed in float and rounded once */
-        OPB(matmul_backward_weight)(G(LT_EMB, 0), add, dlogits, A16(LA_LNF, 0), N, C, P->Vp, tok, dres, N, e->ws,
-                                    e->path, nt);
+        mb_backward_weight(e, LIN_HEAD(P), G(LT_EMB, 0), add, dlogits, A16(LA_LNF, 0), N, C, P->Vp, tok, dres, N);
     else {
-        OPB(matmul_backward_weight)(G(LT_OUT, 0), add, dlogits, A16(LA_LNF, 0), N, C, P->Vp, NULL, NULL, 0, e->ws,
-                                    e->path, nt);
+        mb_backward_weight(e, LIN_HEAD(P), G(LT_OUT, 0), add, dlogits, A16(LA_LNF, 0), N, C, P->Vp, NULL, NULL, 0);
         OPB(embed_backward)(GS(LT_EMB, 0), dres, tok, N, C, nt);
     }
     round_sums(P, g16, gs, add);
@@ -122,6 +124,6 @@ void NN_BF16_NAME(llama_last_logits_bf16)(const void *plan, const uint16_t *w, u
                                           const int *tok, int T, const gm_env *e) {
     const llama_plan *P = plan;
     trunk(P, w, a16, a32, tok, 1, T, e);
-    OPB(matmul_logits)(A32(LA_LOGITS, 0), A16(LA_LNF, 0) + (size_t)(T - 1) * P->C, W(LT_OUT, 0), 1, P->C, P->Vp, e->ws,
-                       e->path, e->nt);
+    mb_logits(e, LIN_HEAD(P), A32(LA_LOGITS, 0), A16(LA_LNF, 0) + (size_t)(T - 1) * P->C, W(LT_OUT, 0), 1, P->C,
+              P->Vp);
 }

@@ -50,7 +50,8 @@ int llama_tensors(const collage_model_config *cfg, collage_tensor_info *out, int
                                 uint16_t *a16, float *a32, const int *tok, const int *tgt, int B, int T,       \
                                 const gm_env *e);                                                             \
     void llama_last_logits_bf16##S(const void *plan, const uint16_t *w, uint16_t *a16, float *a32, const int *tok, \
-                                   int T, const gm_env *e);
+                                   int T, const gm_env *e);                                                    \
+    int llama_fp8_layers##S(const void *plan);
 LLAMA_BF16_GRAPH()
 LLAMA_BF16_GRAPH(_avx512)
 

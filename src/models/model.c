@@ -240,8 +240,8 @@ void collage__fill_normal(float *x, size_t count, size_t live, double sd, uint64
 }
 
 /* ---------------------------------------------------------------- precisions */
-static const char *const REAL_NAMES[COLLAGE_REAL_COUNT] = {"fp32", "bf16", "fp64", "fp16"};
-static const size_t REAL_SIZES[COLLAGE_REAL_COUNT] = {4, 2, 8, 2};
+static const char *const REAL_NAMES[COLLAGE_REAL_COUNT] = {"fp32", "bf16", "fp64", "fp16", "fp8"};
+static const size_t REAL_SIZES[COLLAGE_REAL_COUNT] = {4, 2, 8, 2, 2};
 
 const char *collage_real_name(collage_real r) { return (unsigned)r < COLLAGE_REAL_COUNT ? REAL_NAMES[r] : "unknown"; }
 size_t collage_real_size(collage_real r) { return (unsigned)r < COLLAGE_REAL_COUNT ? REAL_SIZES[r] : 0; }
@@ -290,14 +290,15 @@ collage_status collage_model_create(const collage_model_config *cfg, collage_rea
     if (!m) return COLLAGE_ERR_NOMEM;
     *m = (collage_model){.fam = fam, .cfg = *cfg, .prec = prec};
     collage_status st = collage__model_object(cfg, gm_precision_of(prec), maxB, maxT, &m->impl);
-    if (st == COLLAGE_OK) st = collage__products_for(cfg, prec, maxB * maxT, &m->pp);
+    const collage_real kp = gm_products_real(gm_precision_of(prec)); /* fp8: the bf16 kernels */
+    if (st == COLLAGE_OK) st = collage__products_for(cfg, kp, maxB * maxT, &m->pp);
     if (st != COLLAGE_OK) {
         gm_free(m->impl);
         free(m);
         return st;
     }
-    collage__products_describe(&m->pp, prec, m->products, sizeof m->products);
-    collage__products_spec(&m->pp, prec, m->spec, sizeof m->spec);
+    collage__products_describe(&m->pp, kp, m->products, sizeof m->products);
+    collage__products_spec(&m->pp, kp, m->spec, sizeof m->spec);
     *out = m;
     return COLLAGE_OK;
 }
@@ -426,6 +427,28 @@ collage_status collage_bf16_matmul(int ta, int tb, int M, int N, int K, const co
 collage_status collage_model_set_loss_scale(collage_model *m, double scale) {
     if (!m) return COLLAGE_ERR_NULL;
     return gm_set_loss_scale(m->impl, scale);
+}
+
+collage_status collage_model_fp8_set(collage_model *m, const char *recipe, int e4m3_all) {
+    if (!m || !recipe) return COLLAGE_ERR_NULL;
+    collage_fp8_recipe r;
+    if (collage__fp8_recipe_parse(recipe, &r) != COLLAGE_OK) return COLLAGE_ERR_ARG;
+    return gm_fp8_set(m->impl, r, e4m3_all);
+}
+collage_status collage_model_fp8_end_step(collage_model *m, int skipped) {
+    return m ? gm_fp8_end_step(m->impl, skipped) : COLLAGE_ERR_NULL;
+}
+float *collage_model_fp8_amaxes(collage_model *m, int *n) {
+    if (!n) return NULL;
+    *n = 0;
+    return m ? gm_fp8_amaxes(m->impl, n) : NULL;
+}
+size_t collage_model_fp8_state_bytes(const collage_model *m) { return m ? gm_fp8_state_bytes(m->impl) : 0; }
+collage_status collage_model_fp8_state_save(const collage_model *m, void *buf, size_t cap) {
+    return m ? gm_fp8_state_save(m->impl, buf, cap) : COLLAGE_ERR_NULL;
+}
+collage_status collage_model_fp8_state_load(collage_model *m, const void *buf, size_t len) {
+    return m ? gm_fp8_state_load(m->impl, buf, len) : COLLAGE_ERR_NULL;
 }
 
 void collage_model_zero_grad(collage_model *m) {

@@ -4,6 +4,7 @@
 #ifndef COLLAGE_MODEL_BF16_H
 #define COLLAGE_MODEL_BF16_H
 
+#include "graph_model.h"
 #include "nn.h"
 
 #define OPB(op) NN_BF16_NAME(nn_##op##_bf16) /* the bf16 op of this build (baseline or AVX-512) */
@@ -23,6 +24,63 @@ static inline int model_bf16_reserve(nn_ws *ws, int N, int C, int Vp, int nt, nn
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         if (nn_gemm_bf16_reserve(ws, shapes[i][0], shapes[i][1], shapes[i][2], nt, path)) return -1;
     return 0;
+}
+
+/* ---------------------------------------------------------------- the products, bf16 or fp8 */
+/* The four products of linear layer k (0 … the family's fp8_layers − 1) on the environment's products:
+ * the bf16 ops, or with e->fp8 the fp8 ops of nn.h (numerics.md §13) on the layer's three delayed slots
+ * 3k, 3k + 1, 3k + 2; an fp8 op's status other than COLLAGE_OK is kept in e->fp8->st (the first one of
+ * the call: the model's call fails with it). */
+static inline nn_fp8_layer mb_layer(const gm_env *e, int k) {
+    return (nn_fp8_layer){.recipe = e->fp8->recipe, .e4m3_all = e->fp8->e4m3_all, .scaling = e->fp8->scaling,
+                          .slot = 3 * k};
+}
+static inline void mb_note(const gm_env *e, collage_status st) {
+    if (st != COLLAGE_OK && e->fp8->st == COLLAGE_OK) e->fp8->st = st;
+}
+static inline void mb_forward(const gm_env *e, int k, uint16_t *out, const uint16_t *inp, const uint16_t *w,
+                              const uint16_t *bias, const uint16_t *res, int N, int C, int OC) {
+    if (!e->fp8) {
+        OPB(matmul_forward)(out, inp, w, bias, res, N, C, OC, e->ws, e->path, e->nt);
+        return;
+    }
+    const nn_fp8_layer L = mb_layer(e, k);
+    mb_note(e, NN_BF16_NAME(nn_matmul_forward_fp8)(out, inp, w, bias, res, N, C, OC, &L, &e->fp8->ws, e->path, e->nt));
+}
+static inline void mb_logits(const gm_env *e, int k, float *out, const uint16_t *inp, const uint16_t *w, int N, int C,
+                             int OC) {
+    if (!e->fp8) {
+        OPB(matmul_logits)(out, inp, w, N, C, OC, e->ws, e->path, e->nt);
+        return;
+    }
+    const nn_fp8_layer L = mb_layer(e, k);
+    mb_note(e, NN_BF16_NAME(nn_matmul_logits_fp8)(out, inp, w, N, C, OC, &L, &e->fp8->ws, e->path, e->nt));
+}
+static inline void mb_backward_input(const gm_env *e, int k, uint16_t *dinp, const uint16_t *dout, const uint16_t *w,
+                                     int N, int C, int OC) {
+    if (!e->fp8) {
+        OPB(matmul_backward_input)(dinp, dout, w, N, C, OC, e->ws, e->path, e->nt);
+        return;
+    }
+    const nn_fp8_layer L = mb_layer(e, k);
+    mb_note(e, NN_BF16_NAME(nn_matmul_backward_input_fp8)(dinp, dout, w, N, C, OC, &L, &e->fp8->ws, e->path, e->nt));
+}
+static inline void mb_backward_weight(const gm_env *e, int k, uint16_t *dw, int add, const uint16_t *dout,
+                                      const uint16_t *inp, int N, int C, int OC, const int *tok,
+                                      const uint16_t *dtok, int ntok) {
+    if (!e->fp8) {
+        OPB(matmul_backward_weight)(dw, add, dout, inp, N, C, OC, tok, dtok, ntok, e->ws, e->path, e->nt);
+        return;
+    }
+    const nn_fp8_layer L = mb_layer(e, k);
+    mb_note(e, NN_BF16_NAME(nn_matmul_backward_weight_fp8)(dw, add, dout, inp, N, C, OC, tok, dtok, ntok, &L,
+                                                           &e->fp8->ws, e->path, e->nt));
+}
+/* Grows the fp8 scratch for a product (N, C) → (N, OC); 0 without e->fp8; -1 when out of memory. */
+static inline int mb_fp8_reserve(const gm_env *e, int N, int C, int OC) {
+    if (!e->fp8) return 0;
+    const nn_fp8_layer L = mb_layer(e, 0);
+    return nn_fp8_layer_reserve(&e->fp8->ws, &L, N, C, OC, e->nt, e->path);
 }
 
 #endif

@@ -187,7 +187,14 @@ static collage_status create_model(collage_run *r, collage_real prec, const char
 static collage_status make_model(collage_run *r, const collage_run_saved *saved) {
     collage_run_config *c = &r->cfg;
     collage_real prec = r->bf16 == 2 ? COLLAGE_REAL_FP16 : r->bf16 ? COLLAGE_REAL_BF16 : COLLAGE_REAL_FP32;
+    if (c->fp8 && r->bf16 != 1)
+        return run_fail(r, COLLAGE_ERR_ARG, "fp8 compute runs on bf16 weights: %s keeps %s ones (take a bf16 strategy, "
+                        "e.g. collage-light)", collage_strategy_name(c->strategy), r->bf16 ? "fp16" : "fp32");
+    if (c->fp8) prec = COLLAGE_REAL_FP8;
     collage_status mst = create_model(r, prec, saved ? saved->products : NULL);
+    if (mst == COLLAGE_OK && c->fp8 && collage_model_fp8_set(r->m, r->fp8_recipe, c->fp8_e4m3_all) != COLLAGE_OK)
+        return run_fail(r, COLLAGE_ERR_ARG, "fp8 recipe '%s' is not one of delayed, current, block, mxfp8",
+                        r->fp8_recipe);
     if (mst == COLLAGE_ERR_IO) return run_fail(r, COLLAGE_ERR_IO, "the transport failed agreeing on the products' kernels");
     if (mst == COLLAGE_ERR_FORMAT) return mst;
     if (mst == COLLAGE_ERR_UNSUPPORTED)
@@ -238,6 +245,7 @@ static collage_status make_model(collage_run *r, const collage_run_saved *saved)
 static collage_status first_weights(collage_run *r, const char *resume_dir, const collage_run_saved *saved) {
     if (saved) {
         collage_status st = run_load_shards(r, resume_dir, saved);
+        if (st == COLLAGE_OK) st = run_load_fp8(r, resume_dir);
         r->step = saved->step;
         if (r->bf16 == 2 && saved->loss_scale > 0) {
             r->loss_scale = saved->loss_scale;
@@ -271,6 +279,8 @@ static collage_status own_strings(collage_run *r, const collage_run_config *cfg)
     }
     if (cfg->init && !(r->cfg.init = r->init = strdup(cfg->init))) return COLLAGE_ERR_NOMEM;
     if (cfg->data && !(r->data = strdup(cfg->data))) return COLLAGE_ERR_NOMEM;
+    snprintf(r->fp8_recipe, sizeof r->fp8_recipe, "%s", cfg->fp8_recipe ? cfg->fp8_recipe : "delayed");
+    r->cfg.fp8_recipe = r->fp8_recipe;
     r->cfg.data = r->data;
     if (r->cfg.accum < 1) r->cfg.accum = 1;
     if (r->cfg.warmup < 0) r->cfg.warmup = r->cfg.steps / 20;
@@ -368,6 +378,7 @@ void collage_run_free(collage_run *r) {
     collage_loader_free(r->ld);
     collage_tokenizer_free(r->tok);
     free(r->data);
+    free(r->amax_all);
     free(r->init);
     free(r);
 }
@@ -425,15 +436,39 @@ static collage_edq edq_all(collage_run *r, const collage_edq *mine) {
     return collage_edq_combine(parts, r->P);
 }
 
+/* An fp8 product refused an operand with NaN or Inf: the micro-batch's gradient is NaN (bf16 0x7FC0), so
+ * the step is skipped as any gradient with NaN is (the optimizer's skip_nonfinite, on every rank). */
+static void fp8_refused(collage_run *r) {
+    uint16_t *g = collage_model_grads(r->m);
+    for (size_t i = 0; i < r->n; i++) g[i] = 0x7FC0;
+}
+
+/* fp8 compute after a step: the delayed amaxes max-reduced over the ranks (max is exact in any order), then
+ * the scaling moves on, or forgets the step's amaxes when it was skipped. 0, or -1 when the transport
+ * failed or out of memory. */
+static int fp8_end_step(collage_run *r, int skipped) {
+    int n = 0;
+    float *amax = collage_model_fp8_amaxes(r->m, &n);
+    if (amax && r->has_comm && r->P > 1) {
+        if (!r->amax_all && !(r->amax_all = malloc((size_t)n * (size_t)r->P * sizeof(float)))) return -1;
+        if (r->comm.allgather(r->comm.ctx, amax, (size_t)n, sizeof(float), r->amax_all)) return -1;
+        for (int q = 0; q < r->P; q++)
+            for (int i = 0; i < n; i++) amax[i] = fmaxf(amax[i], r->amax_all[(size_t)q * (size_t)n + (size_t)i]);
+    }
+    return collage_model_fp8_end_step(r->m, skipped) == COLLAGE_OK ? 0 : -1;
+}
+
 /* This rank's micro-batches, forward and backward, in order; the losses in mine. */
 static collage_status micro_batches(collage_run *r, double *mine) {
     for (int a = 0; a < r->A; a++) {
         collage_batch b = {.tokens = r->in, .targets = r->tg, .B = r->Bm, .T = r->cfg.seq};
         run_micro_batch(r, COLLAGE_SPLIT_TRAIN, (uint64_t)r->step, r->R * r->A + a, &b.loss_divisor);
         collage_model_zero_grad(r->m);
-        collage_forward_info fi;
-        if (collage_model_forward_batch(r->m, r->params, &b, &fi) != COLLAGE_OK || collage_model_backward(r->m) != COLLAGE_OK)
-            return run_fail(r, COLLAGE_ERR_ARG, "step %d: %s", r->step + 1, collage_model_error(r->m));
+        collage_forward_info fi = {.loss = (double)NAN};
+        collage_status st = collage_model_forward_batch(r->m, r->params, &b, &fi);
+        if (st == COLLAGE_OK) st = collage_model_backward(r->m);
+        if (st == COLLAGE_ERR_NONFINITE && r->cfg.fp8) fp8_refused(r);
+        else if (st != COLLAGE_OK) return run_fail(r, COLLAGE_ERR_ARG, "step %d: %s", r->step + 1, collage_model_error(r->m));
         mine[a] = fi.loss;
         if (r->A > 1) shard_accumulate(r->gacc, r->grads, r->bf16, r->n, a > 0);
     }
@@ -510,6 +545,8 @@ collage_status collage_run_step(collage_run *r, collage_run_step_info *info) {
     }
     if (shard_allgather_slab(run_comm(r), r->params, r->wb, r->n)) /* the updated weights to every rank */
         return run_fail(r, COLLAGE_ERR_IO, "the transport failed gathering the weights");
+    if (r->cfg.fp8 && fp8_end_step(r, overflow || info->stats.skipped))
+        return run_fail(r, COLLAGE_ERR_IO, "the transport failed reducing the fp8 scaling's amaxes");
     info->edq = edq_all(r, &info->stats.edq);
     info->step = ++r->step;
     info->overflow = overflow;
@@ -549,7 +586,15 @@ collage_status collage_run_evaluate_scores(collage_run *r, collage_split split, 
     if (per_epoch == 0 || batches < 1) return COLLAGE_OK;
     if ((uint64_t)batches > per_epoch) batches = (int)per_epoch;
     double sum = 0, hits = 0, scored = 0;
+    /* fp8: an evaluation's quantizations leave the step's delayed amaxes as they were (each rank evaluates
+     * its own batches: recorded, they would differ between ranks and between a run and its resumption) */
+    int na = 0;
+    float *amax = r->m ? collage_model_fp8_amaxes(r->m, &na) : NULL, *keep = NULL;
+    if (amax && !(keep = malloc((size_t)na * sizeof *keep))) return COLLAGE_ERR_NOMEM;
+    if (keep) memcpy(keep, amax, (size_t)na * sizeof *keep);
     for (int b = 0; b < batches; b++) sum += evaluate_batch(r, split, b, &hits, &scored);
+    if (keep) memcpy(amax, keep, (size_t)na * sizeof *keep);
+    free(keep);
     out->loss = sum / batches;
     out->scored = (long long)scored;
     if (r->mlm && scored > 0) out->accuracy = hits / scored;

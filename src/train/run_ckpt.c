@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <math.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 void run_opt_path(char *out, size_t cap, const char *dir, int rank, int ranks) {
     if (ranks == 1) snprintf(out, cap, "%s/optimizer.state", dir);
@@ -422,14 +423,36 @@ static collage_status save_begin(collage_run *r, const char *dir, const char *tm
     return COLLAGE_OK;
 }
 
+/* fp8 compute with delayed scaling (rank 0; every rank holds the same state): the scaling state's bytes
+ * (collage_model_fp8_state_save) as fp8.state in the folder dir; *have: 1 when written. */
+static collage_status save_fp8_state(collage_run *r, const char *dir, int *have) {
+    *have = 0;
+    const size_t nb = r->cfg.fp8 ? collage_model_fp8_state_bytes(r->m) : 0;
+    if (!nb) return COLLAGE_OK;
+    char path[4096];
+    snprintf(path, sizeof path, "%.4000s/fp8.state", dir);
+    unsigned char *buf = malloc(nb);
+    if (!buf) return run_fail(r, COLLAGE_ERR_NOMEM, "out of memory writing '%s'", path);
+    collage_atomic_file af;
+    collage_status st = collage_model_fp8_state_save(r->m, buf, nb);
+    if (!st) st = collage_atomic_open(&af, path, r->err, sizeof r->err);
+    if (!st) st = collage__atomic_finish(&af, fwrite(buf, 1, nb, af.f) == nb, r->err, sizeof r->err);
+    free(buf);
+    *have = st == COLLAGE_OK;
+    return st;
+}
+
 /* Rank 0, last: the model file, the manifest listing every file, the folder renamed into place, the
  * checkpoints beyond `keep` removed. shards: every rank's optimizer file (size, checksum). */
 static collage_status save_finish(collage_run *r, const char *dir, const char *tmp, const uint64_t *shards) {
-    mfile *files = malloc((size_t)(r->P + 1) * sizeof *files);
+    mfile *files = malloc((size_t)(r->P + 2) * sizeof *files);
+    int fp8 = 0;
     if (!files) return run_fail(r, COLLAGE_ERR_NOMEM, "out of memory saving to '%s'", dir);
     collage__atomic_defer_dir_sync(1);
     collage_status st = save_model_file(r, tmp);
     if (!st) st = file_entry(r, tmp, "model.bin", &files[0]);
+    if (!st) st = save_fp8_state(r, tmp, &fp8);
+    if (!st && fp8) st = file_entry(r, tmp, "fp8.state", &files[r->P + 1]);
     for (int k = 0; k < r->P; k++) {
         char path[4096];
         run_opt_path(path, sizeof path, "", k, r->P);
@@ -437,7 +460,7 @@ static collage_status save_finish(collage_run *r, const char *dir, const char *t
         files[k + 1].size = shards[2 * k];
         files[k + 1].sum = shards[2 * k + 1];
     }
-    if (!st) st = write_manifest(r, tmp, files, r->P + 1);
+    if (!st) st = write_manifest(r, tmp, files, r->P + 1 + fp8);
     collage__atomic_defer_dir_sync(0);
     free(files);
     ckpt_sync_dir(tmp);
@@ -484,6 +507,25 @@ static collage_status verify_one(collage_run *r, const char *dir, const char *pa
     collage_status st = manifest_read(dir, &m, r->err, sizeof r->err);
     if (!st) st = verify_files(&m, dir, strrchr(path, '/') + 1, r->err, sizeof r->err);
     free(m.files);
+    return st;
+}
+
+/* fp8 compute: the delayed scaling state of the checkpoint in dir (its fp8.state, checked against the
+ * manifest), so that the resumed run scales as the uninterrupted one; none saved: nothing to load. */
+collage_status run_load_fp8(collage_run *r, const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%.4000s/fp8.state", dir);
+    if (access(path, F_OK) != 0) return COLLAGE_OK;
+    if (!r->cfg.fp8 || !collage_model_fp8_state_bytes(r->m))
+        return run_fail(r, COLLAGE_ERR_ARG, "'%s' holds delayed fp8 scaling: resume with --compute fp8 --fp8-recipe "
+                        "delayed (and --fp8-e4m3-all if the run had it)", dir);
+    if (verify_one(r, dir, path)) return run_fail(r, COLLAGE_ERR_FORMAT, "%s", r->err);
+    char *buf = NULL;
+    size_t len = 0;
+    collage_status st = collage__read_file(path, &buf, &len, r->err, sizeof r->err);
+    if (!st && collage_model_fp8_state_load(r->m, buf, len) != COLLAGE_OK)
+        st = run_fail(r, COLLAGE_ERR_FORMAT, "'%s': %s", path, collage_model_error(r->m));
+    free(buf);
     return st;
 }
 

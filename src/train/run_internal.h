@@ -12,6 +12,8 @@
 struct collage_run {
     collage_run_config cfg;       /* resolved: the preset's shape, seq, warmup filled in */
     char model_name[64], tokenizer_name[64], *data, *init;
+    char fp8_recipe[16];          /* cfg.fp8_recipe's copy */
+    float *amax_all;              /* fp8 on several ranks: every rank's delayed amaxes */
     collage_comm comm;            /* a copy; has_comm 0: one process */
     int has_comm;
     collage_tokenizer *tok;
@@ -57,6 +59,8 @@ collage_status run_watch(collage_run *r, collage_status st, int step, double los
 
 /* run_ckpt.c: the files of one checkpoint */
 collage_status run_load_shards(collage_run *r, const char *dir, const collage_run_saved *saved);
+/* fp8 compute: the checkpoint's delayed scaling state (fp8.state) into the model; none saved: nothing. */
+collage_status run_load_fp8(collage_run *r, const char *dir);
 void           run_opt_path(char *out, size_t cap, const char *dir, int rank, int ranks);
 /* ckdir/train.state, exactly that folder's (its own checksum verified for the current layout). */
 collage_status run_manifest_read(const char *ckdir, collage_run_saved *s, char *err, size_t cap);
