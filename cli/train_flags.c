@@ -129,6 +129,7 @@ int train_parse(int argc, char **argv, train_opts *o) {
                 return -1;
             }
             o->cfg.fp8 = !strcmp(v, "fp8");
+            o->given |= COLLAGE_RUN_COMPUTE;
             i++;
         } else if (!strcmp(a, "--optimizer")) {
             if (cli_parse_optimizer("train", a, v, &o->cfg.optimizer)) return -1;
@@ -228,9 +229,6 @@ int train_resume_config(train_opts *o) {
     o->cfg.data = a.data;
     o->cfg.accum = a.accum;
     o->cfg.max_skips = a.max_skips;
-    o->cfg.fp8 = a.fp8; /* not in the checkpoint: a resumed fp8 run repeats its fp8 flags */
-    o->cfg.fp8_recipe = a.fp8_recipe;
-    o->cfg.fp8_e4m3_all = a.fp8_e4m3_all;
     if (g & COLLAGE_RUN_STEPS) o->cfg.steps = a.steps;
     if (g & COLLAGE_RUN_WARMUP) o->cfg.warmup = a.warmup;
     if (g & COLLAGE_RUN_LR) o->cfg.lr = a.lr;

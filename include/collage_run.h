@@ -97,7 +97,7 @@ enum {
     COLLAGE_RUN_WD = 1u << 12, COLLAGE_RUN_CLIP = 1u << 13, COLLAGE_RUN_SEED = 1u << 14,
     COLLAGE_RUN_STRATEGY = 1u << 15, COLLAGE_RUN_STEPS = 1u << 16, COLLAGE_RUN_KV_HEADS = 1u << 17,
     COLLAGE_RUN_HIDDEN = 1u << 18, COLLAGE_RUN_OPTIMIZER = 1u << 19, COLLAGE_RUN_MOMENTUM = 1u << 20,
-    COLLAGE_RUN_NESTEROV = 1u << 21
+    COLLAGE_RUN_NESTEROV = 1u << 21, COLLAGE_RUN_COMPUTE = 1u << 22 /* fp8, fp8_recipe, fp8_e4m3_all */
 };
 
 /* ---------------------------------------------------------------- checkpoints */
@@ -124,6 +124,7 @@ typedef struct {
     int version;                /* of train.state: 2, or 1 for the older layout (no checksums) */
     char products[48];          /* the kernels its model's products ran on, as a pin (collage_products_pin):
                                    a resume takes them unless the process pins others; "" in older runs */
+    char fp8_recipe[16];        /* cfg.fp8_recipe's storage (fp8 compute) */
 } collage_run_saved;
 /* The checkpoint a path names: a checkpoint folder itself, or a run folder's newest checkpoint (by
  * step). Errors name the path and say what it holds. */

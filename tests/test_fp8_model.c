@@ -232,8 +232,21 @@ static void test_fp8_train_resume(void) {
     CHECK(rc == 0, "resume: %s", out);
     rc = h_sh(out, sizeof out, "cmp %s/a/step-00000012/model.bin %s/b/step-00000012/model.bin", dir, dir);
     CHECK(rc == 0, "the resumed run's model differs: %s", out);
-    rc = h_sh(out, sizeof out, "%s train --steps 12 --batch 4 --seq 32 --threads 1 --resume %s/a/step-00000006", bin, dir);
-    CHECK(rc != 0 && strstr(out, "--compute fp8"), "resume without fp8 refused: %s", out);
+    /* train.state records the compute: a bare --resume continues in fp8 with the run's recipe (block here,
+     * whose state is not a file: only train.state says it), and another compute is refused by name */
+    rc = h_sh(out, sizeof out, "%s " RUN_FP8 " --fp8-recipe block --save %s/c --save-every 6", bin, dir);
+    CHECK(rc == 0, "run c: %s", out);
+    rc = h_sh(out, sizeof out, "grep -qx 'compute fp8' %s/c/step-00000006/train.state && grep -qx 'fp8_recipe block' "
+              "%s/c/step-00000006/train.state && %s train --steps 12 --eval-every 12 --threads 1 --quiet --resume "
+              "%s/c/step-00000006 --save %s/d && cmp %s/c/step-00000012/model.bin %s/d/step-00000012/model.bin",
+              dir, dir, bin, dir, dir, dir, dir);
+    CHECK(rc == 0, "a bare resume of a block-scaled fp8 run continues it bit for bit: %s", out);
+    rc = h_sh(out, sizeof out, "%s train --compute bf16 --steps 12 --threads 1 --resume %s/c/step-00000006", bin, dir);
+    CHECK(rc == 2 && strstr(out, "--compute bf16") && strstr(out, "compute fp8, recipe block"), "--compute bf16 on an fp8 "
+          "run: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s train --compute fp8 --fp8-recipe mxfp8 --steps 12 --threads 1 --resume %s/c/step-00000006",
+              bin, dir);
+    CHECK(rc == 2 && strstr(out, "--fp8-recipe mxfp8"), "another recipe on resume: rc %d: %s", rc, out);
 #undef RUN_FP8
     h_sh(NULL, 0, "rm -rf %s", dir);
 }

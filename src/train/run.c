@@ -310,7 +310,7 @@ static collage_status resume_from(collage_run *r, const char *resume_dir, collag
         snprintf(r->err + len, sizeof r->err - len, " (the checkpoint before it: --resume %.900s)", ck.previous);
     }
     if (st) return st;
-    unsigned shape = ~(unsigned)COLLAGE_RUN_MODEL & 0xffffu;
+    unsigned shape = (~(unsigned)COLLAGE_RUN_MODEL & 0xffffu) | COLLAGE_RUN_COMPUTE;
     if (collage_run_conflict(saved, &r->cfg, shape, why, was, sizeof why))
         return run_fail(r, COLLAGE_ERR_ARG, "%s differs from the run saved in '%s' (%s there)", why, ck.dir, was);
     collage_model_config want; /* a checkpoint of another family is refused before anything is read */

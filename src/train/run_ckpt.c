@@ -109,6 +109,9 @@ static char *manifest_text(const collage_run *r, const mfile *files, int nfiles)
     if (c->optimizer != COLLAGE_OPTIM_ADAMW) /* absent: AdamW, as every run before the others */
         fprintf(f, "optimizer %s\nmomentum %.17g\nnesterov %d\n", collage_optimizer_name(c->optimizer), c->momentum,
                 c->nesterov);
+    if (c->fp8) /* absent: bf16 compute */
+        fprintf(f, "compute fp8\nfp8_recipe %s\nfp8_e4m3_all %d\n", c->fp8_recipe ? c->fp8_recipe : "delayed",
+                c->fp8_e4m3_all);
     fprintf(f, "products %s\n", collage_model_products_spec(r->m));
     for (int i = 0; i < nfiles; i++)
         fprintf(f, "file %s %llu %016llx\n", files[i].name, (unsigned long long)files[i].size,
@@ -267,6 +270,16 @@ static collage_status saved_from(const manifest *m, collage_run_saved *s, char *
     const char *opt = kv_get(m, "optimizer"); /* absent: AdamW */
     if (opt && collage_optimizer_parse(opt, &c->optimizer) != COLLAGE_OK)
         return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s': unknown optimizer '%s'", path, opt);
+    const char *compute = kv_get(m, "compute"), *recipe = kv_get(m, "fp8_recipe"); /* absent: bf16 compute */
+    if (compute && (strcmp(compute, "fp8") || !recipe || strlen(recipe) >= sizeof s->fp8_recipe))
+        return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s': compute '%s' with fp8_recipe '%s'", path, compute,
+                             recipe ? recipe : "(none)");
+    if (compute) {
+        snprintf(s->fp8_recipe, sizeof s->fp8_recipe, "%s", recipe);
+        c->fp8 = 1;
+        c->fp8_recipe = s->fp8_recipe;
+        c->fp8_e4m3_all = kv_get(m, "fp8_e4m3_all") && !strcmp(kv_get(m, "fp8_e4m3_all"), "1");
+    }
     snprintf(s->tokenizer, sizeof s->tokenizer, "%.63s", kv_get(m, "tokenizer"));
     snprintf(s->model, sizeof s->model, "%.63s", kv_get(m, "family") ? kv_get(m, "family") : "gpt2");
     c->tokenizer = s->tokenizer;
@@ -336,6 +349,15 @@ int collage_run_conflict(const collage_run_saved *saved, const collage_run_confi
     if ((given & COLLAGE_RUN_OPTIMIZER) && a->optimizer != s->optimizer) {
         snprintf(why, cap, "--optimizer %s", collage_optimizer_name(a->optimizer));
         snprintf(was, cap, "optimizer %s", collage_optimizer_name(s->optimizer));
+        return 1;
+    }
+    const int fp8_differs = a->fp8 != s->fp8 || (a->fp8 && (a->fp8_e4m3_all != s->fp8_e4m3_all ||
+                                                            strcmp(a->fp8_recipe ? a->fp8_recipe : "delayed", s->fp8_recipe)));
+    if ((given & COLLAGE_RUN_COMPUTE) && fp8_differs) { /* fp8 compute: another run's products */
+        snprintf(why, cap, "--compute %s%s%s", a->fp8 ? "fp8 --fp8-recipe " : "bf16",
+                 a->fp8 ? (a->fp8_recipe ? a->fp8_recipe : "delayed") : "", a->fp8 && a->fp8_e4m3_all ? " --fp8-e4m3-all" : "");
+        snprintf(was, cap, "compute %s%s%s", s->fp8 ? "fp8, recipe " : "bf16", s->fp8 ? s->fp8_recipe : "",
+                 s->fp8 && s->fp8_e4m3_all ? ", e4m3 everywhere" : "");
         return 1;
     }
     if ((given & COLLAGE_RUN_STRATEGY) && a->strategy != s->strategy) {
