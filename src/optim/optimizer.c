@@ -3,7 +3,6 @@
  * (AdamW) and optim_ref.c (Lion, SGD); the weight scheme that applies an update is the strategy's. */
 #include "adamw_impl.h"
 #include "optim.h"
-#include <stdarg.h>
 
 static const collage_optimizer_info OPTIMIZERS[COLLAGE_OPTIM_COUNT] = {
     [COLLAGE_OPTIM_ADAMW] = {.name = "adamw", .has_v = 1, .beta1 = 0.9, .beta2 = 0.999, .m_is = "the first moment"},
@@ -24,24 +23,15 @@ collage_status collage_optimizer_parse(const char *name, collage_optimizer *out)
     return COLLAGE_ERR_ARG;
 }
 
-static collage_status why_not(char *why, size_t cap, const char *fmt, ...) {
-    if (why && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, cap, fmt, ap);
-        va_end(ap);
-    }
-    return COLLAGE_ERR_ARG;
-}
-
 collage_status collage_optimizer_check(collage_optimizer o, collage_strategy s, char *why, size_t cap) {
     if (why && cap) why[0] = 0;
-    if (!collage_optimizer_get(o)) return why_not(why, cap, "unknown optimizer %d (adamw, lion or sgd)", (int)o);
-    if (!collage_strategy_valid(s)) return why_not(why, cap, "unknown strategy %d", (int)s);
+    if (!collage_optimizer_get(o))
+        return collage__fail(why, cap, COLLAGE_ERR_ARG, "unknown optimizer %d (adamw, lion or sgd)", (int)o);
+    if (!collage_strategy_valid(s)) return collage__fail(why, cap, COLLAGE_ERR_ARG, "unknown strategy %d", (int)s);
     if (OPTIMIZERS[o].has_v) return COLLAGE_OK;
     /* a second moment kept as a pair is the strategy's point (collage-plus); without v it has none */
     if (strategy_has(s, COLLAGE_ROLE_DV) || s == COLLAGE_PLUS_V1)
-        return why_not(why, cap, "'%s' keeps the second moment v as a pair (v, δv), and %s has no second moment; "
+        return collage__fail(why, cap, COLLAGE_ERR_ARG, "'%s' keeps the second moment v as a pair (v, δv), and %s has no second moment; "
                        "take its weight scheme alone (e.g. collage-light)", collage_strategy_name(s), OPTIMIZERS[o].name);
     return COLLAGE_OK;
 }
