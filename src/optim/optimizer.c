@@ -31,8 +31,10 @@ collage_status collage_optimizer_check(collage_optimizer o, collage_strategy s, 
     if (OPTIMIZERS[o].has_v) return COLLAGE_OK;
     /* a second moment kept as a pair is the strategy's point (collage-plus); without v it has none */
     if (strategy_has(s, COLLAGE_ROLE_DV) || s == COLLAGE_PLUS_V1)
-        return collage__fail(why, cap, COLLAGE_ERR_ARG, "'%s' keeps the second moment v as a pair (v, δv), and %s has no second moment; "
-                       "take its weight scheme alone (e.g. collage-light)", collage_strategy_name(s), OPTIMIZERS[o].name);
+        return collage__fail(why, cap, COLLAGE_ERR_ARG,
+                             "'%s' keeps the second moment v as a pair (v, δv), and %s has no second moment; "
+                             "take its weight scheme alone (e.g. collage-light)", collage_strategy_name(s),
+                             OPTIMIZERS[o].name);
     return COLLAGE_OK;
 }
 
