@@ -36,6 +36,7 @@ static int run_argv(const compare_opts *o, const run_t *r, char **argv) {
             ARG("%s", defaults[d][0]); ARG("%s", defaults[d][1]);
         }
     for (int i = 0; i < o->n_pass; i++) ARG("%s", o->pass[i]);
+    for (int i = 0; i < o->n_bare; i++) ARG("%s", o->bare[i]);
     ARG("--precision"); ARG("%s", collage_strategy_name(r->strategy));
     ARG("--beta2"); ARG("%.10g", r->beta2);
     ARG("--seed"); ARG("%llu", (unsigned long long)(o->seed + (uint64_t)r->seed_index));
@@ -298,41 +299,26 @@ static int prepare_out(const char *out) {
     return bad ? -1 : 0;
 }
 
-int cmd_compare(int argc, char **argv) {
-    compare_opts o;
-    if (cmp_parse_compare(argc, argv, &o)) return 2;
-    const char *warmup = cmp_passed_value(&o, "--warmup");
-    if (warmup && atoi(warmup) > o.steps) { /* every run would refuse it; say so before any folder is made */
-        fprintf(stderr, "collage compare: --warmup %s is longer than --steps %d: the learning rate would never reach "
-                        "--lr\nhint: --warmup %d or less\n", warmup, o.steps, o.steps);
-        return 2;
-    }
-    int nruns = o.n_strategies * o.n_beta2 * o.seeds;
+/* The grid of o: plan, run, results. The runs go to *keep (the caller frees them) when keep is not NULL. */
+int cmp_run_grid(const compare_opts *o, const char *cmdline, run_t **keep, int *nkeep) {
+    int nruns = o->n_strategies * o->n_beta2 * o->seeds;
     run_t *runs = calloc((size_t)nruns, sizeof *runs);
     if (!runs) return 1;
-    char cmdline[4096] = "collage compare";
-    for (int i = 0; i < argc; i++) {
-        size_t len = strlen(cmdline);
-        snprintf(cmdline + len, sizeof cmdline - len, " %s", argv[i]);
-    }
     sched_t S = {.tty = isatty(1)};
-    if (plan_runs(&o, runs, &S.finished)) {
+    if (plan_runs(o, runs, &S.finished)) {
         fprintf(stderr, "collage compare: a flag's value is too long for a run's command line\nhint: shorter paths\n");
         free(runs);
         return 2;
     }
-    if (prepare_out(o.out)) { free(runs); return 1; }
+    if (prepare_out(o->out)) { free(runs); return 1; }
     printf("collage compare: %d runs (%d strategies x %d beta2 x %d seeds) on %s, %d steps each, %d side by side with %d "
-           "thread%s each; %d already finished in %s/\n", nruns, o.n_strategies, o.n_beta2, o.seeds,
-           cli_data_name(cmp_passed_value(&o, "--data")), o.steps, o.jobs, o.threads, o.threads > 1 ? "s" : "", S.finished, o.out);
+           "thread%s each; %d already finished in %s/\n", nruns, o->n_strategies, o->n_beta2, o->seeds,
+           cli_data_name(cmp_passed_value(o, "--data")), o->steps, o->jobs, o->threads, o->threads > 1 ? "s" : "", S.finished, o->out);
     fflush(stdout);
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
     S.todo = nruns - S.finished;
     S.t_start = cli_now();
-    S.steps_total = (long)S.todo * o.steps;
-    run_all(&o, runs, nruns, &S);
+    S.steps_total = (long)S.todo * o->steps;
+    run_all(o, runs, nruns, &S);
     if (g_stop || S.failed) {
         for (int i = 0; i < nruns; i++)
             if (runs[i].pid > 0) kill(runs[i].pid, SIGTERM);
@@ -342,7 +328,28 @@ int cmd_compare(int argc, char **argv) {
         return 1;
     }
     if (S.tty) printf("\r\033[K");
-    int rc = write_outputs(&o, runs, nruns, cmdline, S.t_start);
-    free(runs);
+    int rc = write_outputs(o, runs, nruns, cmdline, S.t_start);
+    if (keep && !rc) { *keep = runs; *nkeep = nruns; }
+    else free(runs);
     return rc ? 1 : 0;
+}
+
+int cmd_compare(int argc, char **argv) {
+    compare_opts o;
+    if (cmp_parse_compare(argc, argv, &o)) return 2;
+    const char *warmup = cmp_passed_value(&o, "--warmup");
+    if (warmup && atoi(warmup) > o.steps) { /* every run would refuse it; say so before any folder is made */
+        fprintf(stderr, "collage compare: --warmup %s is longer than --steps %d: the learning rate would never reach "
+                        "--lr\nhint: --warmup %d or less\n", warmup, o.steps, o.steps);
+        return 2;
+    }
+    char cmdline[4096] = "collage compare";
+    for (int i = 0; i < argc; i++) {
+        size_t len = strlen(cmdline);
+        snprintf(cmdline + len, sizeof cmdline - len, " %s", argv[i]);
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    return o.n_computes ? cmp_compare_computes(&o, cmdline) : cmp_run_grid(&o, cmdline, NULL, NULL);
 }

@@ -37,7 +37,13 @@ static void compare_usage(FILE *f) {
             "  eps that is 0 in fp16), on the fortunes corpus with 10%% held out;\n"
             "  --model llama-tiny compares on the LLaMA family (docs/llama.md), --model bert-tiny on a BERT\n"
             "  encoder trained by masked LM; --optimizer lion (--beta2 default 0.99) or sgd (one run per\n"
-            "  strategy and seed: SGD has no β2) compares the strategies under another update rule.\n");
+            "  strategy and seed: SGD has no β2) compares the strategies under another update rule.\n"
+            "The compute axis (docs/numerics.md §13): --compute LIST (bf16, fp8) with --fp8-recipe LIST (delayed,\n"
+            "  current, block, mxfp8, or all; default delayed) trains the grid once per compute — bf16, fp8-delayed,\n"
+            "  … — in --out/NAME (each with its own report), then writes report.md, results.csv and compute.png\n"
+            "  across them in --out: every strategy's gap to the reference strategy with bf16 compute, e.g.\n"
+            "  --compute bf16,fp8 --fp8-recipe all --precision bf16-master,collage-light,collage-plus,bf16-sr,bf16;\n"
+            "  --fp8-e4m3-all goes to the fp8 computes.\n");
 }
 
 /* The frontier: the fewest bytes at bf16-master's quality. The 16-bit strategies the paper compares, and
@@ -128,13 +134,26 @@ static int parse_beta2(const char *v, compare_opts *o) {
     return 0;
 }
 
+/* A train flag without a value, passed to every run. */
+static int pass_bare(compare_opts *o, const char *flag) {
+    for (int i = 0; i < o->n_bare; i++)
+        if (!strcmp(o->bare[i], flag)) return 0;
+    if (o->n_bare == MAX_BARE) {
+        fprintf(stderr, "collage compare: %s: too many flags for train (at most %d without a value)\nhint: fewer flags\n", flag, MAX_BARE);
+        return -1;
+    }
+    o->bare[o->n_bare++] = flag;
+    return 0;
+}
+
 int cmp_parse_compare(int argc, char **argv, compare_opts *o) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (compare_opts){.seeds = 1, .steps = 1000, .out = "compare", .seed = 1337, .eval_every = -1};
     if (cpus < 1) cpus = 1;
     parse_strategies("fp32,bf16,collage-light,collage-plus,bf16-master", o);
     parse_beta2("0.95,0.999", o);
-    int b2_given = 0;
+    int b2_given = 0, e4m3_all = 0;
+    const char *computes = NULL, *recipes = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -152,10 +171,14 @@ int cmp_parse_compare(int argc, char **argv, compare_opts *o) {
         }
         const int own = !strcmp(a, "--precision") || !strcmp(a, "--beta2") || !strcmp(a, "--seeds") || !strcmp(a, "--steps") ||
                         !strcmp(a, "--jobs") || !strcmp(a, "--threads") || !strcmp(a, "--eval-every") ||
-                        !strcmp(a, "--seed") || !strcmp(a, "--out");
+                        !strcmp(a, "--seed") || !strcmp(a, "--out") || !strcmp(a, "--compute") || !strcmp(a, "--fp8-recipe");
         const int kind = own ? 1 : cli_train_flag(a);
         if (kind < 0) return cli_unknown("compare", a);
-        if (kind == 0) continue; /* --quiet, --overwrite: compare's children are quiet and write their own folders */
+        if (kind == 0) { /* --quiet, --overwrite: compare's children are quiet and write their own folders */
+            if (!strcmp(a, "--fp8-e4m3-all")) e4m3_all = 1; /* the fp8 computes' */
+            else if (strcmp(a, "--quiet") && strcmp(a, "--overwrite") && pass_bare(o, a)) return -1;
+            continue;
+        }
         if (!v) return cli_needs_value("compare", a);
         if (!strcmp(a, "--out") || !strcmp(a, "--data") || !strcmp(a, "--init")) bad = cli_path("compare", a, v);
         else if (!v[0]) {
@@ -172,6 +195,8 @@ int cmp_parse_compare(int argc, char **argv, compare_opts *o) {
         else if (!strcmp(a, "--eval-every")) bad = cli_parse_range("compare", a, v, 1, INT_MAX, &o->eval_every);
         else if (!strcmp(a, "--seed")) { bad = cli_parse_size("compare", a, v, &z); o->seed = z; }
         else if (!strcmp(a, "--out")) o->out = v;
+        else if (!strcmp(a, "--compute")) computes = v;
+        else if (!strcmp(a, "--fp8-recipe")) recipes = v;
         else {
             if (o->n_pass + 2 > MAX_PASS) {
                 fprintf(stderr, "collage compare: %s: too many flags for train (at most %d)\nhint: fewer flags\n", a, MAX_PASS / 2);
@@ -183,6 +208,7 @@ int cmp_parse_compare(int argc, char **argv, compare_opts *o) {
         if (bad) return -1;
         i++;
     }
+    if ((computes || recipes || e4m3_all) && cmp_parse_computes(computes, recipes, e4m3_all, o)) return -1;
     /* Lion's β2 is its own (0.99); SGD reads none, so one value (unused) rather than a grid of equal runs */
     const char *opt = cmp_passed_value(o, "--optimizer");
     if (opt && !b2_given && !strcmp(opt, "lion")) parse_beta2("0.99", o);

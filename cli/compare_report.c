@@ -302,21 +302,25 @@ int cmp_write_report(const compare_opts *o, const run_t *runs, int nruns, const 
     return rc;
 }
 
-int cmp_write_csv(const compare_opts *o, const run_t *runs, int nruns) {
-    sbuf b = {malloc(4096), 0, 4096};
-    if (!b.p) return -1;
-    cmp_sb_printf(&b, "strategy,beta2,seed,steps,train_loss,val_loss,edq_ratio,lost,bytes_per_param,tokens_per_s,ms_per_step,peak_rss_mb,"
-                  "val_accuracy\n");
+/* One line per finished run of runs, each led by lead ("" or a compute's "NAME,"). */
+void cmp_csv_lines(sbuf *b, const compare_opts *o, const run_t *runs, int nruns, const char *lead) {
     for (int i = 0; i < nruns; i++) {
         const run_t *r = &runs[i];
         if (!r->done) continue;
         const char *name = collage_strategy_name(r->strategy), *q = strchr(name, ',') ? "\"" : ""; /* quoted when it has a comma */
-        cmp_sb_printf(&b, "%s%s%s,%g,%llu,%d,%.6f,%.6f,%.6f,%.6f,%.2f,%.1f,%.3f,%.0f,", q, name, q, r->beta2,
+        cmp_sb_printf(b, "%s%s%s%s,%g,%llu,%d,%.6f,%.6f,%.6f,%.6f,%.2f,%.1f,%.3f,%.0f,", lead, q, name, q, r->beta2,
                   (unsigned long long)(o->seed + (uint64_t)r->seed_index), r->steps_run, r->train_loss, r->val_loss, r->edq_ratio,
                   r->lost, r->bpp, r->tps, r->ms, r->rss);
-        if (isfinite(r->val_acc)) cmp_sb_printf(&b, "%.6f", r->val_acc); /* empty for a next-token model */
-        cmp_sb_printf(&b, "\n");
+        if (isfinite(r->val_acc)) cmp_sb_printf(b, "%.6f", r->val_acc); /* empty for a next-token model */
+        cmp_sb_printf(b, "\n");
     }
+}
+
+int cmp_write_csv(const compare_opts *o, const run_t *runs, int nruns) {
+    sbuf b = {malloc(4096), 0, 4096};
+    if (!b.p) return -1;
+    cmp_sb_printf(&b, "%s\n", CMP_CSV_HEADER);
+    cmp_csv_lines(&b, o, runs, nruns, "");
     char path[4200];
     snprintf(path, sizeof path, "%s/results.csv", o->out);
     int rc = cmp_write_text(path, b.p);

@@ -61,12 +61,18 @@ collage_strategy cmp_reference(const compare_opts *o) {
 /* Paired difference of the final validation loss, s minus the reference, over the seeds where both
  * finished: runs of one seed share weights and batches, so the pair removes most of the seed noise. */
 stat_t cmp_paired_diff(const run_t *runs, int nruns, collage_strategy s, collage_strategy ref, double b2) {
+    return cmp_paired_diff_across(runs, nruns, s, runs, nruns, ref, b2);
+}
+
+/* The same pairing when s's runs and the reference's are two grids (two computes of one comparison). */
+stat_t cmp_paired_diff_across(const run_t *runs, int nruns, collage_strategy s, const run_t *refs, int nrefs,
+                              collage_strategy ref, double b2) {
     stat_t st = {0};
     for (int i = 0; i < nruns; i++) {
         const run_t *a = &runs[i];
         if (a->strategy != s || a->beta2 != b2 || !a->done) continue;
-        for (int j = 0; j < nruns; j++) {
-            const run_t *r = &runs[j];
+        for (int j = 0; j < nrefs; j++) {
+            const run_t *r = &refs[j];
             if (r->strategy == ref && r->beta2 == b2 && r->seed_index == a->seed_index && r->done) stat_add(&st, a->val_loss - r->val_loss);
         }
     }

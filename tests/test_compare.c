@@ -233,6 +233,63 @@ static void test_plot_axes_and_labels(void) {
           "a BERT's plots: rc %d: %.2000s", rc, gp);
 }
 
+/* The compute axis: one grid per compute in --out/NAME, the report and results.csv across them (a compute
+ * column; every strategy under every compute once; the fp8 rows' runs made with their recipe's flags);
+ * its refusals name the flag; a train flag without a value (--nesterov) reaches every run. */
+static void test_compute_axis(void) {
+    static char out[65536], report[65536];
+    char dir[700], path[900], line[1024];
+    snprintf(dir, sizeof dir, "%s/computes", g_dir);
+    int rc = h_sh(out, sizeof out, "%s compare --out %s --data %s --precision bf16-master,collage-light --beta2 0.95 --steps 2 "
+                  "--eval-every 1 --compute bf16,fp8 --fp8-recipe block,mxfp8 " SHAPE, g_bin, dir, g_text);
+    CHECK(rc == 0, "compare --compute: rc %d: %s", rc, out);
+    const char *names[] = {"bf16", "fp8-block", "fp8-mxfp8"};
+    for (int a = 0; a < 3; a++) {
+        snprintf(path, sizeof path, "%s/%s/results.csv", dir, names[a]);
+        CHECK(access(path, F_OK) == 0, "no %s", path);
+        snprintf(path, sizeof path, "%s/%s/runs/collage-light-b0.95-s1/args.txt", dir, names[a]);
+        FILE *f = fopen(path, "r");
+        CHECK(f && fgets(line, sizeof line, f), "no %s", path);
+        if (f) fclose(f);
+        CHECK(strstr(line, a ? "--compute fp8 --fp8-recipe" : "--compute bf16") && (!a || strstr(line, names[a] + 4)),
+              "%s ran with: %s", names[a], line);
+    }
+    snprintf(path, sizeof path, "%s/report.md", dir);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "no %s", path);
+    if (f) { report[fread(report, 1, sizeof report - 1, f)] = 0; fclose(f); }
+    CHECK(strstr(report, "| `collage-light` | 10 |") && strstr(report, "fp8-mxfp8 |") && strstr(report, "(reference)") &&
+          strstr(report, "**fp8-block**:"), "report across computes: %s", report);
+    snprintf(path, sizeof path, "%s/compute.png", dir);
+    CHECK(is_png(path), "%s is not a PNG", path);
+    snprintf(path, sizeof path, "%s/results.csv", dir);
+    f = fopen(path, "r");
+    int rows = 0, per[3] = {0};
+    CHECK(f && fgets(line, sizeof line, f) && !strncmp(line, "compute,strategy,beta2,", 23), "header of %s", path);
+    while (f && fgets(line, sizeof line, f)) {
+        rows++;
+        for (int a = 0; a < 3; a++) per[a] += !strncmp(line, names[a], strlen(names[a])) && line[strlen(names[a])] == ',';
+    }
+    if (f) fclose(f);
+    CHECK(rows == 6 && per[0] == 2 && per[1] == 2 && per[2] == 2, "%d rows (%d %d %d)", rows, per[0], per[1], per[2]);
+    /* refusals, before any run */
+    rc = h_sh(out, sizeof out, "%s compare --out %s/x --precision fp32,bf16 --compute fp8", g_bin, dir);
+    CHECK(rc == 2 && strstr(out, "fp32") && strstr(out, "bf16 weights"), "fp32 under fp8: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s compare --out %s/x --precision bf16 --compute bf16,fp8 --fp8-recipe delayed,blocky", g_bin, dir);
+    CHECK(rc == 2 && strstr(out, "blocky"), "unknown recipe: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s compare --out %s/x --precision bf16 --fp8-recipe current", g_bin, dir);
+    CHECK(rc == 2 && strstr(out, "--fp8-recipe") && strstr(out, "--compute"), "recipe without compute: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s compare --out %s/x --precision bf16 --compute bf16 --fp8-e4m3-all", g_bin, dir);
+    CHECK(rc == 2 && strstr(out, "--fp8-e4m3-all"), "e4m3-all without fp8: rc %d: %s", rc, out);
+    /* --nesterov reaches the runs */
+    rc = h_sh(out, sizeof out, "%s compare --out %s/sgd --data %s --precision bf16 --beta2 0.95 --steps 1 --eval-every 1 "
+              "--optimizer sgd --nesterov " SHAPE, g_bin, dir, g_text);
+    snprintf(path, sizeof path, "%s/sgd/runs/bf16-b0.95-s1/args.txt", dir);
+    f = fopen(path, "r");
+    CHECK(rc == 0 && f && fgets(line, sizeof line, f) && strstr(line, "--nesterov"), "--nesterov: rc %d: %s", rc, out);
+    if (f) fclose(f);
+}
+
 int main(void) {
     if (h_cli_setup("compare", g_bin, g_dir, g_text, 2)) return 1;
     snprintf(g_out, sizeof g_out, "%s/out", g_dir);
@@ -243,6 +300,7 @@ int main(void) {
     RUN(test_frontier_report);
     RUN(test_all_presets);
     RUN(test_plot_axes_and_labels);
+    RUN(test_compute_axis);
     h_rm_rf(g_dir);
     return h_end();
 }
