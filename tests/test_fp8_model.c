@@ -447,8 +447,9 @@ static void test_fp8_nonfinite_and_refusals(void) {
 
 /* BERT in fp8: its delayed state holds 3 slots for each of its 4·L + 2 linear layers (the blocks', the
  * head's dense layer, the logits'), whose bytes (numerics.md §13's layout: a 40-byte header, then per slot
- * 1 + 4 + 4 + 4·1024 bytes) the memory report counts in the scratch; a NaN in a weight makes the masked
- * LM's forward fail with COLLAGE_ERR_NONFINITE and a NaN loss. */
+ * 1 + 4 + 4 + 4·1024 bytes) the memory report counts in the scratch; a batch with no scored position runs
+ * (loss 0, every gradient 0); a NaN in a weight makes the masked LM's forward fail with
+ * COLLAGE_ERR_NONFINITE and a NaN loss. */
 static void test_fp8_bert_state_and_nonfinite(void) {
     fixture f;
     fixture_make(&f, "bert-tiny", 3);
@@ -469,6 +470,21 @@ static void test_fp8_bert_state_and_nonfinite(void) {
     free(buf);
     double l = 0;
     CHECK(step(m, &f, &l, NULL) == COLLAGE_OK && isfinite(l), "a finite step");
+    int none[B_TEST * T_TEST]; /* a batch with no scored position after a step: no head, every gradient 0 */
+    for (int i = 0; i < B_TEST * T_TEST; i++) none[i] = COLLAGE_TARGET_NONE;
+    const collage_batch b0 = {.tokens = f.tok, .targets = none, .B = B_TEST, .T = T_TEST};
+    for (int k = 0; k < 2; k++) { /* fp8, and bf16 (an empty product is 0 there too) */
+        collage_model *x = k ? mb : m;
+        collage_forward_info fi;
+        if (k) CHECK(step(mb, &f, &l, NULL) == COLLAGE_OK, "a bf16 step");
+        collage_model_zero_grad(x);
+        CHECK(collage_model_forward_batch(x, f.w, &b0, &fi) == COLLAGE_OK && fi.scored == 0 && fi.loss == 0 &&
+                  collage_model_backward(x) == COLLAGE_OK, "no scored position: %s", collage_model_error(x));
+        const collage_bf16 *g = collage_model_grads(x);
+        size_t nonzero = 0;
+        for (size_t i = 0; i < f.n; i++) nonzero += (g[i].bits & 0x7fff) != 0;
+        CHECK(nonzero == 0, "%s, no scored position: %zu gradients not 0", k ? "bf16" : "fp8", nonzero);
+    }
     collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS];
     const int nt = collage_model_tensors(&f.cfg, t, COLLAGE_MODEL_MAX_TENSORS);
     for (int k = 0; k < nt; k++)
@@ -521,6 +537,10 @@ static void test_fp8_trains(void) {
     const double h1 = val_unigram_entropy();
     CHECK(isfinite(h1) && h1 > 2.5 && h1 < 4.5, "unigram entropy of the fortunes' validation bytes: %g", h1);
     check_trains("tiny", "delayed", "--steps 100 --batch 4 --seq 32 --eval-every 100", h1);
+    if (getenv("COLLAGE_TEST_QUICK")) { /* the sanitizer suites: one family (test_fp8_close_to_bf16 runs all three) */
+        printf("    COLLAGE_TEST_QUICK: GPT-2 only\n");
+        return;
+    }
     check_trains("llama-tiny", "block", "--steps 100 --batch 4 --seq 32 --eval-every 100", h1);
     check_trains("bert-tiny", "delayed", "--layers 1 --dim 64 --steps 300 --batch 64 --seq 8 --lr 3e-3 --eval-every 300",
                  h1);

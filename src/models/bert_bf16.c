@@ -120,6 +120,7 @@ void NN_BF16_NAME(bert_backward_bf16)(const void *plan, const uint16_t *w, uint1
     uint16_t *dfch = H(BA_DFCH, 0);
     memset(gs, 0, P->ngs * sizeof *gs);
     if (K > 0) head_backward(P, w, g16, gs, add, a16, a32, io, e);
+    else if (!add) memset(G(BERT_HEADW, 0), 0, (size_t)C * C * sizeof(uint16_t)); /* no scored row: its gradient is 0 */
     OPB(scatter_rows)(dres, H(BA_DH1, 0), io->rows, K, N, C, nt);
     for (int l = P->L - 1; l >= 0; l--) {
         const uint16_t *x = l ? H(BA_X, l - 1) : H(BA_X0, 0);
