@@ -136,7 +136,7 @@ static int bench_run_make(bench_run *r, collage_strategy s, const collage_model_
         collage_adamw_create(&ac, &r->opt) != COLLAGE_OK) {
         fprintf(stderr, "collage bench model: cannot create the %s model%s (out of memory?)\nhint: a smaller --batch or --seq%s\n",
                 collage_strategy_name(s), g_fp8 ? " with fp8 compute" : "",
-                g_fp8 ? "; --compute fp8 takes a GPT-2 or LLaMA preset and --fp8-recipe delayed | current | block | mxfp8" : "");
+                g_fp8 ? "; --compute fp8 takes --fp8-recipe delayed | current | block | mxfp8" : "");
         bench_run_free(r);
         return 1;
     }
@@ -440,7 +440,7 @@ int cmd_bench_model(int argc, char **argv) {
                    "  --steps N       timed steps (default 5)\n"
                    "  --warmup W      untimed steps before them (default 3)\n"
                    "  --precision S   fp32 and this strategy only (default: every strategy)\n"
-                   "  --compute C     the strategies' products: bf16 (default) or fp8 (GPT-2, LLaMA; fp32 stays fp32)\n"
+                   "  --compute C     the strategies' products: bf16 (default) or fp8 (every family; fp32 stays fp32)\n"
                    "  --fp8-recipe R  fp8 scaling: delayed (default) | current | block | mxfp8\n"
                    "  --threads N     threads (1 to 4 x the cores; default: all cores)\n"
                    "  --json          one JSON object per line\n", MAX_MODELS, cli_preset_names(", "));

@@ -42,9 +42,9 @@ void train_usage(FILE *f) {
             "                      (docs/numerics.md §6). The fp16 strategies train the fp16-storage model with\n"
             "                      dynamic loss scaling (computed in fp32 on fp16-rounded values: an accuracy\n"
             "                      study, not a speed claim)\n"
-            "  --compute C         bf16 (default) | fp8: every matrix product on fp8 operands (bf16 strategies;\n"
-            "                      GPT-2 and LLaMA presets; docs/numerics.md §13); a step whose fp8 operand holds\n"
-            "                      NaN or Inf is skipped\n"
+            "  --compute C         bf16 (default) | fp8: every linear layer's products on fp8 operands (bf16\n"
+            "                      strategies; every family; docs/numerics.md §13); a step whose fp8 operand\n"
+            "                      holds NaN or Inf is skipped\n"
             "  --fp8-recipe R      fp8 scaling: delayed (default) | current | block | mxfp8\n"
             "  --fp8-e4m3-all      fp8: the gradients in e4m3 too (default e5m2)\n"
             "  --steps N           training steps, the length of the schedule (default 1000)\n"
@@ -200,8 +200,8 @@ static int create_failed(const train_opts *o, collage_status st, const char *err
         hint = data ? "--data takes a text file, a folder of text files or .bin shards (without it: the fortunes)"
                     : "install Debian's fortunes package (scripts/setup.sh does), or pass --data PATH";
     } else if (st == COLLAGE_ERR_ARG && strstr(err, "fp8")) {
-        hint = "--compute fp8 takes a bf16 strategy (collage-light, collage-plus, bf16, bf16-sr, bf16-master…), a GPT-2 "
-               "or LLaMA preset and --fp8-recipe delayed | current | block | mxfp8";
+        hint = "--compute fp8 takes a bf16 strategy (collage-light, collage-plus, bf16, bf16-sr, bf16-master…) and "
+               "--fp8-recipe delayed | current | block | mxfp8";
     } else if (st == COLLAGE_ERR_ARG) {
         hint = "the shape flags: --dim a multiple of --heads, --heads of --kv-heads (collage train --help)";
     }

@@ -140,7 +140,7 @@ int train_parse(int argc, char **argv, train_opts *o) {
     }
     if (!o->cfg.fp8 && (o->cfg.fp8_recipe || o->cfg.fp8_e4m3_all)) {
         fprintf(stderr, "collage train: %s: an fp8 compute setting without --compute fp8\nhint: add --compute fp8 (bf16 "
-                        "strategies, GPT-2 and LLaMA presets)\n", o->cfg.fp8_recipe ? "--fp8-recipe" : "--fp8-e4m3-all");
+                        "strategies)\n", o->cfg.fp8_recipe ? "--fp8-recipe" : "--fp8-e4m3-all");
         return -1;
     }
     char why[256];

@@ -118,7 +118,7 @@ typedef enum {
                               every family has it (a family without it returns COLLAGE_ERR_UNSUPPORTED) */
     COLLAGE_REAL_FP8,      /* COLLAGE_REAL_BF16's model (bf16 weights, gradients, activations) with every matrix
                               product on fp8 operands quantized by a recipe, fp32 sums (docs/numerics.md §13,
-                              collage_model_fp8_set); GPT-2 and LLaMA (BERT: COLLAGE_ERR_UNSUPPORTED) */
+                              collage_model_fp8_set); every family */
     COLLAGE_REAL_COUNT
 } collage_real;
 const char    *collage_real_name(collage_real r);                      /* "fp32", "bf16", "fp64", "fp16", "fp8" */

@@ -3,9 +3,11 @@
  * value, NaN and Inf refused with nothing written, blocks at odd sizes); delayed scaling's history over
  * steps, its bytes saved and resumed bit for bit and bad bytes refused; the fp8 product against its scalar
  * twin bit for bit on the reference sgemm for 1, 2 and 3 threads, and against a double product of the
- * dequantized operands on every path. */
+ * dequantized operands on every path; a linear layer's four fp8 ops and the encoder's two through their
+ * bf16 epilogues. */
 #include "harness.h"
 #include "nn.h"
+#include "nn_bert.h" /* the encoder's two products */
 #include <float.h>
 #include "internal.h"
 
@@ -675,6 +677,84 @@ static void test_layer_ops(void) {
     free(X), free(W), free(dY), free(bias), free(res), free(o), free(o2), free(ob), free(lg);
 }
 
+/* The encoder's two fp8 ops (nn_bert.h) against the scalar twin through their bf16 epilogues, bit for bit
+ * on the reference sgemm (the AVX-512 build equal to the baseline): the logits with their bias,
+ * rnd(c + b), and the input's gradient added to the residual's, rnd(dinp + rnd(c)); near the bf16 ops; the
+ * delayed slots each records; a NaN refused with the output as it was. */
+static void test_encoder_ops(void) {
+    enum { N = 70, C = 200, OC = 136, LAYER = 1 };
+    uint16_t *X = malloc(N * C * 2), *W = malloc(OC * C * 2), *dY = malloc(N * OC * 2), *bias = malloc(OC * 2);
+    uint16_t *d0 = malloc(N * C * 2), *o = malloc(N * C * 2), *o2 = malloc(N * C * 2), *ob = malloc(N * C * 2);
+    float *lg = malloc(N * OC * 4), *lg2 = malloc(N * OC * 4), *lgb = malloc(N * OC * 4);
+    fill(X, N * C, -2, 2), fill(W, OC * C, -7, -3), fill(dY, N * OC, -20, -14), fill(bias, OC, -4, -2);
+    fill(d0, N * C, -12, -8);
+    char err[160];
+    nn_products_pin("ref", err, sizeof err);
+    collage_format fm[6];
+    nn_fp8_slot_formats(fm, 2, 0);
+    nn_ws bws = {0};
+    nn_gemm_bf16_reserve(&bws, N, OC, C, 2, NN_BF16_WIDEN);
+    nn_gemm_bf16_reserve(&bws, N, C, OC, 2, NN_BF16_WIDEN);
+    const int avx = collage_isa_supported(COLLAGE_ISA_AVX512);
+    for (int ri = 0; ri < 4; ri++) {
+        collage__fp8_scaling *sc = collage__fp8_scaling_create(fm, 6, 8, 0);
+        nn_fp8_layer L = {.recipe = RECIPES[ri], .scaling = sc, .slot = 3 * LAYER};
+        nn_fp8_ws ws = {0};
+        CHECK(nn_fp8_layer_reserve(&ws, &L, N, C, OC, 2, NN_BF16_WIDEN) == 0, "reserve");
+        const char *rn = collage__fp8_recipe_name(RECIPES[ri]);
+        const float *cur = collage__fp8_scaling_current(sc);
+        float *c = twin(&L, COLLAGE_FP8_ACT, 0, COLLAGE_FP8_WEIGHT, 1, 0, 1, N, OC, C, X, C, W, C);
+        CHECK(nn_matmul_logits_bias_fp8(lg, X, W, bias, N, C, OC, &L, &ws, NN_BF16_WIDEN, 2) == COLLAGE_OK, "logits");
+        int bad = 0;
+        for (int i = 0; i < N * OC; i++) bad += lg[i] != f(bf(c[i] + f(bias[i % OC])));
+        CHECK(bad == 0, "%s logits with bias: %d elements differ from rnd(c + b)", rn, bad);
+        if (RECIPES[ri] == COLLAGE_FP8_DELAYED)
+            CHECK(cur[3] > 0 && cur[4] > 0 && cur[5] == 0, "logits' slots: %g %g %g", (double)cur[3], (double)cur[4],
+                  (double)cur[5]);
+        if (avx) {
+            nn_matmul_logits_bias_fp8_avx512(lg2, X, W, bias, N, C, OC, &L, &ws, NN_BF16_WIDEN, 3);
+            CHECK(!memcmp(lg, lg2, N * OC * 4), "%s logits: the AVX-512 build differs", rn);
+        }
+        nn_matmul_logits_bias_bf16(lgb, X, W, bias, N, C, OC, &bws, NN_BF16_WIDEN, 2);
+        double ab = 0, aa = 0, bb = 0;
+        for (int i = 0; i < N * OC; i++)
+            ab += (double)lg[i] * (double)lgb[i], aa += (double)lg[i] * (double)lg[i], bb += (double)lgb[i] * (double)lgb[i];
+        CHECK(ab / sqrt(aa * bb) > MIN_COSINE, "%s logits: cosine to bf16 %.6f", rn, ab / sqrt(aa * bb));
+        free(c);
+        c = twin(&L, COLLAGE_FP8_GRAD, 2, COLLAGE_FP8_WEIGHT, 1, 0, 0, N, C, OC, dY, OC, W, C);
+        memcpy(o, d0, N * C * 2), memcpy(o2, d0, N * C * 2), memcpy(ob, d0, N * C * 2);
+        CHECK(nn_matmul_backward_input_res_fp8(o, dY, W, N, C, OC, &L, &ws, NN_BF16_WIDEN, 3) == COLLAGE_OK, "dX res");
+        bad = 0;
+        for (int i = 0; i < N * C; i++) bad += o[i] != bf(f(d0[i]) + f(bf(c[i])));
+        CHECK(bad == 0, "%s dX with the residual's: %d elements differ from rnd(d + rnd(c))", rn, bad);
+        if (RECIPES[ri] == COLLAGE_FP8_DELAYED) CHECK(cur[5] > 0, "dX records the gradient's slot");
+        if (avx) {
+            nn_matmul_backward_input_res_fp8_avx512(o2, dY, W, N, C, OC, &L, &ws, NN_BF16_WIDEN, 2);
+            CHECK(!memcmp(o, o2, N * C * 2), "%s dX res: the AVX-512 build differs", rn);
+        }
+        nn_matmul_backward_input_res_bf16(ob, dY, W, N, C, OC, &bws, NN_BF16_WIDEN, 2);
+        CHECK(cosine(o, ob, N * C) > MIN_COSINE, "%s dX res: cosine to bf16 %.6f", rn, cosine(o, ob, N * C));
+        free(c);
+        const uint16_t keep = dY[5];
+        dY[5] = 0x7fc0;
+        memcpy(o2, o, N * C * 2);
+        CHECK(nn_matmul_backward_input_res_fp8(o, dY, W, N, C, OC, &L, &ws, NN_BF16_WIDEN, 2) == COLLAGE_ERR_NONFINITE &&
+                  !memcmp(o, o2, N * C * 2), "%s: NaN in dY not refused, or dX written", rn);
+        dY[5] = keep;
+        const uint16_t kx = X[9];
+        X[9] = 0x7f80;
+        memcpy(lg2, lg, N * OC * 4);
+        CHECK(nn_matmul_logits_bias_fp8(lg, X, W, bias, N, C, OC, &L, &ws, NN_BF16_WIDEN, 2) == COLLAGE_ERR_NONFINITE &&
+                  !memcmp(lg, lg2, N * OC * 4), "%s: Inf in X not refused, or logits written", rn);
+        X[9] = kx;
+        nn_fp8_ws_free(&ws);
+        collage__fp8_scaling_free(sc);
+    }
+    nn_ws_free(&bws);
+    nn_products_pin(NULL, err, sizeof err);
+    free(X), free(W), free(dY), free(bias), free(d0), free(o), free(o2), free(ob), free(lg), free(lg2), free(lgb);
+}
+
 int main(void) {
     printf("seed %u\n", SEED);
     RUN(test_roundtrip);
@@ -687,5 +767,6 @@ int main(void) {
     RUN(test_product);
     RUN(test_product_nonfinite);
     RUN(test_layer_ops);
+    RUN(test_encoder_ops);
     return h_end();
 }

@@ -1,11 +1,16 @@
 /* test_fp8_model.c — the fp8 model precision (COLLAGE_REAL_FP8, docs/numerics.md §13 "The model in fp8"):
- * against the bf16 model on the same weights (loss and gradients close, for every recipe, GPT-2 and
- * LLaMA), the same bits on 1, 2 and 3 threads, the delayed scaling state saved and loaded giving the
- * same next steps bit for bit, an operand with NaN refused and the step's amaxes forgotten, BERT refused,
- * and `collage train --compute fp8` learning on the default corpus. */
+ * against the bf16 model on the same weights (loss and gradients close, for every recipe, GPT-2, LLaMA
+ * and BERT), its backward against central differences of the function §13 says it is the gradient of
+ * (the straight-through one, in fp64), the same bits on 1, 2 and 3 threads, the delayed scaling state
+ * (its slots, its bytes in the memory report) saved and loaded giving the same next steps bit for bit,
+ * an operand with NaN refused and the step's amaxes forgotten, and `collage train --compute fp8` with
+ * collage-light learning every family below the default corpus's unigram entropy. */
 #include "collage.h"
+#include "collage_data.h"
 #include "collage_model.h"
+#include "gpt2.h"
 #include "harness.h"
+#include "model.h" /* collage__model_object: the model object, its activations and the fp8 operands' quantizer */
 #include <math.h>
 #include <string.h>
 
@@ -91,12 +96,248 @@ static void check_family_close(const char *preset) {
 static void test_fp8_close_to_bf16(void) {
     check_family_close("tiny");
     check_family_close("llama-tiny");
+    check_family_close("bert-tiny");
+}
+
+/* ------------------------------------------------------------------ the straight-through backward */
+/* numerics.md §13 "What the fp8 backward is the gradient of": with per-tensor scaling (current), the fp8
+ * model's gradient at θ0 is that of F_ST, the fp64 model whose linear layer k multiplies x + cx_k and
+ * W + cw_k, with the offsets c = x̂ − x and Ŵ − W frozen at θ0 (x̂, Ŵ: the operands the fp8 model
+ * quantized and dequantized there), up to the quantization of the incoming gradient (e5m2: a relative
+ * error up to 2^-3 an element; e4m3: 2^-4) and the bf16 model's roundings. The test transcribes GPT-2's
+ * forward in fp64 from nn.h's double ops (checked against the fp64 model: the same loss within 1e-12),
+ * takes x̂ and Ŵ from the fp8 model's stored bf16 activations and weights through the quantizer, and
+ * compares, per kind of tensor, the fp8 model's gradient with central differences of F_ST on
+ * ST_PICK entries (those of 64 drawn whose fp64 gradient is largest): ‖g8 − g_ST‖ ≤ tol · ‖g_ST‖. */
+#define ST_B 2
+#define ST_T 8
+#define ST_PICK 8
+#define ST_H 1e-4          /* central difference step (error O(h^2): below 1e-6 relative here) */
+/* The tolerance: 1.2 × the unit roundoff of the incoming gradient's format (e5m2 2^-3, e4m3 2^-4), the
+ * relative error quantizing dY adds to each of its elements (measured: at most 0.83 u hybrid, 0.53 u e4m3).
+ * A wrong backward lies far beyond: an unscaled operand or a missing scale factor is off by the scale
+ * (≫ 1), a transposed one by about 1. */
+#define ST_TOL_HYBRID (1.2 * 0.125)
+#define ST_TOL_E4M3 (1.2 * 0.0625)
+#define ST_LIN_MAX 16      /* linear layers: 4 a block and the logits' */
+
+typedef struct {
+    int B, T, N, L, C, NH, V, Vp, nlin;
+    size_t off[GPT2_NTENSORS], per[GPT2_NTENSORS];
+    const int *tok, *tgt;
+    double *xhat[ST_LIN_MAX], *cx[ST_LIN_MAX], *cw[ST_LIN_MAX]; /* per linear layer */
+    double *res, *res2, *ln, *mean, *rstd, *qkv, *atty, *att, *scr, *fch, *fchg, *logits, *losses, *xin, *win;
+} st_model;
+
+/* Linear layer k of F_ST: out = (x + cx)·(w + cw)ᵀ + b; record: cx set first so that x + cx = x̂ here. */
+static void st_linear(st_model *s, int k, int record, double *out, const double *x, const double *w, const double *b,
+                      int Cin, int OC) {
+    const size_t nx = (size_t)s->N * Cin, nw = (size_t)OC * Cin;
+    if (record)
+        for (size_t i = 0; i < nx; i++) s->cx[k][i] = s->xhat[k][i] - x[i];
+    for (size_t i = 0; i < nx; i++) s->xin[i] = x[i] + s->cx[k][i];
+    for (size_t i = 0; i < nw; i++) s->win[i] = w[i] + s->cw[k][i];
+    nn_matmul_forward_f64(out, s->xin, s->win, b, s->N, Cin, OC, 0, 1);
+}
+
+/* F_ST's mean loss on w (GPT-2's forward of gpt2_graph.inc in double, its products through st_linear). */
+static double st_loss(st_model *s, const double *w, int record) {
+    const int C = s->C, N = s->N;
+#define WL(k, l) (w + s->off[k] + (size_t)(l) * s->per[k])
+    nn_encoder_forward_f64(s->res, s->tok, WL(GPT2_WTE, 0), WL(GPT2_WPE, 0), s->B, s->T, C, 0, 1);
+    for (int l = 0; l < s->L; l++) {
+        nn_layernorm_forward_f64(s->ln, s->mean, s->rstd, s->res, WL(GPT2_LN1W, l), WL(GPT2_LN1B, l), N, C, 0, 1);
+        st_linear(s, 4 * l, record, s->qkv, s->ln, WL(GPT2_QKVW, l), WL(GPT2_QKVB, l), C, 3 * C);
+        nn_attention_forward_f64(s->atty, s->att, s->scr, s->qkv, s->B, s->T, C, s->NH, 0, 1);
+        st_linear(s, 4 * l + 1, record, s->res2, s->atty, WL(GPT2_ATTPROJW, l), NULL, C, C);
+        nn_residual_bias_forward_f64(s->res2, s->res, WL(GPT2_ATTPROJB, l), N, C, 0, 1);
+        nn_layernorm_forward_f64(s->ln, s->mean, s->rstd, s->res2, WL(GPT2_LN2W, l), WL(GPT2_LN2B, l), N, C, 0, 1);
+        st_linear(s, 4 * l + 2, record, s->fch, s->ln, WL(GPT2_FCW, l), WL(GPT2_FCB, l), C, 4 * C);
+        nn_gelu_forward_f64(s->fchg, s->fch, (size_t)N * 4 * C, 0, 1);
+        st_linear(s, 4 * l + 3, record, s->res, s->fchg, WL(GPT2_FCPROJW, l), NULL, 4 * C, C);
+        nn_residual_bias_forward_f64(s->res, s->res2, WL(GPT2_FCPROJB, l), N, C, 0, 1);
+    }
+    nn_layernorm_forward_f64(s->ln, s->mean, s->rstd, s->res, WL(GPT2_LNFW, 0), WL(GPT2_LNFB, 0), N, C, 0, 1);
+    st_linear(s, 4 * s->L, record, s->logits, s->ln, WL(GPT2_WTE, 0), NULL, C, s->Vp);
+#undef WL
+    return nn_crossentropy_forward_f64(s->logits, s->losses, s->tgt, N, s->V, s->Vp, 1);
+}
+
+/* The dequantized operand q·inv (double, exact) of a stored bf16 matrix (rows, cols) as operand `which`
+ * of a product with transpose flag trans under spec p (nn_gemm_fp8's quantization). */
+static void st_dequant(const nn_fp8_spec *p, int which, int trans, const uint16_t *X, int rows, int cols, double *out) {
+    const collage_fp8_quant q = nn_fp8_quant_of(p, which, trans);
+    const size_t nb = collage__fp8_blocks(&q, rows, cols);
+    uint16_t *v = malloc((size_t)rows * cols * sizeof *v);
+    float *s = malloc(nb * sizeof *s), *inv = malloc(nb * sizeof *inv);
+    nn_fp8_operand op;
+    CHECK(v && s && inv && nn_fp8_operand_make(&op, &q, X, rows, cols, cols, v, s, inv, NULL, 1) == COLLAGE_OK, "quantize");
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            const double f = op.dequant ? 1.0 : (double)op.inv[(size_t)(r / op.br) * op.gc + (size_t)(c / op.bc)];
+            out[(size_t)r * cols + c] = (double)bf16_f32(v[(size_t)r * cols + c]) * f;
+        }
+    free(v), free(s), free(inv);
+}
+
+static double *st_alloc(size_t n) {
+    double *p = calloc(n ? n : 1, sizeof *p);
+    CHECK(p != NULL, "out of memory");
+    return p;
+}
+
+/* Linear layer k's input (its name among the stored activations), weight tensor and shape. */
+static void st_shape(const st_model *s, int k, const char **in, int *tw, int *Cin, int *OC) {
+    static const char *const IN[4] = {"ln1", "atty", "ln2", "fch_gelu"};
+    static const int WT[4] = {GPT2_QKVW, GPT2_ATTPROJW, GPT2_FCW, GPT2_FCPROJW};
+    const int j = k % 4, head = k == 4 * s->L;
+    *in = head ? "lnf" : IN[j];
+    *tw = head ? GPT2_WTE : WT[j];
+    *Cin = head || j != 3 ? s->C : 4 * s->C;
+    *OC = head ? s->Vp : j == 0 ? 3 * s->C : j == 2 ? 4 * s->C : s->C;
+}
+
+/* The fp8 model's operands of every linear layer (its stored inputs, the weights) dequantized into
+ * s->xhat and, as offsets from the weights, s->cw. */
+static void st_operands(st_model *s, gm_model *m, const collage_bf16 *wb, const nn_fp8_spec *spec) {
+    gm_act at[32];
+    const int na = gm_act_tensors(m, at, 32);
+    const uint16_t *w = (const uint16_t *)wb;
+    for (int k = 0; k < s->nlin; k++) {
+        const char *name;
+        int tw, Cin, OC;
+        st_shape(s, k, &name, &tw, &Cin, &OC);
+        const int l = k == 4 * s->L ? 0 : k / 4;
+        const uint16_t *x = NULL;
+        for (int a = 0; a < na; a++)
+            if (!strcmp(at[a].name, name)) x = (const uint16_t *)at[a].data + (size_t)l * s->N * Cin;
+        CHECK(x != NULL, "activation %s", name);
+        if (!x) continue;
+        const uint16_t *wk = w + s->off[tw] + (size_t)l * s->per[tw];
+        st_dequant(spec, 0, 0, x, s->N, Cin, s->xhat[k]);
+        st_dequant(spec, 1, 1, wk, OC, Cin, s->cw[k]);
+        for (size_t i = 0; i < (size_t)OC * Cin; i++) s->cw[k][i] -= (double)bf16_f32(wk[i]);
+    }
+}
+
+static void st_model_free(st_model *s) {
+    for (int k = 0; k < ST_LIN_MAX; k++) free(s->xhat[k]), free(s->cx[k]), free(s->cw[k]);
+    double *b[] = {s->res, s->res2, s->ln, s->mean, s->rstd, s->qkv, s->atty, s->att, s->scr, s->fch, s->fchg,
+                   s->logits, s->losses, s->xin, s->win};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) free(b[i]);
+}
+
+static void st_model_make(st_model *s, const collage_model_config *c, const int *tok, const int *tgt) {
+    *s = (st_model){.B = ST_B, .T = ST_T, .N = ST_B * ST_T, .L = c->num_layers, .C = c->channels, .NH = c->num_heads,
+                    .V = c->vocab_size, .Vp = c->padded_vocab_size, .nlin = 4 * c->num_layers + 1, .tok = tok, .tgt = tgt};
+    collage_tensor_info t[GPT2_NTENSORS];
+    CHECK(collage_model_tensors(c, t, GPT2_NTENSORS) == GPT2_NTENSORS && s->nlin <= ST_LIN_MAX, "tensors");
+    for (int k = 0; k < GPT2_NTENSORS; k++) {
+        s->off[k] = t[k].offset;
+        s->per[k] = k == GPT2_WTE || k == GPT2_WPE || k == GPT2_LNFW || k == GPT2_LNFB ? 0 : t[k].count / (size_t)s->L;
+    }
+    const size_t N = (size_t)s->N, C = (size_t)s->C;
+    s->res = st_alloc(N * C), s->res2 = st_alloc(N * C), s->ln = st_alloc(N * C), s->mean = st_alloc(N);
+    s->rstd = st_alloc(N), s->qkv = st_alloc(3 * N * C), s->atty = st_alloc(N * C);
+    s->att = st_alloc((size_t)s->B * s->NH * s->T * s->T), s->scr = st_alloc(nn_attention_scratch(s->B, s->T, s->C, s->NH));
+    s->fch = st_alloc(4 * N * C), s->fchg = st_alloc(4 * N * C), s->logits = st_alloc(N * (size_t)s->Vp);
+    s->losses = st_alloc(N), s->xin = st_alloc(4 * N * C), s->win = st_alloc((size_t)s->Vp * C + 4 * C * C);
+    for (int k = 0; k < s->nlin; k++) { /* offsets 0: F_ST is the fp64 model until st_operands */
+        const char *name;
+        int tw, Cin, OC;
+        st_shape(s, k, &name, &tw, &Cin, &OC);
+        s->xhat[k] = st_alloc(N * (size_t)Cin), s->cx[k] = st_alloc(N * (size_t)Cin);
+        s->cw[k] = st_alloc((size_t)OC * (size_t)Cin);
+    }
+}
+
+/* Central difference of F_ST at entry i of w. */
+static double st_fd(st_model *s, double *w, size_t i) {
+    const double x = w[i];
+    w[i] = x + ST_H;
+    const double fp = st_loss(s, w, 0);
+    w[i] = x - ST_H;
+    const double fm = st_loss(s, w, 0);
+    w[i] = x;
+    return (fp - fm) / (2.0 * ST_H);
+}
+
+/* Kind k's entries (ST_PICK of 64 drawn, largest |g64| first): ‖g8 − g_ST‖ / ‖g_ST‖ against tol; also
+ * prints how far the unquantized fp64 model's gradient g64 lies from g_ST. */
+static void st_check_kind(st_model *s, const char *name, double *w, const double *g64, const collage_bf16 *g8,
+                          size_t lo, size_t n, double tol, const char *tag) {
+    size_t pick[64];
+    for (int j = 0; j < 64; j++) pick[j] = lo + (size_t)(h_rand64() % n);
+    for (int a = 0; a < ST_PICK; a++) /* the ST_PICK largest |g64| to the front */
+        for (int b = a + 1; b < 64; b++)
+            if (fabs(g64[pick[b]]) > fabs(g64[pick[a]])) { size_t t = pick[a]; pick[a] = pick[b]; pick[b] = t; }
+    double d8 = 0, d64 = 0, nst = 0;
+    for (int a = 0; a < ST_PICK; a++) {
+        const size_t i = pick[a];
+        const double gst = st_fd(s, w, i), e8 = (double)bf16_f32(g8[i].bits) - gst, e64 = g64[i] - gst;
+        d8 += e8 * e8, d64 += e64 * e64, nst += gst * gst;
+    }
+    const double r8 = sqrt(d8 / nst), r64 = sqrt(d64 / nst);
+    printf("    %s %-9s |g_ST| %.2e  fp8 %.4f  fp64 unquantized %.4f (relative distance to g_ST)\n", tag, name,
+           sqrt(nst / ST_PICK), r8, r64);
+    CHECK(nst > 0 && r8 <= tol, "%s %s: ‖g8 − g_ST‖ / ‖g_ST‖ = %.4f > %.2f", tag, name, r8, tol);
+}
+
+static void test_fp8_straight_through(void) {
+    collage_model_config c;
+    CHECK(collage_model_preset("tiny", &c) == COLLAGE_OK, "preset");
+    const size_t n = collage_model_num_params(&c);
+    float *wf = malloc(n * sizeof *wf);
+    collage_bf16 *wb = malloc(n * sizeof *wb);
+    double *w = malloc(n * sizeof *w), *g64 = malloc(n * sizeof *g64), l64 = 0;
+    int tok[ST_B * ST_T], tgt[ST_B * ST_T];
+    CHECK(wf && wb && w && g64 && collage_model_init_weights(&c, 21, wf, n) == COLLAGE_OK, "init");
+    collage_bf16_from_f32_row(wb, wf, n);
+    for (size_t i = 0; i < n; i++) w[i] = (double)bf16_f32(wb[i].bits);
+    h_seed(21);
+    for (int i = 0; i < ST_B * ST_T; i++) tok[i] = (int)(h_rand32() % 256u), tgt[i] = (int)(h_rand32() % 256u);
+    gm_model *m64 = NULL;
+    CHECK(collage__model_object(&c, GM_FP64, ST_B, ST_T, &m64) == COLLAGE_OK &&
+              gm_forward(m64, w, tok, tgt, ST_B, ST_T, &l64) == COLLAGE_OK && gm_backward(m64) == COLLAGE_OK, "fp64");
+    if (m64) memcpy(g64, gm_grads(m64), n * sizeof *g64);
+    st_model s;
+    st_model_make(&s, &c, tok, tgt);
+    const double l0 = st_loss(&s, w, 0);
+    CHECK(fabs(l0 - l64) <= 1e-12 * fabs(l64), "the transcription's loss %.17g, the fp64 model's %.17g", l0, l64);
+    static const int KINDS[] = {GPT2_QKVW, GPT2_ATTPROJW, GPT2_FCW, GPT2_FCPROJW, GPT2_WTE, GPT2_WPE};
+    static const char *const NAMES[] = {"qkvw", "attprojw", "fcw", "fcprojw", "wte", "wpe"};
+    for (int all = 0; all < 2; all++) {
+        gm_model *m8 = NULL;
+        double l8 = 0;
+        CHECK(collage__model_object(&c, GM_FP8, ST_B, ST_T, &m8) == COLLAGE_OK &&
+                  gm_fp8_set(m8, COLLAGE_FP8_CURRENT, all) == COLLAGE_OK &&
+                  gm_forward(m8, wb, tok, tgt, ST_B, ST_T, &l8) == COLLAGE_OK && gm_backward(m8) == COLLAGE_OK, "fp8");
+        if (!m8) continue;
+        const nn_fp8_spec spec = {.recipe = COLLAGE_FP8_CURRENT, .e4m3_all = all, .ra = COLLAGE_FP8_ACT,
+                                  .rb = COLLAGE_FP8_WEIGHT};
+        st_operands(&s, m8, wb, &spec);
+        const double lst = st_loss(&s, w, 1);
+        const char *tag = all ? "e4m3" : "hybrid";
+        printf("    %s: loss fp8 %.6f, F_ST %.6f, fp64 %.6f\n", tag, l8, lst, l64);
+        CHECK(fabs(l8 - lst) <= 1e-3, "%s: the fp8 loss %.6f, F_ST's %.6f", tag, l8, lst);
+        h_seed(22);
+        for (int k = 0; k < 6; k++) {
+            const int t = KINDS[k];
+            const size_t lo = s.off[t], cnt = t == GPT2_WTE ? (size_t)c.vocab_size * s.C : t == GPT2_WPE ?
+                              (size_t)ST_T * s.C : s.per[t] * (size_t)s.L;
+            st_check_kind(&s, NAMES[k], w, g64, gm_grads(m8), lo, cnt, all ? ST_TOL_E4M3 : ST_TOL_HYBRID, tag);
+        }
+        gm_free(m8);
+    }
+    st_model_free(&s);
+    gm_free(m64);
+    free(wf), free(wb), free(w), free(g64);
 }
 
 /* The same loss and gradient bits on 1, 2 and 3 threads (delayed after a scaling step, and block). */
-static void test_fp8_threads(void) {
+static void check_threads(const char *preset) {
     fixture f;
-    fixture_make(&f, "tiny", 5);
+    fixture_make(&f, preset, 5);
     for (int r = 0; r < 3; r += 2) {
         collage_bf16 *g1 = malloc(f.n * sizeof *g1);
         double l1 = 0;
@@ -107,11 +348,11 @@ static void test_fp8_threads(void) {
             CHECK(collage_model_create(&f.cfg, COLLAGE_REAL_FP8, B_TEST, T_TEST, &m) == COLLAGE_OK &&
                       collage_model_fp8_set(m, RECIPES[r], 0) == COLLAGE_OK && step(m, &f, &l0, NULL) == COLLAGE_OK &&
                       collage_model_fp8_end_step(m, 0) == COLLAGE_OK && step(m, &f, &l, NULL) == COLLAGE_OK,
-                  "%s on %d threads", RECIPES[r], nt);
+                  "%s %s on %d threads", preset, RECIPES[r], nt);
             if (m && nt == 1) { l1 = l; memcpy(g1, collage_model_grads(m), f.n * sizeof *g1); }
             else if (m)
                 CHECK(!memcmp(&l, &l1, sizeof l) && !memcmp(g1, collage_model_grads(m), f.n * sizeof *g1),
-                      "%s: %d threads differ from 1 (loss %.17g vs %.17g)", RECIPES[r], nt, l, l1);
+                      "%s %s: %d threads differ from 1 (loss %.17g vs %.17g)", preset, RECIPES[r], nt, l, l1);
             collage_model_free(m);
         }
         free(g1);
@@ -120,11 +361,16 @@ static void test_fp8_threads(void) {
     free(f.w);
 }
 
+static void test_fp8_threads(void) {
+    check_threads("tiny");
+    check_threads("bert-tiny");
+}
+
 /* Delayed scaling: the state saved after 2 steps and loaded into a fresh model gives the uninterrupted
  * model's next 2 steps bit for bit (a fresh model without it does not); bytes of another shape refused. */
-static void test_fp8_state_resume(void) {
+static void check_state_resume(const char *preset) {
     fixture f;
-    fixture_make(&f, "llama-tiny", 7);
+    fixture_make(&f, preset, 7);
     collage_model *a = NULL, *b = NULL, *c = NULL;
     CHECK(collage_model_create(&f.cfg, COLLAGE_REAL_FP8, B_TEST, T_TEST, &a) == COLLAGE_OK &&
               collage_model_create(&f.cfg, COLLAGE_REAL_FP8, B_TEST, T_TEST, &b) == COLLAGE_OK &&
@@ -142,7 +388,7 @@ static void test_fp8_state_resume(void) {
                   step(c, &f, &lc, NULL) == COLLAGE_OK, "steps");
         CHECK(!memcmp(&la, &lb, sizeof la) &&
                   !memcmp(collage_model_grads(a), collage_model_grads(b), f.n * sizeof(collage_bf16)),
-              "resumed step %d: loss %.17g vs %.17g", k, lb, la);
+              "%s resumed step %d: loss %.17g vs %.17g", preset, k, lb, la);
         collage_model_fp8_end_step(a, 0); collage_model_fp8_end_step(b, 0); collage_model_fp8_end_step(c, 0);
     }
     CHECK(memcmp(&la, &lc, sizeof la) != 0, "without the state the loss differs (%.17g)", lc);
@@ -158,8 +404,13 @@ done:
     free(f.w);
 }
 
+static void test_fp8_state_resume(void) {
+    check_state_resume("llama-tiny");
+    check_state_resume("bert-tiny");
+}
+
 /* A NaN in a product's weight: forward refused with COLLAGE_ERR_NONFINITE, the skipped step's amaxes
- * forgotten (the state's bytes as before); the other precisions and BERT refused fp8's calls. */
+ * forgotten (the state's bytes as before); the other precisions refuse fp8's calls. */
 static void test_fp8_nonfinite_and_refusals(void) {
     fixture f;
     fixture_make(&f, "tiny", 3);
@@ -191,30 +442,108 @@ static void test_fp8_nonfinite_and_refusals(void) {
     CHECK(collage_model_create(&f.cfg, COLLAGE_REAL_FP8, B_TEST, T_TEST, &m) == COLLAGE_OK &&
               collage_model_fp8_set(m, "fp4", 0) == COLLAGE_ERR_ARG, "unknown recipe");
     collage_model_free(m);
-    collage_model_config bert;
-    m = NULL;
-    CHECK(collage_model_preset("bert-tiny", &bert) == COLLAGE_OK &&
-              collage_model_create(&bert, COLLAGE_REAL_FP8, 2, 16, &m) == COLLAGE_ERR_UNSUPPORTED && !m, "BERT refused");
     free(f.w);
 }
 
-/* `collage train --compute fp8` with collage-light on the default corpus: 30 steps of 4 × 32 tokens, the
- * loss falls from about ln 256 = 5.5 by more than 1.5 nats (measured: to 3.4; GPT-2 with delayed scaling,
- * LLaMA with block scaling). */
-static void check_trains(const char *preset, const char *recipe) {
+/* BERT in fp8: its delayed state holds 3 slots for each of its 4·L + 2 linear layers (the blocks', the
+ * head's dense layer, the logits'), whose bytes (numerics.md §13's layout: a 40-byte header, then per slot
+ * 1 + 4 + 4 + 4·1024 bytes) the memory report counts in the scratch; a batch with no scored position runs
+ * (loss 0, every gradient 0); a NaN in a weight makes the masked LM's forward fail with
+ * COLLAGE_ERR_NONFINITE and a NaN loss. */
+static void test_fp8_bert_state_and_nonfinite(void) {
+    fixture f;
+    fixture_make(&f, "bert-tiny", 3);
+    collage_model *m = NULL, *mb = NULL;
+    collage_model_memory mem8, mem16;
+    CHECK(collage_model_create(&f.cfg, COLLAGE_REAL_FP8, B_TEST, T_TEST, &m) == COLLAGE_OK &&
+              collage_model_create(&f.cfg, COLLAGE_REAL_BF16, B_TEST, T_TEST, &mb) == COLLAGE_OK, "create");
+    if (!m || !mb) goto done;
+    const size_t nb = collage_model_fp8_state_bytes(m);
+    const size_t slots = 3 * (4 * (size_t)f.cfg.num_layers + 2);
+    unsigned char *buf = malloc(nb);
+    CHECK(buf && collage_model_fp8_state_save(m, buf, nb) == COLLAGE_OK, "save");
+    const uint32_t saved = buf ? (uint32_t)buf[12] | (uint32_t)buf[13] << 8 | (uint32_t)buf[14] << 16 | (uint32_t)buf[15] << 24 : 0;
+    CHECK(saved == slots && nb == 40 + slots * (9 + 4 * 1024), "%u slots, %zu bytes; expected %zu slots", saved, nb, slots);
+    CHECK(collage_model_memory_get(m, &mem8) == COLLAGE_OK && collage_model_memory_get(mb, &mem16) == COLLAGE_OK &&
+              mem8.scratch >= mem16.scratch + nb, "memory report: fp8 scratch %zu bytes, bf16 %zu, the state %zu",
+          mem8.scratch, mem16.scratch, nb);
+    free(buf);
+    double l = 0;
+    CHECK(step(m, &f, &l, NULL) == COLLAGE_OK && isfinite(l), "a finite step");
+    int none[B_TEST * T_TEST]; /* a batch with no scored position after a step: no head, every gradient 0 */
+    for (int i = 0; i < B_TEST * T_TEST; i++) none[i] = COLLAGE_TARGET_NONE;
+    const collage_batch b0 = {.tokens = f.tok, .targets = none, .B = B_TEST, .T = T_TEST};
+    for (int k = 0; k < 2; k++) { /* fp8, and bf16 (an empty product is 0 there too) */
+        collage_model *x = k ? mb : m;
+        collage_forward_info fi;
+        if (k) CHECK(step(mb, &f, &l, NULL) == COLLAGE_OK, "a bf16 step");
+        collage_model_zero_grad(x);
+        CHECK(collage_model_forward_batch(x, f.w, &b0, &fi) == COLLAGE_OK && fi.scored == 0 && fi.loss == 0 &&
+                  collage_model_backward(x) == COLLAGE_OK, "no scored position: %s", collage_model_error(x));
+        const collage_bf16 *g = collage_model_grads(x);
+        size_t nonzero = 0;
+        for (size_t i = 0; i < f.n; i++) nonzero += (g[i].bits & 0x7fff) != 0;
+        CHECK(nonzero == 0, "%s, no scored position: %zu gradients not 0", k ? "bf16" : "fp8", nonzero);
+    }
+    collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS];
+    const int nt = collage_model_tensors(&f.cfg, t, COLLAGE_MODEL_MAX_TENSORS);
+    for (int k = 0; k < nt; k++)
+        if (!strcmp(t[k].name, "fcw")) f.w[t[k].offset + 5].bits = 0x7FC0;
+    CHECK(step(m, &f, &l, NULL) == COLLAGE_ERR_NONFINITE && isnan(l) && strstr(collage_model_error(m), "NaN"),
+          "NaN refused: %s", collage_model_error(m));
+    CHECK(collage_model_backward(m) == COLLAGE_ERR_ARG, "no backward after a refused forward");
+done:
+    collage_model_free(m);
+    collage_model_free(mb);
+    free(f.w);
+}
+
+/* The entropy (nats) of the default corpus's validation bytes taken one at a time: the loss of the best
+ * model that ignores context (test_run's measure). */
+static double val_unigram_entropy(void) {
+    collage_loader_config lc = {.B = 8, .T = 64, .seed = 1};
+    collage_loader *l = NULL;
+    char err[512];
+    if (collage_loader_create(&lc, &l, err, sizeof err) != COLLAGE_OK) { printf("    %s\n", err); return (double)NAN; }
+    size_t n = 0, count[65536] = {0};
+    const uint16_t *v = collage_loader_data(l, COLLAGE_SPLIT_VAL, &n);
+    for (size_t i = 0; i < n; i++) count[v[i]]++;
+    double h = 0;
+    for (int k = 0; k < 65536; k++)
+        if (count[k]) h -= (double)count[k] / (double)n * log((double)count[k] / (double)n);
+    collage_loader_free(l);
+    return n ? h : (double)NAN;
+}
+
+/* `collage train --compute fp8` with collage-light (the default strategy) on the default corpus: the final
+ * validation loss below the validation bytes' unigram entropy h1 (about 3.3 nats) by LEARN_MARGIN, from about
+ * ln 256 = 5.5 at the start. Measured margins: GPT-2 (delayed) and LLaMA (block) 0.28 after 100 steps of
+ * 4 × 32 tokens; BERT (delayed, one layer of width 64, masked LM on windows of 8 bytes, lr 3e-3) 0.18 after
+ * 300 steps of 64 × 8. */
+#define LEARN_MARGIN 0.05
+static void check_trains(const char *preset, const char *recipe, const char *shape, double h1) {
     const char *bin = getenv("COLLAGE_BIN");
-    char out[16384];
-    const int rc = h_sh(out, sizeof out, "%s train --model %s --compute fp8 --fp8-recipe %s --steps 30 --batch 4 "
-                        "--seq 32 --eval-every 30 --threads 1", bin ? bin : "build/collage", preset, recipe);
-    const char *first = strstr(out, "step     1/30  loss "), *fin = strstr(out, "final loss ");
-    const double l1 = first ? atof(first + 20) : 0, lf = fin ? atof(fin + 11) : 99;
-    CHECK(rc == 0 && strstr(out, "fp8 compute") && l1 > 5 && lf < l1 - 1.5, "%s %s: rc %d, loss %.4f → %.4f\n%s",
-          preset, recipe, rc, l1, lf, out);
+    char out[65536];
+    const int rc = h_sh(out, sizeof out, "%s train --model %s --compute fp8 --fp8-recipe %s %s --threads 1",
+                        bin ? bin : "build/collage", preset, recipe, shape);
+    const char *val = strstr(out, " val "), *first = strstr(out, "fp8 compute");
+    const double v = val ? atof(val + 5) : 99;
+    printf("    %-10s %-7s validation loss %.4f (unigram entropy %.4f)\n", preset, recipe, v, h1);
+    CHECK(rc == 0 && first && v < h1 - LEARN_MARGIN, "%s %s: rc %d, validation loss %.4f, unigram entropy %.4f\n%s",
+          preset, recipe, rc, v, h1, out);
 }
 
 static void test_fp8_trains(void) {
-    check_trains("tiny", "delayed");
-    check_trains("llama-tiny", "block");
+    const double h1 = val_unigram_entropy();
+    CHECK(isfinite(h1) && h1 > 2.5 && h1 < 4.5, "unigram entropy of the fortunes' validation bytes: %g", h1);
+    check_trains("tiny", "delayed", "--steps 100 --batch 4 --seq 32 --eval-every 100", h1);
+    if (getenv("COLLAGE_TEST_QUICK")) { /* the sanitizer suites: one family (test_fp8_close_to_bf16 runs all three) */
+        printf("    COLLAGE_TEST_QUICK: GPT-2 only\n");
+        return;
+    }
+    check_trains("llama-tiny", "block", "--steps 100 --batch 4 --seq 32 --eval-every 100", h1);
+    check_trains("bert-tiny", "delayed", "--layers 1 --dim 64 --steps 300 --batch 64 --seq 8 --lr 3e-3 --eval-every 300",
+                 h1);
 }
 
 /* `collage train --compute fp8` (delayed) saved at step 6 and resumed: the same step-12 model file as the
@@ -253,9 +582,11 @@ static void test_fp8_train_resume(void) {
 
 int main(void) {
     RUN(test_fp8_close_to_bf16);
+    RUN(test_fp8_straight_through);
     RUN(test_fp8_threads);
     RUN(test_fp8_state_resume);
     RUN(test_fp8_nonfinite_and_refusals);
+    RUN(test_fp8_bert_state_and_nonfinite);
     RUN(test_fp8_trains);
     RUN(test_fp8_train_resume);
     return h_end();

@@ -355,11 +355,6 @@ static void test_bert_matches_family(void) {
         collage_model *m = NULL;
         gm_model *f = NULL;
         const gm_precision bp = gm_precision_of((collage_real)p);
-        if (p == COLLAGE_REAL_FP8) {
-            CHECK(collage_model_create(&c, COLLAGE_REAL_FP8, B_TEST, T_TEST, &m) == COLLAGE_ERR_UNSUPPORTED && !m,
-                  "BERT has no fp8 precision");
-            continue;
-        }
         CHECK(collage_model_create(&c, (collage_real)p, B_TEST, T_TEST, &m) == COLLAGE_OK &&
                   gm_create(&collage__bert_graph, &c, bp, B_TEST, T_TEST, &f) == COLLAGE_OK, "create");
         if (!m || !f) { collage_model_free(m); gm_free(f); continue; }
@@ -769,10 +764,6 @@ static void check_family_precision(const collage_model_config *c, collage_real p
         fs += t[k].product ? 0 : t[k].count;
     }
     collage_model *m = NULL;
-    if (p == COLLAGE_REAL_FP8 && c->family == COLLAGE_FAMILY_BERT) {
-        CHECK(collage_model_create(c, p, B_TEST, T_TEST, &m) == COLLAGE_ERR_UNSUPPORTED && !m, "%s fp8: refused", fam);
-        return;
-    }
     CHECK(collage_model_create(c, p, B_TEST, T_TEST, &m) == COLLAGE_OK, "%s %s: create", fam, pn);
     if (!m) return;
     const size_t n = collage_model_size(m);

@@ -152,7 +152,7 @@ static const gm_mlm_graph BERT_MLM = {
 const gm_graph collage__bert_graph = {
     .plan_new = bert_plan_new, .plan_free = bert_plan_free,
     .bf16 = {{.reserve = bert_bf16_reserve}, {.reserve = bert_bf16_reserve_avx512}},
-    .set_loss_scale = bert_set_loss_scale, .mlm = &BERT_MLM, .acts = bert_acts};
+    .set_loss_scale = bert_set_loss_scale, .mlm = &BERT_MLM, .acts = bert_acts, .fp8_layers = bert_fp8_layers};
 
 /* ---------------------------------------------------------------- the family's row of the model table */
 const collage_model_family collage__bert_family = {

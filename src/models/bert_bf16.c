@@ -1,8 +1,9 @@
 /* bert_bf16.c — the BERT family's forward and backward on bf16 storage: bf16 weights, activations,
  * activation gradients and matrix gradients; products with bf16 operands and fp32 sums (src/nn/matmul_bf16.c,
- * matmul_bert_bf16.c); LayerNorm statistics, the softmax of the loss, the losses and the sums of the bias,
- * norm, position and token-type gradients in float. The same ops in the same order as bert_graph.inc in
- * bf16 mode, so every value is rounded where the float model in bf16 mode rounds it (docs/numerics.md §10). */
+ * matmul_bert_bf16.c), or with gm_env.fp8 on fp8 operands (numerics.md §13); LayerNorm statistics, the
+ * softmax of the loss, the losses and the sums of the bias, norm, position and token-type gradients in
+ * float. The same ops in the same order as bert_graph.inc in bf16 mode, so every value is rounded where
+ * the float model in bf16 mode rounds it (docs/numerics.md §10). */
 #include "internal.h"
 #include "bert_plan.h"
 #include "model_bf16.h"
@@ -10,8 +11,20 @@
 /* Every product of a step on N tokens (the head's on at most N rows). */
 int NN_BF16_NAME(bert_bf16_reserve)(const void *plan, int N, const gm_env *e) {
     const bert_plan *P = plan;
-    return model_bf16_reserve(e->ws, N, P->C, P->Vp, e->nt, e->path);
+    const int C = P->C;
+    if (mb_fp8_reserve(e, N, C, 3 * C) || mb_fp8_reserve(e, N, C, C) || mb_fp8_reserve(e, N, C, 4 * C) ||
+        mb_fp8_reserve(e, N, 4 * C, C) || mb_fp8_reserve(e, N, C, P->Vp))
+        return -1;
+    return model_bf16_reserve(e->ws, N, C, P->Vp, e->nt, e->path);
 }
+
+/* The linear layers in the fp8 build's numbering: four per block, then the head's dense layer, then the
+ * logits' (tied to wte, with the output bias). */
+enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, LIN_PER_BLOCK };
+#define LIN(l, k) ((l) * LIN_PER_BLOCK + (k))
+#define LIN_DENSE(P) ((P)->L * LIN_PER_BLOCK)
+#define LIN_LOGITS(P) ((P)->L * LIN_PER_BLOCK + 1)
+int NN_BF16_NAME(bert_fp8_layers)(const void *plan) { return LIN_LOGITS((const bert_plan *)plan) + 1; }
 
 static void trunk(const bert_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const gm_io *io,
                   const gm_env *e) {
@@ -21,18 +34,17 @@ static void trunk(const bert_plan *P, const uint16_t *w, uint16_t *a16, float *a
                            W(BERT_LNEB, 0), N, C, 1, nt);
     for (int l = 0; l < P->L; l++) {
         const uint16_t *x = l ? H(BA_X, l - 1) : H(BA_X0, 0);
-        OPB(matmul_forward)(H(BA_QKV, l), x, W(BERT_QKVW, l), W(BERT_QKVB, l), NULL, N, C, 3 * C, e->ws, e->path, nt);
+        mb_forward(e, LIN(l, LIN_QKV), H(BA_QKV, l), x, W(BERT_QKVW, l), W(BERT_QKVB, l), NULL, N, C, 3 * C);
         OPB(attention_bidir_forward)(H(BA_ATTY, l), H(BA_ATT, l), F(BA_SCR, 0), H(BA_QKV, l), io->len, B, T, C, P->NH,
                                      1, nt);
-        OPB(matmul_forward)(H(BA_R1, l), H(BA_ATTY, l), W(BERT_ATTPROJW, l), W(BERT_ATTPROJB, l), x, N, C, C, e->ws,
-                            e->path, nt);
+        mb_forward(e, LIN(l, LIN_ATTPROJ), H(BA_R1, l), H(BA_ATTY, l), W(BERT_ATTPROJW, l), W(BERT_ATTPROJB, l), x,
+                   N, C, C);
         OPB(layernorm_forward)(H(BA_H, l), F(BA_H_MEAN, l), F(BA_H_RSTD, l), H(BA_R1, l), W(BERT_LN1W, l),
                                W(BERT_LN1B, l), N, C, 1, nt);
-        OPB(matmul_forward)(H(BA_FCH, l), H(BA_H, l), W(BERT_FCW, l), W(BERT_FCB, l), NULL, N, C, 4 * C, e->ws, e->path,
-                            nt);
+        mb_forward(e, LIN(l, LIN_FC), H(BA_FCH, l), H(BA_H, l), W(BERT_FCW, l), W(BERT_FCB, l), NULL, N, C, 4 * C);
         OPB(gelu_forward)(H(BA_FCH_GELU, l), H(BA_FCH, l), (size_t)N * 4 * C, 1, nt);
-        OPB(matmul_forward)(H(BA_R2, l), H(BA_FCH_GELU, l), W(BERT_FCPROJW, l), W(BERT_FCPROJB, l), H(BA_H, l), N,
-                            4 * C, C, e->ws, e->path, nt);
+        mb_forward(e, LIN(l, LIN_FCPROJ), H(BA_R2, l), H(BA_FCH_GELU, l), W(BERT_FCPROJW, l), W(BERT_FCPROJB, l),
+                   H(BA_H, l), N, 4 * C, C);
         OPB(layernorm_forward)(H(BA_X, l), F(BA_X_MEAN, l), F(BA_X_RSTD, l), H(BA_R2, l), W(BERT_LN2W, l),
                                W(BERT_LN2B, l), N, C, 1, nt);
     }
@@ -42,12 +54,11 @@ static void head(const bert_plan *P, const uint16_t *w, uint16_t *a16, float *a3
                  const gm_env *e) {
     const int C = P->C, K = io->K, nt = e->nt;
     OPB(gather_rows)(H(BA_HX, 0), H(BA_X, P->L - 1), io->rows, K, C, nt);
-    OPB(matmul_forward)(H(BA_HU, 0), H(BA_HX, 0), W(BERT_HEADW, 0), W(BERT_HEADB, 0), NULL, K, C, C, e->ws, e->path, nt);
+    mb_forward(e, LIN_DENSE(P), H(BA_HU, 0), H(BA_HX, 0), W(BERT_HEADW, 0), W(BERT_HEADB, 0), NULL, K, C, C);
     OPB(gelu_forward)(H(BA_HG, 0), H(BA_HU, 0), (size_t)K * C, 1, nt);
     OPB(layernorm_forward)(H(BA_HLN, 0), F(BA_HLN_MEAN, 0), F(BA_HLN_RSTD, 0), H(BA_HG, 0), W(BERT_HEADLNW, 0),
                            W(BERT_HEADLNB, 0), K, C, 1, nt);
-    OPB(matmul_logits_bias)(F(BA_LOGITS, 0), H(BA_HLN, 0), W(BERT_WTE, 0), W(BERT_OUTB, 0), K, C, P->Vp, e->ws,
-                            e->path, nt);
+    mb_logits_bias(e, LIN_LOGITS(P), F(BA_LOGITS, 0), H(BA_HLN, 0), W(BERT_WTE, 0), W(BERT_OUTB, 0), K, C, P->Vp);
 }
 
 double NN_BF16_NAME(bert_forward_bf16)(const void *plan, const uint16_t *w, uint16_t *a16, float *a32,
@@ -64,13 +75,13 @@ double NN_BF16_NAME(bert_forward_bf16)(const void *plan, const uint16_t *w, uint
     return sum;
 }
 
-/* One linear layer's backward: dinp = rnd(dout·w) (res: rnd(dinp + rnd(dout·w))), the weight's gradient,
+/* Linear layer k's backward: dinp = rnd(dout·w) (res: rnd(dinp + rnd(dout·w))), the weight's gradient,
  * the bias's sum. */
-static void linear_backward(uint16_t *dinp, int res, uint16_t *dw, int add, float *db, const uint16_t *dout,
+static void linear_backward(int k, uint16_t *dinp, int res, uint16_t *dw, int add, float *db, const uint16_t *dout,
                             const uint16_t *inp, const uint16_t *wt, int N, int C, int OC, const gm_env *e) {
-    if (res) OPB(matmul_backward_input_res)(dinp, dout, wt, N, C, OC, e->ws, e->path, e->nt);
-    else OPB(matmul_backward_input)(dinp, dout, wt, N, C, OC, e->ws, e->path, e->nt);
-    OPB(matmul_backward_weight)(dw, add, dout, inp, N, C, OC, NULL, NULL, 0, e->ws, e->path, e->nt);
+    if (res) mb_backward_input_res(e, k, dinp, dout, wt, N, C, OC);
+    else mb_backward_input(e, k, dinp, dout, wt, N, C, OC);
+    mb_backward_weight(e, k, dw, add, dout, inp, N, C, OC, NULL, NULL, 0);
     OPB(bias_backward)(db, dout, N, OC, e->nt);
 }
 
@@ -92,12 +103,13 @@ static void head_backward(const bert_plan *P, const uint16_t *w, uint16_t *g16, 
     const int C = P->C, K = io->K, nt = e->nt;
     uint16_t *dlogits = H(BA_DLOGITS, 0), *dh1 = H(BA_DH1, 0), *dh2 = H(BA_DH2, 0);
     OPB(crossentropy_backward)(dlogits, F(BA_LOGITS, 0), io->tgt, K, P->V, P->Vp, (float)(1.0 / io->divisor), 1, nt);
-    OPB(matmul_backward_input)(dh1, dlogits, W(BERT_WTE, 0), K, C, P->Vp, e->ws, e->path, nt);
+    mb_backward_input(e, LIN_LOGITS(P), dh1, dlogits, W(BERT_WTE, 0), K, C, P->Vp);
     OPB(bias_backward)(GS(BERT_OUTB, 0), dlogits, K, P->Vp, nt);
     OPB(layernorm_backward)(dh2, GS(BERT_HEADLNW, 0), GS(BERT_HEADLNB, 0), dh1, H(BA_HG, 0), W(BERT_HEADLNW, 0),
                             F(BA_HLN_MEAN, 0), F(BA_HLN_RSTD, 0), K, C, 0, 1, nt);
     OPB(gelu_backward)(dh2, H(BA_HU, 0), (size_t)K * C, 1, nt);
-    linear_backward(dh1, 0, G(BERT_HEADW, 0), add, GS(BERT_HEADB, 0), dh2, H(BA_HX, 0), W(BERT_HEADW, 0), K, C, C, e);
+    linear_backward(LIN_DENSE(P), dh1, 0, G(BERT_HEADW, 0), add, GS(BERT_HEADB, 0), dh2, H(BA_HX, 0), W(BERT_HEADW, 0),
+                    K, C, C, e);
 }
 
 void NN_BF16_NAME(bert_backward_bf16)(const void *plan, const uint16_t *w, uint16_t *g16, float *gs, int add,
@@ -108,29 +120,37 @@ void NN_BF16_NAME(bert_backward_bf16)(const void *plan, const uint16_t *w, uint1
     uint16_t *dfch = H(BA_DFCH, 0);
     memset(gs, 0, P->ngs * sizeof *gs);
     if (K > 0) head_backward(P, w, g16, gs, add, a16, a32, io, e);
+    else if (!add) memset(G(BERT_HEADW, 0), 0, (size_t)C * C * sizeof(uint16_t)); /* no scored row: its gradient is 0 */
     OPB(scatter_rows)(dres, H(BA_DH1, 0), io->rows, K, N, C, nt);
     for (int l = P->L - 1; l >= 0; l--) {
         const uint16_t *x = l ? H(BA_X, l - 1) : H(BA_X0, 0);
         OPB(layernorm_backward)(dln, GS(BERT_LN2W, l), GS(BERT_LN2B, l), dres, H(BA_R2, l), W(BERT_LN2W, l),
                                 F(BA_X_MEAN, l), F(BA_X_RSTD, l), N, C, 0, 1, nt);
-        linear_backward(dfch, 0, G(BERT_FCPROJW, l), add, GS(BERT_FCPROJB, l), dln, H(BA_FCH_GELU, l),
+        linear_backward(LIN(l, LIN_FCPROJ), dfch, 0, G(BERT_FCPROJW, l), add, GS(BERT_FCPROJB, l), dln, H(BA_FCH_GELU, l),
                         W(BERT_FCPROJW, l), N, 4 * C, C, e);
         OPB(gelu_backward)(dfch, H(BA_FCH, l), (size_t)N * 4 * C, 1, nt);
-        linear_backward(dln, 1, G(BERT_FCW, l), add, GS(BERT_FCB, l), dfch, H(BA_H, l), W(BERT_FCW, l), N, C, 4 * C, e);
+        linear_backward(LIN(l, LIN_FC), dln, 1, G(BERT_FCW, l), add, GS(BERT_FCB, l), dfch, H(BA_H, l), W(BERT_FCW, l), N,
+                        C, 4 * C, e);
         OPB(layernorm_backward)(dres, GS(BERT_LN1W, l), GS(BERT_LN1B, l), dln, H(BA_R1, l), W(BERT_LN1W, l),
                                 F(BA_H_MEAN, l), F(BA_H_RSTD, l), N, C, 0, 1, nt);
-        linear_backward(datty, 0, G(BERT_ATTPROJW, l), add, GS(BERT_ATTPROJB, l), dres, H(BA_ATTY, l),
+        linear_backward(LIN(l, LIN_ATTPROJ), datty, 0, G(BERT_ATTPROJW, l), add, GS(BERT_ATTPROJB, l), dres, H(BA_ATTY, l),
                         W(BERT_ATTPROJW, l), N, C, C, e);
         OPB(attention_bidir_backward)(dqkv, F(BA_SCR, 0), datty, H(BA_QKV, l), H(BA_ATT, l), io->len, B, T, C, P->NH,
                                       1, nt);
-        linear_backward(dres, 1, G(BERT_QKVW, l), add, GS(BERT_QKVB, l), dqkv, x, W(BERT_QKVW, l), N, C, 3 * C, e);
+        linear_backward(LIN(l, LIN_QKV), dres, 1, G(BERT_QKVW, l), add, GS(BERT_QKVB, l), dqkv, x, W(BERT_QKVW, l), N, C,
+                        3 * C, e);
     }
     OPB(layernorm_backward)(dln, GS(BERT_LNEW, 0), GS(BERT_LNEB, 0), dres, H(BA_EMB, 0), W(BERT_LNEW, 0),
                             F(BA_X0_MEAN, 0), F(BA_X0_RSTD, 0), N, C, 0, 1, nt);
     OPB(encoder_backward)(NULL, GS(BERT_WPE, 0), dln, io->tok, B, T, C, nt);
     OPB(bias_backward)(GS(BERT_WTT, 0), dln, N, C, nt);
-    /* wte: the logits' product and the embedding's rows, summed in float and rounded once */
-    OPB(matmul_backward_weight)(G(BERT_WTE, 0), add, H(BA_DLOGITS, 0), H(BA_HLN, 0), K, C, P->Vp, io->tok, dln, N,
-                                e->ws, e->path, nt);
+    /* wte: the logits' product and the embedding's rows, summed in float and rounded once (no scored row:
+     * the rows alone, through the bf16 op, whose empty product is the fp8 one's 0 without operands to scale) */
+    if (K > 0)
+        mb_backward_weight(e, LIN_LOGITS(P), G(BERT_WTE, 0), add, H(BA_DLOGITS, 0), H(BA_HLN, 0), K, C, P->Vp, io->tok,
+                           dln, N);
+    else
+        OPB(matmul_backward_weight)(G(BERT_WTE, 0), add, H(BA_DLOGITS, 0), H(BA_HLN, 0), 0, C, P->Vp, io->tok, dln, N,
+                                    e->ws, e->path, nt);
     round_sums(P, g16, gs, add);
 }

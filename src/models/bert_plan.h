@@ -45,13 +45,15 @@ static inline int bert_product_weight(int k) {
 /* The bf16 graph (bert_bf16.c), baseline and _avx512 (bert_bf16_avx512.c), the same values.
  * forward: the trunk, and with io->K > 0 the head and its logits (probabilities and losses with tgt);
  * returns Σ losses (0 without targets). backward: matrices rounded into g16 (add: onto what is there),
- * the others summed into gs (zeroed here) and then rounded into g16 the same way. */
+ * the others summed into gs (zeroed here) and then rounded into g16 the same way. fp8_layers: the linear
+ * layers of its fp8 build (gm_env.fp8): 4 per block, the head's dense layer, the logits'. */
 #define BERT_BF16_GRAPH(S)                                                                                     \
     int bert_bf16_reserve##S(const void *plan, int N, const gm_env *e);                                \
     double bert_forward_bf16##S(const void *plan, const uint16_t *w, uint16_t *a16, float *a32,                \
                                 const gm_io *io, const gm_env *e);                                    \
     void bert_backward_bf16##S(const void *plan, const uint16_t *w, uint16_t *g16, float *gs, int add,         \
-                               uint16_t *a16, float *a32, const gm_io *io, const gm_env *e);
+                               uint16_t *a16, float *a32, const gm_io *io, const gm_env *e);         \
+    int bert_fp8_layers##S(const void *plan);
 BERT_BF16_GRAPH()
 BERT_BF16_GRAPH(_avx512)
 

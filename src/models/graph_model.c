@@ -296,7 +296,7 @@ collage_status gm_forward(gm_model *m, const void *params, const int *tokens, co
         const collage_batch b = {.tokens = tokens, .targets = targets, .B = B, .T = T};
         collage_forward_info fi;
         collage_status st = gm_forward_batch(m, params, &b, &fi);
-        if (st == COLLAGE_OK && loss) *loss = fi.loss;
+        if ((st == COLLAGE_OK || st == COLLAGE_ERR_NONFINITE) && loss) *loss = fi.loss; /* refused fp8 operand: NaN */
         return st;
     }
     gm_env e;
@@ -514,6 +514,10 @@ collage_status gm_forward_batch(gm_model *m, const void *params, const collage_b
     const double sum = mlm_run(m, w, &e, &hits);
     nn_blas_end(btok);
     m->w_used = w;
+    if ((st = fp8_status(m)) != COLLAGE_OK) {
+        if (out) *out = (collage_forward_info){.loss = (double)NAN, .correct = -1};
+        return st;
+    }
     m->ready = b->targets != NULL;
     if (out)
         *out = (collage_forward_info){.loss = b->targets ? sum / m->io.divisor : (double)NAN,
@@ -557,7 +561,7 @@ collage_status gm_logits_at(gm_model *m, const void *params, const int *tokens, 
     mlm_run(m, weights(m, params), &e, &hits);
     nn_blas_end(btok);
     copy_logits(m, npos, logits);
-    return COLLAGE_OK;
+    return fp8_status(m);
 }
 
 /* ---------------------------------------------------------------- stored activations (tests) */

@@ -6,6 +6,7 @@
 
 #include "graph_model.h"
 #include "nn.h"
+#include "nn_bert.h" /* the encoder's two products (mb_logits_bias, mb_backward_input_res) */
 
 #define OPB(op) NN_BF16_NAME(nn_##op##_bf16) /* the bf16 op of this build (baseline or AVX-512) */
 #define W(k, l) (w + P->p[k] + (size_t)(l) * P->pl[k])    /* parameter tensor k of layer l (bf16) */
@@ -75,6 +76,26 @@ static inline void mb_backward_weight(const gm_env *e, int k, uint16_t *dw, int 
     const nn_fp8_layer L = mb_layer(e, k);
     mb_note(e, NN_BF16_NAME(nn_matmul_backward_weight_fp8)(dw, add, dout, inp, N, C, OC, tok, dtok, ntok, &L,
                                                            &e->fp8->ws, e->path, e->nt));
+}
+/* The encoder's two products (nn_bert.h), bf16 or fp8, as the four above. */
+static inline void mb_logits_bias(const gm_env *e, int k, float *out, const uint16_t *inp, const uint16_t *w,
+                                  const uint16_t *bias, int N, int C, int OC) {
+    if (!e->fp8) {
+        OPB(matmul_logits_bias)(out, inp, w, bias, N, C, OC, e->ws, e->path, e->nt);
+        return;
+    }
+    const nn_fp8_layer L = mb_layer(e, k);
+    mb_note(e, NN_BF16_NAME(nn_matmul_logits_bias_fp8)(out, inp, w, bias, N, C, OC, &L, &e->fp8->ws, e->path, e->nt));
+}
+static inline void mb_backward_input_res(const gm_env *e, int k, uint16_t *dinp, const uint16_t *dout,
+                                         const uint16_t *w, int N, int C, int OC) {
+    if (!e->fp8) {
+        OPB(matmul_backward_input_res)(dinp, dout, w, N, C, OC, e->ws, e->path, e->nt);
+        return;
+    }
+    const nn_fp8_layer L = mb_layer(e, k);
+    mb_note(e, NN_BF16_NAME(nn_matmul_backward_input_res_fp8)(dinp, dout, w, N, C, OC, &L, &e->fp8->ws, e->path,
+                                                              e->nt));
 }
 /* Grows the fp8 scratch for a product (N, C) → (N, OC); 0 without e->fp8; -1 when out of memory. */
 static inline int mb_fp8_reserve(const gm_env *e, int N, int C, int OC) {

@@ -333,6 +333,10 @@ static void widen_block(float *dst, const uint16_t *src, int ld, int rows, int c
  * operands widened (exact) and one call of sgemm kernel k with the shape of nn_gemm_f32's tile. */
 static void tile_product(int ta, int tb, int m, int n, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                          float *t, nn_bf16_path path, nn_sgemm k) {
+    if (K == 0) { /* an empty sum: +0, whatever a kernel's quick return leaves in t */
+        memset(t, 0, (size_t)m * n * sizeof *t);
+        return;
+    }
 #ifdef COLLAGE_DNNL
     if (path == NN_BF16_ONEDNN) {
         dnnl_status_t s = dnnl_gemm_bf16bf16f32(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, K, 1.0f, A, lda, B, ldb,

@@ -1,7 +1,8 @@
 /* matmul_bert_bf16.c — the bf16 products an encoder adds to matmul_bf16.c's (nn_bert.h): the logits with
  * their bias, and the gradient of a layer's input where the residual path and the branch meet. Each
  * tile's fp32 sums go through an epilogue that rounds where ops_bert.inc's float ops round in bf16 mode,
- * so with the widening path they give the float model's bits. */
+ * so with the widening path they give the float model's bits. Their fp8 twins run the fp8 products of the
+ * same operands (nn_gemm_fp8, numerics.md §13) through the same epilogues. */
 #include "nn_bert.h"
 
 typedef struct {
@@ -46,4 +47,29 @@ void NN_BF16_NAME(nn_matmul_backward_input_res_bf16)(uint16_t *dinp, const uint1
                                                      int C, int OC, nn_ws *ws, nn_bf16_path path, int nt) {
     bert_ep c = {.out = dinp, .ldo = C};
     nn_gemm_bf16(0, 0, N, C, OC, dout, OC, w, C, ep_add_rounded, &c, ws, path, nt);
+}
+
+/* ---------------------------------------------------------------- the same ops on fp8 products */
+/* The product's quantization: operand A is the layer's slot slot_a in role ra, B its slot slot_b in rb
+ * (matmul_bf16.c's layer_spec: slot + 0 the input, + 1 the weight, + 2 the incoming gradient). */
+static nn_fp8_spec fp8_spec(const nn_fp8_layer *L, collage_fp8_role ra, int slot_a, collage_fp8_role rb, int slot_b) {
+    return (nn_fp8_spec){.recipe = L->recipe, .e4m3_all = L->e4m3_all, .ra = ra, .rb = rb, .scaling = L->scaling,
+                         .slot_a = L->slot + slot_a, .slot_b = L->slot + slot_b};
+}
+
+collage_status NN_BF16_NAME(nn_matmul_logits_bias_fp8)(float *out, const uint16_t *inp, const uint16_t *w,
+                                                       const uint16_t *bias, int N, int C, int OC,
+                                                       const nn_fp8_layer *L, nn_fp8_ws *ws, nn_bf16_path path,
+                                                       int nt) {
+    bert_ep c = {.outf = out, .ldo = OC, .bias = bias};
+    const nn_fp8_spec p = fp8_spec(L, COLLAGE_FP8_ACT, 0, COLLAGE_FP8_WEIGHT, 1);
+    return nn_gemm_fp8(&p, 0, 1, N, OC, C, inp, C, w, C, ep_logits_bias, &c, ws, path, nt);
+}
+
+collage_status NN_BF16_NAME(nn_matmul_backward_input_res_fp8)(uint16_t *dinp, const uint16_t *dout, const uint16_t *w,
+                                                              int N, int C, int OC, const nn_fp8_layer *L,
+                                                              nn_fp8_ws *ws, nn_bf16_path path, int nt) {
+    bert_ep c = {.out = dinp, .ldo = C};
+    const nn_fp8_spec p = fp8_spec(L, COLLAGE_FP8_GRAD, 2, COLLAGE_FP8_WEIGHT, 1);
+    return nn_gemm_fp8(&p, 0, 0, N, C, OC, dout, OC, w, C, ep_add_rounded, &c, ws, path, nt);
 }

@@ -163,8 +163,8 @@ int  nn_gemm_bf16_reserve(nn_ws *ws, int M, int N, int K, int nt, nn_bf16_path p
 typedef void (*nn_tile_fn)(void *ctx, const float *tile, int ldt, int i0, int i1, int j0, int j1);
 /* The product op(A)·op(B) (op(A) (M,K), op(B) (K,N), row-major bf16 bits, ta/tb: 1 = transposed) in the
  * tiles of the path's grid (the widening path: nn_gemm_f32's, with the sgemm kernel in use), each
- * computed by one thread in fp32 and handed to ep. Every element is the same for any nt.
- * ws: reserved for (M,N,K,nt,path). */
+ * computed by one thread in fp32 and handed to ep. Every element is the same for any nt; K = 0: every
+ * element +0. ws: reserved for (M,N,K,nt,path). */
 void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                   nn_tile_fn ep, void *ctx, nn_ws *ws, nn_bf16_path path, int nt);
 

@@ -2,9 +2,9 @@
  * row, bidirectional attention over the valid keys of each sequence (an attention mask for padding),
  * the row gathers of the masked-LM head, the hit count of its predictions, and the products with a
  * residual in the backward and a bias on the logits. Written once over (real, act) in ops_bert.inc and
- * instantiated beside ops.inc by ops_f32.c, ops_f64.c and ops_bf16.c; the bf16 products are
- * matmul_bert_bf16.c's. Conventions (argument order, shapes, bf, nt, thread independence): nn.h.
- * Private to the library and its tests. */
+ * instantiated beside ops.inc by ops_f32.c, ops_f64.c and ops_bf16.c; the bf16 products and their fp8
+ * twins are matmul_bert_bf16.c's. Conventions (argument order, shapes, bf, nt, thread independence):
+ * nn.h. Private to the library and its tests. */
 #ifndef COLLAGE_NN_BERT_H
 #define COLLAGE_NN_BERT_H
 
@@ -67,5 +67,23 @@ NN_BERT_REAL_PRODUCTS(_f64, double)
                                               int C, int OC, nn_ws *ws, nn_bf16_path path, int nt);
 NN_BERT_BF16_PRODUCTS()
 NN_BERT_BF16_PRODUCTS(_avx512)
+
+/* The same two products on fp8 operands (numerics.md §13, "A linear layer in fp8"), nn.h's fp8 ops' rules:
+ * the input and weight in e4m3, the incoming gradient in e5m2 (e4m3 with e4m3_all), quantized by the
+ * layer's recipe and scaled by its delayed slots (slot: input, slot + 1: weight, slot + 2: gradient), the
+ * same epilogues as the bf16 ops above. COLLAGE_ERR_NONFINITE: NaN or Inf in an operand, nothing stored,
+ * nothing recorded. ws: reserved by nn_fp8_layer_reserve for the layer's shape.
+ * matmul_logits_bias_fp8: out = rnd(Q(inp)·Q(w)ᵀ + bias) as floats.  Shapes as matmul_logits_bias_bf16.
+ * matmul_backward_input_res_fp8: dinp = rnd(dinp + rnd(Q(dout)·Q(w))).  Shapes as
+ *   matmul_backward_input_res_bf16. */
+#define NN_BERT_FP8_PRODUCTS(S)                                                                                 \
+    collage_status nn_matmul_logits_bias_fp8##S(float *out, const uint16_t *inp, const uint16_t *w,              \
+                                                const uint16_t *bias, int N, int C, int OC,                      \
+                                                const nn_fp8_layer *L, nn_fp8_ws *ws, nn_bf16_path path, int nt); \
+    collage_status nn_matmul_backward_input_res_fp8##S(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, \
+                                                       int N, int C, int OC, const nn_fp8_layer *L,             \
+                                                       nn_fp8_ws *ws, nn_bf16_path path, int nt);
+NN_BERT_FP8_PRODUCTS()
+NN_BERT_FP8_PRODUCTS(_avx512)
 
 #endif
