@@ -80,17 +80,33 @@ static void mx_range(collage_format f, int *lo, int *hi) {
     *hi = 127 - ilogbf(F->max_value);
 }
 
-/* The least E with a ≤ F·2^E, exactly: a = m·2^Ea (m in [1, 2)), F = mF·2^Ef, so E = Ea − Ef, plus 1
- * when m > mF. Clamped to mx_range. */
-static int mx_exponent(collage_format f, float a) {
-    int lo, hi;
-    mx_range(f, &lo, &hi);
-    if (a == 0.0f) return lo;
+/* A format's MXFP8 constants: the clamps, and F = (1 + mf·2^-23)·2^ef (F is a normal fp32 value). */
+typedef struct { int lo, hi, ef; uint32_t mf; } mx_consts;
+static mx_consts mx_of(collage_format f) {
+    mx_consts c;
     const float F = collage_format_get(f)->max_value;
-    const int ea = ilogbf(a), ef = ilogbf(F);
-    int e = ea - ef + (ldexpf(a, -ea) > ldexpf(F, -ef));
-    return e < lo ? lo : e > hi ? hi : e;
+    mx_range(f, &c.lo, &c.hi);
+    c.ef = ilogbf(F), c.mf = f32_bits(F) & 0x7fffffu;
+    return c;
 }
+
+/* The least E with a ≤ F·2^E, exactly: a = m·2^Ea (m in [1, 2)), F = mF·2^Ef, so E = Ea − Ef, plus 1
+ * when m > mF; for a normal a, m > mF compares the fractions' bits as integers. Clamped to mx_range. */
+static int mx_exponent_of(const mx_consts *c, float a) {
+    if (a == 0.0f) return c->lo;
+    const uint32_t u = f32_bits(a);
+    int e;
+    if (u >> 23) {
+        e = (int)(u >> 23) - 127 - c->ef + ((u & 0x7fffffu) > c->mf);
+    } else { /* subnormal */
+        const int ea = ilogbf(a);
+        e = ea - c->ef + (ldexpf(a, -ea) > bits_f32(0x3f800000u | c->mf));
+    }
+    return e < c->lo ? c->lo : e > c->hi ? c->hi : e;
+}
+
+/* 2^e for e in fp32's normal range. */
+static inline float pow2f(int e) { return bits_f32((uint32_t)(127 + e) << 23); }
 
 static float fp32_div(float a, float b) { return a / b; }
 
@@ -98,8 +114,9 @@ void collage__fp8_block_scale(const collage_fp8_quant *q, float amax, float *s, 
     const float F = collage_format_get(q->fmt)->max_value;
     switch (q->recipe) {
     case COLLAGE_FP8_MXFP8: {
-        const int e = mx_exponent(q->fmt, amax);
-        *s = ldexpf(1.0f, -e), *inv = ldexpf(1.0f, e);
+        const mx_consts c = mx_of(q->fmt);
+        const int e = mx_exponent_of(&c, amax);
+        *s = pow2f(-e), *inv = pow2f(e);
         return;
     }
     case COLLAGE_FP8_DELAYED:
@@ -162,6 +179,23 @@ static unsigned amax_grid(const fp8q_kernels *k, const uint16_t *x, int ld, int 
     return top;
 }
 
+/* Each block's s and inv from its amax (in s), collage__fp8_block_scale's values; MXFP8's with the format's
+ * constants found once. Blocks are independent: any share among the threads gives the same values. */
+static void block_scales(const collage_fp8_quant *q, size_t nb, float *s, float *inv, int nt) {
+    (void)nt; /* OpenMP off */
+    if (q->recipe != COLLAGE_FP8_MXFP8) {
+#pragma omp parallel for schedule(static) num_threads(nt) if (nb >= 16384)
+        for (size_t b = 0; b < nb; b++) collage__fp8_block_scale(q, s[b], &s[b], &inv[b]);
+        return;
+    }
+    const mx_consts c = mx_of(q->fmt);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nb >= 16384)
+    for (size_t b = 0; b < nb; b++) {
+        const int e = mx_exponent_of(&c, s[b]);
+        s[b] = pow2f(-e), inv[b] = pow2f(e);
+    }
+}
+
 static collage_status check_quant(const collage_fp8_quant *q, int dequant) {
     if ((unsigned)q->recipe >= COLLAGE_FP8_RECIPE_COUNT || !is_fp8(q->fmt) || (unsigned)q->role > COLLAGE_FP8_GRAD)
         return COLLAGE_ERR_ARG;
@@ -201,7 +235,7 @@ collage_status collage__fp8_quantize(const collage_fp8_quant *q, const uint16_t 
     const fp8q_kernels k = kernels();
     const unsigned top = amax_grid(&k, x, ld, rows, cols, br, bc, s, nt); /* s holds the amaxes first */
     if (top >= 0x7f80u) return COLLAGE_ERR_NONFINITE;
-    for (size_t b = 0; b < nb; b++) collage__fp8_block_scale(q, s[b], &s[b], &inv[b]);
+    block_scales(q, nb, s, inv, nt);
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)rows * cols >= 32768)
     for (int r = 0; r < rows; r++) {
         const size_t g0 = (size_t)(r / br) * gc;
