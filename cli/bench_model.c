@@ -122,6 +122,19 @@ static void bench_run_free(bench_run *r) {
 /* --compute fp8: the fp8 recipe of the strategies' models (NULL: bf16 products). */
 static const char *g_fp8;
 
+/* The memory r holds now (the fp8 weight copies grow in the first step: taken again after the steps). */
+static void bench_run_memory(bench_run *r, size_t n) {
+    collage_memory bp = collage_adamw_memory(r->opt);
+    collage_model_memory mm = {0};
+    collage_model_memory_get(r->m, &mm);
+    const double mib = 1.0 / 1048576.0;
+    r->mib[0] = bp.weights * (double)n * mib;
+    r->mib[1] = (bp.m + bp.v + bp.compensation + bp.master) * (double)n * mib;
+    r->mib[2] = (double)mm.gradients * mib;
+    r->mib[3] = (double)mm.activations * mib;
+    r->mib[4] = (double)mm.scratch * mib;
+}
+
 static int bench_run_make(bench_run *r, collage_strategy s, const collage_model_config *c, const float *w0, int B,
                           int T, int samples) {
     memset(r, 0, sizeof *r);
@@ -145,15 +158,7 @@ static int bench_run_make(bench_run *r, collage_strategy s, const collage_model_
     for (int k = 1; k < NPH; k++) r->t[k] = r->t[0] + (size_t)k * samples;
     collage_adamw_set_weights_f32(r->opt, w0, n);
     snprintf(r->products, sizeof r->products, "%s", collage_model_products(r->m));
-    collage_memory bp = collage_adamw_memory(r->opt);
-    collage_model_memory mm = {0};
-    collage_model_memory_get(r->m, &mm);
-    const double mib = 1.0 / 1048576.0;
-    r->mib[0] = bp.weights * (double)n * mib;
-    r->mib[1] = (bp.m + bp.v + bp.compensation + bp.master) * (double)n * mib;
-    r->mib[2] = (double)mm.gradients * mib;
-    r->mib[3] = (double)mm.activations * mib;
-    r->mib[4] = (double)mm.scratch * mib;
+    bench_run_memory(r, n);
     return 0;
 }
 
@@ -315,6 +320,7 @@ static int strategy_round(bench_model_set *ms, int nm, collage_strategy s, int s
             for (int q = 0; q < NPH; q++) alongside.t[q] = ms[m].f.t[q] + (size_t)si * steps;
             bench_run_medians(&r[m], steps, ms[m].med[si]);
             bench_run_medians(&alongside, steps, ms[m].fmed[si]);
+            bench_run_memory(&r[m], ms[m].n);
             memcpy(ms[m].mib[si], r[m].mib, sizeof r[m].mib);
             snprintf(ms[m].prod[si], sizeof ms[m].prod[si], "%s", r[m].products);
         }
