@@ -101,11 +101,13 @@ static double bf16_rate(const collage_model_config *c, int BT, int scored, int r
 }
 
 /* One model and its optimizer, stepped by the benchmark; per-step times of each phase. */
+#define NPH 5
 typedef struct {
     collage_strategy s;
     collage_model *m;
     collage_adamw *opt;
-    double *t[4]; /* whole step, forward (with zero_grad), backward, optimizer */
+    double *t[NPH]; /* whole step, forward (with zero_grad), backward, optimizer; fp8: quantization in the
+                     * forward and backward */
     double mib[5]; /* held: weights, optimizer state, gradients, activations, products' scratch */
     char products[160];   /* what its products run on (collage_model_products, copied) */
 } bench_run;
@@ -120,6 +122,19 @@ static void bench_run_free(bench_run *r) {
 /* --compute fp8: the fp8 recipe of the strategies' models (NULL: bf16 products). */
 static const char *g_fp8;
 
+/* The memory r holds now (the fp8 weight copies grow in the first step: taken again after the steps). */
+static void bench_run_memory(bench_run *r, size_t n) {
+    collage_memory bp = collage_adamw_memory(r->opt);
+    collage_model_memory mm = {0};
+    collage_model_memory_get(r->m, &mm);
+    const double mib = 1.0 / 1048576.0;
+    r->mib[0] = bp.weights * (double)n * mib;
+    r->mib[1] = (bp.m + bp.v + bp.compensation + bp.master) * (double)n * mib;
+    r->mib[2] = (double)mm.gradients * mib;
+    r->mib[3] = (double)mm.activations * mib;
+    r->mib[4] = (double)mm.scratch * mib;
+}
+
 static int bench_run_make(bench_run *r, collage_strategy s, const collage_model_config *c, const float *w0, int B,
                           int T, int samples) {
     memset(r, 0, sizeof *r);
@@ -129,7 +144,7 @@ static int bench_run_make(bench_run *r, collage_strategy s, const collage_model_
     int ng = collage_model_param_groups(c, 0.1, g, COLLAGE_MODEL_MAX_TENSORS);
     collage_adamw_config ac = {.strategy = s, .n = n, .beta2 = 0.95, .weight_decay = 0.1, .groups = g,
                                .n_groups = ng, .clip = 1.0, .edq = 1};
-    r->t[0] = malloc(sizeof(double) * 4 * (size_t)samples);
+    r->t[0] = malloc(sizeof(double) * NPH * (size_t)samples);
     const collage_real prec = s == COLLAGE_FP32 ? COLLAGE_REAL_FP32 : g_fp8 ? COLLAGE_REAL_FP8 : COLLAGE_REAL_BF16;
     if (!r->t[0] || collage_model_create(c, prec, B, T, &r->m) != COLLAGE_OK ||
         (prec == COLLAGE_REAL_FP8 && collage_model_fp8_set(r->m, g_fp8, 0) != COLLAGE_OK) ||
@@ -140,23 +155,16 @@ static int bench_run_make(bench_run *r, collage_strategy s, const collage_model_
         bench_run_free(r);
         return 1;
     }
-    for (int k = 1; k < 4; k++) r->t[k] = r->t[0] + (size_t)k * samples;
+    for (int k = 1; k < NPH; k++) r->t[k] = r->t[0] + (size_t)k * samples;
     collage_adamw_set_weights_f32(r->opt, w0, n);
     snprintf(r->products, sizeof r->products, "%s", collage_model_products(r->m));
-    collage_memory bp = collage_adamw_memory(r->opt);
-    collage_model_memory mm = {0};
-    collage_model_memory_get(r->m, &mm);
-    const double mib = 1.0 / 1048576.0;
-    r->mib[0] = bp.weights * (double)n * mib;
-    r->mib[1] = (bp.m + bp.v + bp.compensation + bp.master) * (double)n * mib;
-    r->mib[2] = (double)mm.gradients * mib;
-    r->mib[3] = (double)mm.activations * mib;
-    r->mib[4] = (double)mm.scratch * mib;
+    bench_run_memory(r, n);
     return 0;
 }
 
 /* One training step as `collage train` takes it (EDQ on); its phase times into sample j (j < 0: not kept). */
 static void bench_run_step(bench_run *r, const int32_t *in, const int32_t *tg, int B, int T, int j) {
+    const double q0 = collage_model_fp8_quant_seconds(r->m);
     double t0 = cli_now(), loss;
     collage_model_zero_grad(r->m);
     collage_model_forward(r->m, collage_adamw_params(r->opt), in, tg, B, T, &loss);
@@ -167,12 +175,13 @@ static void bench_run_step(bench_run *r, const int32_t *in, const int32_t *tg, i
     if (collage_model_precision(r->m) == COLLAGE_REAL_FP8) collage_model_fp8_end_step(r->m, st != COLLAGE_OK);
     double t3 = cli_now();
     if (j >= 0) r->t[0][j] = t3 - t0, r->t[1][j] = t1 - t0, r->t[2][j] = t2 - t1, r->t[3][j] = t3 - t2;
+    if (j >= 0) r->t[4][j] = collage_model_fp8_quant_seconds(r->m) - q0;
 }
 
-/* Median of the first n samples of each phase, in ms, into med[4]. Sorts the samples in place: a
+/* Median of the first n samples of each phase, in ms, into med[NPH]. Sorts the samples in place: a
  * median taken later over more of them does not depend on their order. */
-static void bench_run_medians(const bench_run *r, int n, double med[4]) {
-    for (int k = 0; k < 4; k++) med[k] = bench_median(r->t[k], n) * 1e3;
+static void bench_run_medians(const bench_run *r, int n, double med[NPH]) {
+    for (int k = 0; k < NPH; k++) med[k] = bench_median(r->t[k], n) * 1e3;
 }
 
 /* The core's peak, measured once (bench_peak.c). */
@@ -194,7 +203,7 @@ static double row_peak(const char *products) {
 /* One row: speed, the fraction of the reference rate of its products (sgemm for fp32, the bf16 products
  * for the bf16 strategies) and of the core's peak for the instruction they use, the speed-up over the
  * fp32 steps taken beside it, the phases, the memory. */
-static void bench_model_row(const bench_run *r, const double med[4], double ms_fp32, double tok, double flops_tok,
+static void bench_model_row(const bench_run *r, const double med[NPH], double ms_fp32, double tok, double flops_tok,
                             const double ref[2], const char *preset, int B, int T, int json) {
     const collage_strategy s = r->s;
     const double ms = med[0], fl = flops_tok * tok / (ms * 1e-3), ceil = s == COLLAGE_FP32 ? ref[0] : ref[1];
@@ -204,11 +213,11 @@ static void bench_model_row(const bench_run *r, const double med[4], double ms_f
         printf("{\"model\":\"%s\",\"strategy\":\"%s\",\"B\":%d,\"T\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f,"
                "\"model_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"fraction_of_sgemm\":%.3f,\"bf16_gemm_gflops\":%.2f,"
                "\"fraction_of_products\":%.3f,\"fwd_bwd_fraction_of_products\":%.3f,\"slowdown_vs_fp32\":%.3f,\"speedup_vs_fp32\":%.3f,"
-               "\"forward_ms\":%.2f,\"backward_ms\":%.2f,\"optimizer_ms\":%.2f,\"fp32_ms_alongside\":%.2f,"
+               "\"forward_ms\":%.2f,\"backward_ms\":%.2f,\"optimizer_ms\":%.2f,\"fp8_quant_ms\":%.2f,\"fp32_ms_alongside\":%.2f,"
                "\"weights_mib\":%.1f,\"state_mib\":%.1f,\"gradients_mib\":%.1f,\"activations_mib\":%.1f,"
                "\"scratch_mib\":%.1f,\"core_peak_gflops\":%.1f,\"fraction_of_core_peak\":%.3f,\"products\":\"%s\",\"cpu\":\"%s\"}\n",
                preset, collage_strategy_name(s), B, T, ms, tok / (ms * 1e-3), fl * 1e-9, ref[0] * 1e-9, fl / ref[0],
-               ref[1] * 1e-9, fl / ceil, fl * ms / (med[1] + med[2]) / ceil, ms / ms_fp32, ms_fp32 / ms, med[1], med[2], med[3], ms_fp32, mb[0], mb[1],
+               ref[1] * 1e-9, fl / ceil, fl * ms / (med[1] + med[2]) / ceil, ms / ms_fp32, ms_fp32 / ms, med[1], med[2], med[3], med[4], ms_fp32, mb[0], mb[1],
                mb[2], mb[3], mb[4], peak * 1e-9, fl / peak, r->products, bench_cpu_name());
     else
         printf("%-14s %8.1f %8.0f %8.1f %6.0f%% %6.0f%% %7.2fx %8.1f %8.1f %8.1f %5.0f%%   %7.0f %6.0f %6.0f %6.0f %6.0f %7.0f\n",
@@ -228,7 +237,7 @@ typedef struct {
     float *w0;
     int32_t *in, *tg;
     bench_run f;
-    double med[NLIST][4], fmed[NLIST][4], mib[NLIST][5];
+    double med[NLIST][NPH], fmed[NLIST][NPH], mib[NLIST][5];
     char prod[NLIST][160];
 } bench_model_set;
 
@@ -308,9 +317,10 @@ static int strategy_round(bench_model_set *ms, int nm, collage_strategy s, int s
     for (int m = 0; m < made; m++) {
         if (!rc) {
             bench_run alongside = ms[m].f;
-            for (int q = 0; q < 4; q++) alongside.t[q] = ms[m].f.t[q] + (size_t)si * steps;
+            for (int q = 0; q < NPH; q++) alongside.t[q] = ms[m].f.t[q] + (size_t)si * steps;
             bench_run_medians(&r[m], steps, ms[m].med[si]);
             bench_run_medians(&alongside, steps, ms[m].fmed[si]);
+            bench_run_memory(&r[m], ms[m].n);
             memcpy(ms[m].mib[si], r[m].mib, sizeof r[m].mib);
             snprintf(ms[m].prod[si], sizeof ms[m].prod[si], "%s", r[m].products);
         }
@@ -324,7 +334,7 @@ static int strategy_round(bench_model_set *ms, int nm, collage_strategy s, int s
 static void model_rows(bench_model_set *m, const collage_strategy *chosen, int done, int B, int T, int steps, int json,
                        double *gf) {
     const double tok = (double)B * T;
-    double fall[4];
+    double fall[NPH];
     if (!json)
         printf("%s:\n%-14s %8s %8s %8s %7s %7s %8s %8s %8s %8s %6s   %7s %6s %6s %6s %6s %7s\n", m->preset, "strategy",
                "ms/step", "tokens/s", "GFLOP/s", "of prod", "of core", "speed-up", "forward", "backward", "optim.", "opt %",
@@ -348,6 +358,10 @@ static void model_rows(bench_model_set *m, const collage_strategy *chosen, int d
     }
     if (g_fp8) printf("; the bf16 strategies' products on fp8 operands (%s scaling, e4m3/e5m2)", g_fp8);
     printf("\n");
+    for (int si = 0; g_fp8 && si < done; si++) /* the quantizer's share of the products' phases */
+        printf("%s: fp8 quantization %.1f ms of the forward and backward's %.1f ms (%.0f%% of the step)\n",
+               collage_strategy_name(chosen[si]), m->med[si][4], m->med[si][1] + m->med[si][2],
+               100 * m->med[si][4] / m->med[si][0]);
 }
 
 /* Each low-precision strategy is timed in alternation with one fp32 model, step by step, and its

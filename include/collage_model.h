@@ -192,6 +192,9 @@ float         *collage_model_fp8_amaxes(collage_model *m, int *n);
 size_t         collage_model_fp8_state_bytes(const collage_model *m);
 collage_status collage_model_fp8_state_save(const collage_model *m, void *buf, size_t cap);
 collage_status collage_model_fp8_state_load(collage_model *m, const void *buf, size_t len);
+/* Seconds the fp8 products have spent quantizing their operands (amaxes, scales, rounding) since the model
+ * was made, on the calling thread's clock: a benchmark's phase. 0 for a model of another precision or NULL. */
+double         collage_model_fp8_quant_seconds(const collage_model *m);
 /* ---- the kernels of the products (docs/numerics.md §10)
  * A product runs on one of the kernels this build has: fp32 on OpenBLAS's sgemm, oneDNN's sgemm or
  * collage's reference sgemm (a fixed order: the same bits on every x86-64 CPU); bf16 operands on

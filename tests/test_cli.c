@@ -475,6 +475,12 @@ static void test_bench_json(void) {
               g_bin);
     CHECK(rc == 0 && count_lines_with(out, mk, 10) == 2 && strstr(out, "\"model\":\"bert-tiny\""),
           "bench model bert-tiny --json: rc %d: %s", rc, out);
+    /* --compute fp8: the quantization's time per step, positive for the fp8 model, 0 for fp32's */
+    rc = h_sh(out, sizeof out, "%s bench model --model tiny --steps 1 --warmup 0 --precision collage-light --compute fp8 "
+              "--fp8-recipe block --json", g_bin);
+    const char *q32 = strstr(out, "\"fp8_quant_ms\":"), *q8 = q32 ? strstr(q32 + 1, "\"fp8_quant_ms\":") : NULL;
+    CHECK(rc == 0 && q32 && q8 && atof(q32 + 15) == 0 && atof(q8 + 15) > 0, "bench model --compute fp8 --json: rc %d: %s",
+          rc, out);
     rc = h_sh(out, sizeof out, "%s bench model --strategy nonsense", g_bin);
     CHECK(rc == 2 && strstr(out, "nonsense") && strstr(out, "hint"), "bench model bad strategy: rc %d: %s", rc, out);
     rc = h_sh(out, sizeof out, "%s bench model --warmup -1", g_bin);

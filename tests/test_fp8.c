@@ -325,6 +325,53 @@ static void test_nonfinite(void) {
           "recipe names");
 }
 
+/* ---------------------------------------------------------------- the quantizer's loops per ISA */
+/* Every ISA the CPU has runs fp8q_kernel.inc's loops: their saturating rounding gives the scalar
+ * collage__fp8_sat's codes (tested against the encoder above) on test_sat_fast's boundary patterns and 2^18
+ * random ones, and the quantizer meets the oracle on the random and constructed tensors and refuses NaN and
+ * Inf as above (test_recipes_random and test_recipes_constructed cover per-row and one-column-wide blocks,
+ * test_nonfinite the refusal). */
+static void test_isas(void) {
+    static const uint32_t low[8] = {0, 1, 0x7fff, 0x8000, 0x8001, 0xfffe, 0xffff, 0x5555};
+    enum { NY = 0x10000 * 8 + (1 << 18) };
+    float *y = malloc(NY * sizeof *y);
+    uint8_t *got = malloc(NY);
+    size_t n = 0;
+    for (uint32_t hi = 0; hi < 0x10000u; hi++)
+        for (int l = 0; l < 8; l++) {
+            const uint32_t u = hi << 16 | low[l];
+            if ((u & 0x7fffffffu) <= 0x7f800000u) y[n++] = bits_f32(u);
+        }
+    while (n < NY) {
+        const uint32_t u = rnd32();
+        if ((u & 0x7fffffffu) <= 0x7f800000u) y[n++] = bits_f32(u);
+    }
+    const collage_isa isas[3] = {COLLAGE_ISA_SCALAR, COLLAGE_ISA_AVX2, COLLAGE_ISA_AVX512};
+    for (int ii = 0; ii < 3; ii++) {
+        if (!collage_isa_supported(isas[ii])) {
+            printf("  %s: not on this CPU, skipped\n", collage_isa_name(isas[ii]));
+            continue;
+        }
+        for (int fi = 0; fi < 2; fi++) {
+            collage__fp8q_sat_row(isas[ii], FMTS[fi], y, (int)n, got);
+            int bad = 0;
+            for (size_t i = 0; i < n; i++) {
+                const uint8_t want = collage__fp8_sat(FMTS[fi], y[i]);
+                if (got[i] != want && bad++ < 5)
+                    CHECK(0, "%s %s: y %a: 0x%02x, scalar 0x%02x", collage_isa_name(isas[ii]),
+                          collage_format_get(FMTS[fi])->name, (double)y[i], got[i], want);
+            }
+            CHECK(bad == 0, "%s %s: %d codes differ", collage_isa_name(isas[ii]), collage_format_get(FMTS[fi])->name, bad);
+        }
+        CHECK(collage_set_isa(isas[ii]) == COLLAGE_OK, "set %s", collage_isa_name(isas[ii]));
+        test_recipes_random();
+        test_recipes_constructed();
+        test_nonfinite();
+        collage_set_isa(COLLAGE_ISA_AUTO);
+    }
+    free(y), free(got);
+}
+
 /* ---------------------------------------------------------------- delayed scaling */
 /* The scale after each step against max over the last H recorded amaxes (zeros and non-finite keep the
  * scale), margin 1; a discarded step changes nothing; save at step 5 and resume gives the same bytes at
@@ -763,6 +810,7 @@ int main(void) {
     RUN(test_recipes_constructed);
     RUN(test_mx_exponent_te);
     RUN(test_nonfinite);
+    RUN(test_isas);
     RUN(test_delayed_history);
     RUN(test_product);
     RUN(test_product_nonfinite);

@@ -110,13 +110,25 @@ collage_real gm_products_real(gm_precision p) {
 }
 
 /* ---------------------------------------------------------------- the fp8 precision */
+static void fp8_wcopies_free(gm_fp8 *f) {
+    for (int k = 0; k < f->nwc; k++) nn_fp8_wcopy_free(&f->wc[k]);
+    free(f->wc);
+    f->wc = NULL, f->nwc = 0;
+}
+
 /* The delayed state of fp8's recipe (delayed: 3 slots per linear layer, Transformer Engine's history of
- * 1024 steps and margin 0; other recipes: none). COLLAGE_ERR_NOMEM. */
+ * 1024 steps and margin 0; other recipes: none), and the linear layers' weight copies (their buffers grow
+ * on first use; none for MXFP8). COLLAGE_ERR_NOMEM. */
 static collage_status fp8_state_new(gm_model *m) {
     collage__fp8_scaling_free(m->fp8.scaling);
     m->fp8.scaling = NULL;
-    if (m->fp8.recipe != COLLAGE_FP8_DELAYED) return COLLAGE_OK;
+    fp8_wcopies_free(&m->fp8);
     const int layers = m->g->fp8_layers(m->plan);
+    if (m->fp8.recipe != COLLAGE_FP8_MXFP8) { /* MXFP8 quantizes a weight along each K: no copy serves both */
+        if (!(m->fp8.wc = calloc((size_t)layers, sizeof *m->fp8.wc))) return COLLAGE_ERR_NOMEM;
+        m->fp8.nwc = layers;
+    }
+    if (m->fp8.recipe != COLLAGE_FP8_DELAYED) return COLLAGE_OK;
     collage_format *fmts = malloc((size_t)layers * 3 * sizeof *fmts);
     if (!fmts) return COLLAGE_ERR_NOMEM;
     nn_fp8_slot_formats(fmts, layers, m->fp8.e4m3_all);
@@ -150,6 +162,8 @@ float *gm_fp8_amaxes(gm_model *m, int *n) {
     *n = m && m->fp8.scaling ? collage__fp8_scaling_slots(m->fp8.scaling) : 0;
     return *n ? collage__fp8_scaling_current(m->fp8.scaling) : NULL;
 }
+
+double gm_fp8_quant_seconds(const gm_model *m) { return m && m->prec == GM_FP8 ? m->fp8.ws.quant_s : 0.0; }
 
 size_t gm_fp8_state_bytes(const gm_model *m) {
     return m && m->fp8.scaling ? collage__fp8_scaling_bytes(m->fp8.scaling) : 0;
@@ -221,7 +235,7 @@ void gm_free(gm_model *m) {
     if (m->plan) m->g->plan_free(m->plan);
     free(m->acts); free(m->grads); free(m->grads16); free(m->w32); free(m->tok); free(m->tgt);
     free(m->acts16); free(m->gsums); free(m->len); free(m->rows); nn_ws_free(&m->ws);
-    collage__fp8_scaling_free(m->fp8.scaling); nn_fp8_ws_free(&m->fp8.ws);
+    collage__fp8_scaling_free(m->fp8.scaling); nn_fp8_ws_free(&m->fp8.ws); fp8_wcopies_free(&m->fp8);
     free(m);
 }
 
@@ -229,11 +243,12 @@ size_t gm_size(const gm_model *m) { return m ? m->sz.nparams : 0; }
 const char *gm_error(const gm_model *m) { return m ? m->err : "no model"; }
 
 
-/* The fp8 products' scratch (operands' values, their blocks' scales and factors, tiles) and the delayed
- * state, in bytes. */
+/* The fp8 products' scratch (operands' values, their blocks' scales and factors, tiles), the weights'
+ * copies and the delayed state, in bytes. */
 static size_t fp8_scratch(const gm_fp8 *f) {
     size_t b = f->ws.tiles.cap * sizeof(float) + (f->scaling ? collage__fp8_scaling_bytes(f->scaling) : 0);
     for (int w = 0; w < 2; w++) b += f->ws.cap_v[w] * sizeof(uint16_t) + 2 * f->ws.cap_s[w] * sizeof(float);
+    for (int k = 0; k < f->nwc; k++) b += f->wc[k].cap_v * sizeof(uint16_t) + 2 * f->wc[k].cap_s * sizeof(float);
     return b;
 }
 

@@ -38,6 +38,8 @@ typedef struct {
     int e4m3_all;
     collage__fp8_scaling *scaling;
     nn_fp8_ws ws;
+    nn_fp8_wcopy *wc;       /* per linear layer, its weight's copy from the forward (NULL for MXFP8) */
+    int nwc;
     collage_status st;
 } gm_fp8;
 
@@ -193,6 +195,7 @@ collage_real gm_products_real(gm_precision p);
 collage_status gm_fp8_set(gm_model *m, collage_fp8_recipe recipe, int e4m3_all);
 collage_status gm_fp8_end_step(gm_model *m, int skipped);
 float         *gm_fp8_amaxes(gm_model *m, int *n);
+double         gm_fp8_quant_seconds(const gm_model *m);
 size_t         gm_fp8_state_bytes(const gm_model *m);
 collage_status gm_fp8_state_save(const gm_model *m, void *buf, size_t cap);
 collage_status gm_fp8_state_load(gm_model *m, const void *buf, size_t len);

@@ -443,6 +443,7 @@ float *collage_model_fp8_amaxes(collage_model *m, int *n) {
     *n = 0;
     return m ? gm_fp8_amaxes(m->impl, n) : NULL;
 }
+double collage_model_fp8_quant_seconds(const collage_model *m) { return m ? gm_fp8_quant_seconds(m->impl) : 0.0; }
 size_t collage_model_fp8_state_bytes(const collage_model *m) { return m ? gm_fp8_state_bytes(m->impl) : 0; }
 collage_status collage_model_fp8_state_save(const collage_model *m, void *buf, size_t cap) {
     return m ? gm_fp8_state_save(m->impl, buf, cap) : COLLAGE_ERR_NULL;

@@ -34,7 +34,7 @@ static inline int model_bf16_reserve(nn_ws *ws, int N, int C, int Vp, int nt, nn
  * the call: the model's call fails with it). */
 static inline nn_fp8_layer mb_layer(const gm_env *e, int k) {
     return (nn_fp8_layer){.recipe = e->fp8->recipe, .e4m3_all = e->fp8->e4m3_all, .scaling = e->fp8->scaling,
-                          .slot = 3 * k};
+                          .slot = 3 * k, .wc = k < e->fp8->nwc ? &e->fp8->wc[k] : NULL};
 }
 static inline void mb_note(const gm_env *e, collage_status st) {
     if (st != COLLAGE_OK && e->fp8->st == COLLAGE_OK) e->fp8->st = st;

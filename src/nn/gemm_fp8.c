@@ -2,6 +2,7 @@
  * their fp8 values (exact in bf16) multiplied through the bf16 products' door with fp32 sums, and the
  * blocks' scales applied in fp32 per K block; and the scalar reference twin of the whole. */
 #include "nn.h"
+#include <time.h>
 
 void nn_fp8_ws_free(nn_fp8_ws *ws) {
     for (int i = 0; i < 2; i++) free(ws->v[i]), free(ws->s[i]), free(ws->inv[i]);
@@ -123,19 +124,57 @@ void nn_gemm_fp8_q(int ta, int tb, int M, int N, int K, const nn_fp8_operand *A,
     nn_gemm_bf16_kblocks(ta, tb, M, N, K, kstep, A->v, A->ld, B->v, B->ld, fold_scaled, ep_forward, &f, tiles, path, nt);
 }
 
-collage_status nn_gemm_fp8(const nn_fp8_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
-                           const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx, nn_fp8_ws *ws, nn_bf16_path path,
-                           int nt) {
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Grows wc's buffers for a (rows, cols) weight quantized by q; 0, or -1 (wc unchanged but invalid). */
+static int wcopy_grow(nn_fp8_wcopy *wc, const collage_fp8_quant *q, int rows, int cols) {
+    return grow16(&wc->v, &wc->cap_v, (size_t)rows * cols) ||
+           grow_scales(&wc->s, &wc->inv, &wc->cap_s, collage__fp8_blocks(q, rows, cols));
+}
+
+/* Operand B, a (rows, cols) weight, quantized by q: wc's copy when `reuse` and wc holds this matrix's
+ * quantization by q (the same values, format, block shape and scale give the same bits), its amax recorded
+ * again; else quantized into wc (which then holds it) or, when wc is NULL or cannot grow, into the
+ * scratch. */
+static collage_status operand_b(nn_fp8_operand *ob, const collage_fp8_quant *q, const uint16_t *B, int rows, int cols,
+                                int ld, nn_fp8_ws *ws, nn_fp8_wcopy *wc, int reuse, float *amb, int nt) {
+    int br, bc;
+    collage__fp8_block_shape(q, rows, cols, &br, &bc);
+    if (wc && reuse && wc->valid && wc->w == B && wc->rows == rows && wc->cols == cols && wc->ld == ld &&
+        wc->fmt == q->fmt && wc->br == br && wc->bc == bc && f32_bits(wc->scale) == f32_bits(q->scale) &&
+        wc->op.dequant == (q->recipe == COLLAGE_FP8_MXFP8)) {
+        *ob = wc->op, *amb = wc->amax;
+        return COLLAGE_OK;
+    }
+    if (!wc || wcopy_grow(wc, q, rows, cols))
+        return nn_fp8_operand_make(ob, q, B, rows, cols, ld, ws->v[1], ws->s[1], ws->inv[1], amb, nt);
+    wc->valid = 0;
+    const collage_status st = nn_fp8_operand_make(ob, q, B, rows, cols, ld, wc->v, wc->s, wc->inv, amb, nt);
+    if (st != COLLAGE_OK) return st;
+    wc->op = *ob, wc->w = B, wc->rows = rows, wc->cols = cols, wc->ld = ld, wc->fmt = q->fmt, wc->br = br;
+    wc->bc = bc, wc->scale = q->scale, wc->amax = *amb, wc->valid = 1;
+    return COLLAGE_OK;
+}
+
+collage_status nn_gemm_fp8_w(const nn_fp8_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                             const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx, nn_fp8_ws *ws, nn_fp8_wcopy *wc,
+                             int reuse, nn_bf16_path path, int nt) {
     const collage_fp8_quant qa = nn_fp8_quant_of(p, 0, ta), qb = nn_fp8_quant_of(p, 1, tb);
     COLLAGE_ASSERT(ws->cap_v[0] >= (size_t)M * K && ws->cap_v[1] >= (size_t)K * N &&
                    ws->cap_s[0] >= collage__fp8_blocks(&qa, ta ? K : M, ta ? M : K) &&
                    ws->cap_s[1] >= collage__fp8_blocks(&qb, tb ? N : K, tb ? K : N));
+    if (wc && !reuse) wc->valid = 0; /* a new copy is made below, or none is left */
     nn_fp8_operand oa, ob;
     float ama, amb;
+    const double t0 = now_s();
     collage_status st = nn_fp8_operand_make(&oa, &qa, A, ta ? K : M, ta ? M : K, lda, ws->v[0], ws->s[0], ws->inv[0],
                                             &ama, nt);
-    if (st == COLLAGE_OK)
-        st = nn_fp8_operand_make(&ob, &qb, B, tb ? N : K, tb ? K : N, ldb, ws->v[1], ws->s[1], ws->inv[1], &amb, nt);
+    if (st == COLLAGE_OK) st = operand_b(&ob, &qb, B, tb ? N : K, tb ? K : N, ldb, ws, wc, reuse, &amb, nt);
+    ws->quant_s += now_s() - t0;
     if (st != COLLAGE_OK) return st;
     if (p->recipe == COLLAGE_FP8_DELAYED && p->scaling) {
         collage__fp8_scaling_record(p->scaling, p->slot_a, ama);
@@ -143,6 +182,18 @@ collage_status nn_gemm_fp8(const nn_fp8_spec *p, int ta, int tb, int M, int N, i
     }
     nn_gemm_fp8_q(ta, tb, M, N, K, &oa, &ob, ep, ctx, &ws->tiles, path, nt);
     return COLLAGE_OK;
+}
+
+collage_status nn_gemm_fp8(const nn_fp8_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                           const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx, nn_fp8_ws *ws, nn_bf16_path path,
+                           int nt) {
+    return nn_gemm_fp8_w(p, ta, tb, M, N, K, A, lda, B, ldb, ep, ctx, ws, NULL, 0, path, nt);
+}
+
+void nn_fp8_wcopy_free(nn_fp8_wcopy *wc) {
+    if (!wc) return;
+    free(wc->v), free(wc->s), free(wc->inv);
+    *wc = (nn_fp8_wcopy){0};
 }
 
 void nn_fp8_slot_formats(collage_format *fmts, int layers, int e4m3_all) {

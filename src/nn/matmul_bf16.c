@@ -125,7 +125,7 @@ collage_status NN_BF16_NAME(nn_matmul_forward_fp8)(uint16_t *out, const uint16_t
                                                    const nn_fp8_layer *L, nn_fp8_ws *ws, nn_bf16_path path, int nt) {
     ep_ctx c = {.out = out, .ldo = OC, .bias = bias, .res = res};
     const nn_fp8_spec p = layer_spec(L, COLLAGE_FP8_ACT, 0, COLLAGE_FP8_WEIGHT, 1);
-    return nn_gemm_fp8(&p, 0, 1, N, OC, C, inp, C, w, C, ep_forward, &c, ws, path, nt);
+    return nn_gemm_fp8_w(&p, 0, 1, N, OC, C, inp, C, w, C, ep_forward, &c, ws, L->wc, 0, path, nt);
 }
 
 collage_status NN_BF16_NAME(nn_matmul_logits_fp8)(float *out, const uint16_t *inp, const uint16_t *w, int N, int C,
@@ -133,7 +133,7 @@ collage_status NN_BF16_NAME(nn_matmul_logits_fp8)(float *out, const uint16_t *in
                                                   int nt) {
     ep_ctx c = {.outf = out, .ldo = OC};
     const nn_fp8_spec p = layer_spec(L, COLLAGE_FP8_ACT, 0, COLLAGE_FP8_WEIGHT, 1);
-    return nn_gemm_fp8(&p, 0, 1, N, OC, C, inp, C, w, C, ep_round_f32, &c, ws, path, nt);
+    return nn_gemm_fp8_w(&p, 0, 1, N, OC, C, inp, C, w, C, ep_round_f32, &c, ws, L->wc, 0, path, nt);
 }
 
 collage_status NN_BF16_NAME(nn_matmul_backward_input_fp8)(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N,
@@ -141,7 +141,7 @@ collage_status NN_BF16_NAME(nn_matmul_backward_input_fp8)(uint16_t *dinp, const 
                                                           nn_bf16_path path, int nt) {
     ep_ctx c = {.out = dinp, .ldo = C};
     const nn_fp8_spec p = layer_spec(L, COLLAGE_FP8_GRAD, 2, COLLAGE_FP8_WEIGHT, 1);
-    return nn_gemm_fp8(&p, 0, 0, N, C, OC, dout, OC, w, C, ep_forward, &c, ws, path, nt);
+    return nn_gemm_fp8_w(&p, 0, 0, N, C, OC, dout, OC, w, C, ep_forward, &c, ws, L->wc, 1, path, nt);
 }
 
 collage_status NN_BF16_NAME(nn_matmul_backward_weight_fp8)(uint16_t *dw, int add, const uint16_t *dout,

@@ -205,12 +205,14 @@ typedef struct {
     int slot_a, slot_b;
 } nn_fp8_spec;
 
-/* Scratch of an fp8 product: both operands' values and scales, and the tiles. */
+/* Scratch of an fp8 product: both operands' values and scales, and the tiles; the seconds its products
+ * have spent quantizing (a benchmark's phase). */
 typedef struct {
     uint16_t *v[2];
     float *s[2], *inv[2];
     size_t cap_v[2], cap_s[2];
     nn_ws tiles;
+    double quant_s;
 } nn_fp8_ws;
 void nn_fp8_ws_free(nn_fp8_ws *ws);
 /* Grows ws for the (M,N,K) product of spec p on nt threads; 0, or -1 when out of memory. */
@@ -239,6 +241,29 @@ void nn_gemm_fp8_q(int ta, int tb, int M, int N, int K, const nn_fp8_operand *A,
 collage_status nn_gemm_fp8(const nn_fp8_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                            const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx, nn_fp8_ws *ws, nn_bf16_path path,
                            int nt);
+/* A weight's fp8 copy kept from the forward product of a step for the backward one (dX = dY·W) of the same
+ * step (numerics.md §13, "A linear layer in fp8"): its values and blocks' factors, and what it was made
+ * from (the matrix's address and shape, the format, block shape and scale), which must all match for the
+ * copy to stand for a new quantization; the amax it recorded. Buffers grow on first use. */
+typedef struct {
+    uint16_t *v;
+    float *s, *inv;
+    size_t cap_v, cap_s;
+    nn_fp8_operand op;
+    const uint16_t *w;
+    int rows, cols, ld, br, bc;
+    collage_format fmt;
+    float scale, amax;
+    int valid;
+} nn_fp8_wcopy;
+void nn_fp8_wcopy_free(nn_fp8_wcopy *wc); /* its buffers; NULL is fine */
+/* nn_gemm_fp8 with B a layer's weight and wc its copy (NULL: none): reuse = 0 quantizes B into wc (the
+ * copy for a later product of the step; into the scratch when wc cannot grow); reuse = 1 takes wc's copy
+ * where it is B's quantization under p, its amax recorded again, else quantizes as reuse = 0. The same
+ * bits as nn_gemm_fp8 as long as the weight's values do not change between the two products. */
+collage_status nn_gemm_fp8_w(const nn_fp8_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                             const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx, nn_fp8_ws *ws, nn_fp8_wcopy *wc,
+                             int reuse, nn_bf16_path path, int nt);
 /* nn_gemm_fp8's scalar twin: the same quantization on one thread, each block's sum P = Σ fl(a·b) in k order
  * from +0 in fp32 (the reference sgemm's order), the same folds; ep is called once with the whole (M,N)
  * result. Allocates its scratch (a reference, not a step's call). Bit for bit nn_gemm_fp8 with the
@@ -385,6 +410,7 @@ typedef struct {
     int e4m3_all;
     collage__fp8_scaling *scaling; /* DELAYED: the model's state */
     int slot;
+    nn_fp8_wcopy *wc;              /* the weight's copy from the forward, for backward_input; or NULL */
 } nn_fp8_layer;
 /* The formats of a model's delayed slots, `layers` linear layers of three slots each. */
 void nn_fp8_slot_formats(collage_format *fmts, int layers, int e4m3_all);

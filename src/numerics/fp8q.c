@@ -5,6 +5,36 @@
 #include <float.h>
 #include <math.h>
 
+#define FP8Q_NAME(x) x##_ref
+#include "fp8q_kernel.inc"
+#undef FP8Q_NAME
+
+/* The quantizer's loops for the ISA in force (collage_get_isa): fp8q_kernel.inc built for it. */
+typedef struct {
+    unsigned (*amax)(const uint16_t *x, int ld, int r0, int r1, int c0, int c1);
+    void (*colmax)(const uint16_t *x, int ld, int r0, int r1, int c0, int c1, uint16_t *m);
+    void (*run)(int e5m2, const uint16_t *x, int n, float s, float inv, uint8_t *codes, uint16_t *vals, int dequant);
+    void (*run_cols)(int e5m2, const uint16_t *x, int n, const float *s, const float *inv, uint8_t *codes,
+                     uint16_t *vals, int dequant);
+} fp8q_kernels;
+
+#define FP8Q_KERNELS(S) \
+    (fp8q_kernels){collage__fp8q_amax##S, collage__fp8q_colmax##S, collage__fp8q_run##S, collage__fp8q_run_cols##S}
+static fp8q_kernels kernels(void) {
+    switch (collage_get_isa()) {
+    case COLLAGE_ISA_AVX512: return FP8Q_KERNELS(_avx512);
+    case COLLAGE_ISA_AVX2: return FP8Q_KERNELS(_avx2);
+    default: return FP8Q_KERNELS(_ref);
+    }
+}
+
+void collage__fp8q_sat_row(collage_isa isa, collage_format f, const float *y, int n, uint8_t *codes) {
+    const int e5m2 = f == COLLAGE_FMT_E5M2;
+    if (isa == COLLAGE_ISA_AVX512) collage__fp8q_sat_row_avx512(e5m2, y, n, codes);
+    else if (isa == COLLAGE_ISA_AVX2) collage__fp8q_sat_row_avx2(e5m2, y, n, codes);
+    else collage__fp8q_sat_row_ref(e5m2, y, n, codes);
+}
+
 static const char *const RECIPE_NAMES[COLLAGE_FP8_RECIPE_COUNT] = {"delayed", "current", "block", "mxfp8"};
 
 const char *collage__fp8_recipe_name(collage_fp8_recipe r) {
@@ -50,17 +80,33 @@ static void mx_range(collage_format f, int *lo, int *hi) {
     *hi = 127 - ilogbf(F->max_value);
 }
 
-/* The least E with a ≤ F·2^E, exactly: a = m·2^Ea (m in [1, 2)), F = mF·2^Ef, so E = Ea − Ef, plus 1
- * when m > mF. Clamped to mx_range. */
-static int mx_exponent(collage_format f, float a) {
-    int lo, hi;
-    mx_range(f, &lo, &hi);
-    if (a == 0.0f) return lo;
+/* A format's MXFP8 constants: the clamps, and F = (1 + mf·2^-23)·2^ef (F is a normal fp32 value). */
+typedef struct { int lo, hi, ef; uint32_t mf; } mx_consts;
+static mx_consts mx_of(collage_format f) {
+    mx_consts c;
     const float F = collage_format_get(f)->max_value;
-    const int ea = ilogbf(a), ef = ilogbf(F);
-    int e = ea - ef + (ldexpf(a, -ea) > ldexpf(F, -ef));
-    return e < lo ? lo : e > hi ? hi : e;
+    mx_range(f, &c.lo, &c.hi);
+    c.ef = ilogbf(F), c.mf = f32_bits(F) & 0x7fffffu;
+    return c;
 }
+
+/* The least E with a ≤ F·2^E, exactly: a = m·2^Ea (m in [1, 2)), F = mF·2^Ef, so E = Ea − Ef, plus 1
+ * when m > mF; for a normal a, m > mF compares the fractions' bits as integers. Clamped to mx_range. */
+static int mx_exponent_of(const mx_consts *c, float a) {
+    if (a == 0.0f) return c->lo;
+    const uint32_t u = f32_bits(a);
+    int e;
+    if (u >> 23) {
+        e = (int)(u >> 23) - 127 - c->ef + ((u & 0x7fffffu) > c->mf);
+    } else { /* subnormal */
+        const int ea = ilogbf(a);
+        e = ea - c->ef + (ldexpf(a, -ea) > bits_f32(0x3f800000u | c->mf));
+    }
+    return e < c->lo ? c->lo : e > c->hi ? c->hi : e;
+}
+
+/* 2^e for e in fp32's normal range. */
+static inline float pow2f(int e) { return bits_f32((uint32_t)(127 + e) << 23); }
 
 static float fp32_div(float a, float b) { return a / b; }
 
@@ -68,8 +114,9 @@ void collage__fp8_block_scale(const collage_fp8_quant *q, float amax, float *s, 
     const float F = collage_format_get(q->fmt)->max_value;
     switch (q->recipe) {
     case COLLAGE_FP8_MXFP8: {
-        const int e = mx_exponent(q->fmt, amax);
-        *s = ldexpf(1.0f, -e), *inv = ldexpf(1.0f, e);
+        const mx_consts c = mx_of(q->fmt);
+        const int e = mx_exponent_of(&c, amax);
+        *s = pow2f(-e), *inv = pow2f(e);
         return;
     }
     case COLLAGE_FP8_DELAYED:
@@ -83,31 +130,41 @@ void collage__fp8_block_scale(const collage_fp8_quant *q, float amax, float *s, 
     }
 }
 
-/* The largest |x| of a block as bf16 magnitude bits (x & 0x7fff orders finite bf16 magnitudes as
- * integers); a value ≥ 0x7f80 means a NaN or an infinity is in the block. */
-static unsigned block_amax_bits(const uint16_t *x, int ld, int r0, int r1, int c0, int c1) {
-    unsigned m = 0;
-    for (int r = r0; r < r1; r++) {
-        const uint16_t *row = x + (size_t)r * ld;
-        for (int c = c0; c < c1; c++) {
-            const unsigned a = row[c] & 0x7fffu;
-            m = a > m ? a : m;
+/* Block row b's amaxes (blocks br × bc, gc to a grid row) into am[0 … gc), with K's blocks one column wide
+ * (bc = 1) taken a row at a time over COLMAX_CHUNK columns; returns their largest bits. */
+#define COLMAX_CHUNK 1024
+static unsigned amax_block_row(const fp8q_kernels *k, const uint16_t *x, int ld, int r0, int r1, int cols, int bc,
+                               float *am) {
+    unsigned top = 0;
+    if (bc == 1) {
+        uint16_t m[COLMAX_CHUNK];
+        for (int c0 = 0; c0 < cols; c0 += COLMAX_CHUNK) {
+            const int n = cols - c0 < COLMAX_CHUNK ? cols - c0 : COLMAX_CHUNK;
+            memset(m, 0, (size_t)n * sizeof *m);
+            k->colmax(x, ld, r0, r1, c0, c0 + n, m);
+            for (int c = 0; c < n; c++) am[c0 + c] = bf16_f32(m[c]), top = m[c] > top ? m[c] : top;
         }
+        return top;
     }
-    return m;
+    for (int c0 = 0, g = 0; c0 < cols; c0 += bc, g++) {
+        const unsigned a = k->amax(x, ld, r0, r1, c0, c0 + bc < cols ? c0 + bc : cols);
+        am[g] = bf16_f32((uint16_t)a), top = a > top ? a : top;
+    }
+    return top;
 }
 
 /* Every block's amax bits into am (row-major over the grid): block rows shared among the threads, or, for
- * one block row (a per-tensor recipe), its rows with a max reduction (exact in any order). Returns the
- * largest. */
-static unsigned amax_grid(const uint16_t *x, int ld, int rows, int cols, int br, int bc, float *am, int nt) {
+ * one block row, its rows (a per-tensor recipe, with a max reduction: exact in any order) or its column
+ * chunks (one row of 1 × K blocks). Returns the largest. */
+static unsigned amax_grid(const fp8q_kernels *k, const uint16_t *x, int ld, int rows, int cols, int br, int bc,
+                          float *am, int nt) {
     const int gr = (rows + br - 1) / br, gc = (cols + bc - 1) / bc;
     unsigned top = 0;
     (void)nt; /* OpenMP off */
     if (gr == 1 && gc == 1) {
 #pragma omp parallel for schedule(static) num_threads(nt) reduction(max : top) if (rows >= 64)
         for (int r = 0; r < rows; r++) {
-            const unsigned a = block_amax_bits(x, ld, r, r + 1, 0, cols);
+            const unsigned a = k->amax(x, ld, r, r + 1, 0, cols);
             top = a > top ? a : top;
         }
         am[0] = bf16_f32((uint16_t)top);
@@ -116,14 +173,27 @@ static unsigned amax_grid(const uint16_t *x, int ld, int rows, int cols, int br,
 #pragma omp parallel for schedule(static) num_threads(nt) reduction(max : top) if (gr > 1)
     for (int b = 0; b < gr; b++) {
         const int r0 = b * br, r1 = r0 + br < rows ? r0 + br : rows;
-        for (int g = 0; g < gc; g++) {
-            const int c0 = g * bc, c1 = c0 + bc < cols ? c0 + bc : cols;
-            const unsigned a = block_amax_bits(x, ld, r0, r1, c0, c1);
-            am[(size_t)b * gc + g] = bf16_f32((uint16_t)a);
-            top = a > top ? a : top;
-        }
+        const unsigned a = amax_block_row(k, x, ld, r0, r1, cols, bc, am + (size_t)b * gc);
+        top = a > top ? a : top;
     }
     return top;
+}
+
+/* Each block's s and inv from its amax (in s), collage__fp8_block_scale's values; MXFP8's with the format's
+ * constants found once. Blocks are independent: any share among the threads gives the same values. */
+static void block_scales(const collage_fp8_quant *q, size_t nb, float *s, float *inv, int nt) {
+    (void)nt; /* OpenMP off */
+    if (q->recipe != COLLAGE_FP8_MXFP8) {
+#pragma omp parallel for schedule(static) num_threads(nt) if (nb >= 16384)
+        for (size_t b = 0; b < nb; b++) collage__fp8_block_scale(q, s[b], &s[b], &inv[b]);
+        return;
+    }
+    const mx_consts c = mx_of(q->fmt);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nb >= 16384)
+    for (size_t b = 0; b < nb; b++) {
+        const int e = mx_exponent_of(&c, s[b]);
+        s[b] = pow2f(-e), inv[b] = pow2f(e);
+    }
 }
 
 static collage_status check_quant(const collage_fp8_quant *q, int dequant) {
@@ -134,69 +204,20 @@ static collage_status check_quant(const collage_fp8_quant *q, int dequant) {
     return COLLAGE_OK;
 }
 
-/* SAT_RN to e4m3 and e5m2 of a y that is not a NaN (numerics.md §13), the generic encoder's result
- * (collage_lp_from_f32_sat) by a shorter road, which test_fp8 checks against it: |y| at or above F
- * (±Inf included) gives ±F (values in (F, F + half an ulp] round to F, beyond it they overflow and
- * saturate); a normal result rounds the fp32 fraction to 3 (2) bits, ties to even, a carry moving to
- * the next binade; below the smallest normal the grid is 2^-9 (2^-16), so |y|·2^9 (exact) is rounded to
- * an integer k by adding 2^23 (the sum's low bits are then k), k = 8 (4) being the smallest normal.
- * Each gives the code and the fp32 bits of its value (k·2^-9 is exact). The three cases are computed and
- * one selected with masks (a float `?:` would be control flow to GCC), so loops over them vectorise. */
-typedef struct { uint32_t code, bits; } fp8_rounded;
-
-static inline fp8_rounded sat_fp8(float y, int e5m2) {
-    const uint32_t man = e5m2 ? 2 : 3, drop = 23 - man, rebias = e5m2 ? 112u : 120u;
-    const uint32_t big = e5m2 ? 0x47600000u : 0x43e00000u, tiny = e5m2 ? 0x38800000u : 0x3c800000u;
-    const float grid = e5m2 ? 65536.0f : 512.0f, ungrid = e5m2 ? 0x1p-16f : 0x1p-9f;
-    const uint32_t u = f32_bits(y), a = u & 0x7fffffffu;
-    const uint32_t nbits = (a + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u)) & ~((1u << drop) - 1u);
-    const uint32_t ncode = (nbits >> drop) - (rebias << man);
-    const float k = (bits_f32(a) * grid + 8388608.0f) - 8388608.0f;
-    const uint32_t scode = f32_bits(k + 8388608.0f) - 0x4b000000u, sbits = f32_bits(k * ungrid);
-    const uint32_t mbig = 0u - (uint32_t)(a >= big), mnrm = 0u - (uint32_t)(a >= tiny);
-    const uint32_t bigcode = e5m2 ? 0x7bu : 0x7eu;
-    fp8_rounded r;
-    r.code = (mbig & bigcode) | (~mbig & ((mnrm & ncode) | (~mnrm & scode))) | ((u >> 24) & 0x80u);
-    r.bits = (mbig & big) | (~mbig & ((mnrm & nbits) | (~mnrm & sbits))) | (u & 0x80000000u);
-    return r;
-}
-
 uint8_t collage__fp8_sat(collage_format f, float y) { return (uint8_t)sat_fp8(y, f == COLLAGE_FMT_E5M2).code; }
 
-/* One block's piece of a row: the codes of x·s and their values (or, dequant, the values times inv: an
- * exact scaling by a power of two) as bf16 bits. */
-static void quantize_run(int e5m2, const uint16_t *x, int n, float s, float inv, uint8_t *codes, uint16_t *vals,
-                         int dequant) {
-    uint8_t c8[256];
-    uint16_t v16[256];
-    const float sc = dequant ? inv : 1.0f;
-    for (int c0 = 0; c0 < n; c0 += 256) {
-        const int m = n - c0 < 256 ? n - c0 : 256;
-        if (e5m2) {
-#pragma omp simd
-            for (int c = 0; c < m; c++) {
-                const fp8_rounded r = sat_fp8(bf16_f32(x[c0 + c]) * s, 1);
-                c8[c] = (uint8_t)r.code, v16[c] = (uint16_t)(f32_bits(bits_f32(r.bits) * sc) >> 16);
-            }
-        } else {
-#pragma omp simd
-            for (int c = 0; c < m; c++) {
-                const fp8_rounded r = sat_fp8(bf16_f32(x[c0 + c]) * s, 0);
-                c8[c] = (uint8_t)r.code, v16[c] = (uint16_t)(f32_bits(bits_f32(r.bits) * sc) >> 16);
-            }
-        }
-        if (codes) memcpy(codes + c0, c8, (size_t)m);
-        if (vals) memcpy(vals + c0, v16, (size_t)m * 2);
-    }
-}
-
-/* A row's codes and values: block g's scale for columns [g·bc, g·bc + bc). */
-static void quantize_row(const collage_fp8_quant *q, const uint16_t *x, int cols, int bc, const float *s,
-                         const float *inv, uint8_t *codes, uint16_t *vals, int dequant) {
+/* A row's codes and values: block g's scale for columns [g·bc, g·bc + bc); blocks one column wide take
+ * each column's own. */
+static void quantize_row(const fp8q_kernels *k, const collage_fp8_quant *q, const uint16_t *x, int cols, int bc,
+                         const float *s, const float *inv, uint8_t *codes, uint16_t *vals, int dequant) {
     const int e5m2 = q->fmt == COLLAGE_FMT_E5M2;
+    if (bc == 1) {
+        k->run_cols(e5m2, x, cols, s, inv, codes, vals, dequant);
+        return;
+    }
     for (int c0 = 0, g = 0; c0 < cols; c0 += bc, g++) {
         const int n = cols - c0 < bc ? cols - c0 : bc;
-        quantize_run(e5m2, x + c0, n, s[g], inv[g], codes ? codes + c0 : NULL, vals ? vals + c0 : NULL, dequant);
+        k->run(e5m2, x + c0, n, s[g], inv[g], codes ? codes + c0 : NULL, vals ? vals + c0 : NULL, dequant);
     }
 }
 
@@ -211,13 +232,14 @@ collage_status collage__fp8_quantize(const collage_fp8_quant *q, const uint16_t 
     collage__fp8_block_shape(q, rows, cols, &br, &bc);
     const int gc = (cols + bc - 1) / bc;
     const size_t nb = collage__fp8_blocks(q, rows, cols);
-    const unsigned top = amax_grid(x, ld, rows, cols, br, bc, s, nt); /* s holds the amaxes first */
+    const fp8q_kernels k = kernels();
+    const unsigned top = amax_grid(&k, x, ld, rows, cols, br, bc, s, nt); /* s holds the amaxes first */
     if (top >= 0x7f80u) return COLLAGE_ERR_NONFINITE;
-    for (size_t b = 0; b < nb; b++) collage__fp8_block_scale(q, s[b], &s[b], &inv[b]);
+    block_scales(q, nb, s, inv, nt);
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)rows * cols >= 32768)
     for (int r = 0; r < rows; r++) {
         const size_t g0 = (size_t)(r / br) * gc;
-        quantize_row(q, x + (size_t)r * ld, cols, bc, s + g0, inv + g0, codes ? codes + (size_t)r * cols : NULL,
+        quantize_row(&k, q, x + (size_t)r * ld, cols, bc, s + g0, inv + g0, codes ? codes + (size_t)r * cols : NULL,
                      vals ? vals + (size_t)r * cols : NULL, dequant);
     }
     if (amax) *amax = bf16_f32((uint16_t)top);

@@ -76,6 +76,23 @@ collage_status collage__fp8_quantize(const collage_fp8_quant *q, const uint16_t 
                                      uint8_t *codes, uint16_t *vals, int dequant, float *s, float *inv, float *amax,
                                      int nt);
 
+/* The quantizer's loops (fp8q_kernel.inc), built as the scalar reference (_ref, fp8q.c) and for AVX2 and
+ * AVX-512 (fp8q_avx2.c, fp8q_avx512.c; entered only when the CPU has them, through collage_get_isa):
+ * bit for bit the same results (test_fp8 checks every ISA). collage__fp8_quantize uses the ISA in force. */
+#define FP8Q_DECLARE(S)                                                                                        \
+    unsigned collage__fp8q_amax##S(const uint16_t *x, int ld, int r0, int r1, int c0, int c1);                 \
+    void collage__fp8q_colmax##S(const uint16_t *x, int ld, int r0, int r1, int c0, int c1, uint16_t *m);      \
+    void collage__fp8q_run##S(int e5m2, const uint16_t *x, int n, float s, float inv, uint8_t *codes,          \
+                              uint16_t *vals, int dequant);                                                    \
+    void collage__fp8q_run_cols##S(int e5m2, const uint16_t *x, int n, const float *s, const float *inv,       \
+                                   uint8_t *codes, uint16_t *vals, int dequant);                               \
+    void collage__fp8q_sat_row##S(int e5m2, const float *y, int n, uint8_t *codes);
+FP8Q_DECLARE(_ref)
+FP8Q_DECLARE(_avx2)
+FP8Q_DECLARE(_avx512)
+/* SAT_RN_f of n fp32 values (none a NaN) to codes with the given ISA's loop (for tests). */
+void collage__fp8q_sat_row(collage_isa isa, collage_format f, const float *y, int n, uint8_t *codes);
+
 /* ---------------------------------------------------------------- delayed scaling's state */
 /* The scales of a model's per-tensor delayed scaling: one slot per quantized tensor (a layer's input,
  * weight and incoming gradient), each with its format, its scale in force (1 at start), the amax of the
