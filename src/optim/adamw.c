@@ -575,30 +575,21 @@ static int tie_free(collage_adamw *o, collage_isa isa, int kind, float c) {
     return ok;
 }
 
-/* Whether group g's own scalar is tie-free on its line: θ ⊗ lr·wd (the decay), or for SGD with L2
- * decay θ ⊗ wd (SGD's L2 form has no decay line). */
-static int group_tie_free(collage_adamw *o, collage_isa isa, int g, double lr) {
-    if (o->cfg.optimizer == COLLAGE_OPTIM_SGD && !o->cfg.decoupled) return tie_free(o, isa, 0, group_wd(o, g));
-    return tie_free(o, isa, 0, group_lrwd(o, g, lr));
-}
-
 /* The nt level of each group's blocks this step, and the lowest over the blocks: the vector kernels'
  * bf16 loops round the lines with the step size, lr·wd, eps and the clipping factor half up (two
  * instructions instead of four) where none of those scalars can meet a tie (adamw_kernel.inc rn_k);
- * results are the same either way. Lion's lines have no step size (its a = RN(−lr)·sign(c) is exact)
- * and no eps, SGD's no eps (optim_kernel.inc). */
+ * results are the same either way. Lion's and SGD's loops have no such form (optim_kernel.inc). */
 static int set_group_nt(collage_adamw *o, collage_isa isa, const adamw_k *k, double lr) {
     collage_strategy s = o->cfg.strategy;
-    const collage_optimizer opt = o->cfg.optimizer;
     int all = (isa == COLLAGE_ISA_AVX512 || isa == COLLAGE_ISA_AVX2) && strategy_arith(s) == COLLAGE_WORD_BF16 &&
+              o->cfg.optimizer == COLLAGE_OPTIM_ADAMW &&
               o->cfg.n >= o->tie_proof_min &&
-              (opt == COLLAGE_OPTIM_LION || tie_free(o, isa, 0, k->neg_step)) &&
-              (opt != COLLAGE_OPTIM_ADAMW || tie_free(o, isa, 1, k->eps)) &&
+              tie_free(o, isa, 0, k->neg_step) && tie_free(o, isa, 1, k->eps) &&
               (!k->clip || tie_free(o, isa, 0, k->coef));
     /* 2: collage-plus's products with bf16(β2) too (where it is not 1: then they are skipped) */
     int lvl = 1 + (all && strategy_has(s, COLLAGE_ROLE_DV) && k->b2hi != 0x3f80 && tie_free(o, isa, 0, bf16_f32(k->b2hi)));
     for (int g = 0; g <= o->n_groups; g++)
-        o->group_nt[g] = all && group_tie_free(o, isa, g, lr) ? lvl : 0;
+        o->group_nt[g] = all && tie_free(o, isa, 0, group_lrwd(o, g, lr)) ? lvl : 0;
     int least = all ? lvl : 0; /* the lowest level of any block */
     for (size_t b = 0; b < o->n_blocks && least; b++)
         if (o->group_nt[o->blocks[b].group] < least) least = o->group_nt[o->blocks[b].group];

@@ -18,8 +18,7 @@ typedef struct {
     float coef;           /* gradient clipping factor (1 = none) */
     int clip;             /* coef != 1 */
     int nt;               /* the vector kernels may take their nt loops: every bf16 value gives no tie
-                             on the lines with neg_step, lrwd, eps (and coef when clip), see tie_free
-                             (Lion: lrwd and coef; SGD: neg_step, coef, and lrwd or with L2 decay wd);
+                             on the lines with neg_step, lrwd, eps (and coef when clip), see tie_free;
                              2: nor on collage-plus's products with b2hi (the nt2 loops) */
     uint16_t b2hi, b2lo;  /* β2 split for collage-plus */
     uint16_t h2hi, h2lo;  /* β2 split in fp16, for fp16-collage-plus */
