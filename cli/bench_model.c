@@ -121,6 +121,9 @@ static void bench_run_free(bench_run *r) {
 
 /* --compute fp8: the fp8 recipe of the strategies' models (NULL: bf16 products). */
 static const char *g_fp8;
+/* --optimizer: the update rule of every run, fp32's too; Lion at its own β2 (0.99), SGD with momentum 0.9
+ * and L2 decay, as `bench optimizer` steps them. */
+static collage_optimizer g_opt = COLLAGE_OPTIM_ADAMW;
 
 /* The memory r holds now (the fp8 weight copies grow in the first step: taken again after the steps). */
 static void bench_run_memory(bench_run *r, size_t n) {
@@ -143,7 +146,9 @@ static int bench_run_make(bench_run *r, collage_strategy s, const collage_model_
     collage_param_group g[COLLAGE_MODEL_MAX_TENSORS];
     int ng = collage_model_param_groups(c, 0.1, g, COLLAGE_MODEL_MAX_TENSORS);
     collage_adamw_config ac = {.strategy = s, .n = n, .beta2 = 0.95, .weight_decay = 0.1, .groups = g,
-                               .n_groups = ng, .clip = 1.0, .edq = 1};
+                               .n_groups = ng, .clip = 1.0, .edq = 1, .optimizer = g_opt,
+                               .momentum = g_opt == COLLAGE_OPTIM_SGD ? 0.9 : 0};
+    if (g_opt == COLLAGE_OPTIM_LION) ac.beta2 = collage_optimizer_get(g_opt)->beta2;
     r->t[0] = malloc(sizeof(double) * NPH * (size_t)samples);
     const collage_real prec = s == COLLAGE_FP32 ? COLLAGE_REAL_FP32 : g_fp8 ? COLLAGE_REAL_FP8 : COLLAGE_REAL_BF16;
     if (!r->t[0] || collage_model_create(c, prec, B, T, &r->m) != COLLAGE_OK ||
@@ -210,14 +215,15 @@ static void bench_model_row(const bench_run *r, const double med[NPH], double ms
     const double peak = row_peak(r->products);
     const double *mb = r->mib, total = mb[0] + mb[1] + mb[2] + mb[3] + mb[4];
     if (json)
-        printf("{\"model\":\"%s\",\"strategy\":\"%s\",\"B\":%d,\"T\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f,"
+        printf("{\"model\":\"%s\",\"optimizer\":\"%s\",\"strategy\":\"%s\",\"B\":%d,\"T\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f,"
                "\"model_gflops\":%.2f,\"sgemm_gflops\":%.2f,\"fraction_of_sgemm\":%.3f,\"bf16_gemm_gflops\":%.2f,"
                "\"fraction_of_products\":%.3f,\"fwd_bwd_fraction_of_products\":%.3f,\"slowdown_vs_fp32\":%.3f,\"speedup_vs_fp32\":%.3f,"
                "\"forward_ms\":%.2f,\"backward_ms\":%.2f,\"optimizer_ms\":%.2f,\"fp8_quant_ms\":%.2f,\"fp32_ms_alongside\":%.2f,"
                "\"weights_mib\":%.1f,\"state_mib\":%.1f,\"gradients_mib\":%.1f,\"activations_mib\":%.1f,"
                "\"scratch_mib\":%.1f,\"core_peak_gflops\":%.1f,\"fraction_of_core_peak\":%.3f,\"products\":\"%s\",\"cpu\":\"%s\"}\n",
-               preset, collage_strategy_name(s), B, T, ms, tok / (ms * 1e-3), fl * 1e-9, ref[0] * 1e-9, fl / ref[0],
-               ref[1] * 1e-9, fl / ceil, fl * ms / (med[1] + med[2]) / ceil, ms / ms_fp32, ms_fp32 / ms, med[1], med[2], med[3], med[4], ms_fp32, mb[0], mb[1],
+               preset, collage_optimizer_name(g_opt), collage_strategy_name(s), B, T, ms, tok / (ms * 1e-3), fl * 1e-9,
+               ref[0] * 1e-9, fl / ref[0], ref[1] * 1e-9, fl / ceil, fl * ms / (med[1] + med[2]) / ceil, ms / ms_fp32,
+               ms_fp32 / ms, med[1], med[2], med[3], med[4], ms_fp32, mb[0], mb[1],
                mb[2], mb[3], mb[4], peak * 1e-9, fl / peak, r->products, bench_cpu_name());
     else
         printf("%-14s %8.1f %8.0f %8.1f %6.0f%% %6.0f%% %7.2fx %8.1f %8.1f %8.1f %5.0f%%   %7.0f %6.0f %6.0f %6.0f %6.0f %7.0f\n",
@@ -286,14 +292,16 @@ static int model_open(bench_model_set *m, const char *preset, int B, int T, int 
     bench_peak_line(core_peak(), peak_text, sizeof peak_text);
     if (!json && mlm) printf("%s: masked LM, %d of the %d positions scored, the head on those only\n", preset, K, B * T);
     if (!json)
-        printf("collage bench model: %s (%zu params), B = %d, T = %d, %d thread%s; median of %d step%s after %d untimed,\n"
+        printf("collage bench model: %s (%zu params), optimizer %s, B = %d, T = %d, %d thread%s; median of %d step%s "
+               "after %d untimed,\n"
                "each strategy stepped in alternation with an fp32 model (vs fp32: against those fp32 steps)\n"
                "cpu: %s\n%s\nproducts of the model's shapes alone: OpenBLAS sgemm %.1f GFLOP/s, bf16 (%s) %.1f GFLOP/s\n"
                "of prod: the model's FLOP/s over its products' rate (sgemm for fp32, bf16 for the others); of core: over\n"
                "the core peak of the instruction its products use, times the threads (each row's products: --json); speed-up: over\n"
                "the fp32 steps; phases (median ms): forward includes zeroing the gradients, optimizer the clipping norm\n"
                "and EDQ; memory held (MiB): weights, optimizer state, gradients, activations, products' scratch, total\n\n",
-               preset, m->n, B, T, collage_get_threads(), collage_get_threads() == 1 ? "" : "s", steps, steps == 1 ? "" : "s",
+               preset, m->n, collage_optimizer_name(g_opt), B, T, collage_get_threads(),
+               collage_get_threads() == 1 ? "" : "s", steps, steps == 1 ? "" : "s",
                warmup, bench_cpu_name(), peak_text, m->ref[0] * 1e-9,
                collage_bf16_products(), m->ref[1] * 1e-9);
     fflush(stdout);
@@ -380,9 +388,16 @@ static int bench_model(const char *const *presets, int nm, int B, int T, int ste
             fprintf(stderr, "collage bench model: unknown --precision '%s'\nhint: one of %s\n", only, cli_strategy_names(", ", 0));
             return 2;
         }
+        char why[256];
+        if (collage_optimizer_check(g_opt, s, why, sizeof why) != COLLAGE_OK) {
+            fprintf(stderr, "collage bench model: --optimizer %s --precision %s: %s\nhint: --optimizer adamw keeps v; "
+                            "lion and sgd take any strategy whose v is not a pair\n", collage_optimizer_name(g_opt), only, why);
+            return 2;
+        }
         if (s != COLLAGE_FP32) chosen[nl++] = s;
     } else
-        for (int i = 0; i < NLIST; i++) chosen[nl++] = list[i];
+        for (int i = 0; i < NLIST; i++) /* those the optimizer can step (Lion and SGD: no collage-plus) */
+            if (collage_optimizer_check(g_opt, list[i], NULL, 0) == COLLAGE_OK) chosen[nl++] = list[i];
     const int blas_threads = openblas_get_num_threads();
     bench_model_set ms[MAX_MODELS];
     int rc = 0, opened = 0, done = 0;
@@ -443,9 +458,10 @@ int cmd_bench_model(int argc, char **argv) {
             }
             fp8 = v && !strcmp(v, "fp8");
         } else if (!strcmp(a, "--fp8-recipe")) recipe = v;
+        else if (!strcmp(a, "--optimizer")) bad = v && cli_parse_optimizer("bench model", a, v, &g_opt);
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: collage bench model [--model PRESET[,PRESET...]] [--batch B] [--seq T] [--steps N] [--warmup W] "
-                   "[--precision S] [--compute bf16|fp8] [--fp8-recipe R] [--threads N] [--json]\n"
+                   "[--precision S] [--optimizer O] [--compute bf16|fp8] [--fp8-recipe R] [--threads N] [--json]\n"
                    "each strategy is stepped in alternation with an fp32 model\n"
                    "  --model P[,P]   presets (default gpt2); several (up to %d): stepped in alternation, their FLOP/s\n"
                    "                  compared with the first's; presets: %s\n"
@@ -454,6 +470,8 @@ int cmd_bench_model(int argc, char **argv) {
                    "  --steps N       timed steps (default 5)\n"
                    "  --warmup W      untimed steps before them (default 3)\n"
                    "  --precision S   fp32 and this strategy only (default: every strategy)\n"
+                   "  --optimizer O   adamw (default), lion (beta2 0.99) or sgd (momentum 0.9), for every run, fp32's\n"
+                   "                  too (lion and sgd: no collage-plus, whose v is a pair)\n"
                    "  --compute C     the strategies' products: bf16 (default) or fp8 (every family; fp32 stays fp32)\n"
                    "  --fp8-recipe R  fp8 scaling: delayed (default) | current | block | mxfp8\n"
                    "  --threads N     threads (1 to 4 x the cores; default: all cores)\n"

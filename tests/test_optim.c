@@ -265,7 +265,7 @@ static void test_lion_lost_update(void) {
 
 /* ------------------------------------------------------------------ 4. fast = reference, resume */
 static const char *const FAST[] = {"fp32", "bf16", "collage-light", "bf16-sr", "bf16-kahan", "bf16-remainder",
-                                   "bf16-master", "fp16-collage-light", "collage-light+m=int8,v=int8", "bf16-sr+m=e4m3,q=sr"};
+                                   "bf16-master", "bf16-fp32-states", "bf16-c8", "fp16-collage-light", "collage-light+m=int8,v=int8", "bf16-sr+m=e4m3,q=sr"};
 #define NF (int)(sizeof FAST / sizeof *FAST)
 
 /* Every state word of o, concatenated (the state file's bytes but the header). */
@@ -275,7 +275,8 @@ static int same_words(collage_adamw *a, collage_adamw *b, size_t n) {
         if (!x != !y) return 0;
         if (!x) continue;
         const collage_strategy_info *T = collage_strategy_get(collage_adamw_strategy(a));
-        size_t bytes = T->word[r].format == COLLAGE_WORD_FP32 ? 4 : T->word[r].block ? 1 : 2;
+        const collage_word_format f = T->word[r].format;
+        size_t bytes = f == COLLAGE_WORD_FP32 ? 4 : T->word[r].block || f == COLLAGE_WORD_BYTE ? 1 : 2;
         if (memcmp(x, y, n * bytes)) return 0;
     }
     return 1;
@@ -293,6 +294,26 @@ static void edge_grads(collage_strategy s, void *g, size_t n, int t) {
     }
 }
 
+/* EDQ of the vector step against the reference's: the counts exactly; the sums, which the vector loops
+ * add per lane in fp32 before double (numerics.md §7), to EDQ_FAST_REL_TOL while Σ Δ² lies in fp32's
+ * range (test_adamw's bounds). */
+#define EDQ_FAST_REL_TOL 1e-5
+static int close_rel(double a, double b, double rel) {
+    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
+    return a == b || fabs(a - b) <= rel * fmax(fabs(a), fabs(b));
+}
+static int edq_agrees(const collage_edq *a, const collage_edq *b) {
+    if (a->updates != b->updates || a->lost_count != b->lost_count) return 0;
+    if (!(b->sum_nn > 1e-30 && b->sum_nn < 1e30)) return 1;
+    return close_rel(a->edq, b->edq, EDQ_FAST_REL_TOL) && close_rel(a->edq_ratio, b->edq_ratio, EDQ_FAST_REL_TOL) &&
+           close_rel(a->edq_state, b->edq_state, EDQ_FAST_REL_TOL) &&
+           close_rel(a->edq_state_ratio, b->edq_state_ratio, EDQ_FAST_REL_TOL);
+}
+
+/* The vector step against the reference, words bit for bit, on every ISA, in four forms (SGD: momentum with
+ * dampening and L2 decay, and group a without decay; Nesterov; no momentum with decoupled decay;
+ * momentum with decoupled decay; Lion the same each time: each of SGD's loops, optim_kernel.inc
+ * sgd_form), the first on 1, 2 and 3 threads, whose EDQ must be the same bits as one thread's. */
 static void test_fast_equals_reference(void) {
     const size_t n = 3 * 256 + 77;
     collage_param_group grp[2] = {{"a", 100, 300, 0.0}, {"b", 500, 201, 0.3}};
@@ -301,11 +322,14 @@ static void test_fast_equals_reference(void) {
     collage_set_isa((collage_isa)isa);
     for (int oi = 1; oi < COLLAGE_OPTIM_COUNT; oi++)
         for (int k = 0; k < NF; k++)
-            for (int th = 1; th <= 3; th++) {
+            for (int form = 0; form < 4; form++) {
+                collage_edq e1[6];
+                for (int th = 1; th <= (form ? 1 : 3); th++) { /* the threads' blocks do not depend on the form */
                 collage_strategy s = strat(FAST[k]);
                 collage_adamw_config c = {.strategy = s, .n = n, .weight_decay = 0.1, .groups = grp, .n_groups = 2,
                                           .clip = 0.5, .edq = 1, .seed = 3, .optimizer = (collage_optimizer)oi,
-                                          .momentum = 0.8, .nesterov = th == 2};
+                                          .momentum = form == 2 ? 0 : 0.8, .dampening = form == 0 ? 0.1 : 0,
+                                          .nesterov = form == 1, .decoupled = form >= 2};
                 collage_adamw *a = NULL, *b = NULL;
                 if (collage_adamw_create(&c, &a) || collage_adamw_create(&c, &b)) {
                     CHECK(0, "create %s", FAST[k]);
@@ -321,19 +345,40 @@ static void test_fast_equals_reference(void) {
                 collage_set_threads(th);
                 for (int t = 0; t < 6; t++) {
                     collage_step_stats sa, sb;
+                    const double lr = 1e-2 * (1.0 + 0.125 * t);
                     edge_grads(s, g, n, t);
-                    collage_adamw_step(a, g, 1e-2, &sa);
-                    collage_adamw_step_ref(b, g, 1e-2, &sb);
-                    CHECK(!memcmp(&sa.edq, &sb.edq, sizeof sa.edq), "%s step %d: the EDQ differs", FAST[k], t + 1);
+                    collage_adamw_step(a, g, lr, &sa);
+                    collage_adamw_step_ref(b, g, lr, &sb);
+                    CHECK(edq_agrees(&sa.edq, &sb.edq), "%s %s form %d step %d: EDQ %.17g / %.17g, lost %llu / %llu",
+                          collage_optimizer_name((collage_optimizer)oi), FAST[k], form, t + 1, sa.edq.edq, sb.edq.edq,
+                          (unsigned long long)sa.edq.lost_count, (unsigned long long)sb.edq.lost_count);
+                    if (th == 1) e1[t] = sa.edq;
+                    else CHECK(!memcmp(&sa.edq, &e1[t], sizeof sa.edq), "%s %s form %d step %d: EDQ on %d threads ≠ 1 thread's",
+                               collage_optimizer_name((collage_optimizer)oi), FAST[k], form, t + 1, th);
                 }
-                CHECK(same_words(a, b, n), "%s %s, %s, %d threads: the step and the reference differ",
-                      collage_optimizer_name((collage_optimizer)oi), FAST[k], collage_isa_name((collage_isa)isa), th);
+                CHECK(same_words(a, b, n), "%s %s form %d, %s, %d threads: the step and the reference differ",
+                      collage_optimizer_name((collage_optimizer)oi), FAST[k], form, collage_isa_name((collage_isa)isa), th);
                 collage_set_threads(0);
                 free(w0); free(g);
                 collage_adamw_free(a); collage_adamw_free(b);
+                }
             }
     }
     collage_set_isa(COLLAGE_ISA_AUTO);
+}
+
+/* Lion's and SGD's loop functions each lie in a section of their own, for the code touch (as
+ * test_adamw's test_kernel_code_spans for AdamW's): 2 optimizers × 6 strategies × EDQ on and off, and
+ * SGD's 3 common forms for 2 strategies × EDQ. */
+int collage__optim_code_spans_avx512(int *loops);
+int collage__optim_code_spans_avx2(int *loops);
+static void test_code_spans(void) {
+#if defined(__ELF__)
+    int loops = 0, real = collage__optim_code_spans_avx512(&loops);
+    CHECK(real < 0 || (loops == 36 && real == loops), "avx512: %d of %d loops have a code span", real, loops);
+    real = collage__optim_code_spans_avx2(&loops);
+    CHECK(real < 0 || (loops == 36 && real == loops), "avx2: %d of %d loops have a code span", real, loops);
+#endif
 }
 
 /* bf16-sr's random bits are keyed by the slab index: a shard whose indices cross 2^32 inside a vector
@@ -536,6 +581,7 @@ int main(void) {
     RUN(test_long_run_vs_float64);
     RUN(test_lion_lost_update);
     RUN(test_fast_equals_reference);
+    RUN(test_code_spans);
     RUN(test_shards);
     RUN(test_sr_index_boundary);
     RUN(test_save_resume);

@@ -578,7 +578,7 @@ static int tie_free(collage_adamw *o, collage_isa isa, int kind, float c) {
 /* The nt level of each group's blocks this step, and the lowest over the blocks: the vector kernels'
  * bf16 loops round the lines with the step size, lr·wd, eps and the clipping factor half up (two
  * instructions instead of four) where none of those scalars can meet a tie (adamw_kernel.inc rn_k);
- * results are the same either way. */
+ * results are the same either way. Lion's and SGD's loops have no such form (optim_kernel.inc). */
 static int set_group_nt(collage_adamw *o, collage_isa isa, const adamw_k *k, double lr) {
     collage_strategy s = o->cfg.strategy;
     int all = (isa == COLLAGE_ISA_AVX512 || isa == COLLAGE_ISA_AVX2) && strategy_arith(s) == COLLAGE_WORD_BF16 &&

@@ -12,6 +12,7 @@
 #define QQUANT_NAME collage__qblock_quantize_avx2
 #define QDEQUANT_NAME collage__qblock_dequantize_avx2
 #define OPTIM_NAME collage__optim_block_avx2
+#define OPTIM_SPANS_NAME collage__optim_code_spans_avx2
 #define VSQRT(x) ((vf)_mm256_sqrt_ps((__m256)(x)))
 #include "adamw_kernel.inc"
 #include "adamw_fp16.inc"
@@ -23,6 +24,7 @@ void collage__optim_block_avx2(collage_strategy s, const adamw_slabs *S, size_t 
 void collage__adamw_block_avx2(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
                                adamw_acc *acc) { collage__adamw_block_ref(s, S, a, b, k, acc); }
 int collage__adamw_code_spans_avx2(int *loops) { *loops = 0; return -1; }
+int collage__optim_code_spans_avx2(int *loops) { *loops = 0; return -1; }
 int collage__adamw_tie_free_avx2(int kind, float c) { (void)kind; (void)c; return 0; }
 void collage__adamw_q8_avx2(collage_strategy s, const adamw_slabs *S, const adamw_piece *P, int np, const adamw_k *k) {
     collage__adamw_q8_ref(s, S, P, np, k);

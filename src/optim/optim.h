@@ -22,14 +22,19 @@ void collage__scheme_apply_ref(collage_strategy s, const adamw_slabs *S, size_t 
  * word (those go by collage__optim_q8_ref). */
 void collage__optim_block_ref(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
                               adamw_acc *acc);
-/* The same over pieces covering whole blocks of COLLAGE_QBLOCK slab elements (adamw_impl.h adamw_piece),
- * for a strategy with an 8-bit word: an 8-bit m is read for the block, its new fp32 values re-quantized
- * as a block after the updates. */
-/* The vector twins of collage__optim_block_ref (optim_kernel.inc): bit for bit the same words and EDQ. */
+/* The vector twins of collage__optim_block_ref (optim_kernel.inc): bit for bit the same words, EDQ's
+ * counts exactly and its sums as numerics.md §7 says. */
 void collage__optim_block_avx512(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
                                  adamw_acc *acc);
 void collage__optim_block_avx2(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
                                adamw_acc *acc);
+/* As collage__adamw_code_spans_*: of Lion's and SGD's loop functions, how many have a code span of their
+ * own (*loops: how many there are); −1 where the kernel is not compiled in. */
+int collage__optim_code_spans_avx512(int *loops);
+int collage__optim_code_spans_avx2(int *loops);
+/* Lion's and SGD's scalar reference over pieces covering whole blocks of COLLAGE_QBLOCK slab elements (adamw_impl.h adamw_piece),
+ * for a strategy with an 8-bit word: an 8-bit m is read for the block, its new fp32 values re-quantized
+ * as a block after the updates. */
 void collage__optim_q8_ref(collage_strategy s, const adamw_slabs *S, const adamw_piece *P, int np, const adamw_k *k);
 
 #endif
