@@ -93,9 +93,10 @@ def probe(data):
 
 
 def strategy_bytes(strategy):
-    """Weight and optimizer-state bytes per parameter (the gradient is the model's)."""
+    """Weight and optimizer-state bytes per parameter (the gradient is the model's), and the table's total
+    with the gradient."""
     m = _lib.lib.collage_strategy_memory(collage.strategy(strategy).index)
-    return m.weights, m.compensation + m.m + m.v + m.master
+    return m.weights, m.compensation + m.m + m.v + m.master, m.total
 
 
 def predict_one(cache, strategy, compute, layers, width):
@@ -103,7 +104,7 @@ def predict_one(cache, strategy, compute, layers, width):
     r = cache[f"{model_kind(strategy, compute)}/{width}"]
     at = {k: r["L1"][k] + (layers - 1) * (r["L2"][k] - r["L1"][k])
           for k in ("params", "gradients", "activations", "scratch")}
-    wb, sb = strategy_bytes(strategy)
+    wb, sb, _ = strategy_bytes(strategy)
     n = at["params"]
     parts = {"params": n, "weights": n * wb, "state": n * sb, "gradients": at["gradients"],
              "activations": at["activations"], "scratch": at["scratch"], "overhead": OVERHEAD_MIB * MIB}
@@ -134,15 +135,15 @@ def predict(limit_gib):
     print("|---|---|---|---|---|---|---|---|---|---|")
     for s in STRATEGIES:
         for comp in (["fp32"] if s == "fp32" else ["bf16", "fp8"]):
+            bpp = strategy_bytes(s)[2]
             best = largest(cache, s, comp, limit, FAMILY)
-            p = predict_one(cache, s, comp, *best) if best else None
-            wb, sb = strategy_bytes(s)
-            bpp = wb + sb + (4 if s == "fp32" else 2)
-            deep = [deepest(cache, s, comp, limit, c) for c in (1600, 2048, 2560)]
-            shape = f"{best[0]} × {best[1]}" if best else "none"
-            print(f"| {s} | {comp} | {bpp:.4g} | {shape} | {p['params'] / 1e9:.3f}B | {p['total'] / GIB:.2f} | "
-                  f"{p['total'] / p['params']:.2f} | "
-                  + " | ".join(str(d) for d in deep) + " |" if p else f"| {s} | {comp} | {bpp:.4g} | none |")
+            if not best:
+                print(f"| {s} | {comp} | {bpp:.4g} | none |")
+                continue
+            p = predict_one(cache, s, comp, *best)
+            deep = " | ".join(str(deepest(cache, s, comp, limit, c)) for c in (1600, 2048, 2560))
+            print(f"| {s} | {comp} | {bpp:.4g} | {best[0]} × {best[1]} | {p['params'] / 1e9:.3f}B | "
+                  f"{p['total'] / GIB:.2f} | {p['total'] / p['params']:.2f} | {deep} |")
 
 
 def mem_available():
