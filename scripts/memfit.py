@@ -16,7 +16,8 @@ trains 2 steps under /usr/bin/time and compares the peak resident memory with th
                                              fp32 strategy) at L layers × C
 
 Shapes keep GPT-2's head size 64 (heads = C / 64), its vocabulary (gpt2 tokenizer, 50257 → 50304) and
-context 1024; the batch is --batch 1 --seq 1024. The probe's cache is build/memfit-probe.json.
+context 1024; the batch is --batch 1 --seq 1024. The probe's cache is build/memfit-probe.json; the
+training text, build/memfit-data.txt, is made from the fortunes unless --data names another.
 """
 import argparse
 import json
@@ -32,6 +33,9 @@ from collage import _lib  # noqa: E402
 
 COLLAGE = os.path.join(ROOT, "build", "collage")
 CACHE = os.path.join(ROOT, "build", "memfit-probe.json")
+# a small corpus (16384 training tokens), so that the evaluation after the last step reads one batch
+DATA = os.path.join(ROOT, "build", "memfit-data.txt")
+FORTUNES = ["/usr/share/games/fortunes/" + f for f in ("fortunes", "computers", "cookie")]
 MIB = 1 << 20
 GIB = 1 << 30
 WIDTHS = [768, 1024, 1280, 1600, 2048, 2560]
@@ -176,13 +180,24 @@ def measure(strategy, compute, layers, width, data):
           flush=True)
 
 
+def default_data():
+    """DATA, made from the first 70000 bytes of three of Debian's fortune files if it is not there."""
+    if not os.path.exists(DATA):
+        text = b"".join(open(f, "rb").read() for f in FORTUNES)[:70000]
+        with open(DATA + ".tmp", "wb") as f:
+            f.write(text)
+        os.replace(DATA + ".tmp", DATA)
+    return DATA
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("what", choices=["probe", "predict", "measure"])
     ap.add_argument("rest", nargs="*")
     ap.add_argument("--limit-gib", type=float, default=22.0)
-    ap.add_argument("--data", default=os.environ.get("MEMFIT_DATA", "/tmp/m36/data.txt"))
+    ap.add_argument("--data", help="the training text (default: build/memfit-data.txt, made from the fortunes)")
     a = ap.parse_args()
+    a.data = a.data or default_data()
     if a.what == "probe":
         probe(a.data)
     elif a.what == "predict":
