@@ -266,7 +266,7 @@ int cmp_write_report(const compare_opts *o, const run_t *runs, int nruns, const 
     for (int j = 0; j < o->n_beta2; j++) {
         double b2 = o->beta2[j];
         cmp_sb_printf(&b, "## β2 = %g\n\n| strategy | val loss | %sΔ val vs %s | train loss | EDQ ratio | lost | bytes/param | tokens/s | "
-                      "peak MB |\n|---|---|%s---|---|---|---|---|---|---|\n", b2, mlm ? "val acc | " : "",
+                      "peak MiB |\n|---|---|%s---|---|---|---|---|---|---|\n", b2, mlm ? "val acc | " : "",
                   collage_strategy_name(cmp_reference(o)), mlm ? "---|" : "");
         for (int i = 0; i < o->n_strategies; i++) {
             collage_strategy s = o->strategies[i];

@@ -162,7 +162,7 @@ static int finish(collage_run *run, const train_opts *o, run_totals *t) {
     int ran = t->last_step - t->start, bad = 0;
     if (!o->quiet && ran > 0) {
         printf("done: %d step%s in %.1f s (%.1f s of it evaluating), %.1f ms/step, %.0f tokens/s, final loss %.4f; %.4g "
-               "bytes/param of training state (%.1f MB), peak RSS %ld MB\n", ran, ran == 1 ? "" : "s", secs, t->eval_secs,
+               "bytes/param of training state (%.1f MB), peak RSS %ld MiB\n", ran, ran == 1 ? "" : "s", secs, t->eval_secs,
                1e3 * st / ran,
                t->tokens / st, t->last_loss, in.memory.total, in.memory.total * (double)in.params / 1e6, peak_rss_mb());
         if (dist_mpi())
