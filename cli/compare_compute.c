@@ -205,6 +205,15 @@ static void across_answer(sbuf *b, const compare_opts *o, const grid_t *g) {
                 }
                 if (n) cmp_sb_printf(b, " %s %+.4f%s", collage_strategy_name(s), sum / n, i + 1 < o->n_strategies ? "," : "");
             }
+            cmp_sb_printf(b, "; against %s under %s itself, paired by seed:", collage_strategy_name(cmp_reference(o)), o->computes[a].name);
+            for (int j = 0; j < o->n_beta2; j++)
+                for (int i = 0; i < o->n_strategies; i++) {
+                    const collage_strategy s = o->strategies[i];
+                    stat_t d = cmp_paired_diff(g[a].runs, g[a].n, s, cmp_reference(o), o->beta2[j]);
+                    if (s == cmp_reference(o) || !d.n) continue;
+                    cmp_sb_printf(b, " %s %+.4f ± %.4f (β2 %g)%s", collage_strategy_name(s), d.mean, d.n > 1 ? d.sd : 0.0, o->beta2[j],
+                                  j + 1 < o->n_beta2 || i + 1 < o->n_strategies ? "," : "");
+                }
         }
         cmp_sb_printf(b, ".\n");
     }
