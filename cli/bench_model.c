@@ -125,7 +125,7 @@ static const char *g_fp8;
  * and L2 decay, as `bench optimizer` steps them. */
 static collage_optimizer g_opt = COLLAGE_OPTIM_ADAMW;
 
-/* The memory r holds now (the fp8 weight copies grow in the first step: taken again after the steps). */
+/* The memory r holds (all of it allocated at create). */
 static void bench_run_memory(bench_run *r, size_t n) {
     collage_memory bp = collage_adamw_memory(r->opt);
     collage_model_memory mm = {0};
@@ -328,7 +328,6 @@ static int strategy_round(bench_model_set *ms, int nm, collage_strategy s, int s
             for (int q = 0; q < NPH; q++) alongside.t[q] = ms[m].f.t[q] + (size_t)si * steps;
             bench_run_medians(&r[m], steps, ms[m].med[si]);
             bench_run_medians(&alongside, steps, ms[m].fmed[si]);
-            bench_run_memory(&r[m], ms[m].n);
             memcpy(ms[m].mib[si], r[m].mib, sizeof r[m].mib);
             snprintf(ms[m].prod[si], sizeof ms[m].prod[si], "%s", r[m].products);
         }

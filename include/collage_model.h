@@ -243,7 +243,10 @@ collage_status collage_bf16_matmul(int ta, int tb, int M, int N, int K, const co
 typedef struct {
     size_t gradients;    /* the gradient slab (bf16: 2 bytes a parameter, plus fp32 sums of biases and norms) */
     size_t activations;  /* stored activations and their gradients for maxB × maxT, the logits */
-    size_t scratch;      /* the products' tile scratch */
+    size_t scratch;      /* the products' tile scratch; fp8: also their operands' scratch, the weight copies
+                            (2 bytes a weight of the linear layers but in mxfp8) and the delayed state;
+                            fp16: the fp32 copy of the weights. All of it allocated by create (fp8: and by
+                            collage_model_fp8_set), none in a step */
 } collage_model_memory;
 collage_status collage_model_memory_get(const collage_model *m, collage_model_memory *out);
 /* Logits (float, vocab_size entries) of the token following tokens[0..T), 1 ≤ T ≤ maxT. A family that

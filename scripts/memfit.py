@@ -10,7 +10,9 @@ The model's part is affine in the depth L at a fixed width C (a slab per layer p
 the logits), so `probe` reads the report at L = 1 and L = 2 of each width and extrapolates; `measure`
 trains 2 steps under /usr/bin/time and compares the peak resident memory with the prediction.
 
-  scripts/memfit.py probe                    the report at L = 1, 2 of each width, each model kind
+  scripts/memfit.py probe [--kinds K,..]     the report at L = 1, 2 of each width, each model kind
+                                             (fp32, bf16, fp8: the fp8 model at its default recipe,
+                                             delayed scaling); the cache keeps the other kinds' readings
   scripts/memfit.py predict --limit-gib 22   the largest fitting shape per strategy and compute
   scripts/memfit.py measure S COMPUTE L C    2 steps of strategy S (COMPUTE bf16 or fp8; fp32 for the
                                              fp32 strategy) at L layers × C
@@ -84,9 +86,13 @@ def report(kind, layers, width, data):
     return parse_report(text)
 
 
-def probe(data):
+def probe(data, kinds):
+    """The readings of these model kinds, put into the cache beside those it holds of the others."""
     cache = {}
-    for kind in ("fp32", "bf16", "fp8"):
+    if os.path.exists(CACHE):
+        with open(CACHE) as f:
+            cache = json.load(f)
+    for kind in kinds:
         for c in WIDTHS:
             r1, r2 = report(kind, 1, c, data), report(kind, 2, c, data)
             cache[f"{kind}/{c}"] = {"L1": r1, "L2": r2}
@@ -195,11 +201,15 @@ def main():
     ap.add_argument("what", choices=["probe", "predict", "measure"])
     ap.add_argument("rest", nargs="*")
     ap.add_argument("--limit-gib", type=float, default=22.0)
+    ap.add_argument("--kinds", default="fp32,bf16,fp8", help="probe: the model kinds to read (default: all three)")
     ap.add_argument("--data", help="the training text (default: build/memfit-data.txt, made from the fortunes)")
     a = ap.parse_args()
     a.data = a.data or default_data()
     if a.what == "probe":
-        probe(a.data)
+        kinds = a.kinds.split(",")
+        if any(k not in ("fp32", "bf16", "fp8") for k in kinds):
+            ap.error(f"--kinds {a.kinds}: each one of fp32, bf16, fp8")
+        probe(a.data, kinds)
     elif a.what == "predict":
         predict(a.limit_gib)
     else:

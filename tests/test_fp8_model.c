@@ -445,6 +445,54 @@ static void test_fp8_nonfinite_and_refusals(void) {
     free(f.w);
 }
 
+/* Bytes of the weight copies of GPT-2 config c's fp8 model under recipe r (numerics.md §13): 2 per weight
+ * of the linear layers (qkv, attention projection, fc, fc projection in each of L blocks, the logits' on
+ * wte: 12·C² per block and Vp·C) and 8 per block of r (the scale and its inverse): one per matrix for
+ * delayed and current, 128×128 blocks for block; none for mxfp8. */
+static size_t gpt2_copy_bytes(const collage_model_config *c, const char *r) {
+    if (!strcmp(r, "mxfp8")) return 0;
+    const size_t C = (size_t)c->channels, L = (size_t)c->num_layers, V = (size_t)c->padded_vocab_size;
+    const size_t io[5][3] = {{L, 3 * C, C}, {L, C, C}, {L, 4 * C, C}, {L, C, 4 * C}, {1, V, C}};
+    size_t b = 0;
+    for (int k = 0; k < 5; k++) {
+        const size_t blocks = strcmp(r, "block") ? 1 : ((io[k][1] + 127) / 128) * ((io[k][2] + 127) / 128);
+        b += io[k][0] * (2 * io[k][1] * io[k][2] + 8 * blocks);
+    }
+    return b;
+}
+
+/* The memory an fp8 model holds is allocated with its setting: for each recipe, GPT-2 tiny's report
+ * before any step and after two steps are the same, and its scratch less the mxfp8 model's is the
+ * recipe's weight copies (gpt2_copy_bytes) plus its delayed state, to the byte. Each model is set to
+ * every recipe before its own, so the products' scratch has grown to all four in each. */
+static void test_fp8_memory(void) {
+    fixture f;
+    fixture_make(&f, "tiny", 5);
+    size_t scr[4] = {0}, state[4] = {0};
+    for (int r = 3; r >= 0; r--) { /* mxfp8 first: the others' reference */
+        collage_model *m = NULL;
+        collage_model_memory a = {0}, b = {0};
+        double l = 0;
+        CHECK(collage_model_create(&f.cfg, COLLAGE_REAL_FP8, B_TEST, T_TEST, &m) == COLLAGE_OK, "create");
+        if (!m) break;
+        for (int q = 0; q < 4; q++) CHECK(collage_model_fp8_set(m, RECIPES[q], 0) == COLLAGE_OK, "set %s", RECIPES[q]);
+        CHECK(collage_model_fp8_set(m, RECIPES[r], 0) == COLLAGE_OK && collage_model_memory_get(m, &a) == COLLAGE_OK,
+              "%s: set", RECIPES[r]);
+        for (int k = 0; k < 2; k++)
+            CHECK(step(m, &f, &l, NULL) == COLLAGE_OK && collage_model_fp8_end_step(m, 0) == COLLAGE_OK, "%s: step %d: %s",
+                  RECIPES[r], k, collage_model_error(m));
+        CHECK(collage_model_memory_get(m, &b) == COLLAGE_OK && !memcmp(&a, &b, sizeof a),
+              "%s: before the steps scratch %zu, activations %zu bytes; after them %zu, %zu", RECIPES[r], a.scratch,
+              a.activations, b.scratch, b.activations);
+        scr[r] = a.scratch, state[r] = collage_model_fp8_state_bytes(m);
+        CHECK(scr[r] == scr[3] + gpt2_copy_bytes(&f.cfg, RECIPES[r]) + state[r] && (r == 0) == (state[r] > 0),
+              "%s: scratch %zu bytes, mxfp8's %zu + weight copies %zu + delayed state %zu", RECIPES[r], scr[r], scr[3],
+              gpt2_copy_bytes(&f.cfg, RECIPES[r]), state[r]);
+        collage_model_free(m);
+    }
+    free(f.w);
+}
+
 /* BERT in fp8: its delayed state holds 3 slots for each of its 4·L + 2 linear layers (the blocks', the
  * head's dense layer, the logits'), whose bytes (numerics.md §13's layout: a 40-byte header, then per slot
  * 1 + 4 + 4 + 4·1024 bytes) the memory report counts in the scratch; a batch with no scored position runs
@@ -586,6 +634,7 @@ int main(void) {
     RUN(test_fp8_threads);
     RUN(test_fp8_state_resume);
     RUN(test_fp8_nonfinite_and_refusals);
+    RUN(test_fp8_memory);
     RUN(test_fp8_bert_state_and_nonfinite);
     RUN(test_fp8_trains);
     RUN(test_fp8_train_resume);

@@ -750,8 +750,45 @@ static int same_config(const collage_model_config *a, const collage_model_config
  * has): the fp16 model's fp32 copy of its weights. */
 static size_t scratch_bytes(collage_real p, size_t n) { return p == COLLAGE_REAL_FP16 ? 4 * n : 0; }
 
+/* Bytes of an fp8 model's weight copies under recipe r (numerics.md §13): 2 per weight of its linear layers
+ * (the tensors tokens go through: product ≠ 0) and 8 per block of r (the scale and its inverse, floats):
+ * one block per matrix for delayed and current, 128×128 blocks for block; none for mxfp8. */
+static size_t fp8_copy_bytes(const collage_model_config *c, const char *r) {
+    if (!strcmp(r, "mxfp8")) return 0;
+    collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS];
+    const int nt = collage_model_tensors(c, t, COLLAGE_MODEL_MAX_TENSORS);
+    size_t b = 0;
+    for (int k = 0; k < nt; k++) {
+        if (!t[k].product) continue;
+        const int lay = t[k].ndim == 3;
+        const size_t rows = t[k].shape[lay], cols = t[k].shape[lay + 1];
+        const size_t blocks = strcmp(r, "block") ? 1 : ((rows + 127) / 128) * ((cols + 127) / 128);
+        b += 2 * t[k].count + 8 * (lay ? t[k].shape[0] : 1) * blocks;
+    }
+    return b;
+}
+
+/* The fp8 model's memory report under each recipe, set in turn with no step taken: its scratch less
+ * mxfp8's is the recipe's weight copies (fp8_copy_bytes) plus its delayed state, to the byte. Every
+ * recipe is set once before the readings, so the products' scratch has grown to all four. */
+static void check_fp8_memory(const collage_model_config *c, collage_model *m, const char *fam) {
+    static const char *const R[] = {"delayed", "current", "block", "mxfp8"};
+    size_t scr[4] = {0}, state[4] = {0};
+    for (int pass = 0; pass < 2; pass++)
+        for (int r = 0; r < 4; r++) {
+            collage_model_memory mem = {0};
+            CHECK(collage_model_fp8_set(m, R[r], 0) == COLLAGE_OK && collage_model_memory_get(m, &mem) == COLLAGE_OK,
+                  "%s fp8 %s: set", fam, R[r]);
+            scr[r] = mem.scratch, state[r] = collage_model_fp8_state_bytes(m);
+        }
+    for (int r = 0; r < 4; r++)
+        CHECK(scr[r] == scr[3] + fp8_copy_bytes(c, R[r]) + state[r] && (r == 0) == (state[r] > 0),
+              "%s fp8 %s: scratch %zu bytes, mxfp8's %zu + weight copies %zu + delayed state %zu", fam, R[r], scr[r],
+              scr[3], fp8_copy_bytes(c, R[r]), state[r]);
+}
+
 /* One family in one precision: its table covers the slab, the memory report counts the gradients and the
- * weight copy the table implies, and (fp32, bf16: the kinds the formats take) the checkpoint saves the
+ * weight copy the table implies (fp8: the weight copies of each recipe, check_fp8_memory), and (fp32, bf16: the kinds the formats take) the checkpoint saves the
  * config and the bits and loads them back. */
 static void check_family_precision(const collage_model_config *c, collage_real p, const char *file) {
     const char *fam = collage_family_name(c->family), *pn = collage_real_name(p);
@@ -773,6 +810,7 @@ static void check_family_precision(const collage_model_config *c, collage_real p
           "%s %s: gradients %zu bytes, the table implies %zu", fam, pn, mem.gradients, grad_bytes(p, n, fs));
     CHECK(p == COLLAGE_REAL_BF16 || p == COLLAGE_REAL_FP8 ? mem.scratch > 0 : mem.scratch == scratch_bytes(p, n), "%s %s: scratch %zu bytes",
           fam, pn, mem.scratch);
+    if (p == COLLAGE_REAL_FP8) check_fp8_memory(c, m, fam);
     collage_model_free(m);
     if (p != COLLAGE_REAL_FP32 && p != COLLAGE_REAL_BF16) return;
     float *w = malloc(n * sizeof *w);

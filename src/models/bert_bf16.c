@@ -24,7 +24,14 @@ enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, LIN_PER_BLOCK };
 #define LIN(l, k) ((l) * LIN_PER_BLOCK + (k))
 #define LIN_DENSE(P) ((P)->L * LIN_PER_BLOCK)
 #define LIN_LOGITS(P) ((P)->L * LIN_PER_BLOCK + 1)
-int NN_BF16_NAME(bert_fp8_layers)(const void *plan) { return LIN_LOGITS((const bert_plan *)plan) + 1; }
+int NN_BF16_NAME(bert_fp8_layers)(const void *plan, int *in, int *out) {
+    const bert_plan *P = plan;
+    const int C = P->C;
+    const int blk[LIN_PER_BLOCK][2] = {[LIN_QKV] = {C, 3 * C}, [LIN_ATTPROJ] = {C, C}, [LIN_FC] = {C, 4 * C},
+                                       [LIN_FCPROJ] = {4 * C, C}};
+    const int head[2][2] = {{C, C}, {C, P->Vp}}; /* LIN_DENSE, LIN_LOGITS */
+    return mb_fp8_layers(P->L, blk, 2, head, in, out);
+}
 
 static void trunk(const bert_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const gm_io *io,
                   const gm_env *e) {

@@ -53,7 +53,7 @@ static inline int bert_product_weight(int k) {
                                 const gm_io *io, const gm_env *e);                                    \
     void bert_backward_bf16##S(const void *plan, const uint16_t *w, uint16_t *g16, float *gs, int add,         \
                                uint16_t *a16, float *a32, const gm_io *io, const gm_env *e);         \
-    int bert_fp8_layers##S(const void *plan);
+    int bert_fp8_layers##S(const void *plan, int *in, int *out);
 BERT_BF16_GRAPH()
 BERT_BF16_GRAPH(_avx512)
 

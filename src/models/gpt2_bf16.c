@@ -21,7 +21,14 @@ int NN_BF16_NAME(gpt_bf16_reserve)(const void *plan, int N, const gm_env *e) {
 enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, LIN_PER_BLOCK };
 #define LIN(l, k) ((l) * LIN_PER_BLOCK + (k))
 #define LIN_HEAD(P) ((P)->L * LIN_PER_BLOCK)
-int NN_BF16_NAME(gpt_fp8_layers)(const void *plan) { return LIN_HEAD((const gpt_plan *)plan) + 1; }
+int NN_BF16_NAME(gpt_fp8_layers)(const void *plan, int *in, int *out) {
+    const gpt_plan *P = plan;
+    const int C = P->C;
+    const int blk[LIN_PER_BLOCK][2] = {[LIN_QKV] = {C, 3 * C}, [LIN_ATTPROJ] = {C, C}, [LIN_FC] = {C, 4 * C},
+                                       [LIN_FCPROJ] = {4 * C, C}};
+    const int head[1][2] = {{C, P->Vp}};
+    return mb_fp8_layers(P->L, blk, 1, head, in, out);
+}
 
 static void trunk(const gpt_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const int *tok, int B, int T,
                   const gm_env *e) {

@@ -47,7 +47,7 @@ static inline int gpt_product_weight(int k) {
                               const gm_env *e);                                                                \
     void gpt_last_logits_bf16##S(const void *plan, const uint16_t *w, uint16_t *a16, float *a32, const int *tok, \
                                  int T, const gm_env *e);                                                      \
-    int gpt_fp8_layers##S(const void *plan);
+    int gpt_fp8_layers##S(const void *plan, int *in, int *out);
 GPT_BF16_GRAPH()
 GPT_BF16_GRAPH(_avx512)
 

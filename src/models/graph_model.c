@@ -116,25 +116,44 @@ static void fp8_wcopies_free(gm_fp8 *f) {
     f->wc = NULL, f->nwc = 0;
 }
 
-/* The delayed state of fp8's recipe (delayed: 3 slots per linear layer, Transformer Engine's history of
- * 1024 steps and margin 0; other recipes: none), and the linear layers' weight copies (their buffers grow
- * on first use; none for MXFP8). COLLAGE_ERR_NOMEM. */
+/* The linear layers' weight copies of fp8's recipe (numerics.md §13: the forward's quantization of W
+ * serves dX; none for MXFP8, whose blocks follow K), each allocated for its layer's weight. */
+static collage_status fp8_copies_new(gm_model *m, int layers) {
+    if (m->fp8.recipe == COLLAGE_FP8_MXFP8) return COLLAGE_OK;
+    int *io = malloc(2 * (size_t)layers * sizeof *io);
+    if (!io || !(m->fp8.wc = calloc((size_t)layers, sizeof *m->fp8.wc))) {
+        free(io);
+        return COLLAGE_ERR_NOMEM;
+    }
+    m->fp8.nwc = layers;
+    m->g->fp8_layers(m->plan, io, io + layers);
+    const nn_fp8_layer L = {.recipe = m->fp8.recipe, .e4m3_all = m->fp8.e4m3_all};
+    int bad = 0;
+    for (int k = 0; k < layers && !bad; k++) bad = nn_fp8_wcopy_alloc(&m->fp8.wc[k], &L, io[k], io[layers + k]);
+    free(io);
+    return bad ? COLLAGE_ERR_NOMEM : COLLAGE_OK;
+}
+
+/* The state of fp8's recipe: the weight copies, and the delayed state (delayed: 3 slots per linear layer,
+ * Transformer Engine's history of 1024 steps and margin 0; other recipes: none). COLLAGE_ERR_NOMEM: neither
+ * left. */
 static collage_status fp8_state_new(gm_model *m) {
     collage__fp8_scaling_free(m->fp8.scaling);
     m->fp8.scaling = NULL;
     fp8_wcopies_free(&m->fp8);
-    const int layers = m->g->fp8_layers(m->plan);
-    if (m->fp8.recipe != COLLAGE_FP8_MXFP8) { /* MXFP8 quantizes a weight along each K: no copy serves both */
-        if (!(m->fp8.wc = calloc((size_t)layers, sizeof *m->fp8.wc))) return COLLAGE_ERR_NOMEM;
-        m->fp8.nwc = layers;
+    const int layers = m->g->fp8_layers(m->plan, NULL, NULL);
+    collage_status st = fp8_copies_new(m, layers);
+    if (st == COLLAGE_OK && m->fp8.recipe == COLLAGE_FP8_DELAYED) {
+        collage_format *fmts = malloc((size_t)layers * 3 * sizeof *fmts);
+        if (fmts) {
+            nn_fp8_slot_formats(fmts, layers, m->fp8.e4m3_all);
+            m->fp8.scaling = collage__fp8_scaling_create(fmts, 3 * layers, 1024, 0);
+        }
+        free(fmts);
+        if (!m->fp8.scaling) st = COLLAGE_ERR_NOMEM;
     }
-    if (m->fp8.recipe != COLLAGE_FP8_DELAYED) return COLLAGE_OK;
-    collage_format *fmts = malloc((size_t)layers * 3 * sizeof *fmts);
-    if (!fmts) return COLLAGE_ERR_NOMEM;
-    nn_fp8_slot_formats(fmts, layers, m->fp8.e4m3_all);
-    m->fp8.scaling = collage__fp8_scaling_create(fmts, 3 * layers, 1024, 0);
-    free(fmts);
-    return m->fp8.scaling ? COLLAGE_OK : COLLAGE_ERR_NOMEM;
+    if (st != COLLAGE_OK) fp8_wcopies_free(&m->fp8);
+    return st;
 }
 
 collage_status gm_fp8_set(gm_model *m, collage_fp8_recipe recipe, int e4m3_all) {
@@ -144,8 +163,9 @@ collage_status gm_fp8_set(gm_model *m, collage_fp8_recipe recipe, int e4m3_all) 
     m->fp8.recipe = recipe;
     m->fp8.e4m3_all = e4m3_all != 0;
     gm_env e;
-    const collage_status st = fp8_state_new(m);
-    return st != COLLAGE_OK ? st : bf16_env(m, &e);
+    if (fp8_state_new(m) != COLLAGE_OK)
+        return fail(m, COLLAGE_ERR_NOMEM, "out of memory for the fp8 weight copies or delayed state");
+    return bf16_env(m, &e);
 }
 
 collage_status gm_fp8_end_step(gm_model *m, int skipped) {

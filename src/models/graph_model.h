@@ -38,7 +38,8 @@ typedef struct {
     int e4m3_all;
     collage__fp8_scaling *scaling;
     nn_fp8_ws ws;
-    nn_fp8_wcopy *wc;       /* per linear layer, its weight's copy from the forward (NULL for MXFP8) */
+    nn_fp8_wcopy *wc;       /* per linear layer, its weight's copy from the forward, allocated with the
+                               recipe (NULL for MXFP8) */
     int nwc;
     collage_status st;
 } gm_fp8;
@@ -133,8 +134,9 @@ typedef struct {
     /* The plan's stored activations into out (up to cap); returns their number. NULL: none listed. */
     int (*acts)(const void *plan, gm_act_slot *out, int cap);
     /* The linear layers of the bf16 graph's fp8 build (gm_env.fp8): their number (the delayed state has 3
-     * slots each). NULL: the family has no fp8 precision. */
-    int (*fp8_layers)(const void *plan);
+     * slots each); with in and out non-NULL (room for that number each), layer k's weight is
+     * out[k] × in[k] (in[k] inputs to out[k] outputs). NULL: the family has no fp8 precision. */
+    int (*fp8_layers)(const void *plan, int *in, int *out);
 } gm_graph;
 
 typedef struct gm_model gm_model;
@@ -189,8 +191,10 @@ collage_real gm_products_real(gm_precision p);
 
 /* The fp8 precision's controls (collage_model.h collage_model_fp8_*): COLLAGE_ERR_UNSUPPORTED on a model
  * of another precision. set: the recipe and formats (any time between steps; the delayed state starts
- * afresh: scales 1, empty histories). end_step: skipped 0, collage__fp8_scaling_step, else _discard (no
- * state for the per-block recipes: nothing to do). amaxes: the step's amaxes (NULL, *n = 0 without a
+ * afresh: scales 1, empty histories), with the recipe's weight copies and products' scratch allocated
+ * (COLLAGE_ERR_NOMEM: the model then holds no copies nor delayed state; set again before a step).
+ * end_step: skipped 0, collage__fp8_scaling_step, else _discard (no state for the per-block recipes:
+ * nothing to do). amaxes: the step's amaxes (NULL, *n = 0 without a
  * delayed state). state_*: the delayed state's bytes (0 bytes without one). */
 collage_status gm_fp8_set(gm_model *m, collage_fp8_recipe recipe, int e4m3_all);
 collage_status gm_fp8_end_step(gm_model *m, int skipped);

@@ -29,7 +29,14 @@ int NN_BF16_NAME(llama_bf16_reserve)(const void *plan, int N, const gm_env *e) {
 enum { LIN_QKV, LIN_WO, LIN_W13, LIN_W2, LIN_PER_BLOCK };
 #define LIN(l, k) ((l) * LIN_PER_BLOCK + (k))
 #define LIN_HEAD(P) ((P)->L * LIN_PER_BLOCK)
-int NN_BF16_NAME(llama_fp8_layers)(const void *plan) { return LIN_HEAD((const llama_plan *)plan) + 1; }
+int NN_BF16_NAME(llama_fp8_layers)(const void *plan, int *in, int *out) {
+    const llama_plan *P = plan;
+    const int C = P->C, H = P->H;
+    const int blk[LIN_PER_BLOCK][2] = {[LIN_QKV] = {C, P->QKV}, [LIN_WO] = {C, C}, [LIN_W13] = {C, 2 * H},
+                                       [LIN_W2] = {H, C}};
+    const int head[1][2] = {{C, P->Vp}};
+    return mb_fp8_layers(P->L, blk, 1, head, in, out);
+}
 
 static void trunk(const llama_plan *P, const uint16_t *w, uint16_t *a16, float *a32, const int *tok, int B, int T,
                   const gm_env *e) {

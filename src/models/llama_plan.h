@@ -51,7 +51,7 @@ int llama_tensors(const collage_model_config *cfg, collage_tensor_info *out, int
                                 const gm_env *e);                                                             \
     void llama_last_logits_bf16##S(const void *plan, const uint16_t *w, uint16_t *a16, float *a32, const int *tok, \
                                    int T, const gm_env *e);                                                    \
-    int llama_fp8_layers##S(const void *plan);
+    int llama_fp8_layers##S(const void *plan, int *in, int *out);
 LLAMA_BF16_GRAPH()
 LLAMA_BF16_GRAPH(_avx512)
 

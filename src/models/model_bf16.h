@@ -97,6 +97,17 @@ static inline void mb_backward_input_res(const gm_env *e, int k, uint16_t *dinp,
     mb_note(e, NN_BF16_NAME(nn_matmul_backward_input_res_fp8)(dinp, dout, w, N, C, OC, &L, &e->fp8->ws, e->path,
                                                               e->nt));
 }
+/* gm_graph.fp8_layers of a family numbering its linear layers 4·l + k (k < 4, blk[k]) in L blocks, then
+ * nh more (head[j], number 4·L + j): their number, and with in and out non-NULL, each one's inputs and
+ * outputs ({in, out} in blk and head). */
+static inline int mb_fp8_layers(int L, const int blk[4][2], int nh, const int head[][2], int *in, int *out) {
+    const int n = 4 * L + nh;
+    for (int k = 0; in && out && k < n; k++) {
+        const int *io = k < 4 * L ? blk[k % 4] : head[k - 4 * L];
+        in[k] = io[0], out[k] = io[1];
+    }
+    return n;
+}
 /* Grows the fp8 scratch for a product (N, C) → (N, OC); 0 without e->fp8; -1 when out of memory. */
 static inline int mb_fp8_reserve(const gm_env *e, int N, int C, int OC) {
     if (!e->fp8) return 0;

@@ -130,16 +130,21 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Grows wc's buffers for a (rows, cols) weight quantized by q; 0, or -1 (wc unchanged but invalid). */
-static int wcopy_grow(nn_fp8_wcopy *wc, const collage_fp8_quant *q, int rows, int cols) {
-    return grow16(&wc->v, &wc->cap_v, (size_t)rows * cols) ||
-           grow_scales(&wc->s, &wc->inv, &wc->cap_s, collage__fp8_blocks(q, rows, cols));
+int nn_fp8_wcopy_alloc(nn_fp8_wcopy *wc, const nn_fp8_layer *L, int C, int OC) {
+    nn_fp8_wcopy_free(wc);
+    const nn_fp8_spec fwd = {.recipe = L->recipe, .e4m3_all = L->e4m3_all, .ra = COLLAGE_FP8_ACT, .rb = COLLAGE_FP8_WEIGHT};
+    const collage_fp8_quant q = nn_fp8_quant_of(&fwd, 1, 1);
+    if (!grow16(&wc->v, &wc->cap_v, (size_t)OC * C) &&
+        !grow_scales(&wc->s, &wc->inv, &wc->cap_s, collage__fp8_blocks(&q, OC, C)))
+        return 0;
+    nn_fp8_wcopy_free(wc);
+    return -1;
 }
 
 /* Operand B, a (rows, cols) weight, quantized by q: wc's copy when `reuse` and wc holds this matrix's
  * quantization by q (the same values, format, block shape and scale give the same bits), its amax recorded
- * again; else quantized into wc (which then holds it) or, when wc is NULL or cannot grow, into the
- * scratch. */
+ * again; else quantized into wc (which then holds it; its buffers hold the matrix: nn_fp8_wcopy_alloc)
+ * or, when wc is NULL, into the scratch. */
 static collage_status operand_b(nn_fp8_operand *ob, const collage_fp8_quant *q, const uint16_t *B, int rows, int cols,
                                 int ld, nn_fp8_ws *ws, nn_fp8_wcopy *wc, int reuse, float *amb, int nt) {
     int br, bc;
@@ -150,8 +155,8 @@ static collage_status operand_b(nn_fp8_operand *ob, const collage_fp8_quant *q, 
         *ob = wc->op, *amb = wc->amax;
         return COLLAGE_OK;
     }
-    if (!wc || wcopy_grow(wc, q, rows, cols))
-        return nn_fp8_operand_make(ob, q, B, rows, cols, ld, ws->v[1], ws->s[1], ws->inv[1], amb, nt);
+    if (!wc) return nn_fp8_operand_make(ob, q, B, rows, cols, ld, ws->v[1], ws->s[1], ws->inv[1], amb, nt);
+    COLLAGE_ASSERT(wc->cap_v >= (size_t)rows * cols && wc->cap_s >= collage__fp8_blocks(q, rows, cols));
     wc->valid = 0;
     const collage_status st = nn_fp8_operand_make(ob, q, B, rows, cols, ld, wc->v, wc->s, wc->inv, amb, nt);
     if (st != COLLAGE_OK) return st;

@@ -244,7 +244,7 @@ collage_status nn_gemm_fp8(const nn_fp8_spec *p, int ta, int tb, int M, int N, i
 /* A weight's fp8 copy kept from the forward product of a step for the backward one (dX = dY·W) of the same
  * step (numerics.md §13, "A linear layer in fp8"): its values and blocks' factors, and what it was made
  * from (the matrix's address and shape, the format, block shape and scale), which must all match for the
- * copy to stand for a new quantization; the amax it recorded. Buffers grow on first use. */
+ * copy to stand for a new quantization; the amax it recorded. Its buffers: nn_fp8_wcopy_alloc. */
 typedef struct {
     uint16_t *v;
     float *s, *inv;
@@ -257,8 +257,9 @@ typedef struct {
     int valid;
 } nn_fp8_wcopy;
 void nn_fp8_wcopy_free(nn_fp8_wcopy *wc); /* its buffers; NULL is fine */
-/* nn_gemm_fp8 with B a layer's weight and wc its copy (NULL: none): reuse = 0 quantizes B into wc (the
- * copy for a later product of the step; into the scratch when wc cannot grow); reuse = 1 takes wc's copy
+/* nn_gemm_fp8 with B a layer's weight and wc its copy (NULL: none; else allocated for B by
+ * nn_fp8_wcopy_alloc, asserted): reuse = 0 quantizes B into wc (the copy for a later product of the
+ * step); reuse = 1 takes wc's copy
  * where it is B's quantization under p, its amax recorded again, else quantizes as reuse = 0. The same
  * bits as nn_gemm_fp8 as long as the weight's values do not change between the two products. */
 collage_status nn_gemm_fp8_w(const nn_fp8_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
@@ -412,6 +413,11 @@ typedef struct {
     int slot;
     nn_fp8_wcopy *wc;              /* the weight's copy from the forward, for backward_input; or NULL */
 } nn_fp8_layer;
+/* Allocates wc's buffers (what it held freed) for the weight (OC, C) of layer L as L's forward quantizes
+ * it: OC·C values, and two floats per block of L's recipe (one block for the per-tensor recipes, 128×128
+ * blocks for BLOCK); MXFP8 quantizes a weight along each K, so no copy serves its two products and its
+ * layers take none. 0, or -1 when out of memory (wc then holds nothing). */
+int  nn_fp8_wcopy_alloc(nn_fp8_wcopy *wc, const nn_fp8_layer *L, int C, int OC);
 /* The formats of a model's delayed slots, `layers` linear layers of three slots each. */
 void nn_fp8_slot_formats(collage_format *fmts, int layers, int e4m3_all);
 /* Grows ws for the three products of a linear layer of (N, C) → (N, OC) on nt threads; 0, or -1. */
