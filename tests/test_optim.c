@@ -339,7 +339,8 @@ static void test_fast_equals_reference(void) {
                 float *w0 = malloc(n * 4);
                 void *g = malloc(n * 4);
                 h_seed(500 + (unsigned)k);
-                for (size_t i = 0; i < n; i++) w0[i] = (float)sym();
+                for (size_t i = 0; i < n; i++) /* some θ far below the update: Fast2Sum's checks fail there */
+                    w0[i] = i % 17 == 4 ? (float)(1e-5 * sym()) : (float)sym();
                 collage_adamw_set_weights_f32(a, w0, n);
                 collage_adamw_set_weights_f32(b, w0, n);
                 collage_set_threads(th);
@@ -368,16 +369,16 @@ static void test_fast_equals_reference(void) {
 }
 
 /* Lion's and SGD's loop functions each lie in a section of their own, for the code touch (as
- * test_adamw's test_kernel_code_spans for AdamW's): 2 optimizers × 6 strategies × EDQ on and off, and
+ * test_adamw's test_kernel_code_spans for AdamW's): 2 optimizers × 9 strategies × EDQ on and off, and
  * SGD's 3 common forms for 2 strategies × EDQ. */
 int collage__optim_code_spans_avx512(int *loops);
 int collage__optim_code_spans_avx2(int *loops);
 static void test_code_spans(void) {
 #if defined(__ELF__)
     int loops = 0, real = collage__optim_code_spans_avx512(&loops);
-    CHECK(real < 0 || (loops == 36 && real == loops), "avx512: %d of %d loops have a code span", real, loops);
+    CHECK(real < 0 || (loops == 48 && real == loops), "avx512: %d of %d loops have a code span", real, loops);
     real = collage__optim_code_spans_avx2(&loops);
-    CHECK(real < 0 || (loops == 36 && real == loops), "avx2: %d of %d loops have a code span", real, loops);
+    CHECK(real < 0 || (loops == 48 && real == loops), "avx2: %d of %d loops have a code span", real, loops);
 #endif
 }
 
