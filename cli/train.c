@@ -218,6 +218,10 @@ static int train_setup(int argc, char **argv, train_opts *o, FILE **logf, collag
     if (dist_rank() != 0) o->quiet = 1; /* only rank 0 prints, logs and writes the summary */
     rc = o->resume ? train_resume_config(o) : 0;
     *own = rc != 0 && rc != NOTHING_TO_DO;
+    if (rc == NOTHING_TO_DO && o->save && dist_rank() == 0) { /* a complete run: what a killed last save left goes */
+        char err[1024];
+        collage_checkpoint_check_folder(o->save, o->resume, o->overwrite, err, sizeof err);
+    }
     if (dist_any(rc != 0)) return rc == NOTHING_TO_DO ? 0 : rc ? rc : 1;
     if ((rc = settle(o)) != 0) { *own = 1; return rc; }
     if (dist_any(dist_rank() == 0 && check_outputs(o, logf, &rc))) {

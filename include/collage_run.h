@@ -145,7 +145,8 @@ collage_status collage_checkpoint_model(const char *arg, char *out, size_t cap, 
 /* The model file of a checkpoint argument without verification (its checkpoint's model.bin for a folder). */
 void collage_checkpoint_model_path(const char *arg, char *out, size_t cap);
 /* Before a run saves into the run folder dir: create it when missing and write a file there (removed
- * again): COLLAGE_ERR_IO with the reason when that fails. COLLAGE_ERR_ARG when dir holds checkpoints
+ * again): COLLAGE_ERR_IO with the reason when that fails; remove the leftovers of killed saves (temporary
+ * folders and files, trash) as a save would. COLLAGE_ERR_ARG when dir holds checkpoints
  * that a save would remove (collage_run_save keeps only the saving run's): another run's, or newer
  * ones of the run resumed from `resume` (NULL: a new run), unless overwrite. A checkpoint whose
  * train.state cannot be read is nobody's: it stays until it falls out of the newest `keep`. */

@@ -273,6 +273,23 @@ static void kill_trials(int ranks, int kills) {
            resumed_steps);
 }
 
+/* A kill between the last save's rename and the removal of its oldest checkpoint leaves that one in the
+ * trash, and the run is complete: resuming it with --save has nothing to do, yet removes what killed
+ * saves left (trash, a half-written checkpoint folder, a temporary file), and keeps the checkpoints. */
+static void test_complete_run_tidied(void) {
+    char dir[600], o[4096], ck[1024];
+    snprintf(dir, sizeof dir, "%s/complete", g_fast);
+    int rc = h_sh(o, sizeof o, "%s train --data %s " TINY " --steps 3 --save %s --save-every 1", g_bin, g_text, dir);
+    CHECK(rc == 0, "the run: rc %d: %s", rc, o);
+    h_sh(NULL, 0, "cp -r %s/step-00000002 %s/.trash-step-00000001 && mkdir %s/step-00000004.tmp && "
+         "echo x > %s/train.state.tmp.4242", dir, dir, dir, dir);
+    CHECK(temporaries(dir) == 3, "%d temporaries planted", temporaries(dir));
+    rc = h_sh(o, sizeof o, "%s train --data %s --threads 1 --resume %s --save %s", g_bin, g_text, dir, dir);
+    CHECK(rc == 0 && strstr(o, "nothing to do"), "the complete run resumed: rc %d: %s", rc, o);
+    CHECK(temporaries(dir) == 0 && h_checkpoint(dir, ck, sizeof ck) == 2 && strstr(ck, "step-00000003"),
+          "after it: %d temporaries, newest %s", temporaries(dir), ck);
+}
+
 static void test_kill_one_process(void) {
     int kills = g_quick ? KILLS_QUICK : KILLS;
     if (g_quick) printf("    COLLAGE_TEST_QUICK: %d kills instead of %d\n", kills, KILLS);
@@ -534,6 +551,7 @@ int main(void) {
             h_sh(NULL, 0, "mpirun --version") == 0;
     h_mpi_env();
     printf("test_survive: %s, seed %llu, data in %s, kill trials in %s\n", g_bin, seed, g_dir, g_fast);
+    RUN(test_complete_run_tidied);
     RUN(test_kill_one_process);
     if (g_mpi) RUN(test_kill_mpi);
     else printf("SKIP test_kill_mpi: %s was built without MPI or mpirun does not run\n", g_bin);

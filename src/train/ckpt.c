@@ -260,6 +260,7 @@ collage_status collage_checkpoint_check_folder(const char *dir, const char *resu
     if (!dir) return collage__fail(err, cap, COLLAGE_ERR_NULL, "no folder given");
     collage_status st = writable(dir, err, cap);
     if (st) return st;
+    ckpt_clean(dir); /* the leftovers of killed saves, as a save removes them */
     ckpt_entry *v;
     int n = ckpt_list(dir, &v, 1);
     if (n <= 0 || overwrite) { free(v); return COLLAGE_OK; }
