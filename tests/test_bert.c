@@ -416,11 +416,18 @@ static void test_bf16(void) {
     CHECK(x.nav == e.nav && abad == 0, "widening path: %zu of %zu activations differ", abad, e.nav);
     const collage_isa isa = collage_get_isa();
     if (isa == COLLAGE_ISA_AVX512 && collage_set_isa(COLLAGE_ISA_SCALAR) == COLLAGE_OK) {
+        char perr[256]; /* the two builds on the same products' kernels (the products file keys collage's ISA) */
+        const char *pin = collage_products_check("fp32=openblas,bf16=onednn", perr, sizeof perr) == COLLAGE_OK
+                              ? "fp32=openblas,bf16=onednn" : "fp32=openblas,bf16=widen";
+        CHECK(collage_products_pin(pin, perr, sizeof perr) == COLLAGE_OK, "pin %s: %s", pin, perr);
         run_out s = run_once(GM_BF16, w16, g_tok, g_tgt, g_len, TB, TT);
         collage_set_isa(isa);
-        CHECK(s.loss == h.loss && memcmp(s.g, h.g, n * sizeof(float)) == 0 && s.nacts == h.nacts &&
-                  memcmp(s.acts, h.acts, s.nacts) == 0, "bf16 graph: AVX-512 and baseline builds differ");
+        run_out v = run_once(GM_BF16, w16, g_tok, g_tgt, g_len, TB, TT);
+        collage_products_pin(NULL, perr, sizeof perr);
+        CHECK(s.loss == v.loss && memcmp(s.g, v.g, n * sizeof(float)) == 0 && s.nacts == v.nacts &&
+                  memcmp(s.acts, v.acts, s.nacts) == 0, "bf16 graph: AVX-512 and baseline builds differ (products %s)", pin);
         run_free(&s);
+        run_free(&v);
     } else
         printf("    (no AVX-512 here: the bf16 graph's two builds not compared)\n");
     double dot = 0, nh = 0, ne = 0, df = 0, nf = 0;

@@ -498,13 +498,19 @@ static void test_bf16_matches_emulation(void) {
     /* the bf16 graph built for AVX-512 and for the baseline ISA gives the same bits */
     const collage_isa isa = collage_get_isa();
     if (isa == COLLAGE_ISA_AVX512 && collage_set_isa(COLLAGE_ISA_SCALAR) == COLLAGE_OK) {
+        char perr[256]; /* the two builds on the same products' kernels (the products file keys collage's ISA) */
+        const char *pin = collage_products_check("fp32=openblas,bf16=onednn", perr, sizeof perr) == COLLAGE_OK
+                              ? "fp32=openblas,bf16=onednn" : "fp32=openblas,bf16=widen";
+        CHECK(collage_products_pin(pin, perr, sizeof perr) == COLLAGE_OK, "pin %s: %s", pin, perr);
         bf16_run s = bf16_once(GM_BF16, w16, w, tok, tgt, B, T);
         collage_set_isa(isa);
+        bf16_run v = bf16_once(GM_BF16, w16, w, tok, tgt, B, T);
+        collage_products_pin(NULL, perr, sizeof perr);
         size_t diff = 0;
-        for (size_t i = 0; i < n; i++) diff += memcmp(&s.g[i], &h.g[i], sizeof(float)) != 0;
-        for (size_t i = 0; i < s.na && i < h.na; i++) diff += memcmp(&s.a[i], &h.a[i], sizeof(double)) != 0;
-        CHECK(s.loss == h.loss && diff == 0, "bf16 graph: AVX-512 and baseline builds differ (%zu values)", diff);
-        free(s.g); free(s.a);
+        for (size_t i = 0; i < n; i++) diff += memcmp(&s.g[i], &v.g[i], sizeof(float)) != 0;
+        for (size_t i = 0; i < s.na && i < v.na; i++) diff += memcmp(&s.a[i], &v.a[i], sizeof(double)) != 0;
+        CHECK(s.loss == v.loss && diff == 0, "bf16 graph: AVX-512 and baseline builds differ (%zu values, products %s)", diff, pin);
+        free(s.g); free(s.a); free(v.g); free(v.a);
     } else
         printf("    (no AVX-512 here: the bf16 graph's two builds not compared)\n");
     size_t gbad = 0, abad = 0;

@@ -513,11 +513,20 @@ static void test_bf16_matches_emulation(void) {
         bf16_run d = bf16_once(&c, GM_FP64, w16, w, tok, tgt, B, T);
         const collage_isa isa = collage_get_isa();
         if (isa == COLLAGE_ISA_AVX512 && collage_set_isa(COLLAGE_ISA_SCALAR) == COLLAGE_OK) {
+            /* the graph's two builds on the same products' kernels: the kernels measured for the baseline
+             * build's key could be others (the products file keys the machine with collage's ISA) */
+            char err[256];
+            const char *pin = collage_products_check("fp32=openblas,bf16=onednn", err, sizeof err) == COLLAGE_OK
+                                  ? "fp32=openblas,bf16=onednn" : "fp32=openblas,bf16=widen";
+            CHECK(collage_products_pin(pin, err, sizeof err) == COLLAGE_OK, "pin %s: %s", pin, err);
             bf16_run s = bf16_once(&c, GM_BF16, w16, w, tok, tgt, B, T);
             collage_set_isa(isa);
-            CHECK(s.loss == h.loss && !memcmp(s.g, h.g, n * sizeof(float)) && !memcmp(s.logits, h.logits, sizeof s.logits),
-                  "bf16 graph: the AVX-512 and baseline builds differ");
+            bf16_run v = bf16_once(&c, GM_BF16, w16, w, tok, tgt, B, T);
+            collage_products_pin(NULL, err, sizeof err);
+            CHECK(s.loss == v.loss && !memcmp(s.g, v.g, n * sizeof(float)) && !memcmp(s.logits, v.logits, sizeof s.logits),
+                  "bf16 graph: the AVX-512 and baseline builds differ (products %s)", pin);
             free(s.g);
+            free(v.g);
         } else
             printf("    (no AVX-512 here: the bf16 graph's two builds not compared)\n");
         size_t gbad = 0;
