@@ -158,9 +158,12 @@ $(BUILD)/obj/cuda/%.o: src/cuda/%.cu include/collage.h include/collage_cuda.h sr
 $(BUILD)/libcollage_cuda.so: $(BUILD)/obj/cuda/adamw.o $(BUILD)/libcollage.so
 	ln -sf libcollage.so $(BUILD)/$(SONAME)
 	$(NVCC) -shared -o $@ $< -L$(BUILD) -l:libcollage.so -Xlinker -rpath,'$$ORIGIN' -lcudart
-$(BUILD)/gpu/test_cuda: tests/gpu/test_cuda.c tests/harness.h include/collage_cuda.h $(BUILD)/libcollage_cuda.so $(BUILD)/libcollage.so
+$(BUILD)/obj/gpu/exhaustive.o: tests/gpu/exhaustive.cu include/collage.h src/optim/adamw_elem.h Makefile | $(BUILD)/obj
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -I$(CUDA_HOME)/include -o $@ $< -L$(BUILD) -l:libcollage_cuda.so -l:libcollage.so \
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+$(BUILD)/gpu/test_cuda: tests/gpu/test_cuda.c $(BUILD)/obj/gpu/exhaustive.o tests/harness.h include/collage_cuda.h $(BUILD)/libcollage_cuda.so $(BUILD)/libcollage.so
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -I$(CUDA_HOME)/include -o $@ $< $(BUILD)/obj/gpu/exhaustive.o -L$(BUILD) -l:libcollage_cuda.so -l:libcollage.so -lstdc++ \
 	  -Wl,-rpath,'$$ORIGIN/..' -L$(CUDA_HOME)/lib64 -lcudart $(LDLIBS_ALL)
 $(BUILD)/collage: $(CLI_OBJ) $(BUILD)/libcollage.a
 	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libcollage.a $(LDLIBS_ALL) $(MPI_LIBS)

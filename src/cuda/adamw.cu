@@ -163,16 +163,38 @@ __device__ static void q8_tile_store(const ce_qtab *Q, int code, int sr, uint64_
     if (threadIdx.x == 0) *scale = sc;
 }
 
+/* Elements i … i + 7's words and gradient asked of L2 ahead of their loads (a hint: no registers held). */
+__device__ static void l2_prefetch(const void *p, size_t byte) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)p + byte));
+}
+__device__ static void prefetch8(const ce_desc *D, const ce_ptrs *P, size_t i) {
+    const size_t w = D->wf == COLLAGE_WORD_FP32 ? 4 : 2;
+    l2_prefetch(P->g, i * w);
+    l2_prefetch(P->w, i * w);
+    l2_prefetch(P->m, i * (D->mf == COLLAGE_WORD_FP32 ? 4 : 2));
+    l2_prefetch(P->v, i * (D->vf == COLLAGE_WORD_FP32 ? 4 : 2));
+    if (ce_has_comp(D->w)) l2_prefetch(P->comp, i * 2);
+    if (D->v_pair) l2_prefetch(P->dv, i * 2);
+    if (ce_has_master(D->w)) l2_prefetch(P->master, i * 4);
+}
+
 /* One block [a, b) of a tensor of a strategy without 8-bit moments. */
-__device__ static void block_plain(const ce_desc *D, const dev_tensor *T, size_t a, size_t b, ce_coef c, int edq,
+template <int LOCAL>
+__device__ static void block_plain(const ce_desc *D, const dev_tensor *Tg, size_t a, size_t b, ce_coef c, int edq,
                                    ce_acc *acc) {
     __shared__ ce_terms sh[THREADS];
+    dev_tensor Tl; /* LOCAL: the pointers and scalars in registers (the stores below could alias the table) */
+    if (LOCAL) { Tl.P = Tg->P; Tl.k = Tg->k; Tl.index0 = Tg->index0; Tl.vec = Tg->vec; }
+    const dev_tensor *T = LOCAL ? &Tl : Tg;
     if (!edq && T->vec) { /* 16-byte loads and stores, 8 elements a thread; the block's tail one by one */
         const size_t nv = (b - a) / CE_VEC;
         for (size_t j = threadIdx.x; j < nv; j += THREADS) {
             const size_t i = a + j * CE_VEC;
             ce_state s[CE_VEC];
             uint32_t g[CE_VEC];
+            /* the next round's words, while this one computes: for the 16-bit lines, bound by their
+             * instructions (+2%); the fp32 lines are bound by memory and lose 15% with it (H200) */
+            if (D->arith != COLLAGE_WORD_FP32 && j + THREADS < nv) prefetch8(D, &T->P, i + THREADS * CE_VEC);
             ce_load8(D, &T->P, i, s, g);
 #pragma unroll
             for (int k = 0; k < CE_VEC; k++) {
@@ -255,9 +277,11 @@ __device__ static void block_q8(const ce_desc *D, const ce_qtab *Q, const dev_te
 }
 
 /* The step: CUDA block u is block u of all the tensors' blocks (adamw_elem.h ce_block_range). GENERIC:
- * the description is the argument D0 (compositions); else the template's parts, folded at compile time. */
+ * the description is the argument D0 (compositions); else the template's parts, folded at compile time,
+ * at most 64 registers a thread so that four blocks share a multiprocessor (the step is bound by its
+ * instructions and its memory latency together: the occupancy counts). */
 template <int GENERIC, int W, int M, int V, int SR, int V1>
-__global__ static void __launch_bounds__(THREADS) step_kernel(const dev_tensor *t, int k, ce_desc D0, const ce_qtab *Q,
+__global__ static void __launch_bounds__(THREADS, GENERIC ? 1 : 4) step_kernel(const dev_tensor *t, int k, ce_desc D0, const ce_qtab *Q,
                                                               const dev_result *res, int edq, ce_acc *unit_acc) {
     const ce_desc D = GENERIC ? D0 : ce_desc_make(W, M, V, SR, V1);
     if (res->skip) return;
@@ -268,7 +292,7 @@ __global__ static void __launch_bounds__(THREADS) step_kernel(const dev_tensor *
     ce_block_range(ce_desc_q8(&D), T->index0, T->n, u - T->unit0, &a, &b);
     ce_acc acc = {0, 0, 0, 0, 0};
     if (ce_desc_q8(&D)) block_q8(&D, Q, T, a, b, c, edq, &acc);
-    else block_plain(&D, T, a, b, c, edq, &acc);
+    else block_plain<!GENERIC>(&D, T, a, b, c, edq, &acc); /* LOCAL triples the generic kernel's compile time */
     if (edq && threadIdx.x == 0) unit_acc[u] = acc;
 }
 

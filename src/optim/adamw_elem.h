@@ -15,11 +15,17 @@
 #include <string.h>
 
 #ifdef __CUDACC__
+#include <cuda_bf16.h>
 #define COLLAGE_HD __host__ __device__
 #else
 #define COLLAGE_HD
 #endif
 #define CE_INL static inline COLLAGE_HD
+#ifdef __CUDACC__
+#define CE_FINL static __forceinline__ COLLAGE_HD /* the MCF operations: nvcc made calls of them */
+#else
+#define CE_FINL static inline
+#endif
 
 #if defined(__clang__) && !defined(__CUDACC__)
 #pragma STDC FP_CONTRACT OFF
@@ -44,10 +50,21 @@ CE_INL float ce_bits_f32(uint32_t u) {
 #endif
 }
 /* bf16 RN of fp32 (internal.h bf16_rn_bits): nearest, ties to even; NaN quiet with sign and payload. */
-CE_INL uint16_t ce_bf16_rn(float x) {
+CE_INL uint16_t ce_bf16_rn_bits(float x) {
     const uint32_t u = ce_f32_bits(x);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+/* bf16 RN of fp32 as the lines use it: ce_bf16_rn_bits on the host; on the device the conversion
+ * instruction (cvt.rn.bf16.f32), the same bits for every x that is not a NaN (test_cuda --exhaustive
+ * compares all 2^32), and a NaN becomes the canonical NaN 0x7fff: its sign and payload are not kept
+ * (docs/cuda.md, "Where the bits can differ"). */
+CE_INL uint16_t ce_bf16_rn(float x) {
+#ifdef __CUDA_ARCH__
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+#else
+    return ce_bf16_rn_bits(x);
+#endif
 }
 /* bf16 SR (internal.h bf16_sr_bits): away from zero iff the dropped 16 bits + r's top 16 carry. */
 CE_INL uint16_t ce_bf16_sr(float x, uint32_t r) {
@@ -77,6 +94,36 @@ CE_INL float ce_fp16_f32(uint16_t h) {
 CE_INL uint16_t ce_rn(int f, float x) { return f == COLLAGE_FMT_FP16 ? ce_fp16_rn(x) : ce_bf16_rn(x); }
 CE_INL float ce_f32(int f, uint16_t x) { return f == COLLAGE_FMT_FP16 ? ce_fp16_f32(x) : ce_bf16_f32(x); }
 
+/* RN_f(√x) and RN_f(a / b) of format-f values: the fp32 operation (IEEE's, correctly rounded) rounded to
+ * f. On the device for bf16 the fast fp32 square root and quotient (sqrt.approx.f32, div.approx.f32:
+ * within 2^-21 of the exact value) rounded to bf16 give the same bits: an exact bf16 square root or
+ * quotient of bf16 values is either a bf16 value or at least 2^-19 of itself away from every bf16
+ * rounding boundary (its 9-bit midpoints), so any value that close rounds alike. Quotients outside
+ * [2^-125, 2^126) and divisors outside [2^-125, 2^125] (subnormal results, the approximations' own
+ * limits) take the IEEE quotient. test_cuda --exhaustive checks both against the IEEE lines for every
+ * bf16 x and every pair (a, b) (2^32). */
+CE_INL uint16_t ce_sqrt_rn(int f, uint16_t x) {
+#ifdef __CUDA_ARCH__
+    if (f == COLLAGE_FMT_BF16) {
+        float r;
+        asm("sqrt.approx.f32 %0, %1;" : "=f"(r) : "f"(ce_bf16_f32(x)));
+        return ce_bf16_rn(r);
+    }
+#endif
+    return ce_rn(f, sqrtf(ce_f32(f, x)));
+}
+CE_INL uint16_t ce_div_rn(int f, uint16_t a, uint16_t b) {
+#ifdef __CUDA_ARCH__
+    if (f == COLLAGE_FMT_BF16) {
+        const float fa = ce_bf16_f32(a), fb = ce_bf16_f32(b), q = __fdividef(fa, fb);
+        if (fabsf(q) >= 0x1p-125f && fabsf(q) < 0x1p126f && fabsf(fb) >= 0x1p-125f && fabsf(fb) <= 0x1p125f)
+            return ce_bf16_rn(q);
+        return ce_bf16_rn(__fdiv_rn(fa, fb));
+    }
+#endif
+    return ce_rn(f, ce_f32(f, a) / ce_f32(f, b));
+}
+
 /* collage_rand32(key, index) (internal.h lowbias32, rand_k1, rand_k2, rand_bits). */
 CE_INL uint32_t ce_lowbias32(uint32_t x) {
     x ^= x >> 16; x *= 0x7feb352du;
@@ -97,7 +144,7 @@ CE_INL uint16_t ce_add(int f, uint16_t a, uint16_t b) { return ce_rn(f, ce_f32(f
 CE_INL uint16_t ce_sub(int f, uint16_t a, uint16_t b) { return ce_rn(f, ce_f32(f, a) - ce_f32(f, b)); }
 CE_INL uint16_t ce_mul(int f, uint16_t a, uint16_t b) { return ce_rn(f, ce_f32(f, a) * ce_f32(f, b)); }
 /* Grow((m, r), d): s = m ⊕ d; r = r ⊕ (d ⊖ (s ⊖ m)); m' = s ⊕ r; r' = r ⊖ (m' ⊖ s). */
-CE_INL ce_pair ce_grow(int f, ce_pair x, uint16_t d) {
+CE_FINL ce_pair ce_grow(int f, ce_pair x, uint16_t d) {
     const uint16_t s = ce_add(f, x.hi, d);
     uint16_t r = ce_add(f, x.lo, ce_sub(f, d, ce_sub(f, s, x.hi)));
     const uint16_t m = ce_add(f, s, r);
@@ -106,7 +153,7 @@ CE_INL ce_pair ce_grow(int f, ce_pair x, uint16_t d) {
 }
 /* GrowAddcmul((m, r), t, t, c): x = RN(c·fp32(t·t)); s = m ⊕ x; x = x ⊕ (m ⊖ s); x = x ⊕ r;
  * m' = s ⊕ x; r' = x ⊖ (m' ⊖ s). */
-CE_INL ce_pair ce_grow_addcmul(int f, ce_pair y, uint16_t t1, uint16_t t2, float c) {
+CE_FINL ce_pair ce_grow_addcmul(int f, ce_pair y, uint16_t t1, uint16_t t2, float c) {
     uint16_t x = ce_rn(f, c * (ce_f32(f, t1) * ce_f32(f, t2)));
     const uint16_t s = ce_add(f, y.hi, x);
     x = ce_add(f, x, ce_sub(f, y.hi, s));
@@ -115,7 +162,7 @@ CE_INL ce_pair ce_grow_addcmul(int f, ce_pair y, uint16_t t1, uint16_t t2, float
     return ce_pair_of(m, ce_sub(f, x, ce_sub(f, m, s)));
 }
 /* MultMC((m, r), (bh, bl)) with TwoProd (eft.h lp_mcf_mul_). */
-CE_INL ce_pair ce_mcf_mul(int f, ce_pair x, ce_pair b) {
+CE_FINL ce_pair ce_mcf_mul(int f, ce_pair x, ce_pair b) {
     const float ab = ce_f32(f, x.hi) * ce_f32(f, b.hi);
     const uint16_t p = ce_rn(f, ab), e = ce_rn(f, ab - ce_f32(f, p));
     uint16_t r = ce_mul(f, x.lo, b.hi);
@@ -125,7 +172,7 @@ CE_INL ce_pair ce_mcf_mul(int f, ce_pair x, ce_pair b) {
     return ce_pair_of(m, ce_sub(f, r, ce_sub(f, m, p)));
 }
 /* The published MultMC (eft.h lp_mcf_mul_v1_), collage-plus-v1's. */
-CE_INL ce_pair ce_mcf_mul_v1(int f, ce_pair x, ce_pair b) {
+CE_FINL ce_pair ce_mcf_mul_v1(int f, ce_pair x, ce_pair b) {
     const uint16_t p = ce_mul(f, x.hi, b.hi);
     const float pf = ce_f32(f, p);
     const uint16_t e = ce_rn(f, -pf + pf * ce_f32(f, b.hi));
@@ -161,6 +208,11 @@ CE_INL int ce_moment_word(int f) {
 }
 CE_INL int ce_is_q8(int wf) { return wf == COLLAGE_WORD_INT8 || wf == COLLAGE_WORD_E4M3; }
 CE_INL int ce_has_master(int w) { return w == COLLAGE_SCHEME_MASTER || w == COLLAGE_SCHEME_FP16_MASTER; }
+/* The schemes with a 16-bit compensation word (δθ, Kahan's c, the remainder) and with a correction byte. */
+CE_INL int ce_has_comp(int w) {
+    return w == COLLAGE_SCHEME_MCF || w == COLLAGE_SCHEME_FP16_MCF || w == COLLAGE_SCHEME_KAHAN || w == COLLAGE_SCHEME_REMAINDER;
+}
+CE_INL int ce_has_corr(int w) { return w == COLLAGE_SCHEME_C8; }
 /* The description of the strategy with weight scheme w, moment formats m and v (collage_moment_format),
  * q=sr when sr, collage-plus-v1's MultMC when v1: the rules of strategy.h, so that a kernel whose
  * arguments are constants folds every question. */
@@ -261,9 +313,9 @@ CE_INL uint16_t ce_lp_raw(const ce_desc *D, int f, ce_state *s, uint16_t g, cons
         vh = ce_rn(f, ce_f32(f, vh) + k->omb2 * (ce_f32(f, g) * ce_f32(f, g)));
     }
     s->v = vh;
-    const uint16_t den = ce_rn(f, ce_f32(f, ce_rn(f, sqrtf(ce_f32(f, vh)))) + k->eps);
+    const uint16_t den = ce_rn(f, ce_f32(f, ce_sqrt_rn(f, vh)) + k->eps);
     const uint16_t a = ce_rn(f, ce_f32(f, mm) * k->neg_step);
-    const uint16_t b = ce_rn(f, ce_f32(f, a) / ce_f32(f, den));
+    const uint16_t b = ce_div_rn(f, a, den);
     const uint16_t cc = ce_rn(f, ce_f32(f, (uint16_t)s->w) * k->lrwd);
     return ce_rn(f, ce_f32(f, b) - ce_f32(f, cc));
 }
@@ -554,10 +606,10 @@ CE_INL ce_state ce_load(const ce_desc *D, const ce_ptrs *P, size_t i) {
     s.w = ce_load_word(D->wf, P->w, i);
     s.m = ce_load_word(D->mf, P->m, i);
     s.v = ce_load_word(D->vf, P->v, i);
-    s.comp = P->comp ? P->comp[i] : 0;
+    s.comp = ce_has_comp(D->w) ? P->comp[i] : 0;
     s.dv = D->v_pair ? P->dv[i] : 0;
     s.master = ce_has_master(D->w) ? P->master[i] : 0.0f;
-    s.corr = P->corr ? P->corr[i] : 0;
+    s.corr = ce_has_corr(D->w) ? P->corr[i] : 0;
     return s;
 }
 /* Element i's words back; with q8 set, the 8-bit moments are left to the block's store. */
@@ -565,10 +617,10 @@ CE_INL void ce_store(const ce_desc *D, const ce_ptrs *P, size_t i, const ce_stat
     ce_store_word(D->wf, P->w, i, s->w);
     if (D->mq < 0) ce_store_word(D->mf, P->m, i, s->m);
     if (D->vq < 0) ce_store_word(D->vf, P->v, i, s->v);
-    if (P->comp) P->comp[i] = s->comp;
+    if (ce_has_comp(D->w)) P->comp[i] = s->comp;
     if (D->v_pair) P->dv[i] = s->dv;
     if (ce_has_master(D->w)) P->master[i] = s->master;
-    if (P->corr) P->corr[i] = s->corr;
+    if (ce_has_corr(D->w)) P->corr[i] = s->corr;
 }
 
 /* ------------------------------------------------------------------ 8 elements at a time */
@@ -622,7 +674,7 @@ CE_INL int ce_vec_ok(const ce_desc *D, const ce_ptrs *P) {
                         ce_has_master(D->w) ? (const void *)P->master : NULL};
     for (int k = 0; k < 7; k++)
         if (p[k] && ((uintptr_t)p[k] & 15u)) return 0;
-    return !ce_desc_q8(D) && !P->corr; /* bf16-c8's bytes go one element at a time */
+    return !ce_desc_q8(D) && !ce_has_corr(D->w); /* bf16-c8's bytes go one element at a time */
 }
 /* Elements i … i + 7 (i a multiple of 8, ce_vec_ok): their words into s and the gradient's bits into g. */
 CE_INL void ce_load8(const ce_desc *D, const ce_ptrs *P, size_t i, ce_state *s, uint32_t *g) {
@@ -634,8 +686,8 @@ CE_INL void ce_load8(const ce_desc *D, const ce_ptrs *P, size_t i, ce_state *s, 
     for (int k = 0; k < 8; k++) s[k].m = x[k];
     ce_load_word8(D->vf, P->v, i, x);
     for (int k = 0; k < 8; k++) s[k].v = x[k];
-    if (P->comp) ce_load_word8(COLLAGE_WORD_BF16, P->comp, i, x);
-    for (int k = 0; k < 8; k++) s[k].comp = P->comp ? (uint16_t)x[k] : 0;
+    if (ce_has_comp(D->w)) ce_load_word8(COLLAGE_WORD_BF16, P->comp, i, x);
+    for (int k = 0; k < 8; k++) s[k].comp = ce_has_comp(D->w) ? (uint16_t)x[k] : 0;
     if (D->v_pair) ce_load_word8(COLLAGE_WORD_BF16, P->dv, i, x);
     for (int k = 0; k < 8; k++) s[k].dv = D->v_pair ? (uint16_t)x[k] : 0;
     if (ce_has_master(D->w)) ce_load_word8(COLLAGE_WORD_FP32, P->master, i, x);
@@ -649,7 +701,7 @@ CE_INL void ce_store8(const ce_desc *D, const ce_ptrs *P, size_t i, const ce_sta
     ce_store_word8(D->mf, P->m, i, x);
     for (int k = 0; k < 8; k++) x[k] = s[k].v;
     ce_store_word8(D->vf, P->v, i, x);
-    if (P->comp) {
+    if (ce_has_comp(D->w)) {
         for (int k = 0; k < 8; k++) x[k] = s[k].comp;
         ce_store_word8(COLLAGE_WORD_BF16, P->comp, i, x);
     }

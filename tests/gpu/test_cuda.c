@@ -5,7 +5,10 @@
  * collage_adamw_step_many with the chunks' Σg², as the Python package's CPU path), every word, the
  * norm, the factor and the EDQ sums bit for bit. --bench FILE: the step's time on 1B parameters in one
  * tensor and on GPT-2 124M's 148 tensors against the device-to-device copy's bandwidth, as JSON.
- * Usage: test_cuda [--quick] [--steps N] [--bench FILE] */
+ * --profile STRATEGY: that step on GPT-2 124M's tensors only (a few launches, for ncu).
+ * --exhaustive: the device's fast bf16 operations (conversion, square root, quotient) against the IEEE
+ * lines on every input (tests/gpu/exhaustive.cu).
+ * Usage: test_cuda [--quick] [--steps N] [--bench FILE] [--profile STRATEGY] [--exhaustive] */
 #include "collage_cuda.h"
 #include "../harness.h"
 
@@ -17,6 +20,7 @@
 
 static int g_steps = 100;
 static int g_quick = 0;
+static int g_exhaustive = 0;
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static uint32_t rnd(void) {
@@ -29,6 +33,7 @@ static float urand(void) { return (float)(rnd() & 0xffffff) / 16777216.0f; }
 
 static size_t word_bytes(collage_word_format f, size_t n) {
     if (f == COLLAGE_WORD_INT8 || f == COLLAGE_WORD_E4M3) return ((n + 63) & ~(size_t)63) + (n + 255) / 256 * 4;
+    if (f == COLLAGE_WORD_BYTE) return n;
     return n * (f == COLLAGE_WORD_FP32 ? 4 : 2);
 }
 static int is_q8(collage_strategy s) {
@@ -208,7 +213,9 @@ static double bytes_per_elem(collage_strategy s) {
     return b;
 }
 
-static double bench_one(collage_strategy s, const size_t *ns, int k, FILE *out, double copy_gbs, const char *what) {
+/* One timed configuration: with clipping by the global norm (Σg² on the device) unless plain, EDQ if edq. */
+static double bench_one(collage_strategy s, const size_t *ns, int k, FILE *out, double copy_gbs, const char *what,
+                        int plain, int edq) {
     const collage_strategy_info *R = collage_strategy_get(s);
     collage_cuda_tensor *t = calloc((size_t)k, sizeof *t);
     size_t total = 0;
@@ -229,7 +236,8 @@ static double bench_one(collage_strategy s, const size_t *ns, int k, FILE *out, 
     }
     double gbs = 0;
     collage_cuda_adamw *o = NULL;
-    collage_cuda_adamw_config dc = {.strategy = s, .clip = 1.0, .seed = SEED, .max_tensors = k, .max_elements = total};
+    collage_cuda_adamw_config dc = {.strategy = s, .clip = plain ? 0.0 : 1.0, .edq = edq, .seed = SEED, .max_tensors = k,
+                                    .max_elements = total};
     if (ok && collage_cuda_adamw_create(&dc, &o) == COLLAGE_OK) {
         cudaEvent_t a, b;
         cudaEventCreate(&a); cudaEventCreate(&b);
@@ -243,10 +251,13 @@ static double bench_one(collage_strategy s, const size_t *ns, int k, FILE *out, 
         size_t elems = 0;
         for (int j = 0; j < k; j++) elems += ns[j];
         gbs = bytes_per_elem(s) * (double)elems / (ms * 1e6);
-        fprintf(out, "    {\"what\": \"%s\", \"strategy\": \"%s\", \"tensors\": %d, \"elements\": %zu, \"ms\": %.4f, "
-                     "\"bytes_per_element\": %.1f, \"GBps\": %.1f, \"of_copy\": %.3f},\n",
-                what, R->name, k, elems, ms, bytes_per_elem(s), gbs, gbs / copy_gbs);
-        printf("    %s %s: %.3f ms, %.0f GB/s (%.0f%% of the copy's)\n", what, R->name, ms, gbs, 100 * gbs / copy_gbs);
+        const char *form = plain ? "no clipping" : edq ? "clipping, EDQ" : "clipping";
+        fprintf(out, "    {\"what\": \"%s\", \"strategy\": \"%s\", \"form\": \"%s\", \"tensors\": %d, \"elements\": %zu, "
+                     "\"ms\": %.4f, \"bytes_per_element\": %.1f, \"GBps\": %.1f, \"of_copy\": %.3f},\n",
+                what, R->name, form, k, elems, ms, bytes_per_elem(s), gbs, gbs / copy_gbs);
+        printf("    %s %s (%s): %.3f ms, %.0f GB/s (%.0f%% of the copy's)\n", what, R->name, form, ms, gbs,
+               100 * gbs / copy_gbs);
+        fflush(stdout);
         cudaEventDestroy(a); cudaEventDestroy(b);
     } else {
         printf("    %s %s: not run (memory: %s)\n", what, R->name, o ? collage_cuda_adamw_error(o) : "cudaMalloc");
@@ -290,20 +301,49 @@ static void bench(const char *path) {
     const int k = gpt2_shapes(gpt2);
     const size_t one = (size_t)1 << 30;
     for (int i = 0; i < 5; i++) {
-        bench_one(S[i], &one, 1, out, copy, "1B in one tensor");
-        bench_one(S[i], gpt2, k, out, copy, "GPT-2 124M, 148 tensors");
+        bench_one(S[i], &one, 1, out, copy, "1B in one tensor", 0, 0);
+        bench_one(S[i], gpt2, k, out, copy, "GPT-2 124M, 148 tensors", 0, 0);
+    }
+    /* what the global norm and EDQ cost: collage-light without clipping, and with EDQ */
+    for (int e = 0; e < 2; e++) {
+        bench_one(COLLAGE_LIGHT, &one, 1, out, copy, "1B in one tensor", !e, e);
+        bench_one(COLLAGE_LIGHT, gpt2, k, out, copy, "GPT-2 124M, 148 tensors", !e, e);
     }
     fprintf(out, "    {}\n]}\n");
     fclose(out);
 }
 
+/* tests/gpu/exhaustive.cu: the device's fast bf16 operations against the IEEE lines on every input. */
+long long exhaustive_check(char *msg, size_t size);
+static void test_exhaustive(void) {
+    char msg[1024] = "";
+    const double t0 = h_now();
+    const long long bad = exhaustive_check(msg, sizeof msg);
+    printf("%s    (%.1f s)\n", msg, h_now() - t0);
+    CHECK(bad == 0, "the device's fast bf16 operations differ from the IEEE lines on %lld inputs", bad);
+}
+
+/* --profile NAME: the step of GPT-2 124M's tensors with strategy NAME, a few times, for a profiler. */
+static int profile(const char *name) {
+    collage_strategy s;
+    if (collage_strategy_parse(name, &s) != COLLAGE_OK) { fprintf(stderr, "test_cuda: unknown strategy %s\n", name); return 2; }
+    size_t gpt2[148];
+    const int k = gpt2_shapes(gpt2);
+    FILE *out = fopen("/dev/null", "w");
+    bench_one(s, gpt2, k, out, 1.0, "GPT-2 124M, 148 tensors", 0, 0);
+    fclose(out);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    const char *bench_path = NULL;
+    const char *bench_path = NULL, *profile_name = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) { g_quick = 1; g_steps = 5; }
+        else if (!strcmp(argv[i], "--exhaustive")) g_exhaustive = 1;
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) g_steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--bench") && i + 1 < argc) bench_path = argv[++i];
-        else { fprintf(stderr, "usage: test_cuda [--quick] [--steps N] [--bench FILE.json]\n"); return 2; }
+        else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile_name = argv[++i];
+        else { fprintf(stderr, "usage: test_cuda [--quick] [--steps N] [--bench FILE.json] [--profile STRATEGY] [--exhaustive]\n"); return 2; }
     }
     int nd = 0;
     if (!CUDA_OK(cudaGetDeviceCount(&nd)) || nd == 0) {
@@ -312,7 +352,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     collage_set_isa(COLLAGE_ISA_SCALAR); /* the CPU side is the scalar reference (its EDQ sums) */
+    if (profile_name) return profile(profile_name);
     if (bench_path) { bench(bench_path); return h_end(); }
+    if (g_exhaustive) { RUN(test_exhaustive); return h_end(); }
     RUN(test_every_strategy);
     return h_end();
 }
