@@ -102,18 +102,30 @@ class Step:
     def fits(self, key, k, elements):
         return key == self.key and k <= self.max_tensors and elements <= self.max_elements
 
-    def step(self, table, sumsq_ptr, stream):
-        """One step of the tensors in `table` (a CudaTensor array) with the Σg² (one device double at
-        sumsq_ptr), on stream; returns each tensor's EDQ sums (dot, dot_state, nn, lost, updates) after
-        waiting for it."""
-        k = len(table)
+    def launch(self, table, sumsq_ptr, stream):
+        """One step of the tensors in `table` (a CudaTensor array) enqueued on stream, not waited for, with
+        the Σg² given as one device double at sumsq_ptr, or, where sumsq_ptr is None, the Σg² of the
+        table's own gradients (the library's chunk sums added in order on the device: no round trip
+        through the host)."""
         lib = self._lib
-        st = lib.collage_cuda_adamw_step(self.handle, table, k, sumsq_ptr, 1, stream)
+        st = lib.collage_cuda_adamw_step(self.handle, table, len(table), sumsq_ptr, 0 if sumsq_ptr is None else 1,
+                                         stream)
         _lib.check(st, "collage_cuda_adamw_step", lib.collage_cuda_adamw_error(self.handle).decode(errors="replace"))
+
+    def step(self, table, sumsq_ptr, stream):
+        """launch, then stats: the step's (skipped, grad_norm, clip_coef) and each tensor's EDQ sums."""
+        self.launch(table, sumsq_ptr, stream)
+        return self.stats(len(table))
+
+    def stats(self, k):
+        """After waiting for the last step (of k tensors): its (skipped, grad_norm, clip_coef) and each
+        tensor's EDQ sums (dot, dot_state, nn, lost, updates)."""
+        lib = self._lib
         stats, per = _lib.StepStats(), (_lib.EDQ * k)()
         st = lib.collage_cuda_adamw_stats(self.handle, ctypes.byref(stats), per)
         _lib.check(st, "collage_cuda_adamw_stats", lib.collage_cuda_adamw_error(self.handle).decode(errors="replace"))
-        return [(e.sum_dot, e.sum_dot_state, e.sum_nn, e.lost_count, e.updates) for e in per]
+        return ((bool(stats.skipped), stats.grad_norm, stats.clip_coef),
+                [(e.sum_dot, e.sum_dot_state, e.sum_nn, e.lost_count, e.updates) for e in per])
 
     def sumsq_chunks(self, table, out_ptr, stream):
         st = self._lib.collage_cuda_sumsq_chunks(self.handle, table, len(table), out_ptr, stream)

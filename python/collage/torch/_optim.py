@@ -33,6 +33,12 @@ from .. import _lib
 from .. import strategy as _strategy
 from . import _lines
 
+# collage_cuda_tensor (collage_cuda.h, _cuda.CudaTensor) as numpy sees it: every field 8 bytes, no padding.
+_TABLE_DTYPE = np.dtype([("words", np.uint64, (_lib.ROLE_COUNT,)), ("grad", np.uint64), ("n", np.uint64),
+                         ("index0", np.uint64), ("step", np.uint64), ("lr", np.float64), ("weight_decay", np.float64),
+                         ("beta1", np.float64), ("beta2", np.float64), ("eps", np.float64)])
+assert _TABLE_DTYPE.itemsize == ctypes.sizeof(_cuda.CudaTensor)
+
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int16": torch.int16,
            "int8": torch.uint8, "e4m3": torch.uint8, "byte": torch.int8}
 QBLOCK = 256  # COLLAGE_QBLOCK: an 8-bit word's elements per fp32 scale
@@ -169,7 +175,8 @@ class AdamW(torch.optim.Optimizer):
     tensor's Σg² chunk sums, each rank's own filled in: the clipping factor and the non-finite skip of the
     whole model on every rank. Every rank's optimizer lists the same tensors in the same order.
 
-    After each step ``optimizer.last_stats`` holds: step, skipped, grad_norm (NaN unless clipping or
+    After each step ``optimizer.last_stats`` holds (read from the GPU when first asked for, where a step on
+    one GPU without skip_nonfinite or EDQ was not waited for): step, skipped, grad_norm (NaN unless clipping or
     skip_nonfinite), clip_coef, and with edq: "edq" (the whole step) and "groups" (per param group),
     each a dict of edq, edq_ratio, lost, edq_state, edq_state_ratio, update_norm, updates.
     """
@@ -198,6 +205,7 @@ class AdamW(torch.optim.Optimizer):
         self.last_stats = None
         self._native = {}
         self._cuda_steps = {}
+        self._cuda_tables = {}
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         params, self._names = self._strip_names(params)
         super().__init__(params, defaults)
@@ -434,21 +442,37 @@ class AdamW(torch.optim.Optimizer):
             return loss
         every = [(gi, p, g, self._init_state(p), c) for gi, p, g, c in checked]
         items = [it for it in every if it[1].numel()]  # a zero-size tensor has nothing to step: it counts the step
-        sumsq = self._grad_sumsq(items) if (self.max_grad_norm or self.skip_nonfinite) else math.nan
-        gnorm = math.sqrt(sumsq) if not math.isnan(sumsq) else math.nan
-        stats = {"step": None, "skipped": False, "grad_norm": gnorm, "clip_coef": 1.0}
-        if self.skip_nonfinite and not math.isfinite(sumsq):
-            stats.update(skipped=True, step=max(st["step"] for _, _, _, st, _ in every))
-            self.last_stats = stats
+        if self._one_device(items) and not (self.skip_nonfinite or self.edq):  # nothing to wait for
+            self._step_cuda(items, None, self._slab(), wait=False)
+            for _, _, _, st, _ in every:
+                st["step"] += 1
+                st["synced"] = True
+            self.last_stats = {"step": max(st["step"] for _, _, _, st, _ in every), "skipped": False}
+            self._pending_stats = self._cuda_steps[items[0][2].device], len(items), self._last_stats
             return loss
-        coef = 1.0
-        if self.max_grad_norm and gnorm > self.max_grad_norm:
-            coef = self.max_grad_norm / (gnorm + 1e-6)
-        stats["clip_coef"] = coef
-        slab = self._slab()
-        self._scalars = {}
-        c_parts = self._step_c([it for it in items if it[4] == "c"], sumsq, slab)
-        c_parts.update(self._step_cuda([it for it in items if it[4] == "cuda"], sumsq, slab))
+        if self._one_device(items):  # Σg², clipping and the skip on the device, in the step's one launch
+            c_parts, (skipped, gnorm, coef) = self._step_cuda(items, None, self._slab())
+            stats = {"step": None, "skipped": skipped, "grad_norm": gnorm, "clip_coef": coef}
+            if skipped:
+                stats["step"] = max(st["step"] for _, _, _, st, _ in every)
+                self.last_stats = stats
+                return loss
+        else:
+            sumsq = self._grad_sumsq(items) if (self.max_grad_norm or self.skip_nonfinite) else math.nan
+            gnorm = math.sqrt(sumsq) if not math.isnan(sumsq) else math.nan
+            stats = {"step": None, "skipped": False, "grad_norm": gnorm, "clip_coef": 1.0}
+            if self.skip_nonfinite and not math.isfinite(sumsq):
+                stats.update(skipped=True, step=max(st["step"] for _, _, _, st, _ in every))
+                self.last_stats = stats
+                return loss
+            coef = 1.0
+            if self.max_grad_norm and gnorm > self.max_grad_norm:
+                coef = self.max_grad_norm / (gnorm + 1e-6)
+            stats["clip_coef"] = coef
+            slab = self._slab()
+            self._scalars = {}
+            c_parts = self._step_c([it for it in items if it[4] == "c"], sumsq, slab)
+            c_parts.update(self._step_cuda([it for it in items if it[4] == "cuda"], sumsq, slab)[0])
         parts = []
         for gi, p, g, st, path in every:
             if p.numel():
@@ -530,16 +554,28 @@ class AdamW(torch.optim.Optimizer):
 
     def _cuda_table(self, items, slab):
         """The collage_cuda_tensor table of CUDA items (gi, p, g, st, path): device pointers of θ, the
-        gradient and the state words, each tensor's slab index, step number and group's hyperparameters."""
-        table = (_cuda.CudaTensor * len(items))()
-        for j, (gi, p, g, st, _) in enumerate(items):
-            group, t = self.param_groups[gi], table[j]
-            t.words[0] = p.data_ptr()
-            for w in self.strategy.state_words:
-                t.words[w.role] = st[w.key].data_ptr()
-            t.grad, t.n, t.index0, t.step = g.data_ptr(), p.numel(), slab[p][0], st["step"] + 1
-            t.lr, t.weight_decay, t.eps = float(group["lr"]), float(group["weight_decay"]), float(group["eps"])
-            t.beta1, t.beta2 = (float(b) for b in group["betas"])
+        gradient and the state words, each tensor's slab index, step number and group's hyperparameters.
+        The table of the last step is kept with its state tensors and reused while they are the same
+        objects: each step rewrites its columns (θ, gradient, size, slab index, step, hyperparameters)
+        through a numpy view, and the state words' pointers are set only when the table is made."""
+        words = [st[w.key] for _, _, _, st, _ in items for w in self.strategy.state_words]
+        kept = self._cuda_tables.get(len(items))
+        if kept is None or len(kept[1]) != len(words) or any(a is not b for a, b in zip(kept[1], words)):
+            table = (_cuda.CudaTensor * len(items))()
+            for j, (_, _, _, st, _) in enumerate(items):
+                for w in self.strategy.state_words:
+                    table[j].words[w.role] = st[w.key].data_ptr()
+            kept = self._cuda_tables[len(items)] = (table, words, np.frombuffer(memoryview(table).cast("B"), _TABLE_DTYPE))
+        table, _, cols = kept
+        hp = np.array([(float(g["lr"]), float(g["weight_decay"]), float(g["eps"]), *(float(b) for b in g["betas"]))
+                       for g in self.param_groups])[[gi for gi, _, _, _, _ in items]]
+        cols["words"][:, 0] = [p.data_ptr() for _, p, _, _, _ in items]
+        cols["grad"] = [g.data_ptr() for _, _, g, _, _ in items]
+        cols["n"] = [p.numel() for _, p, _, _, _ in items]
+        cols["index0"] = [slab[p][0] for _, p, _, _, _ in items]
+        cols["step"] = [st["step"] + 1 for _, _, _, st, _ in items]
+        for k, name in enumerate(("lr", "weight_decay", "eps", "beta1", "beta2")):
+            cols[name] = hp[:, k]
         return table
 
     def _cuda_block_sums(self, items):
@@ -556,11 +592,37 @@ class AdamW(torch.optim.Optimizer):
             res[p], at = flat[at:at + nb], at + nb
         return res
 
-    def _step_cuda(self, items, sumsq, slab):
+    def _one_device(self, items):
+        """Whether every tensor of the step is a CUDA tensor of one device and no all_reduce joins other
+        ranks: then libcollage_cuda sums Σg² itself (the same chunks, added in the same order)."""
+        if not items or self.all_reduce is not None or items[0][4] != "cuda":
+            return False
+        dev = items[0][2].device
+        return all(it[4] == "cuda" and it[2].device == dev for it in items)
+
+    @property
+    def last_stats(self):
+        """The last step's statistics; a step on one GPU without skip_nonfinite or EDQ is not waited for,
+        and its grad_norm and clip_coef are read from the device here, when first asked for."""
+        pending = self.__dict__.get("_pending_stats")
+        if pending is not None:
+            step, k, stats = pending
+            self._pending_stats = None
+            (_, stats["grad_norm"], stats["clip_coef"]), _ = step.stats(k)
+        return self.__dict__.get("_last_stats")
+
+    @last_stats.setter
+    def last_stats(self, value):
+        self._pending_stats = None
+        self._last_stats = value
+
+    def _step_cuda(self, items, sumsq, slab, wait=True):
         """The CUDA tensors' step: per device, every tensor in one libcollage_cuda step with the Σg² given
-        (the clipping factor is computed from it on the device, as libcollage computes it). Returns each
-        parameter's EDQ sums."""
-        out, by_device = {}, {}
+        (the clipping factor is computed from it on the device, as libcollage computes it), or with
+        sumsq None (one device: _one_device) the Σg² of the tensors' own gradients, summed on the device.
+        Returns each parameter's EDQ sums and the last device's (skipped, grad_norm, clip_coef); with
+        wait False the steps are launched and not waited for, and nothing is returned."""
+        out, by_device, got = {}, {}, (False, math.nan, 1.0)
         for it in items:
             by_device.setdefault(it[1].device, []).append(it)
         for dev, its in by_device.items():
@@ -568,10 +630,16 @@ class AdamW(torch.optim.Optimizer):
                 if not st["synced"]:
                     self._sync_from_weights(p, st)
             step = self._cuda_step_of(dev, len(its), sum(p.numel() for _, p, _, _, _ in its))
-            total = torch.tensor([0.0 if math.isnan(sumsq) else sumsq], dtype=torch.float64, device=dev)
-            sums = step.step(self._cuda_table(its, slab), total.data_ptr(), torch.cuda.current_stream(dev).cuda_stream)
+            total = None
+            if sumsq is not None:
+                total = torch.tensor([0.0 if math.isnan(sumsq) else sumsq], dtype=torch.float64, device=dev)
+            table, stream = self._cuda_table(its, slab), torch.cuda.current_stream(dev).cuda_stream
+            if not wait:
+                step.launch(table, None if total is None else total.data_ptr(), stream)
+                continue
+            got, sums = step.step(table, None if total is None else total.data_ptr(), stream)
             out.update({p: e for (_, p, _, _, _), e in zip(its, sums)})
-        return out
+        return out, got
 
     def _step_c(self, items, sumsq, slab):
         """The CPU tensors' step: one libcollage optimizer each (built or rebuilt where needed), all
@@ -657,6 +725,7 @@ class AdamW(torch.optim.Optimizer):
         self.skip_nonfinite = bool(meta["skip_nonfinite"])
         self._native.clear()
         self._cuda_steps.clear()
+        self._cuda_tables.clear()
 
     def _load_param_state(self, p, saved):
         out = {"step": int(saved["step"]), "synced": bool(saved["synced"])}
