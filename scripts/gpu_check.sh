@@ -5,7 +5,9 @@
 #   2. test_cuda: every preset and a set of compositions, 100 steps of 3 tensors with their own lr and weight
 #      decay, clipping that triggers, EDQ, a NaN gradient skipped, against libcollage's scalar reference on
 #      the CPU, every word bit for bit;
-#   3. compute-sanitizer memcheck on one quick run of test_cuda;
+#   3. test_cuda --exhaustive: the device's fast bf16 operations (the conversion instruction, the square root
+#      and the quotient) against the IEEE lines on every input (2^32 patterns, 2^16 values, 2^32 pairs);
+#      compute-sanitizer memcheck on one quick run of test_cuda;
 #   4. the benchmark: the step on 1B parameters in one tensor and on GPT-2 124M's 148 tensors, in GB/s
 #      against the device-to-device copy's (bf16, collage-light, bf16-sr, collage-plus, bf16-master);
 #   5. python/bench/device_check.py: collage.torch.AdamW on CUDA tensors (libcollage_cuda through ctypes)
@@ -19,10 +21,20 @@
 #   bash scripts/gpu_check.sh [OUT_DIR]
 #   bash scripts/gpu_check.sh --fetch-debs    (on a Debian 12 machine with apt: OpenBLAS's .debs into .gpu/,
 #                                              for a device image without OpenBLAS; the check unpacks them)
+#   bash scripts/gpu_check.sh --prebuild      (on a machine with nvcc 13: the build into .gpu/prebuilt; then
+#                                              GPU_CHECK_PREBUILT=.gpu/prebuilt on the device skips the build)
 set -u
 cd "$(dirname "$0")/.." || exit 1
 if [ "${1:-}" = "--fetch-debs" ]; then
-  mkdir -p .gpu && cd .gpu && apt-get download libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0
+  mkdir -p .gpu && cd .gpu && apt-get download libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0 libgomp1
+  exit $?
+fi
+if [ "${1:-}" = "--prebuild" ]; then # here, with nvcc: the libraries and test_cuda for sm_90, stripped, into .gpu/prebuilt
+  make -j"$(nproc)" BUILD=build-gpu MPI=0 DNNL=0 CUDA=1 CUDA_ARCH=-arch=sm_90 lib cuda || exit 1
+  rm -rf .gpu/prebuilt && mkdir -p .gpu/prebuilt/gpu || exit 1
+  strip --strip-debug -o .gpu/prebuilt/libcollage.so build-gpu/libcollage.so &&
+    strip --strip-debug -o .gpu/prebuilt/libcollage_cuda.so build-gpu/libcollage_cuda.so &&
+    cp build-gpu/gpu/test_cuda .gpu/prebuilt/gpu/ && ln -s libcollage.so .gpu/prebuilt/libcollage.so.0.1
   exit $?
 fi
 out=${1:-${OUT:-gpu-check-out}}
@@ -42,31 +54,57 @@ part() { # name, limit in seconds, command...: runs it under timeout, its output
   say "$name: exit $rc (${secs[$name]} s)"
 }
 
-# OpenBLAS: the system's, else the carried .debs unpacked under /tmp (no install: nothing of / changes)
+# OpenBLAS: the system's, else the carried .debs unpacked under /tmp (no install: nothing of / changes). Only
+# OpenBLAS's own folder and the runtime libraries the system lacks go on LD_LIBRARY_PATH, so that no older
+# copy of a library the system has (libgomp, libgfortran) shadows it for PyTorch.
 CFLAGS_X="" LDLIBS_X=""
-if ! printf '#include <cblas.h>\n' | cc -E -x c - >/dev/null 2>&1 && \
-   ! printf '#include <cblas.h>\n' | cc -E -x c -I/usr/include/x86_64-linux-gnu/openblas-pthread - >/dev/null 2>&1; then
+need_blas=1
+printf '#include <cblas.h>\n' | cc -E -x c - >/dev/null 2>&1 && need_blas=0
+printf '#include <cblas.h>\n' | cc -E -x c -I/usr/include/x86_64-linux-gnu/openblas-pthread - >/dev/null 2>&1 && need_blas=0
+ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so\.0 ' || need_blas=1
+[ "${GPU_CHECK_DEBS:-0}" = 1 ] && need_blas=1 # the .debs' path even where the system has OpenBLAS (to try it)
+if [ $need_blas = 1 ]; then
   if ls .gpu/*.deb >/dev/null 2>&1; then
-    root=/tmp/gpu-check-root; mkdir -p "$root"
+    root=/tmp/gpu-check-root; mkdir -p "$root/extra"
     for d in .gpu/*.deb; do dpkg -x "$d" "$root"; done
     inc=$(dirname "$(find "$root" -name cblas.h | head -n 1)")
     lib=$(dirname "$(find "$root" -name 'libopenblas.so*' | head -n 1)")
+    for so in libgfortran.so.5 libquadmath.so.0 libgomp.so.1; do
+      ldconfig -p 2>/dev/null | grep -q "$so " || find "$root" -name "$so*" -exec cp -P {} "$root/extra/" \;
+    done
     CFLAGS_X="-I$inc"; LDLIBS_X="-L$lib"
-    export LD_LIBRARY_PATH="$lib:$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    say "OpenBLAS from .gpu/*.deb: $inc, $lib"
+    export LD_LIBRARY_PATH="$lib:$root/extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    say "OpenBLAS from .gpu/*.deb: $inc, $lib; added: $(ls "$root/extra" | tr '\n' ' ')"
   else
-    say "no cblas.h: run 'bash scripts/gpu_check.sh --fetch-debs' on a machine with apt, and carry .gpu"
+    say "no OpenBLAS: run 'bash scripts/gpu_check.sh --fetch-debs' on a machine with apt, and carry .gpu"
   fi
 elif ! printf '#include <cblas.h>\n' | cc -E -x c - >/dev/null 2>&1; then
   CFLAGS_X="-I/usr/include/x86_64-linux-gnu/openblas-pthread"
 fi
 
+# CUDA's runtime library for test_cuda and libcollage_cuda, where the loader's cache lacks it
+if ! ldconfig -p 2>/dev/null | grep -q 'libcudart\.so\.13 '; then
+  nv=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  for d in "$(dirname "$nv")/../lib64" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    if ls "$d"/libcudart.so.13* >/dev/null 2>&1; then
+      export LD_LIBRARY_PATH="$(cd "$d" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; say "libcudart from $d"; break
+    fi
+  done
+fi
+
 B=${GPU_CHECK_BUILD:-build-gpu}
 MK=(make -j"$(nproc)" BUILD=$B MPI=0 DNNL=0 CFLAGS="$CFLAGS_X" LDLIBS="$LDLIBS_X" CUDA=1 CUDA_ARCH=-arch=sm_90)
-part build 300 "${MK[@]}" lib cuda
+if [ -n "${GPU_CHECK_PREBUILT:-}" ]; then # a build made elsewhere (same nvcc, sm_90): the device's time goes to the checks
+  B=$GPU_CHECK_PREBUILT
+  [ -e "$B/libcollage.so.0.1" ] || ln -s libcollage.so "$B/libcollage.so.0.1"
+  part build 30 sh -c "ls -l $B $B/gpu && ldd $B/gpu/test_cuda"
+else
+  part build 300 "${MK[@]}" lib cuda
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$out/gpu.txt" 2>&1
 if [ "${status[build]}" = 0 ]; then
   part test_cuda 150 $B/gpu/test_cuda
+  part exhaustive 120 $B/gpu/test_cuda --exhaustive
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   part memcheck 120 "$cs" --tool memcheck --error-exitcode 1 $B/gpu/test_cuda --quick
   part bench 120 $B/gpu/test_cuda --bench "$out/bench.json"
@@ -82,7 +120,7 @@ fi
   echo "  \"gpu\": \"$(tr -d '"\n' <"$out/gpu.txt")\", \"seconds\": $((SECONDS - t0)),"
   echo "  \"parts\": {"
   sep=""
-  for p in build test_cuda memcheck bench device_check e2e; do
+  for p in build test_cuda exhaustive memcheck bench device_check e2e; do
     [ -n "${status[$p]:-}" ] || continue
     last=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out/$p.log" | tail -n 1)
     printf '%s    "%s": {"exit": %s, "seconds": %s, "result": "%s"}' "$sep" "$p" "${status[$p]}" "${secs[$p]}" "$last"
