@@ -193,7 +193,7 @@ __device__ static void block_plain(const ce_desc *D, const dev_tensor *Tg, size_
             ce_state s[CE_VEC];
             uint32_t g[CE_VEC];
             /* the next round's words, while this one computes: for the 16-bit lines, bound by their
-             * instructions (+2%); the fp32 lines are bound by memory and lose 15% with it (H200) */
+             * instructions (+2%); the fp32 lines are bound by memory and ran 18% slower with it (H200) */
             if (D->arith != COLLAGE_WORD_FP32 && j + THREADS < nv) prefetch8(D, &T->P, i + THREADS * CE_VEC);
             ce_load8(D, &T->P, i, s, g);
 #pragma unroll
