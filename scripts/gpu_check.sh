@@ -29,12 +29,15 @@ if [ "${1:-}" = "--fetch-debs" ]; then
   mkdir -p .gpu && cd .gpu && apt-get download libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0 libgomp1
   exit $?
 fi
-if [ "${1:-}" = "--prebuild" ]; then # here, with nvcc: the libraries and test_cuda for sm_90, stripped, into .gpu/prebuilt
-  make -j"$(nproc)" BUILD=build-gpu MPI=0 DNNL=0 CUDA=1 CUDA_ARCH=-arch=sm_90 lib cuda || exit 1
+# The check's build: libcollage (no MPI, no oneDNN), libcollage_cuda and test_cuda for sm_90 (H100, H200)
+B=${GPU_CHECK_BUILD:-build-gpu}
+MK=(make -j"$(nproc)" BUILD=$B MPI=0 DNNL=0 CUDA=1 CUDA_ARCH=-arch=sm_90)
+if [ "${1:-}" = "--prebuild" ]; then # here, with nvcc: that build, stripped, into .gpu/prebuilt
+  "${MK[@]}" lib cuda || exit 1
   rm -rf .gpu/prebuilt && mkdir -p .gpu/prebuilt/gpu || exit 1
-  strip --strip-debug -o .gpu/prebuilt/libcollage.so build-gpu/libcollage.so &&
-    strip --strip-debug -o .gpu/prebuilt/libcollage_cuda.so build-gpu/libcollage_cuda.so &&
-    cp build-gpu/gpu/test_cuda .gpu/prebuilt/gpu/ && ln -s libcollage.so .gpu/prebuilt/libcollage.so.0.1
+  strip --strip-debug -o .gpu/prebuilt/libcollage.so $B/libcollage.so &&
+    strip --strip-debug -o .gpu/prebuilt/libcollage_cuda.so $B/libcollage_cuda.so &&
+    cp $B/gpu/test_cuda .gpu/prebuilt/gpu/ && ln -s libcollage.so .gpu/prebuilt/libcollage.so.0.1
   exit $?
 fi
 out=${1:-${OUT:-gpu-check-out}}
@@ -92,8 +95,7 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcudart\.so\.13 '; then
   done
 fi
 
-B=${GPU_CHECK_BUILD:-build-gpu}
-MK=(make -j"$(nproc)" BUILD=$B MPI=0 DNNL=0 CFLAGS="$CFLAGS_X" LDLIBS="$LDLIBS_X" CUDA=1 CUDA_ARCH=-arch=sm_90)
+MK+=(CFLAGS="$CFLAGS_X" LDLIBS="$LDLIBS_X")
 if [ -n "${GPU_CHECK_PREBUILT:-}" ]; then # a build made elsewhere (same nvcc, sm_90): the device's time goes to the checks
   B=$GPU_CHECK_PREBUILT
   [ -e "$B/libcollage.so.0.1" ] || ln -s libcollage.so "$B/libcollage.so.0.1"

@@ -167,12 +167,12 @@ __device__ static void q8_tile_store(const ce_qtab *Q, int code, int sr, uint64_
 __device__ static void l2_prefetch(const void *p, size_t byte) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)p + byte));
 }
+__device__ static size_t word_size(int wf) { return wf == COLLAGE_WORD_FP32 ? 4 : 2; } /* fp32 or 16-bit */
 __device__ static void prefetch8(const ce_desc *D, const ce_ptrs *P, size_t i) {
-    const size_t w = D->wf == COLLAGE_WORD_FP32 ? 4 : 2;
-    l2_prefetch(P->g, i * w);
-    l2_prefetch(P->w, i * w);
-    l2_prefetch(P->m, i * (D->mf == COLLAGE_WORD_FP32 ? 4 : 2));
-    l2_prefetch(P->v, i * (D->vf == COLLAGE_WORD_FP32 ? 4 : 2));
+    l2_prefetch(P->g, i * word_size(D->wf));
+    l2_prefetch(P->w, i * word_size(D->wf));
+    l2_prefetch(P->m, i * word_size(D->mf));
+    l2_prefetch(P->v, i * word_size(D->vf));
     if (ce_has_comp(D->w)) l2_prefetch(P->comp, i * 2);
     if (D->v_pair) l2_prefetch(P->dv, i * 2);
     if (ce_has_master(D->w)) l2_prefetch(P->master, i * 4);

@@ -61,7 +61,7 @@ static void run_strategy(collage_strategy s) {
     const collage_strategy_info *R = collage_strategy_get(s);
     const int q8 = is_q8(s), fp16 = R->arith == COLLAGE_WORD_FP16;
     const collage_word_format wf = R->word[COLLAGE_ROLE_WEIGHTS].format;
-    const size_t gsz = wf == COLLAGE_WORD_FP32 ? 4 : 2;
+    const size_t gsz = word_bytes(wf, 1);
     const size_t ns[NT] = {g_quick ? 5000 : 70001, 777, g_quick ? 3000 : 20000};
     const double lrs[NT] = {1e-3, 2e-3, 5e-4}, wds[NT] = {0.1, 0.0, 0.05};
     tensor T[NT];
@@ -208,7 +208,7 @@ static int gpt2_shapes(size_t *n) {
 /* Bytes one step moves per element: the gradient read, every word read and written. */
 static double bytes_per_elem(collage_strategy s) {
     const collage_strategy_info *R = collage_strategy_get(s);
-    double b = R->word[COLLAGE_ROLE_WEIGHTS].format == COLLAGE_WORD_FP32 ? 4 : 2;
+    double b = (double)word_bytes(R->word[COLLAGE_ROLE_WEIGHTS].format, 1);
     for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) b += 2.0 * R->word[r].bytes;
     return b;
 }

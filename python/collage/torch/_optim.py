@@ -442,16 +442,11 @@ class AdamW(torch.optim.Optimizer):
             return loss
         every = [(gi, p, g, self._init_state(p), c) for gi, p, g, c in checked]
         items = [it for it in every if it[1].numel()]  # a zero-size tensor has nothing to step: it counts the step
-        if self._one_device(items) and not (self.skip_nonfinite or self.edq):  # nothing to wait for
-            self._step_cuda(items, None, self._slab(), wait=False)
-            for _, _, _, st, _ in every:
-                st["step"] += 1
-                st["synced"] = True
-            self.last_stats = {"step": max(st["step"] for _, _, _, st, _ in every), "skipped": False}
-            self._pending_stats = self._cuda_steps[items[0][2].device], len(items), self._last_stats
-            return loss
-        if self._one_device(items):  # Σg², clipping and the skip on the device, in the step's one launch
-            c_parts, (skipped, gnorm, coef) = self._step_cuda(items, None, self._slab())
+        one = self._one_device(items)
+        wait = not one or self.skip_nonfinite or self.edq  # else nothing needs the step's result now
+        slab = self._slab()
+        if one:  # Σg², clipping and the skip on the device, in the step's one launch
+            c_parts, (skipped, gnorm, coef) = self._step_cuda(items, None, slab, wait=wait)
             stats = {"step": None, "skipped": skipped, "grad_norm": gnorm, "clip_coef": coef}
             if skipped:
                 stats["step"] = max(st["step"] for _, _, _, st, _ in every)
@@ -469,15 +464,14 @@ class AdamW(torch.optim.Optimizer):
             if self.max_grad_norm and gnorm > self.max_grad_norm:
                 coef = self.max_grad_norm / (gnorm + 1e-6)
             stats["clip_coef"] = coef
-            slab = self._slab()
             self._scalars = {}
             c_parts = self._step_c([it for it in items if it[4] == "c"], sumsq, slab)
             c_parts.update(self._step_cuda([it for it in items if it[4] == "cuda"], sumsq, slab)[0])
         parts = []
         for gi, p, g, st, path in every:
             if p.numel():
-                part = c_parts[p] if path != "torch" else self._step_torch(p, g, st, self.param_groups[gi], coef,
-                                                                            slab[p][0])
+                part = c_parts.get(p) if path != "torch" else self._step_torch(p, g, st, self.param_groups[gi], coef,
+                                                                                slab[p][0])
                 parts.append((gi, part))
             st["step"] += 1
             st["synced"] = True
@@ -486,6 +480,8 @@ class AdamW(torch.optim.Optimizer):
             stats["edq"] = _combine([q for _, q in parts])
             stats["groups"] = [_combine([q for gi, q in parts if gi == k]) for k in range(len(self.param_groups))]
         self.last_stats = stats
+        if not wait:  # grad_norm and clip_coef read from the device when last_stats is first asked for
+            self._pending_stats = self._cuda_steps[items[0][2].device], len(items), stats
         return loss
 
     def _grad_sumsq(self, items):
