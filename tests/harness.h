@@ -160,10 +160,10 @@ static int h_checkpoint(const char *run, char *out, size_t cap) {
 /* The environment of the tests that start mpirun. Open MPI refuses root unless told (and past 2 ranks
  * a 2-core machine needs --oversubscribe on the command line). ASan builds: Open MPI, PMIx and their
  * plugins keep allocations alive at exit by design, which LeakSanitizer reports as leaks.
- * tests/lsan-mpi.supp suppresses those libraries only, so a leak in collage's own code is still
- * reported; for the suppressions to match, the plugins must stay loaded until exit (disable_dlclose)
- * and malloc stacks must be unwound fully, through libraries built without frame pointers
- * (fast_unwind_on_malloc=0). No effect on a build without ASan. Run from the repository root. */
+ * tests/lsan.supp suppresses those libraries only (and the sanitizer runtime's own leak, as for every
+ * test), so a leak in collage's own code is still reported; for the suppressions to match, the plugins
+ * must stay loaded until exit (disable_dlclose) and malloc stacks must be unwound fully, through
+ * libraries built without frame pointers (fast_unwind_on_malloc=0). No effect on a build without ASan. Run from the repository root. */
 static void h_mpi_env(void) __attribute__((unused));
 static void h_mpi_env(void) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
@@ -171,7 +171,7 @@ static void h_mpi_env(void) {
     setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
     setenv("PMIX_MCA_mca_base_component_disable_dlclose", "1", 1);
     char supp[4200], real[4096], asan[1024];
-    if (realpath("tests/lsan-mpi.supp", real)) {
+    if (realpath("tests/lsan.supp", real)) {
         snprintf(supp, sizeof supp, "suppressions=%s:print_suppressions=0", real);
         setenv("LSAN_OPTIONS", supp, 1);
     } else setenv("LSAN_OPTIONS", "", 1);

@@ -10,8 +10,9 @@ if [ -z "${COLLAGE_PRODUCTS_FILE:-}" ]; then
   export COLLAGE_PRODUCTS_FILE="$build/tests/products"
   rm -f "$COLLAGE_PRODUCTS_FILE"
 fi
-# the sanitizer runtime's own leak (tests/lsan.supp); other LSAN_OPTIONS are kept
-export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+# leaks of the sanitizer runtime and Open MPI, not collage's (tests/lsan.supp), suppressed silently;
+# other LSAN_OPTIONS are kept
+export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 for t in "$build"/tests/test_*; do
   [ -x "$t" ] || continue
   if [ -n "${TESTS:-}" ] && [[ " $TESTS " != *" $(basename "$t") "* ]]; then continue; fi
