@@ -14,7 +14,11 @@
 #      against the C step on CPU tensors for every strategy, a GPU state resumed on the CPU, and the step's
 #      time on GPT-2 124M beside torch.optim.AdamW (fused and foreach, bf16) and the torch lines;
 #   6. python/bench/e2e_gpt2.py: a GPT-2-small-sized model, 200 steps with collage-light and with
-#      torch.optim.AdamW on bf16 parameters, the losses.
+#      torch.optim.AdamW on bf16 parameters, the losses;
+#   7. python/bench/dist_check.py: collage.torch.AdamW across ranks: under DistributedDataParallel and on
+#      FullyShardedDataParallel's flat-parameter shards with NCCL (one rank per GPU, up to two), and
+#      shards ending inside the Σg² chunks through libcollage_cuda on two gloo ranks, each against one
+#      unsharded optimizer bit for bit.
 # Everything goes to OUT_DIR (default $OUT, else gpu-check-out): gpu_check.json (each part's status, time
 # and figures) and one log per part.
 #
@@ -113,6 +117,7 @@ if [ "${status[build]}" = 0 ]; then
   export COLLAGE_LIB=$PWD/$B/libcollage.so COLLAGE_CUDA_LIB=$PWD/$B/libcollage_cuda.so PYTHONUNBUFFERED=1
   part device_check 150 python3 python/bench/device_check.py --backend auto --json "$out/device_check.json"
   part e2e 150 python3 python/bench/e2e_gpt2.py --steps 200 --json "$out/e2e.json"
+  part dist 200 python3 python/bench/dist_check.py --json "$out/dist.json"
 fi
 
 # one JSON: each part's exit status and seconds, and the figures the parts wrote
@@ -122,7 +127,7 @@ fi
   echo "  \"gpu\": \"$(tr -d '"\n' <"$out/gpu.txt")\", \"seconds\": $((SECONDS - t0)),"
   echo "  \"parts\": {"
   sep=""
-  for p in build test_cuda exhaustive memcheck bench device_check e2e; do
+  for p in build test_cuda exhaustive memcheck bench device_check e2e dist; do
     [ -n "${status[$p]:-}" ] || continue
     last=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out/$p.log" | tail -n 1)
     printf '%s    "%s": {"exit": %s, "seconds": %s, "result": "%s"}' "$sep" "$p" "${status[$p]}" "${secs[$p]}" "$last"
@@ -130,14 +135,14 @@ fi
   done
   echo ""
   echo "  },"
-  for f in bench device_check e2e; do
+  for f in bench device_check e2e dist; do
     printf '  "%s": ' "$f"
     if [ -s "$out/$f.json" ]; then cat "$out/$f.json"; else echo "null"; fi
-    [ "$f" = e2e ] || echo ","
+    [ "$f" = dist ] || echo ","
   done
   echo "}"
 } >"$out/gpu_check.json"
 say "wrote $out/gpu_check.json"
 fail=0
-for p in build test_cuda memcheck bench device_check e2e; do [ "${status[$p]:-1}" = 0 ] || fail=1; done
+for p in build test_cuda memcheck bench device_check e2e dist; do [ "${status[$p]:-1}" = 0 ] || fail=1; done
 exit $fail

@@ -1,14 +1,19 @@
 """collage.torch.AdamW across processes (torch.distributed, gloo, 2 ranks on the CPU):
 
 - sharded parameters (FSDP's local shards): each rank steps its shard of every tensor with the whole
-  model's Σg² from one all-reduce of the chunk sums; the shards' words equal the unsharded step's, bit for
-  bit, stochastic rounding included, and the gradient norm is the unsharded one;
+  model's Σg² from one all-reduce of the chunk sums and of the shared chunks' elements; the shards' words
+  equal the unsharded step's, bit for bit, stochastic rounding included, and the gradient norm is the
+  unsharded one: shards on chunk boundaries and FSDP's even split (a flat tensor padded to a multiple of
+  the ranks, each rank an equal part: chunks shared by two ranks or more), over two gloo processes and
+  over 3-5 ranks as threads of one process;
 - DistributedDataParallel over a bf16 model: gloo cannot move bf16 tensors ("Invalid scalar type"), so the
   gradients are averaged widened to fp32 in a communication hook (and the start-up broadcast of the
   weights is made in fp32 too); both ranks end with the weights of one process stepping the averaged
   gradients. NCCL on GPUs moves bf16 itself (scripts/gpu_check.sh)."""
 
 import tempfile
+import threading
+import types
 
 import pytest
 import torch
@@ -16,57 +21,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import collage.torch as ct
-from collage.torch import _lines
-
-SIZES = [40000, 2 * _lines.BLOCK + 5, 700]
-STEPS = 4
-
-
-def grads_of(step, sizes, dtype):
-    g = torch.Generator().manual_seed(500 + step)
-    return [(torch.randn(n, generator=g) * 0.03).to(dtype) for n in sizes]
-
-
-def shard_of(rank, n):
-    """Rank 0 holds the first chunk-aligned half (at least one chunk when the tensor has two), rank 1 the rest."""
-    cut = min(n, max(_lines.BLOCK, (n // 2) // _lines.BLOCK * _lines.BLOCK))
-    return (0, cut) if rank == 0 else (cut, n)
-
-
-def run_sharded(rank, precision, out):
-    g0 = torch.Generator().manual_seed(3)
-    full = [(torch.randn(n, generator=g0) * 0.5).to(torch.bfloat16) for n in SIZES]
-    ref = [torch.nn.Parameter(w.clone()) for w in full]
-    mine, shards = [], {}
-    for w in full:
-        a, b = shard_of(rank, w.numel())
-        p = torch.nn.Parameter(w[a:b].clone())
-        mine.append(p)
-        shards[p] = (a, w.numel())
-    kw = dict(precision=precision, lr=1e-3, weight_decay=0.1, max_grad_norm=0.5, seed=11)
-    opt = ct.AdamW(mine, shards=shards, all_reduce=dist.all_reduce, **kw)
-    one = ct.AdamW(ref, **kw)  # the unsharded step, in this process alone
-    for t in range(STEPS):
-        gs = grads_of(t, SIZES, torch.bfloat16)
-        for p, q, g in zip(mine, ref, gs):
-            a, b = shards[p][0], shards[p][0] + p.numel()
-            p.grad, q.grad = g[a:b].clone(), g.clone()
-        opt.step()
-        one.step()
-        if opt.last_stats["grad_norm"] != one.last_stats["grad_norm"] or opt.last_stats["clip_coef"] >= 1.0:
-            out.put((rank, f"step {t}: norm {opt.last_stats['grad_norm']!r}, unsharded {one.last_stats['grad_norm']!r}"))
-            return
-    for i, (p, q) in enumerate(zip(mine, ref)):
-        a, b = shards[p][0], shards[p][0] + p.numel()
-        if not torch.equal(p.detach().view(torch.int16), q.detach()[a:b].view(torch.int16)):
-            out.put((rank, f"tensor {i}: θ differs from the unsharded step's"))
-            return
-        for k, v in opt.state[p].items():
-            if torch.is_tensor(v) and not torch.equal(v, one.state[q][k][a:b]):
-                out.put((rank, f"tensor {i}: {k} differs from the unsharded step's"))
-                return
-    out.put((rank, "ok"))
-
+from collage import _cuda
+from sharding import STEPS, ThreadRanks, check_sharded, chunk_split, even_split
+from test_cuda_path import CpuStandIn
 
 class Net(torch.nn.Module):
     def __init__(self):
@@ -136,7 +93,7 @@ def run_ddp(rank, precision, out):
     out.put((rank, "ok"))
 
 
-JOBS = [("sharded", "bf16-sr"), ("sharded", "collage-light"), ("ddp", "collage-light")]
+JOBS = [("sharded", "bf16-sr"), ("even", "bf16-sr"), ("even", "collage-plus"), ("ddp", "collage-light")]
 
 
 def worker(rank, init, out):
@@ -146,7 +103,10 @@ def worker(rank, init, out):
         for what, precision in JOBS:
             q = []
             try:
-                (run_sharded if what == "sharded" else run_ddp)(rank, precision, _Put(q))
+                if what == "ddp":
+                    run_ddp(rank, precision, _Put(q))
+                else:
+                    q.append((rank, check_sharded(rank, precision, chunk_split if what == "sharded" else even_split)))
             except Exception as e:  # reported by the parent, naming the rank and the job
                 q.append((rank, f"{type(e).__name__}: {e}"))
             out.put((rank, what, precision, q[0][1] if q else "no result"))
@@ -178,10 +138,34 @@ def test_sharded_and_ddp_steps():
     assert not bad and len(got) == 2 * len(JOBS), bad
 
 
-def test_shards_refused_off_the_chunks():
+@pytest.mark.parametrize("world,precision,path", [(3, "bf16-sr", "c"), (5, "collage-light", "c"),
+                                                  (3, "collage-plus", "cuda"), (4, "bf16-sr", "cuda")])
+def test_even_shards_many_ranks(monkeypatch, world, precision, path):
+    """FSDP's even split over 3 to 5 ranks (threads): 700 elements in parts of 234 to 140, a chunk shared by
+    every rank; 40000 elements with parts ending inside chunks: every rank's words equal the unsharded
+    step's and its gradient norm is the unsharded one. "cuda": the CUDA path, its library's chunk sums and
+    step played by test_cuda_path's CPU stand-in (the table's gradient columns on the whole chunks)."""
+    if path == "cuda":
+        monkeypatch.setattr(_cuda, "Step", CpuStandIn)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda dev=None: types.SimpleNamespace(cuda_stream=4242))
+    ranks, q = ThreadRanks(world), []
+
+    def rank(r):
+        q.append((r, check_sharded(r, precision, even_split, world, ranks.all_reduce(r), path)))
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert sorted(q) == [(r, "ok") for r in range(world)], q
+
+
+def test_shards_refused_off_their_tensor():
     p = torch.nn.Parameter(torch.zeros(100, dtype=torch.bfloat16))
-    with pytest.raises(ValueError, match="multiple of 16384"):
-        ct.AdamW([p], shards={p: (5, 200)})
+    with pytest.raises(ValueError, match="multiple of 256"):
+        ct.AdamW([p], precision="collage-light+m=int8,v=int8", shards={p: (5, 200)})
+    ct.AdamW([p], precision="collage-light+m=int8,v=int8", shards={p: (256, 356)})  # the tensor's end: a part block of scales
+    ct.AdamW([p], shards={p: (5, 200)})  # 16-bit words: anywhere
     with pytest.raises(ValueError, match="do not fit"):
         ct.AdamW([p], shards={p: (0, 50)})
     q = torch.nn.Parameter(torch.zeros(3, dtype=torch.bfloat16))

@@ -15,8 +15,9 @@ steps taken and whether the kept value's words are set (synced).
   instead, which are slow: one kernel launch per operation per tensor).
 - Other devices (or backend="torch"): the same operations in torch (_lines.py), which give the C bits.
 - Sharded parameters (FSDP's local shards, `shards=`): each holds part of a tensor; the Σg² of the whole
-  model comes from one all-reduce of the vector of every tensor's chunk sums (`all_reduce=`), each rank
-  filling its own chunks: x + 0 = x, so every rank adds the unsharded step's numbers in its order.
+  model comes from one all-reduce (`all_reduce=`) of the vector of every tensor's chunk sums and of the
+  elements of the chunks that ranks share, each rank filling in its own: x + 0 = x, so every rank sums
+  the shared chunks itself and adds the unsharded step's numbers in its order.
 
 One step with clipping equals a single libcollage optimizer over the concatenated slab with one group per
 tensor, stepped once per parameter group (each with its lr) with the slab's Σg²: tests/test_optimizer.py.
@@ -144,6 +145,25 @@ def _edq_figures(dot, dot_state, nn, lost, updates):
             "sum_dot": dot, "sum_dot_state": dot_state, "sum_nn": nn, "lost_count": lost}
 
 
+def _host_chunk_sums(xs):
+    """Each CPU tensor's Σx² chunk sums (collage_sumsq_chunks_many: its chunks of 2^14 from element 0, in one
+    parallel loop): a list of lists. The tensors are contiguous and of one dtype (bf16 or fp32)."""
+    if not xs:
+        return []
+    k = len(xs)
+    ptrs = (ctypes.c_void_p * k)(*(x.data_ptr() for x in xs))
+    ns = (ctypes.c_size_t * k)(*(x.numel() for x in xs))
+    nbs = [-(-x.numel() // _lines.BLOCK) for x in xs]
+    out = np.empty(max(sum(nbs), 1), dtype=np.float64)
+    _lib.check(_lib.lib.collage_sumsq_chunks_many(ptrs, ns, k, int(xs[0].dtype != torch.float32), _lines.BLOCK,
+                                                  out.ctypes.data), "collage_sumsq_chunks_many")
+    flat, at, res = out.tolist(), 0, []
+    for nb in nbs:
+        res.append(flat[at:at + nb])
+        at += nb
+    return res
+
+
 def _combine(parts):
     """collage_edq_combine: the parts' sums added in order, the figures recomputed."""
     s = [0.0, 0.0, 0.0, 0, 0]
@@ -169,11 +189,12 @@ class AdamW(torch.optim.Optimizer):
     backend: "auto" (libcollage for CPU tensors, libcollage_cuda for CUDA tensors, torch elsewhere),
     "torch" (the torch lines everywhere: slow on a GPU) or "c" (CPU tensors only).
     shards: {parameter: (start, numel)} for parameters that are a shard of a tensor of numel elements
-    starting at its element start (FSDP's local shards; start a multiple of 2^14, the Σg² chunks), so that
-    stochastic rounding draws the unsharded tensor's bits. all_reduce: a function that sums a float64
-    tensor across the ranks in place (e.g. torch.distributed.all_reduce), given the vector of every
-    tensor's Σg² chunk sums, each rank's own filled in: the clipping factor and the non-finite skip of the
-    whole model on every rank. Every rank's optimizer lists the same tensors in the same order.
+    starting at its element start (FSDP's local shards: FSDP's flat parameter of rank r of w is
+    ``(r * p.numel(), w * p.numel())``), so that stochastic rounding draws the unsharded tensor's bits.
+    all_reduce: a function that sums a float64 tensor across the ranks in place (e.g.
+    torch.distributed.all_reduce), given the vector of every tensor's Σg² chunk sums and of the elements
+    of chunks that ranks share, each rank's own filled in: the clipping factor and the non-finite skip of
+    the unsharded step on every rank. Every rank's optimizer lists the same tensors in the same order.
 
     After each step ``optimizer.last_stats`` holds (read from the GPU when first asked for, where a step on
     one GPU without skip_nonfinite or EDQ was not waited for): step, skipped, grad_norm (NaN unless clipping or
@@ -206,6 +227,7 @@ class AdamW(torch.optim.Optimizer):
         self._native = {}
         self._cuda_steps = {}
         self._cuda_tables = {}
+        self._layout = None  # the all-reduced vector's layout (_chunk_layout)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         params, self._names = self._strip_names(params)
         super().__init__(params, defaults)
@@ -327,9 +349,9 @@ class AdamW(torch.optim.Optimizer):
         return {p: (a, a + p.numel() if q8 else at) for p, a in off.items()}
 
     def _check_shards(self, shards):
-        """{p: (start, numel)} checked: a parameter of this optimizer, 0 <= start, start + p.numel() <= numel,
-        start a multiple of 2^14 and the shard ending on one or at the tensor's end (its Σg² chunks are the
-        tensor's; an empty shard may be anywhere). A ValueError naming the parameter otherwise."""
+        """{p: (start, numel)} checked: a parameter of this optimizer and 0 <= start, start + p.numel() <= numel.
+        A strategy with 8-bit words takes shards that start at a multiple of 256 and end on one or at the
+        tensor's end (the blocks of scales are the tensor's). A ValueError naming the parameter otherwise."""
         out = {}
         mine = {id(p) for g in self.param_groups for p in g["params"]}
         for p, sh in dict(shards or {}).items():
@@ -342,9 +364,10 @@ class AdamW(torch.optim.Optimizer):
             n = p.numel()
             if start < 0 or start + n > full:
                 raise ValueError(f"shards[{self._name(p)}] = ({start}, {full}): its {n} elements do not fit the tensor")
-            if n and (start % _lines.BLOCK or (start + n != full and n % _lines.BLOCK)):
-                raise ValueError(f"shards[{self._name(p)}] = ({start}, {full}): a shard must start at a multiple of "
-                                 f"{_lines.BLOCK} and end on one or at the tensor's end (the Σg² chunks of the tensor)")
+            if n and _has_q8(self.strategy) and (start % QBLOCK or (start + n != full and n % QBLOCK)):
+                raise ValueError(f"shards[{self._name(p)}] = ({start}, {full}): '{self.strategy.name}' keeps 8-bit words "
+                                 f"with a scale per {QBLOCK} elements, so a shard must start at a multiple of {QBLOCK} "
+                                 "and end on one or at the tensor's end")
             out[p] = (start, full)
         return out
 
@@ -485,56 +508,103 @@ class AdamW(torch.optim.Optimizer):
         return loss
 
     def _grad_sumsq(self, items):
-        """Σ g² of every gradient, block by block in slab order (the C step's blocks and order); with
-        all_reduce, the whole model's (_all_chunks)."""
-        sums = {}  # each gradient's block sums: libcollage's for the C path, the torch path's per device
-        by_device, cuda = {}, {}
+        """Σ g² of every gradient, chunk by chunk in slab order (the C step's chunks and order); with
+        all_reduce, the whole model's (_all_chunks). A shard's own chunk sums are those of the whole chunks
+        of its tensor that it holds (_whole_span)."""
+        views = {}  # each gradient's elements that make up whole chunks of its tensor
+        for _, p, g, _, _ in items:
+            lo, hi = self._whole_span(p)
+            views[p] = g.reshape(-1)[lo:hi]
+        sums, by_device, cuda = {}, {}, {}
         for it in items:
             if it[4] == "cuda":
                 cuda.setdefault(it[2].device, []).append(it)
             else:
-                by_device.setdefault("c" if it[4] == "c" else it[2].device, []).append((it[1], it[2]))
+                by_device.setdefault("c" if it[4] == "c" else it[2].device, []).append(it[1])
         for its in cuda.values():  # each device's gradients in one launch of libcollage_cuda's Σg² kernel
-            sums.update(self._cuda_block_sums(its))
+            sums.update(self._cuda_block_sums(its, views))
         cpu = by_device.pop("c", [])
-        if cpu:  # every CPU gradient's blocks in one parallel loop
-            k = len(cpu)
-            ptrs = (ctypes.c_void_p * k)(*(g.data_ptr() for _, g in cpu))
-            ns = (ctypes.c_size_t * k)(*(g.numel() for _, g in cpu))
-            nbs = [-(-g.numel() // _lines.BLOCK) for _, g in cpu]
-            out = np.empty(sum(nbs), dtype=np.float64)
-            bf16 = int(cpu[0][1].dtype != torch.float32)
-            _lib.check(_lib.lib.collage_sumsq_chunks_many(ptrs, ns, k, bf16, _lines.BLOCK, out.ctypes.data),
-                       "collage_sumsq_chunks_many")
-            flat_sums, at = out.tolist(), 0
-            for (p, _), nb in zip(cpu, nbs):
-                sums[p], at = flat_sums[at:at + nb], at + nb
-        for pgs in by_device.values():
-            flat_sums, at = _lines.block_sumsq([g for _, g in pgs]), 0
-            for p, g in pgs:
-                nb = -(-g.numel() // _lines.BLOCK)
+        sums.update(zip(cpu, _host_chunk_sums([views[p] for p in cpu])))  # in one parallel loop
+        for ps in by_device.values():
+            flat_sums, at = _lines.block_sumsq([views[p] for p in ps]), 0
+            for p in ps:
+                nb = -(-views[p].numel() // _lines.BLOCK)
                 sums[p], at = flat_sums[at:at + nb], at + nb
         if self.all_reduce is not None:
             return self._all_chunks(items, sums)
         return _lines.add_in_order(b for _, p, _, _, _ in items for b in sums[p])  # slab order
 
-    def _all_chunks(self, items, sums):
-        """The whole model's Σg²: the vector of every tensor's chunk sums (slab order; a shard's at its
-        place in its tensor), this rank's filled in and zeros elsewhere, summed across ranks by all_reduce
-        (x + 0 = x: exact in any order), then added in order."""
-        base, at = {}, 0
+    def _whole_span(self, p):
+        """The elements [lo, hi) of p (offsets in p) that make up whole Σg² chunks of its tensor: all of p,
+        unless p is a shard with an end inside a chunk; that chunk is shared with another rank (_all_chunks)."""
+        start, full = self.shards.get(p, (0, p.numel()))
+        a, b, B = start, start + p.numel(), _lines.BLOCK
+        lo = min(-(-a // B) * B, b)
+        hi = b if b == full else max(b // B * B, lo)
+        return lo - a, hi - a
+
+    def _shared_pieces(self, p):
+        """p's elements in chunks it shares with other ranks: [(offset in p, length, chunk of its tensor)]."""
+        start, n = self.shards.get(p, (0, p.numel()))[0], p.numel()
+        lo, hi = self._whole_span(p)
+        return [(x, y - x, (start + x) // _lines.BLOCK) for x, y in ((0, lo), (hi, n)) if y > x]
+
+    def _chunk_layout(self, dev):
+        """The layout of the all-reduced vector: every tensor's chunk sums in slab order (base[p]: the first
+        chunk of p's tensor; n_chunks in all), then the elements of each chunk that ranks share, widened
+        to float64 (shared: [(chunk, offset in the vector, length, bf16)]). Which chunks are shared is
+        learnt by one all_reduce of markers, each rank marking the chunks it holds part of, when the
+        tensors are first seen (every rank adds and shards the same tensors)."""
+        base, at, ps = {}, 0, []
         for g in self.param_groups:
             for p in g["params"]:
-                start, full = self.shards.get(p, (0, p.numel()))
-                base[p] = at + start // _lines.BLOCK
-                at += -(-full // _lines.BLOCK)
-        vec = torch.zeros(at, dtype=torch.float64)
-        for _, p, _, _, _ in items:
-            vec[base[p]:base[p] + len(sums[p])] = torch.tensor(sums[p], dtype=torch.float64)
+                full = self.shards.get(p, (0, p.numel()))[1]
+                base[p], at = at, at + -(-full // _lines.BLOCK)
+                ps.append((p, full))
+        key = tuple(full for _, full in ps)
+        if self._layout is None or self._layout[0] != key:
+            marks = torch.zeros(at, dtype=torch.float64)
+            for p, _ in ps:
+                for _, _, c in self._shared_pieces(p):
+                    marks[base[p] + c] = 1.0
+            marks = marks.to(dev)
+            self.all_reduce(marks)
+            marked, shared, size = set(torch.nonzero(marks.cpu()).flatten().tolist()), [], at
+            for p, full in ps:
+                for c in range(-(-full // _lines.BLOCK)):
+                    if base[p] + c in marked:
+                        length = min(_lines.BLOCK, full - c * _lines.BLOCK)
+                        shared.append((base[p] + c, size, length, int(p.dtype != torch.float32)))
+                        size += length
+            self._layout = (key, shared, size)
+        return base, at, self._layout[1], self._layout[2]
+
+    def _all_chunks(self, items, sums):
+        """The whole model's Σg² from one all_reduce of a vector (_chunk_layout) where this rank fills in
+        its whole chunks' sums and its elements of shared chunks, zeros elsewhere: the sum is exact in any
+        order (x + 0 = x). Each rank then sums every shared chunk itself (the elements in their order, as
+        the unsharded tensor's chunk) and adds the chunk sums in order: the unsharded step's Σg²."""
         dev = items[0][2].device if items else torch.device("cpu")
+        base, n_chunks, shared, size = self._chunk_layout(dev)
+        at = {c: off for c, off, _, _ in shared}
+        vec = torch.zeros(size, dtype=torch.float64)
+        for _, p, g, _, _ in items:
+            start, flat = self.shards.get(p, (0, p.numel()))[0], g.reshape(-1)
+            first = base[p] + (start + self._whole_span(p)[0]) // _lines.BLOCK
+            vec[first:first + len(sums[p])] = torch.tensor(sums[p], dtype=torch.float64)
+            for x, n, c in self._shared_pieces(p):
+                o = at[base[p] + c] + (start + x) % _lines.BLOCK
+                vec[o:o + n] = flat[x:x + n].to(torch.float64).cpu()
         vec = vec.to(dev)
         self.all_reduce(vec)
-        return _lines.add_in_order(vec.cpu().tolist())
+        vec = vec.cpu()
+        for bf16 in (0, 1):  # the shared chunks' sums, from their elements in their own dtype (exact: x + 0)
+            mine = [(c, off, n) for c, off, n, b in shared if b == bf16]
+            dtype = torch.bfloat16 if bf16 else torch.float32
+            got = _host_chunk_sums([vec[off:off + n].to(dtype) for _, off, n in mine])
+            for (c, _, _), s in zip(mine, got):
+                vec[c] = s[0]
+        return _lines.add_in_order(vec[:n_chunks].tolist())
 
     # ------------------------------------------------------------ the CUDA step (libcollage_cuda)
     def _cuda_step_of(self, device, k, elements):
@@ -574,17 +644,21 @@ class AdamW(torch.optim.Optimizer):
             cols[name] = hp[:, k]
         return table
 
-    def _cuda_block_sums(self, items):
-        """Each CUDA gradient's Σg² chunk sums (libcollage_cuda's kernel: collage_sumsq_chunks' numbers)."""
+    def _cuda_block_sums(self, items, views):
+        """Each CUDA gradient's Σg² chunk sums over views[p], its elements that make up whole chunks
+        (libcollage_cuda's kernel: collage_sumsq_chunks' numbers)."""
         dev = items[0][2].device
         table = self._cuda_table(items, self._slab())
-        n = sum(-(-p.numel() // _lines.BLOCK) for _, p, _, _, _ in items)
-        out = torch.empty(n, dtype=torch.float64, device=dev)
+        cols = self._cuda_tables[len(items)][2]  # the gradients' columns pointed at their whole chunks
+        cols["grad"] = [views[p].data_ptr() for _, p, _, _, _ in items]
+        cols["n"] = [views[p].numel() for _, p, _, _, _ in items]
+        n = sum(-(-views[p].numel() // _lines.BLOCK) for _, p, _, _, _ in items)
+        out = torch.empty(max(n, 1), dtype=torch.float64, device=dev)
         step = self._cuda_step_of(dev, len(items), sum(p.numel() for _, p, _, _, _ in items))
         step.sumsq_chunks(table, out.data_ptr(), torch.cuda.current_stream(dev).cuda_stream)
         flat, at, res = out.cpu().tolist(), 0, {}
         for _, p, _, _, _ in items:
-            nb = -(-p.numel() // _lines.BLOCK)
+            nb = -(-views[p].numel() // _lines.BLOCK)
             res[p], at = flat[at:at + nb], at + nb
         return res
 
