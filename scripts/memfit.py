@@ -111,7 +111,11 @@ def strategy_bytes(strategy):
 
 def predict_one(cache, strategy, compute, layers, width):
     """Predicted bytes by part at depth `layers`: the model's parts extrapolated from L = 1, 2."""
-    r = cache[f"{model_kind(strategy, compute)}/{width}"]
+    key = f"{model_kind(strategy, compute)}/{width}"
+    if key not in cache:
+        sys.exit(f"memfit: {CACHE} has no reading of {key}; run `scripts/memfit.py probe --kinds "
+                 f"{model_kind(strategy, compute)}`")
+    r = cache[key]
     at = {k: r["L1"][k] + (layers - 1) * (r["L2"][k] - r["L1"][k])
           for k in ("params", "gradients", "activations", "scratch")}
     wb, sb, _ = strategy_bytes(strategy)
@@ -135,9 +139,20 @@ def deepest(cache, strategy, compute, limit, width):
     return lo
 
 
+def load_cache():
+    """The probe's readings; exits naming the file and the command that makes it where it is not there."""
+    try:
+        with open(CACHE) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        sys.exit(f"memfit: {CACHE}: no such file; run `scripts/memfit.py probe` first (the model's memory report "
+                 "at 1 and 2 layers of each width)")
+    except json.JSONDecodeError as e:
+        sys.exit(f"memfit: {CACHE}: not JSON ({e}); run `scripts/memfit.py probe` again")
+
+
 def predict(limit_gib):
-    with open(CACHE) as f:
-        cache = json.load(f)
+    cache = load_cache()
     limit = limit_gib * GIB
     print(f"limit {limit_gib} GiB; --batch 1 --seq 1024; overhead {OVERHEAD_MIB} MiB")
     print("| strategy | compute | state bytes/param | largest of the family | params | predicted GiB | bytes/param "
@@ -165,8 +180,7 @@ def mem_available():
 
 
 def measure(strategy, compute, layers, width, data):
-    with open(CACHE) as f:
-        cache = json.load(f)
+    cache = load_cache()
     p = predict_one(cache, strategy, compute, layers, width)
     avail = mem_available()
     if p["total"] > avail - 3 * GIB:

@@ -461,6 +461,30 @@ static size_t gpt2_copy_bytes(const collage_model_config *c, const char *r) {
     return b;
 }
 
+/* A model made with recipe r alone (a recipe with weight copies): two steps give the same loss, to the bit,
+ * as the model set to every recipe (loss), and its scratch holds no room for a weight operand (its
+ * weights are quantized into their copies): it is at least the largest weight's values, less the largest
+ * activation of a weight product's operand B, below the scratch of that model (scratch). */
+static void fresh_model_check(const fixture *f, int r, double loss, size_t scratch) {
+    collage_model *m = NULL;
+    collage_model_memory a = {0}, b = {0};
+    double l = 0;
+    CHECK(collage_model_create(&f->cfg, COLLAGE_REAL_FP8, B_TEST, T_TEST, &m) == COLLAGE_OK && m &&
+              collage_model_fp8_set(m, RECIPES[r], 0) == COLLAGE_OK && collage_model_memory_get(m, &a) == COLLAGE_OK,
+          "%s alone: create", RECIPES[r]);
+    if (!m) return;
+    for (int k = 0; k < 2; k++)
+        CHECK(step(m, f, &l, NULL) == COLLAGE_OK && collage_model_fp8_end_step(m, 0) == COLLAGE_OK, "%s alone: step %d",
+              RECIPES[r], k);
+    const size_t C = (size_t)f->cfg.channels, N = B_TEST * T_TEST, room = 2 * (4 * C * C - N * 4 * C);
+    CHECK(collage_model_memory_get(m, &b) == COLLAGE_OK && !memcmp(&a, &b, sizeof a) && l == loss,
+          "%s alone: loss %.17g (set to every recipe: %.17g), report changed by the steps: %d", RECIPES[r], l, loss,
+          memcmp(&a, &b, sizeof a) != 0);
+    CHECK(a.scratch + room <= scratch, "%s alone: scratch %zu bytes, set to every recipe %zu: not %zu less", RECIPES[r],
+          a.scratch, scratch, room);
+    collage_model_free(m);
+}
+
 /* The memory an fp8 model holds is allocated with its setting: for each recipe, GPT-2 tiny's report
  * before any step and after two steps are the same, and its scratch less the mxfp8 model's is the
  * recipe's weight copies (gpt2_copy_bytes) plus its delayed state, to the byte. Each model is set to
@@ -485,6 +509,7 @@ static void test_fp8_memory(void) {
               "%s: before the steps scratch %zu, activations %zu bytes; after them %zu, %zu", RECIPES[r], a.scratch,
               a.activations, b.scratch, b.activations);
         scr[r] = a.scratch, state[r] = collage_model_fp8_state_bytes(m);
+        if (r < 3) fresh_model_check(&f, r, l, a.scratch);
         CHECK(scr[r] == scr[3] + gpt2_copy_bytes(&f.cfg, RECIPES[r]) + state[r] && (r == 0) == (state[r] > 0),
               "%s: scratch %zu bytes, mxfp8's %zu + weight copies %zu + delayed state %zu", RECIPES[r], scr[r], scr[3],
               gpt2_copy_bytes(&f.cfg, RECIPES[r]), state[r]);

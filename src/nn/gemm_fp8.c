@@ -41,14 +41,16 @@ static int grow_scales(float **s, float **inv, size_t *cap, size_t n) {
     return 0;
 }
 
-int nn_gemm_fp8_reserve(nn_fp8_ws *ws, const nn_fp8_spec *p, int ta, int tb, int M, int N, int K, int nt,
-                        nn_bf16_path path) {
+/* nn_gemm_fp8_reserve; b_in_copy: operand B is a weight quantized into its copy, not into ws. */
+static int reserve(nn_fp8_ws *ws, const nn_fp8_spec *p, int ta, int tb, int M, int N, int K, int nt,
+                   nn_bf16_path path, int b_in_copy) {
     const int rows[2] = {ta ? K : M, tb ? N : K}, cols[2] = {ta ? M : K, tb ? K : N};
     int kb = K;
     for (int w = 0; w < 2; w++) {
         const collage_fp8_quant q = nn_fp8_quant_of(p, w, w ? tb : ta);
-        if (grow16(&ws->v[w], &ws->cap_v[w], (size_t)rows[w] * cols[w]) ||
-            grow_scales(&ws->s[w], &ws->inv[w], &ws->cap_s[w], collage__fp8_blocks(&q, rows[w], cols[w])))
+        if (!(w && b_in_copy) &&
+            (grow16(&ws->v[w], &ws->cap_v[w], (size_t)rows[w] * cols[w]) ||
+             grow_scales(&ws->s[w], &ws->inv[w], &ws->cap_s[w], collage__fp8_blocks(&q, rows[w], cols[w]))))
             return -1;
         int br, bc;
         collage__fp8_block_shape(&q, rows[w], cols[w], &br, &bc);
@@ -57,6 +59,11 @@ int nn_gemm_fp8_reserve(nn_fp8_ws *ws, const nn_fp8_spec *p, int ta, int tb, int
     }
     if (p->recipe == COLLAGE_FP8_MXFP8) return nn_gemm_bf16_reserve(&ws->tiles, M, N, K, nt, path);
     return nn_gemm_bf16_kblocks_reserve(&ws->tiles, M, N, kb, nt, path);
+}
+
+int nn_gemm_fp8_reserve(nn_fp8_ws *ws, const nn_fp8_spec *p, int ta, int tb, int M, int N, int K, int nt,
+                        nn_bf16_path path) {
+    return reserve(ws, p, ta, tb, M, N, K, nt, path, 0);
 }
 
 collage_status nn_fp8_operand_make(nn_fp8_operand *op, const collage_fp8_quant *q, const uint16_t *X, int rows, int cols,
@@ -169,9 +176,8 @@ collage_status nn_gemm_fp8_w(const nn_fp8_spec *p, int ta, int tb, int M, int N,
                              const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx, nn_fp8_ws *ws, nn_fp8_wcopy *wc,
                              int reuse, nn_bf16_path path, int nt) {
     const collage_fp8_quant qa = nn_fp8_quant_of(p, 0, ta), qb = nn_fp8_quant_of(p, 1, tb);
-    COLLAGE_ASSERT(ws->cap_v[0] >= (size_t)M * K && ws->cap_v[1] >= (size_t)K * N &&
-                   ws->cap_s[0] >= collage__fp8_blocks(&qa, ta ? K : M, ta ? M : K) &&
-                   ws->cap_s[1] >= collage__fp8_blocks(&qb, tb ? N : K, tb ? K : N));
+    COLLAGE_ASSERT(ws->cap_v[0] >= (size_t)M * K && ws->cap_s[0] >= collage__fp8_blocks(&qa, ta ? K : M, ta ? M : K) &&
+                   (wc || (ws->cap_v[1] >= (size_t)K * N && ws->cap_s[1] >= collage__fp8_blocks(&qb, tb ? N : K, tb ? K : N))));
     if (wc && !reuse) wc->valid = 0; /* a new copy is made below, or none is left */
     nn_fp8_operand oa, ob;
     float ama, amb;
@@ -213,9 +219,10 @@ int nn_fp8_layer_reserve(nn_fp8_ws *ws, const nn_fp8_layer *L, int N, int C, int
     const nn_fp8_spec fwd = {.recipe = L->recipe, .e4m3_all = L->e4m3_all, .ra = COLLAGE_FP8_ACT, .rb = COLLAGE_FP8_WEIGHT},
                       din = {.recipe = L->recipe, .e4m3_all = L->e4m3_all, .ra = COLLAGE_FP8_GRAD, .rb = COLLAGE_FP8_WEIGHT},
                       dw = {.recipe = L->recipe, .e4m3_all = L->e4m3_all, .ra = COLLAGE_FP8_GRAD, .rb = COLLAGE_FP8_ACT};
-    if (nn_gemm_fp8_reserve(ws, &fwd, 0, 1, N, OC, C, nt, path) || nn_gemm_fp8_reserve(ws, &din, 0, 0, N, C, OC, nt, path))
+    const int copy = L->wc != NULL;
+    if (reserve(ws, &fwd, 0, 1, N, OC, C, nt, path, copy) || reserve(ws, &din, 0, 0, N, C, OC, nt, path, copy))
         return -1;
-    return nn_gemm_fp8_reserve(ws, &dw, 1, 0, OC, C, N, nt, path);
+    return reserve(ws, &dw, 1, 0, OC, C, N, nt, path, 0);
 }
 
 /* ---------------------------------------------------------------- the scalar twin */

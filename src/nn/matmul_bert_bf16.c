@@ -63,7 +63,7 @@ collage_status NN_BF16_NAME(nn_matmul_logits_bias_fp8)(float *out, const uint16_
                                                        int nt) {
     bert_ep c = {.outf = out, .ldo = OC, .bias = bias};
     const nn_fp8_spec p = fp8_spec(L, COLLAGE_FP8_ACT, 0, COLLAGE_FP8_WEIGHT, 1);
-    return nn_gemm_fp8(&p, 0, 1, N, OC, C, inp, C, w, C, ep_logits_bias, &c, ws, path, nt);
+    return nn_gemm_fp8_w(&p, 0, 1, N, OC, C, inp, C, w, C, ep_logits_bias, &c, ws, L->wc, 0, path, nt);
 }
 
 collage_status NN_BF16_NAME(nn_matmul_backward_input_res_fp8)(uint16_t *dinp, const uint16_t *dout, const uint16_t *w,
@@ -71,5 +71,5 @@ collage_status NN_BF16_NAME(nn_matmul_backward_input_res_fp8)(uint16_t *dinp, co
                                                               nn_fp8_ws *ws, nn_bf16_path path, int nt) {
     bert_ep c = {.out = dinp, .ldo = C};
     const nn_fp8_spec p = fp8_spec(L, COLLAGE_FP8_GRAD, 2, COLLAGE_FP8_WEIGHT, 1);
-    return nn_gemm_fp8(&p, 0, 0, N, C, OC, dout, OC, w, C, ep_add_rounded, &c, ws, path, nt);
+    return nn_gemm_fp8_w(&p, 0, 0, N, C, OC, dout, OC, w, C, ep_add_rounded, &c, ws, L->wc, 1, path, nt);
 }

@@ -420,7 +420,8 @@ typedef struct {
 int  nn_fp8_wcopy_alloc(nn_fp8_wcopy *wc, const nn_fp8_layer *L, int C, int OC);
 /* The formats of a model's delayed slots, `layers` linear layers of three slots each. */
 void nn_fp8_slot_formats(collage_format *fmts, int layers, int e4m3_all);
-/* Grows ws for the three products of a linear layer of (N, C) → (N, OC) on nt threads; 0, or -1. */
+/* Grows ws for the three products of a linear layer of (N, C) → (N, OC) on nt threads; 0, or -1. A layer
+ * with a weight copy (L->wc) quantizes its weight into the copy, so ws holds no room for it. */
 int  nn_fp8_layer_reserve(nn_fp8_ws *ws, const nn_fp8_layer *L, int N, int C, int OC, int nt, nn_bf16_path path);
 #define NN_FP8_PRODUCTS(S)                                                                                    \
     collage_status nn_matmul_forward_fp8##S(uint16_t *out, const uint16_t *inp, const uint16_t *w,              \
