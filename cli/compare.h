@@ -106,5 +106,8 @@ int cmp_compare_computes(const compare_opts *o, const char *cmdline);
 
 /* compare_plot.c: the plots' data files and the four PNGs through gnuplot (0: drawn; else not). */
 int cmp_render_plots(const compare_opts *o, const run_t *runs, int nruns);
+/* Writes script as --out/NAME.gp and runs gnuplot on it there, its errors in NAME.err (removed when it
+ * succeeds); 0, or -1 after a message with a hint (gnuplot missing or failing, a quote in --out). */
+int cmp_gnuplot(const compare_opts *o, const char *name, const char *script);
 
 #endif

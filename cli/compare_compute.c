@@ -223,8 +223,8 @@ static void across_answer(sbuf *b, const compare_opts *o, const grid_t *g) {
 /* compute.png: per β2, each strategy's gap to the reference (mean ± sd over seeds) against the compute. */
 static int across_plot(const compare_opts *o, const grid_t *g) {
     sbuf p = {malloc(4096), 0, 4096};
-    char b2s[32], path[4200], cmd[8600];
-    if (!p.p || strchr(o->out, '\'')) { free(p.p); return -1; }
+    char b2s[32];
+    if (!p.p) return -1;
     cmp_sb_printf(&p, "# gnuplot script written by collage compare; run `gnuplot compute.gp` in this folder to redraw.\nset grid\n"
                   "set terminal pngcairo size 900,%d font ',10'\nset output 'compute.png'\nset multiplot layout %d,1\nset xtics (",
                   380 * o->n_beta2, o->n_beta2);
@@ -247,20 +247,9 @@ static int across_plot(const compare_opts *o, const grid_t *g) {
         }
     }
     cmp_sb_printf(&p, "unset multiplot\n");
-    snprintf(path, sizeof path, "%s/compute.gp", o->out);
-    int rc = cmp_write_text(path, p.p);
+    const int rc = cmp_gnuplot(o, "compute", p.p);
     free(p.p);
-    if (rc) return -1;
-    snprintf(cmd, sizeof cmd, "cd '%s' && gnuplot compute.gp 2> compute.err", o->out);
-    rc = system(cmd);
-    if (rc != 0) {
-        fprintf(stderr, "collage compare: gnuplot failed (exit %d) — see %s/compute.err\nhint: apt-get install gnuplot-nox\n",
-                WIFEXITED(rc) ? WEXITSTATUS(rc) : rc, o->out);
-        return -1;
-    }
-    snprintf(path, sizeof path, "%s/compute.err", o->out);
-    remove(path);
-    return 0;
+    return rc;
 }
 
 /* report.md and results.csv across the computes, in --out. */

@@ -172,6 +172,27 @@ static void plot_frontier(sbuf *g, const compare_opts *o, const run_t *runs, int
     cmp_sb_printf(g, "unset multiplot\nset xrange [*:*]\nset yrange [*:*]\n");
 }
 
+int cmp_gnuplot(const compare_opts *o, const char *name, const char *script) {
+    char path[4200], cmd[8600];
+    snprintf(path, sizeof path, "%s/%s.gp", o->out, name);
+    if (cmp_write_text(path, script)) return -1;
+    if (strchr(o->out, '\'')) {
+        fprintf(stderr, "collage compare: not rendering %s.png: --out '%s' holds a quote\nhint: run `gnuplot %s.gp` in that folder\n",
+                name, o->out, name);
+        return -1;
+    }
+    snprintf(cmd, sizeof cmd, "cd '%s' && gnuplot %s.gp 2> %s.err", o->out, name, name);
+    const int rc = system(cmd);
+    if (rc != 0) {
+        fprintf(stderr, "collage compare: gnuplot failed (exit %d) — see %s/%s.err\nhint: apt-get install gnuplot-nox\n",
+                WIFEXITED(rc) ? WEXITSTATUS(rc) : rc, o->out, name);
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/%s.err", o->out, name);
+    unlink(path);
+    return 0;
+}
+
 /* Renders the four PNGs with gnuplot (a script in --out, so a user can restyle them). */
 int cmp_render_plots(const compare_opts *o, const run_t *runs, int nruns) {
     int window = o->steps / 20 < 25 ? (o->steps / 20 > 0 ? o->steps / 20 : 1) : 25;
@@ -183,24 +204,7 @@ int cmp_render_plots(const compare_opts *o, const run_t *runs, int nruns) {
     plot_curves(&g, o, runs, nruns);
     plot_loss_vs_bytes(&g, o, runs, nruns);
     plot_frontier(&g, o, runs, nruns);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/plots.gp", o->out);
-    int rc = cmp_write_text(path, g.p);
+    const int rc = cmp_gnuplot(o, "plots", g.p);
     free(g.p);
-    if (rc) return -1;
-    char cmd[8600];
-    if (strchr(o->out, '\'')) {
-        fprintf(stderr, "collage compare: not rendering the plots: --out '%s' holds a quote\nhint: run `gnuplot plots.gp` in that folder\n", o->out);
-        return -1;
-    }
-    snprintf(cmd, sizeof cmd, "cd '%s' && gnuplot plots.gp 2> plots.err", o->out);
-    rc = system(cmd);
-    if (rc != 0) {
-        fprintf(stderr, "collage compare: gnuplot failed (exit %d) — see %s/plots.err\nhint: apt-get install gnuplot-nox\n",
-                WIFEXITED(rc) ? WEXITSTATUS(rc) : rc, o->out);
-        return -1;
-    }
-    snprintf(path, sizeof path, "%s/plots.err", o->out);
-    unlink(path);
-    return 0;
+    return rc;
 }
