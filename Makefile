@@ -79,7 +79,7 @@ TEST_BIN = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC)) $(BUILD)/tests/tes
 # loads into the interpreter only with libasan preloaded; docs/testing.md).
 TEST_BIN += $(BUILD)/tests/test_python
 HDRS     = $(wildcard include/*.h) $(wildcard $(addsuffix /*.h,$(SRC_DIRS))) $(wildcard src/*/*.inc) $(wildcard cli/*.h) \
-           tests/harness.h
+           tests/harness.h tests/corpus.h
 
 .PHONY: all lib cli tests test run setup clean ci-san ci-noomp fuzz install check-headers python cuda FORCE
 all: lib cli $(if $(filter 1,$(CUDA)),cuda)

@@ -9,6 +9,7 @@
 #include "collage_data.h"
 #include "collage_model.h"
 #include "gpt2.h"
+#include "corpus.h"
 #include "harness.h"
 #include "model.h" /* collage__model_object: the model object, its activations and the fp8 operands' quantizer */
 #include <math.h>
@@ -571,23 +572,6 @@ done:
     free(f.w);
 }
 
-/* The entropy (nats) of the default corpus's validation bytes taken one at a time: the loss of the best
- * model that ignores context (test_run's measure). */
-static double val_unigram_entropy(void) {
-    collage_loader_config lc = {.B = 8, .T = 64, .seed = 1};
-    collage_loader *l = NULL;
-    char err[512];
-    if (collage_loader_create(&lc, &l, err, sizeof err) != COLLAGE_OK) { printf("    %s\n", err); return (double)NAN; }
-    size_t n = 0, count[65536] = {0};
-    const uint16_t *v = collage_loader_data(l, COLLAGE_SPLIT_VAL, &n);
-    for (size_t i = 0; i < n; i++) count[v[i]]++;
-    double h = 0;
-    for (int k = 0; k < 65536; k++)
-        if (count[k]) h -= (double)count[k] / (double)n * log((double)count[k] / (double)n);
-    collage_loader_free(l);
-    return n ? h : (double)NAN;
-}
-
 /* `collage train --compute fp8` with collage-light (the default strategy) on the default corpus: the final
  * validation loss below the validation bytes' unigram entropy h1 (about 3.3 nats) by LEARN_MARGIN, from about
  * ln 256 = 5.5 at the start. Measured margins: GPT-2 (delayed) and LLaMA (block) 0.28 after 100 steps of
@@ -607,7 +591,7 @@ static void check_trains(const char *preset, const char *recipe, const char *sha
 }
 
 static void test_fp8_trains(void) {
-    const double h1 = val_unigram_entropy();
+    const double h1 = val_unigram_entropy(NULL);
     CHECK(isfinite(h1) && h1 > 2.5 && h1 < 4.5, "unigram entropy of the fortunes' validation bytes: %g", h1);
     check_trains("tiny", "delayed", "--steps 100 --batch 4 --seq 32 --eval-every 100", h1);
     if (getenv("COLLAGE_TEST_QUICK")) { /* the sanitizer suites: one family (test_fp8_close_to_bf16 runs all three) */

@@ -14,6 +14,7 @@
  * started from a llama2.c model file (init), and a saved model's loss recomputed from its file equal to
  * the run's. */
 #include "collage_run.h"
+#include "corpus.h"
 #include "harness.h"
 #include "run_internal.h"
 #include <math.h>
@@ -240,23 +241,6 @@ static void test_evaluate(void) {
     collage_run_evaluate(r, COLLAGE_SPLIT_VAL, 4, &v2);
     CHECK(v2 != v1, "training changed nothing: %g", v2);
     collage_run_free(r);
-}
-
-/* The entropy (nats) of the validation split's bytes taken one at a time: the loss of the best model
- * that ignores context, which a model that learned anything beats. */
-static double val_unigram_entropy(const char *data) {
-    collage_loader_config lc = {.path = data, .B = 8, .T = 64, .seed = 1};
-    collage_loader *l = NULL;
-    char err[512];
-    if (collage_loader_create(&lc, &l, err, sizeof err) != COLLAGE_OK) { printf("    %s\n", err); return (double)NAN; }
-    size_t n = 0, count[65536] = {0};
-    const uint16_t *v = collage_loader_data(l, COLLAGE_SPLIT_VAL, &n);
-    for (size_t i = 0; i < n; i++) count[v[i]]++;
-    double h = 0;
-    for (int k = 0; k < 65536; k++)
-        if (count[k]) h -= (double)count[k] / (double)n * log((double)count[k] / (double)n);
-    collage_loader_free(l);
-    return n ? h : (double)NAN;
 }
 
 /* One run of config c for LEARN_STEPS steps on the default corpus: the validation loss falls from about
