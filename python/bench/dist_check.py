@@ -34,6 +34,7 @@ import torch.multiprocessing as mp
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, ".."), os.path.join(HERE, "..", "tests")]
 import collage.torch as ct  # noqa: E402
+from helpers import same_bits as same  # noqa: E402
 from sharding import check_sharded, chunk_split, even_split  # noqa: E402
 
 KW = dict(lr=1e-3, weight_decay=0.1, max_grad_norm=0.5, seed=11)
@@ -71,11 +72,6 @@ def gathered(t, world):
     parts = [torch.empty_like(t) for _ in range(world)]
     dist.all_gather(parts, t.contiguous())
     return torch.cat(parts)
-
-
-def same(a, b):
-    return torch.equal(a.detach().reshape(-1).view(torch.int16 if a.element_size() == 2 else torch.int32),
-                       b.detach().reshape(-1).view(torch.int16 if b.element_size() == 2 else torch.int32))
 
 
 def check_ddp(rank, world, dev, dtype, precision, steps):

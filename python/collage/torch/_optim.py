@@ -618,9 +618,10 @@ class AdamW(torch.optim.Optimizer):
             s = self._cuda_steps[device] = _cuda.Step(*key, max(k, 1), max(elements, 1))
         return s
 
-    def _cuda_table(self, items, slab):
+    def _cuda_table(self, items, slab, grads=None):
         """The collage_cuda_tensor table of CUDA items (gi, p, g, st, path): device pointers of θ, the
-        gradient and the state words, each tensor's slab index, step number and group's hyperparameters.
+        gradient (grads[p] where given, with its size: the elements of whole Σg² chunks) and the state
+        words, each tensor's slab index, step number and group's hyperparameters.
         The table of the last step is kept with its state tensors and reused while they are the same
         objects: each step rewrites its columns (θ, gradient, size, slab index, step, hyperparameters)
         through a numpy view, and the state words' pointers are set only when the table is made."""
@@ -636,8 +637,9 @@ class AdamW(torch.optim.Optimizer):
         hp = np.array([(float(g["lr"]), float(g["weight_decay"]), float(g["eps"]), *(float(b) for b in g["betas"]))
                        for g in self.param_groups])[[gi for gi, _, _, _, _ in items]]
         cols["words"][:, 0] = [p.data_ptr() for _, p, _, _, _ in items]
-        cols["grad"] = [g.data_ptr() for _, _, g, _, _ in items]
-        cols["n"] = [p.numel() for _, p, _, _, _ in items]
+        gs = [grads[p] if grads else g for _, p, g, _, _ in items]
+        cols["grad"] = [g.data_ptr() for g in gs]
+        cols["n"] = [g.numel() for g in gs]
         cols["index0"] = [slab[p][0] for _, p, _, _, _ in items]
         cols["step"] = [st["step"] + 1 for _, _, _, st, _ in items]
         for k, name in enumerate(("lr", "weight_decay", "eps", "beta1", "beta2")):
@@ -648,10 +650,7 @@ class AdamW(torch.optim.Optimizer):
         """Each CUDA gradient's Σg² chunk sums over views[p], its elements that make up whole chunks
         (libcollage_cuda's kernel: collage_sumsq_chunks' numbers)."""
         dev = items[0][2].device
-        table = self._cuda_table(items, self._slab())
-        cols = self._cuda_tables[len(items)][2]  # the gradients' columns pointed at their whole chunks
-        cols["grad"] = [views[p].data_ptr() for _, p, _, _, _ in items]
-        cols["n"] = [views[p].numel() for _, p, _, _, _ in items]
+        table = self._cuda_table(items, self._slab(), views)
         n = sum(-(-views[p].numel() // _lines.BLOCK) for _, p, _, _, _ in items)
         out = torch.empty(max(n, 1), dtype=torch.float64, device=dev)
         step = self._cuda_step_of(dev, len(items), sum(p.numel() for _, p, _, _, _ in items))
