@@ -94,8 +94,10 @@ __device__ static int find_chunk(const dev_tensor *t, int k, size_t x) {
     return lo;
 }
 
-/* Σg² chunks: 16 chunks a block, 16 threads a chunk (thread j: lane j), then the tree by lane 0. */
-__global__ static void sumsq_kernel(const dev_tensor *t, int k, int wf, size_t n_chunks, double *out) {
+/* Σg² chunks: 16 chunks a block, 16 threads a chunk (thread j: lane j), then the tree by lane 0; WF the
+ * gradient's word format, known at compile time (the lanes' loads with no branch between them). */
+template <int WF>
+__global__ static void sumsq_kernel(const dev_tensor *t, int k, size_t n_chunks, double *out) {
     __shared__ double l[THREADS];
     const size_t c = (size_t)blockIdx.x * (THREADS / 16) + threadIdx.x / 16;
     const int lane = (int)(threadIdx.x % 16);
@@ -103,7 +105,7 @@ __global__ static void sumsq_kernel(const dev_tensor *t, int k, int wf, size_t n
     if (c < n_chunks) {
         const dev_tensor *T = &t[find_chunk(t, k, c)];
         const size_t a = (c - T->chunk0) * CE_BLOCK, b = T->n - a > CE_BLOCK ? a + CE_BLOCK : T->n;
-        s = ce_sumsq_lane(wf, T->P.g, a, b, lane);
+        s = ce_sumsq_lane(WF, T->P.g, a, b, lane);
     }
     l[threadIdx.x] = s;
     __syncthreads();
@@ -445,13 +447,22 @@ static collage_status upload(collage_cuda_adamw *o, const collage_cuda_tensor *t
     return COLLAGE_OK;
 }
 
+/* Σg² of the table's chunks into out[0 .. chunks). */
+static void launch_sumsq(const collage_cuda_adamw *o, int k, size_t chunks, double *out, cudaStream_t st) {
+    const unsigned blocks = (unsigned)((chunks + 15) / 16);
+    if (!chunks) return;
+    if (o->D.wf == COLLAGE_WORD_FP32) sumsq_kernel<COLLAGE_WORD_FP32><<<blocks, THREADS, 0, st>>>(o->d_tab, k, chunks, out);
+    else if (o->D.wf == COLLAGE_WORD_FP16) sumsq_kernel<COLLAGE_WORD_FP16><<<blocks, THREADS, 0, st>>>(o->d_tab, k, chunks, out);
+    else sumsq_kernel<COLLAGE_WORD_BF16><<<blocks, THREADS, 0, st>>>(o->d_tab, k, chunks, out);
+}
+
 static collage_status sumsq_chunks(collage_cuda_adamw *o, const collage_cuda_tensor *t, int k, double *out,
                                    void *stream) {
     cudaStream_t st = (cudaStream_t)stream;
     size_t units, chunks;
     collage_status s = upload(o, t, k, st, &units, &chunks);
     if (s != COLLAGE_OK) return s;
-    if (chunks) sumsq_kernel<<<(unsigned)((chunks + 15) / 16), THREADS, 0, st>>>(o->d_tab, k, o->D.wf, chunks, out);
+    launch_sumsq(o, k, chunks, out, st);
     CU(o, cudaGetLastError());
     return COLLAGE_OK;
 }
@@ -464,7 +475,7 @@ static collage_status step(collage_cuda_adamw *o, const collage_cuda_tensor *t, 
     if (s != COLLAGE_OK) return s;
     const int need = o->cfg.clip > 0 || o->cfg.skip_nonfinite;
     if (need && !chunk_sums) {
-        if (chunks) sumsq_kernel<<<(unsigned)((chunks + 15) / 16), THREADS, 0, st>>>(o->d_tab, k, o->D.wf, chunks, o->d_chunks);
+        launch_sumsq(o, k, chunks, o->d_chunks, st);
         chunk_sums = o->d_chunks;
         n_chunks = chunks;
     }

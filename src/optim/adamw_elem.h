@@ -21,6 +21,11 @@
 #define COLLAGE_HD
 #endif
 #define CE_INL static inline COLLAGE_HD
+#ifdef __CUDA_ARCH__
+#define CE_UNROLL _Pragma("unroll")
+#else
+#define CE_UNROLL
+#endif
 #ifdef __CUDACC__
 #define CE_FINL static __forceinline__ COLLAGE_HD /* the MCF operations: nvcc made calls of them */
 #else
@@ -55,17 +60,22 @@ CE_INL uint16_t ce_bf16_rn_bits(float x) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
-/* bf16 RN of fp32 as the lines use it: ce_bf16_rn_bits on the host; on the device the conversion
- * instruction (cvt.rn.bf16.f32), the same bits for every x that is not a NaN (test_cuda --exhaustive
- * compares all 2^32), and a NaN becomes the canonical NaN 0x7fff: its sign and payload are not kept
- * (docs/cuda.md, "Where the bits can differ"). */
-CE_INL uint16_t ce_bf16_rn(float x) {
+/* bf16 RN of fp32 as the lines use it, as fp32 bits whose low half is zero: on the host
+ * ce_bf16_rn_bits shifted; on the device the packed conversion instruction with a zero low half
+ * (cvt.rn.bf16x2.f32 d, x, 0: F2FP, the multiprocessor's fast 16-bit converter, where the single
+ * cvt.rn.bf16.f32 compiles to F2F, of the slow conversion unit, and needs a shift to widen). The same bits for every x
+ * that is not a NaN (test_cuda --exhaustive compares all 2^32), and a NaN becomes the canonical NaN
+ * 0x7fff: its sign and payload are not kept (docs/cuda.md, "Where the bits can differ"). */
+CE_INL uint32_t ce_bf16_rn_hi(float x) {
 #ifdef __CUDA_ARCH__
-    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    uint32_t d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(x), "f"(0.0f));
+    return d;
 #else
-    return ce_bf16_rn_bits(x);
+    return (uint32_t)ce_bf16_rn_bits(x) << 16;
 #endif
 }
+CE_INL uint16_t ce_bf16_rn(float x) { return (uint16_t)(ce_bf16_rn_hi(x) >> 16); }
 /* bf16 SR (internal.h bf16_sr_bits): away from zero iff the dropped 16 bits + r's top 16 carry. */
 CE_INL uint16_t ce_bf16_sr(float x, uint32_t r) {
     const uint32_t u = ce_f32_bits(x);
@@ -93,35 +103,47 @@ CE_INL float ce_fp16_f32(uint16_t h) {
 /* A 16-bit format f (COLLAGE_FMT_BF16 or COLLAGE_FMT_FP16): RN from fp32, exact widening. */
 CE_INL uint16_t ce_rn(int f, float x) { return f == COLLAGE_FMT_FP16 ? ce_fp16_rn(x) : ce_bf16_rn(x); }
 CE_INL float ce_f32(int f, uint16_t x) { return f == COLLAGE_FMT_FP16 ? ce_fp16_f32(x) : ce_bf16_f32(x); }
+/* The 16-bit lines carry a format-f value as the fp32 number it is (exactly): ce_round(f, x) is RN_f(x)
+ * so, ce_f32(f, ce_rn(f, x)) with no word between (on the device one instruction for bf16), and
+ * ce_word16(f, v) the word of such a value v (for bf16 its high half). */
+CE_INL float ce_round(int f, float x) {
+    return f == COLLAGE_FMT_FP16 ? ce_fp16_f32(ce_fp16_rn(x)) : ce_bits_f32(ce_bf16_rn_hi(x));
+}
+CE_INL uint16_t ce_word16(int f, float v) {
+    return f == COLLAGE_FMT_FP16 ? ce_fp16_rn(v) : (uint16_t)(ce_f32_bits(v) >> 16);
+}
 
-/* RN_f(√x) and RN_f(a / b) of format-f values: the fp32 operation (IEEE's, correctly rounded) rounded to
- * f. On the device for bf16 the fast fp32 square root and quotient (sqrt.approx.f32, div.approx.f32:
- * within 2^-21 of the exact value) rounded to bf16 give the same bits: an exact bf16 square root or
+/* RN_f(√x) and RN_f(a / b) of format-f values (as ce_round's): the fp32 operation (IEEE's, correctly
+ * rounded) rounded to f. On the device for bf16 the fast fp32 square root (sqrt.approx.f32) and quotient
+ * (a times rcp.approx.ftz.f32 of b: the reciprocal within 1 ulp, the product rounded once) are within
+ * 2^-22 of the exact value, and rounded to bf16 they give the same bits: an exact bf16 square root or
  * quotient of bf16 values is either a bf16 value or at least 2^-19 of itself away from every bf16
  * rounding boundary (its 9-bit midpoints), so any value that close rounds alike. Quotients outside
- * [2^-125, 2^126) and divisors outside [2^-125, 2^125] (subnormal results, the approximations' own
- * limits) take the IEEE quotient. test_cuda --exhaustive checks both against the IEEE lines for every
- * bf16 x and every pair (a, b) (2^32). */
-CE_INL uint16_t ce_sqrt_rn(int f, uint16_t x) {
+ * [2^-125, 2^126) and divisors outside [2^-125, 2^125] (subnormal results, the reciprocal's flushed
+ * range; NaN and ±∞ fail these tests too) take the IEEE quotient. test_cuda --exhaustive checks both
+ * against the IEEE lines for every bf16 x and every pair (a, b) (2^32). */
+CE_INL float ce_sqrt_rn(int f, float x) {
 #ifdef __CUDA_ARCH__
     if (f == COLLAGE_FMT_BF16) {
         float r;
-        asm("sqrt.approx.f32 %0, %1;" : "=f"(r) : "f"(ce_bf16_f32(x)));
-        return ce_bf16_rn(r);
+        asm("sqrt.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+        return ce_round(f, r);
     }
 #endif
-    return ce_rn(f, sqrtf(ce_f32(f, x)));
+    return ce_round(f, sqrtf(x));
 }
-CE_INL uint16_t ce_div_rn(int f, uint16_t a, uint16_t b) {
+CE_INL float ce_div_rn(int f, float a, float b) {
 #ifdef __CUDA_ARCH__
     if (f == COLLAGE_FMT_BF16) {
-        const float fa = ce_bf16_f32(a), fb = ce_bf16_f32(b), q = __fdividef(fa, fb);
-        if (fabsf(q) >= 0x1p-125f && fabsf(q) < 0x1p126f && fabsf(fb) >= 0x1p-125f && fabsf(fb) <= 0x1p125f)
-            return ce_bf16_rn(q);
-        return ce_bf16_rn(__fdiv_rn(fa, fb));
+        float r;
+        asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
+        const float q = __fmul_rn(a, r);
+        if (fabsf(q) >= 0x1p-125f && fabsf(q) < 0x1p126f && fabsf(b) >= 0x1p-125f && fabsf(b) <= 0x1p125f)
+            return ce_round(f, q);
+        return ce_round(f, __fdiv_rn(a, b));
     }
 #endif
-    return ce_rn(f, ce_f32(f, a) / ce_f32(f, b));
+    return ce_round(f, a / b);
 }
 
 /* collage_rand32(key, index) (internal.h lowbias32, rand_k1, rand_k2, rand_bits). */
@@ -138,46 +160,38 @@ CE_INL uint32_t ce_rand32(uint64_t key, uint64_t index) {
 }
 
 /* ------------------------------------------------------------------ single ops and EFTs (eft.h) */
-typedef struct { uint16_t hi, lo; } ce_pair;
-CE_INL ce_pair ce_pair_of(uint16_t hi, uint16_t lo) { ce_pair p; p.hi = hi; p.lo = lo; return p; }
-CE_INL uint16_t ce_add(int f, uint16_t a, uint16_t b) { return ce_rn(f, ce_f32(f, a) + ce_f32(f, b)); }
-CE_INL uint16_t ce_sub(int f, uint16_t a, uint16_t b) { return ce_rn(f, ce_f32(f, a) - ce_f32(f, b)); }
-CE_INL uint16_t ce_mul(int f, uint16_t a, uint16_t b) { return ce_rn(f, ce_f32(f, a) * ce_f32(f, b)); }
-/* Grow((m, r), d): s = m ⊕ d; r = r ⊕ (d ⊖ (s ⊖ m)); m' = s ⊕ r; r' = r ⊖ (m' ⊖ s). */
-CE_FINL ce_pair ce_grow(int f, ce_pair x, uint16_t d) {
-    const uint16_t s = ce_add(f, x.hi, d);
-    uint16_t r = ce_add(f, x.lo, ce_sub(f, d, ce_sub(f, s, x.hi)));
-    const uint16_t m = ce_add(f, s, r);
-    r = ce_sub(f, r, ce_sub(f, m, s));
-    return ce_pair_of(m, r);
-}
+/* Format-f values as ce_round's (fp32 numbers); each operation the fp32 one rounded to f. */
+typedef struct { float hi, lo; } ce_pair;
+CE_INL ce_pair ce_pair_of(float hi, float lo) { ce_pair p; p.hi = hi; p.lo = lo; return p; }
+CE_INL float ce_add(int f, float a, float b) { return ce_round(f, a + b); }
+CE_INL float ce_sub(int f, float a, float b) { return ce_round(f, a - b); }
+CE_INL float ce_mul(int f, float a, float b) { return ce_round(f, a * b); }
 /* GrowAddcmul((m, r), t, t, c): x = RN(c·fp32(t·t)); s = m ⊕ x; x = x ⊕ (m ⊖ s); x = x ⊕ r;
  * m' = s ⊕ x; r' = x ⊖ (m' ⊖ s). */
-CE_FINL ce_pair ce_grow_addcmul(int f, ce_pair y, uint16_t t1, uint16_t t2, float c) {
-    uint16_t x = ce_rn(f, c * (ce_f32(f, t1) * ce_f32(f, t2)));
-    const uint16_t s = ce_add(f, y.hi, x);
+CE_FINL ce_pair ce_grow_addcmul(int f, ce_pair y, float t1, float t2, float c) {
+    float x = ce_round(f, c * (t1 * t2));
+    const float s = ce_add(f, y.hi, x);
     x = ce_add(f, x, ce_sub(f, y.hi, s));
     x = ce_add(f, x, y.lo);
-    const uint16_t m = ce_add(f, s, x);
+    const float m = ce_add(f, s, x);
     return ce_pair_of(m, ce_sub(f, x, ce_sub(f, m, s)));
 }
 /* MultMC((m, r), (bh, bl)) with TwoProd (eft.h lp_mcf_mul_). */
 CE_FINL ce_pair ce_mcf_mul(int f, ce_pair x, ce_pair b) {
-    const float ab = ce_f32(f, x.hi) * ce_f32(f, b.hi);
-    const uint16_t p = ce_rn(f, ab), e = ce_rn(f, ab - ce_f32(f, p));
-    uint16_t r = ce_mul(f, x.lo, b.hi);
-    r = ce_rn(f, ce_f32(f, r) + ce_f32(f, x.hi) * ce_f32(f, b.lo));
+    const float ab = x.hi * b.hi;
+    const float p = ce_round(f, ab), e = ce_round(f, ab - p);
+    float r = ce_mul(f, x.lo, b.hi);
+    r = ce_round(f, r + x.hi * b.lo);
     r = ce_add(f, r, e);
-    const uint16_t m = ce_add(f, p, r);
+    const float m = ce_add(f, p, r);
     return ce_pair_of(m, ce_sub(f, r, ce_sub(f, m, p)));
 }
 /* The published MultMC (eft.h lp_mcf_mul_v1_), collage-plus-v1's. */
 CE_FINL ce_pair ce_mcf_mul_v1(int f, ce_pair x, ce_pair b) {
-    const uint16_t p = ce_mul(f, x.hi, b.hi);
-    const float pf = ce_f32(f, p);
-    const uint16_t e = ce_rn(f, -pf + pf * ce_f32(f, b.hi));
-    uint16_t r = ce_mul(f, x.lo, b.hi);
-    r = ce_rn(f, ce_f32(f, r) + pf * ce_f32(f, b.lo));
+    const float p = ce_mul(f, x.hi, b.hi);
+    const float e = ce_round(f, -p + p * b.hi);
+    float r = ce_mul(f, x.lo, b.hi);
+    r = ce_round(f, r + p * b.lo);
     r = ce_add(f, r, e);
     return ce_pair_of(ce_add(f, p, r), r);
 }
@@ -294,30 +308,33 @@ CE_INL uint32_t ce_word_put(int wf, float x) {
     return wf == COLLAGE_WORD_FP32 ? ce_f32_bits(x) : (uint32_t)ce_rn(ce_fmt_of(wf), x);
 }
 
-/* The 16-bit lines in format f (adamw_ref.c lp_raw, lp_raw_fmt): m, v (and (v, δv)) in s, raw returned. */
-CE_INL uint16_t ce_lp_raw(const ce_desc *D, int f, ce_state *s, uint16_t g, const ce_k *k, ce_coef c) {
-    if (c.clip) g = ce_rn(f, ce_f32(f, g) * c.coef);
-    uint16_t mm = ce_rn(f, ce_f32(f, (uint16_t)s->m) * k->b1);
-    mm = ce_rn(f, ce_f32(f, mm) + k->omb1 * ce_f32(f, g));
-    s->m = mm;
-    uint16_t vh;
+/* The 16-bit lines in format f (adamw_ref.c lp_raw, lp_raw_fmt): m, v (and (v, δv)) in s, raw returned
+ * (a format-f value). */
+CE_INL float ce_lp_raw(const ce_desc *D, int f, ce_state *s, uint16_t gw, const ce_k *k, ce_coef c) {
+    float g = ce_f32(f, gw);
+    if (c.clip) g = ce_round(f, g * c.coef);
+    float mm = ce_round(f, ce_f32(f, (uint16_t)s->m) * k->b1);
+    mm = ce_round(f, mm + k->omb1 * g);
+    s->m = ce_word16(f, mm);
+    float vh;
     if (D->v_pair) {
-        const ce_pair beta = f == COLLAGE_FMT_FP16 ? ce_pair_of(k->h2hi, k->h2lo) : ce_pair_of(k->b2hi, k->b2lo);
-        ce_pair x = ce_pair_of((uint16_t)s->v, s->dv);
+        const ce_pair beta = f == COLLAGE_FMT_FP16 ? ce_pair_of(ce_f32(f, k->h2hi), ce_f32(f, k->h2lo))
+                                                   : ce_pair_of(ce_f32(f, k->b2hi), ce_f32(f, k->b2lo));
+        ce_pair x = ce_pair_of(ce_f32(f, (uint16_t)s->v), ce_f32(f, s->dv));
         x = D->v1 ? ce_mcf_mul_v1(f, x, beta) : ce_mcf_mul(f, x, beta);
         x = ce_grow_addcmul(f, x, g, g, k->omb2);
         vh = x.hi;
-        s->dv = x.lo;
+        s->dv = ce_word16(f, x.lo);
     } else {
-        vh = ce_rn(f, ce_f32(f, (uint16_t)s->v) * k->b2);
-        vh = ce_rn(f, ce_f32(f, vh) + k->omb2 * (ce_f32(f, g) * ce_f32(f, g)));
+        vh = ce_round(f, ce_f32(f, (uint16_t)s->v) * k->b2);
+        vh = ce_round(f, vh + k->omb2 * (g * g));
     }
-    s->v = vh;
-    const uint16_t den = ce_rn(f, ce_f32(f, ce_sqrt_rn(f, vh)) + k->eps);
-    const uint16_t a = ce_rn(f, ce_f32(f, mm) * k->neg_step);
-    const uint16_t b = ce_div_rn(f, a, den);
-    const uint16_t cc = ce_rn(f, ce_f32(f, (uint16_t)s->w) * k->lrwd);
-    return ce_rn(f, ce_f32(f, b) - ce_f32(f, cc));
+    s->v = ce_word16(f, vh);
+    const float den = ce_round(f, ce_sqrt_rn(f, vh) + k->eps);
+    const float a = ce_round(f, mm * k->neg_step);
+    const float b = ce_div_rn(f, a, den);
+    const float cc = ce_round(f, ce_f32(f, (uint16_t)s->w) * k->lrwd);
+    return ce_round(f, b - cc);
 }
 
 /* The fp32 lines (adamw_ref.c f32_moments, f32_update), each operation rounded to fp32. */
@@ -360,42 +377,46 @@ CE_INL void ce_apply(const ce_desc *D, ce_state *s, float raw, const ce_k *k, ui
     }
     const uint16_t old = (uint16_t)s->w;
     const float th = ce_f32(f, old);
-    uint16_t nw;
+    float nw; /* θ's new value */
     double ds = 0;
     if (D->w == COLLAGE_SCHEME_SR) {
-        nw = ce_bf16_sr(th + raw, ce_rand32(k->key, index));
+        nw = ce_f32(f, ce_bf16_sr(th + raw, ce_rand32(k->key, index)));
     } else if (D->w == COLLAGE_SCHEME_MCF || D->w == COLLAGE_SCHEME_FP16_MCF) { /* Grow with raw in fp32 */
-        const uint16_t cold = s->comp, sm = ce_rn(f, th + raw);
-        const uint16_t e = ce_rn(f, raw - ce_f32(f, ce_sub(f, sm, old)));
-        const uint16_t r = ce_add(f, cold, e);
+        const float cold = ce_f32(f, s->comp), sm = ce_round(f, th + raw);
+        const float e = ce_round(f, raw - ce_sub(f, sm, th));
+        const float r = ce_add(f, cold, e);
         nw = ce_add(f, sm, r);
-        s->comp = ce_sub(f, r, ce_sub(f, nw, sm));
-        ds = (double)ce_f32(f, s->comp) - (double)ce_f32(f, cold);
+        const float cnew = ce_sub(f, r, ce_sub(f, nw, sm));
+        s->comp = ce_word16(f, cnew);
+        ds = (double)cnew - (double)cold;
     } else if (D->w == COLLAGE_SCHEME_KAHAN) {
-        const uint16_t cold = s->comp, c = ce_rn(f, ce_f32(f, cold) + raw);
-        nw = ce_add(f, old, c);
-        s->comp = ce_add(f, c, ce_sub(f, old, nw));
-        ds = (double)ce_f32(f, s->comp) - (double)ce_f32(f, cold);
+        const float cold = ce_f32(f, s->comp), c = ce_round(f, cold + raw);
+        nw = ce_add(f, th, c);
+        const float cnew = ce_add(f, c, ce_sub(f, th, nw));
+        s->comp = ce_word16(f, cnew);
+        ds = (double)cnew - (double)cold;
     } else if (D->w == COLLAGE_SCHEME_REMAINDER) {
         const float mold = ce_rem_join(old, s->comp), mnew = mold + raw;
-        nw = ce_rem_theta(mnew);
-        s->comp = ce_rem_low(mnew, nw);
+        const uint16_t w = ce_rem_theta(mnew);
+        s->comp = ce_rem_low(mnew, w);
+        nw = ce_f32(f, w);
         ds = (double)mnew - (double)mold;
     } else if (D->w == COLLAGE_SCHEME_C8) {
         const float qold = ce_c8_join(old, s->corr), qnew = ce_c8_add(qold, raw);
-        nw = ce_c8_theta(qnew);
-        s->corr = ce_c8_byte(qnew, nw);
+        const uint16_t w = ce_c8_theta(qnew);
+        s->corr = ce_c8_byte(qnew, w);
+        nw = ce_f32(f, w);
         ds = (double)qnew - (double)qold;
     } else if (ce_has_master(D->w)) {
         const float mold = s->master;
         s->master = mold + raw;
-        nw = ce_rn(f, s->master);
+        nw = ce_round(f, s->master);
         ds = (double)s->master - (double)mold;
     } else {
-        nw = ce_rn(f, th + raw); /* bf16, fp16 */
+        nw = ce_round(f, th + raw); /* bf16, fp16 */
     }
-    s->w = nw;
-    t->de = (double)ce_f32(f, nw) - (double)th;
+    s->w = ce_word16(f, nw);
+    t->de = (double)nw - (double)th;
     if (D->w == COLLAGE_SCHEME_BF16 || D->w == COLLAGE_SCHEME_FP16 || D->w == COLLAGE_SCHEME_SR) t->ds = t->de;
     else if (D->w == COLLAGE_SCHEME_MCF || D->w == COLLAGE_SCHEME_FP16_MCF || D->w == COLLAGE_SCHEME_KAHAN) t->ds = ds + t->de;
     else t->ds = ds;
@@ -414,8 +435,7 @@ CE_INL void ce_step(const ce_desc *D, ce_state *s, uint32_t g, const ce_k *k, ce
         s->v = ce_word_put(D->vf, v);
         if (D->v_pair) s->dv = ce_rn(ce_fmt_of(D->vf), v - ce_word_get(D->vf, s->v));
     } else {
-        const int f = ce_fmt_of(D->arith);
-        raw = ce_f32(f, ce_lp_raw(D, f, s, (uint16_t)g, k, c));
+        raw = ce_lp_raw(D, ce_fmt_of(D->arith), s, (uint16_t)g, k, c);
     }
     t->d = (double)raw;
     ce_apply(D, s, raw, k, index, t);
@@ -530,10 +550,20 @@ CE_INL uint64_t ce_q_state_key(uint64_t key, int role) {
 CE_INL double ce_grad_f64(int wf, const void *g, size_t i) {
     return wf == COLLAGE_WORD_FP32 ? (double)((const float *)g)[i] : (double)ce_f32(ce_fmt_of(wf), ((const uint16_t *)g)[i]);
 }
-/* Lane j (0..15) of the Σg² of g[a, b): the squares of elements a + j, a + j + 16, … added in that order. */
+/* Lane j (0..15) of the Σg² of g[a, b): the squares of elements a + j, a + j + 16, … added in that order,
+ * the elements read 16 at a time ahead of their additions (on the device: 16 loads in flight a thread,
+ * the kernel's reach into memory; the order of the additions is the same). */
 CE_INL double ce_sumsq_lane(int wf, const void *g, size_t a, size_t b, int j) {
     double l = 0;
-    for (size_t i = a + (size_t)j; i < b; i += 16) {
+    size_t i = a + (size_t)j;
+    for (; i + 15 * 16 < b; i += 16 * 16) {
+        double d[16];
+        CE_UNROLL
+        for (int u = 0; u < 16; u++) d[u] = ce_grad_f64(wf, g, i + 16 * (size_t)u);
+        CE_UNROLL
+        for (int u = 0; u < 16; u++) l += d[u] * d[u];
+    }
+    for (; i < b; i += 16) {
         const double d = ce_grad_f64(wf, g, i);
         l += d * d;
     }

@@ -1,8 +1,9 @@
 /* exhaustive.cu — test_cuda --exhaustive: the device's fast bf16 operations of adamw_elem.h against the
- * IEEE lines they stand for, on every input: the conversion instruction (ce_bf16_rn) against the integer
- * rounding (ce_bf16_rn_bits) for all 2^32 fp32 patterns, the square root (ce_sqrt_rn) for all 2^16 bf16
+ * IEEE lines they stand for, on every input: the conversion instruction (ce_bf16_rn, and ce_round's fp32
+ * form of it) against the integer rounding (ce_bf16_rn_bits) for all 2^32 fp32 patterns, the square root (ce_sqrt_rn) for all 2^16 bf16
  * values and the quotient (ce_div_rn) for all 2^32 pairs of bf16 values, each against the IEEE operation
- * (__fsqrt_rn, __fdiv_rn) rounded by ce_bf16_rn_bits. Equal means the same bits, or both NaN (a NaN's
+ * (__fsqrt_rn, __fdiv_rn) rounded by ce_bf16_rn_bits (a first difference of the RN check with second
+ * input 1 is ce_round's). Equal means the same bits, or both NaN (a NaN's
  * bits are not kept on the device: docs/cuda.md). Built by nvcc with the library's numerics flags. */
 #include "adamw_elem.h"
 
@@ -28,13 +29,15 @@ __global__ static void rn_kernel(unsigned long long base, unsigned long long cou
         const unsigned u = (unsigned)(base + j);
         const float x = __uint_as_float(u);
         const uint16_t got = ce_bf16_rn(x), want = ce_bf16_rn_bits(x);
+        const uint32_t r = __float_as_uint(ce_round(COLLAGE_FMT_BF16, x));
         if (!same(got, want)) note(t, u, 0, got, want);
+        else if ((r & 0xffffu) || !same((uint16_t)(r >> 16), want)) note(t, u, 1, (uint16_t)(r >> 16), want);
     }
 }
 __global__ static void sqrt_kernel(tally *t) {
     const unsigned a = blockIdx.x * blockDim.x + threadIdx.x;
     if (a > 0xffffu) return;
-    const uint16_t got = ce_sqrt_rn(COLLAGE_FMT_BF16, (uint16_t)a);
+    const uint16_t got = ce_word16(COLLAGE_FMT_BF16, ce_sqrt_rn(COLLAGE_FMT_BF16, ce_bf16_f32((uint16_t)a)));
     const uint16_t want = ce_bf16_rn_bits(__fsqrt_rn(ce_bf16_f32((uint16_t)a)));
     if (!same(got, want)) note(t, a, 0, got, want);
 }
@@ -42,7 +45,7 @@ __global__ static void div_kernel(unsigned a0, unsigned rows, tally *t) {
     for (unsigned long long j = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; j < (unsigned long long)rows << 16;
          j += (unsigned long long)gridDim.x * blockDim.x) {
         const uint16_t a = (uint16_t)(a0 + (unsigned)(j >> 16)), b = (uint16_t)(j & 0xffffu);
-        const uint16_t got = ce_div_rn(COLLAGE_FMT_BF16, a, b);
+        const uint16_t got = ce_word16(COLLAGE_FMT_BF16, ce_div_rn(COLLAGE_FMT_BF16, ce_bf16_f32(a), ce_bf16_f32(b)));
         const uint16_t want = ce_bf16_rn_bits(__fdiv_rn(ce_bf16_f32(a), ce_bf16_f32(b)));
         if (!same(got, want)) note(t, a, b, got, want);
     }
