@@ -10,8 +10,9 @@
 #      compute-sanitizer memcheck on one quick run of test_cuda;
 #   4. the benchmark: the step on 1B parameters in one tensor and on GPT-2 124M's 148 tensors, in GB/s
 #      against the device-to-device copy's (bf16, collage-light, bf16-sr, collage-plus, bf16-master);
-#   4b. ncu on the GPT-2 step of bf16 and collage-light: the kernels' instructions and how busy the issue
-#      slots, the ALU, FMA and XU (conversion) pipes and DRAM are (ncu.json; skipped where ncu is missing);
+#   4b. ncu on the GPT-2 step of bf16 and collage-light (and the baseline's, below): the kernels' instructions
+#      and how busy the issue slots, the ALU, FMA and XU (conversion) pipes and DRAM are (ncu.json; skipped
+#      where ncu is missing);
 #   5. python/bench/device_check.py: collage.torch.AdamW on CUDA tensors (libcollage_cuda through ctypes)
 #      against the C step on CPU tensors for every strategy, a GPU state resumed on the CPU, and the step's
 #      time on GPT-2 124M beside torch.optim.AdamW (fused and foreach, bf16) and the torch lines;
@@ -29,6 +30,8 @@
 #                                              for a device image without OpenBLAS; the check unpacks them)
 #   bash scripts/gpu_check.sh --prebuild      (on a machine with nvcc 13: the build into .gpu/prebuilt; then
 #                                              GPU_CHECK_PREBUILT=.gpu/prebuilt on the device skips the build)
+#   GPU_CHECK_BASELINE=DIR: another build's prebuilt folder (an earlier commit's --prebuild); its benchmark
+#   runs right after this build's, on the same device (bench_baseline in the JSON), for before/after ratios
 set -u
 cd "$(dirname "$0")/.." || exit 1
 if [ "${1:-}" = "--fetch-debs" ]; then
@@ -116,19 +119,26 @@ if [ "${status[build]}" = 0 ]; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   part memcheck 120 "$cs" --tool memcheck --error-exitcode 1 $B/gpu/test_cuda --quick
   part bench 120 $B/gpu/test_cuda --bench "$out/bench.json"
+  if [ -n "${GPU_CHECK_BASELINE:-}" ]; then
+    [ -e "$GPU_CHECK_BASELINE/libcollage.so.0.1" ] || ln -s libcollage.so "$GPU_CHECK_BASELINE/libcollage.so.0.1"
+    part bench_baseline 120 "$GPU_CHECK_BASELINE/gpu/test_cuda" --bench "$out/bench_baseline.json"
+  fi
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
-  if [ -n "$ncu" ]; then
+  if [ -n "$ncu" ]; then # this build's steps, then the baseline's: ncu-BUILD-STRATEGY.csv, then ncu.json
     metrics=gpu__time_duration.sum,smsp__inst_executed.sum,sm__instruction_throughput.avg.pct_of_peak_sustained_active
     metrics+=,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active
     metrics+=,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
-    part ncu 90 sh -c "for s in bf16 collage-light; do '$ncu' --csv --kernel-name regex:step_kernel --launch-skip 2 --launch-count 1 \
-      --metrics $metrics $B/gpu/test_cuda --profile \$s > '$out'/ncu-\$s.csv || exit 1; done"
+    builds="this:$B${GPU_CHECK_BASELINE:+ baseline:$GPU_CHECK_BASELINE}"
+    part ncu 90 sh -c "for b in $builds; do for s in bf16 collage-light; do '$ncu' --csv --kernel-name regex:step_kernel \
+      --launch-skip 2 --launch-count 1 --metrics $metrics \${b#*:}/gpu/test_cuda --profile \$s > '$out'/ncu-\${b%%:*}-\$s.csv || exit 1
+      done; done"
     python3 - "$out" >"$out/ncu.json" <<'PY' || rm -f "$out/ncu.json"
-import csv, json, os, sys
+import csv, glob, json, os, sys
 res = {}
-for s in ("bf16", "collage-light"):
-    rows = [r for r in csv.reader(open(os.path.join(sys.argv[1], "ncu-%s.csv" % s))) if len(r) == 15 and r[0] != "ID"]
-    res[s] = {r[12]: r[14] for r in rows}
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "ncu-*-*.csv"))):
+    build, strategy = os.path.basename(path)[4:-4].split("-", 1)
+    rows = [r for r in csv.reader(open(path)) if len(r) == 15 and r[0] != "ID"]
+    res.setdefault(build, {})[strategy] = {r[12]: r[14] for r in rows}
 print(json.dumps(res))
 PY
   fi
@@ -145,7 +155,7 @@ fi
   echo "  \"gpu\": \"$(tr -d '"\n' <"$out/gpu.txt")\", \"seconds\": $((SECONDS - t0)),"
   echo "  \"parts\": {"
   sep=""
-  for p in build test_cuda exhaustive memcheck bench ncu device_check e2e dist; do
+  for p in build test_cuda exhaustive memcheck bench bench_baseline ncu device_check e2e dist; do
     [ -n "${status[$p]:-}" ] || continue
     last=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out/$p.log" | tail -n 1)
     printf '%s    "%s": {"exit": %s, "seconds": %s, "result": "%s"}' "$sep" "$p" "${status[$p]}" "${secs[$p]}" "$last"
@@ -153,7 +163,7 @@ fi
   done
   echo ""
   echo "  },"
-  for f in bench ncu device_check e2e dist; do
+  for f in bench bench_baseline ncu device_check e2e dist; do
     printf '  "%s": ' "$f"
     if [ -s "$out/$f.json" ]; then cat "$out/$f.json"; else echo "null"; fi
     [ "$f" = dist ] || echo ","

@@ -14,7 +14,7 @@ The disassembler is nvdisasm from Debian 12's nvidia-cuda-toolkit (CUDA 11.8, no
 sm_90 code; CUDA 13's cubins carry their architecture in a newer ELF header layout, which this script
 rewrites to the older one in its copy of the cubin (the code is unchanged).
 
-  python3 scripts/sass_count.py --fetch        (once: the .deb into .gpu/, nvdisasm into .gpu/nvdisasm)
+  python3 scripts/sass_count.py --fetch        (once: the .deb into .tools/apt, nvdisasm into .tools/nvdisasm)
   python3 scripts/sass_count.py [--keep DIR]   (the table; --keep: the cubin and its disassembly in DIR)
 """
 import argparse
@@ -28,7 +28,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOOL = os.path.join(ROOT, ".gpu", "nvdisasm")
+TOOL = os.path.join(ROOT, ".tools", "nvdisasm")
 NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
 NUMERICS = ["--fmad=false", "-ftz=false", "-prec-div=true", "-prec-sqrt=true"]  # the Makefile's NVCC_NUMERICS
 # preset kernels: step_kernel<0, W, M, V, 0, V1>'s template arguments (collage.h's enums)
@@ -38,7 +38,7 @@ KERNELS = [("bf16", (1, 1, 1, 0)), ("collage-light", (2, 1, 1, 0)), ("bf16-sr", 
 
 def fetch():
     """nvidia-cuda-toolkit's .deb from Debian 12's non-free archive; nvdisasm out of it."""
-    work = os.path.join(ROOT, ".gpu", "apt")
+    work = os.path.join(ROOT, ".tools", "apt")
     for d in ("lists/partial", "cache/archives/partial"):
         os.makedirs(os.path.join(work, d), exist_ok=True)
     src = os.path.join(work, "sources.list")
@@ -159,7 +159,7 @@ def loop_counts(lines, targs):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--fetch", action="store_true", help="download nvdisasm (Debian non-free) into .gpu/nvdisasm")
+    ap.add_argument("--fetch", action="store_true", help="download nvdisasm (Debian non-free) into .tools/nvdisasm")
     ap.add_argument("--keep", metavar="DIR", help="keep the cubin and its disassembly in DIR")
     a = ap.parse_args()
     if a.fetch:
