@@ -449,8 +449,8 @@ static collage_status upload(collage_cuda_adamw *o, const collage_cuda_tensor *t
 
 /* Σg² of the table's chunks into out[0 .. chunks). */
 static void launch_sumsq(const collage_cuda_adamw *o, int k, size_t chunks, double *out, cudaStream_t st) {
-    const unsigned blocks = (unsigned)((chunks + 15) / 16);
     if (!chunks) return;
+    const unsigned blocks = (unsigned)((chunks + 15) / 16);
     if (o->D.wf == COLLAGE_WORD_FP32) sumsq_kernel<COLLAGE_WORD_FP32><<<blocks, THREADS, 0, st>>>(o->d_tab, k, chunks, out);
     else if (o->D.wf == COLLAGE_WORD_FP16) sumsq_kernel<COLLAGE_WORD_FP16><<<blocks, THREADS, 0, st>>>(o->d_tab, k, chunks, out);
     else sumsq_kernel<COLLAGE_WORD_BF16><<<blocks, THREADS, 0, st>>>(o->d_tab, k, chunks, out);

@@ -1,10 +1,10 @@
 /* exhaustive.cu — test_cuda --exhaustive: the device's fast bf16 operations of adamw_elem.h against the
  * IEEE lines they stand for, on every input: the conversion instruction (ce_bf16_rn, and ce_round's fp32
- * form of it) against the integer rounding (ce_bf16_rn_bits) for all 2^32 fp32 patterns, the square root (ce_sqrt_rn) for all 2^16 bf16
- * values and the quotient (ce_div_rn) for all 2^32 pairs of bf16 values, each against the IEEE operation
- * (__fsqrt_rn, __fdiv_rn) rounded by ce_bf16_rn_bits (a first difference of the RN check with second
- * input 1 is ce_round's). Equal means the same bits, or both NaN (a NaN's
- * bits are not kept on the device: docs/cuda.md). Built by nvcc with the library's numerics flags. */
+ * form of it) against the integer rounding (ce_bf16_rn_bits) for all 2^32 fp32 patterns, the square root
+ * (ce_sqrt_rn) for all 2^16 bf16 values and the quotient (ce_div_rn) for all 2^32 pairs of bf16 values,
+ * each against the IEEE operation (__fsqrt_rn, __fdiv_rn) rounded by ce_bf16_rn_bits (a first difference
+ * of the RN check with second input 1 is ce_round's). Equal means the same bits, or both NaN (a NaN's bits
+ * are not kept on the device: docs/cuda.md). Built by nvcc with the library's numerics flags. */
 #include "adamw_elem.h"
 
 #include <cuda_runtime.h>
