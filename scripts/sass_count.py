@@ -3,12 +3,12 @@
 
 Compiles src/cuda/adamw.cu for sm_90 (H100, H200) to a cubin with the Makefile's numerics flags,
 disassembles it and counts, for each preset's kernel, the instructions of the plain step's 8-element
-loop (the blocks of the cycle through its first 16-byte store: both copies, with and without clipping,
-where the compiler made two, over the elements of both: the copies share their loads, so a step runs a
-few more an element than printed) on its usual path: the IEEE quotient's fallback blocks, taken only for quotients or
-divisors outside the fast quotient's range, are left out. Printed per element: all instructions, the
-conversions to 16 bits (F2F: the slow conversion unit, XU; F2FP: the fast 16-bit converter) and the
-multi-function unit's (MUFU: square root, reciprocal), the XU's share.
+loop on its usual path: the blocks of the cycle through its first 16-byte store (both copies, with and
+without clipping, where the compiler made two, over the elements of both: the copies share their loads,
+so a step runs a few more an element than printed), less the IEEE quotient's fallback blocks (taken only
+for quotients or divisors outside the fast quotient's range). Printed per element: all instructions, the
+conversions to 16 bits (F2F: the slow conversion unit, XU; F2FP: the fast 16-bit converter), the
+multi-function unit's (MUFU: square root, reciprocal) and the XU's share.
 
 The disassembler is nvdisasm from Debian 12's nvidia-cuda-toolkit (CUDA 11.8, non-free), which reads
 sm_90 code; CUDA 13's cubins carry their architecture in a newer ELF header layout, which this script
