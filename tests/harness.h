@@ -163,7 +163,8 @@ static int h_checkpoint(const char *run, char *out, size_t cap) {
  * tests/lsan.supp suppresses those libraries only (and the sanitizer runtime's own leak, as for every
  * test), so a leak in collage's own code is still reported; for the suppressions to match, the plugins
  * must stay loaded until exit (disable_dlclose) and malloc stacks must be unwound fully, through
- * libraries built without frame pointers (fast_unwind_on_malloc=0). No effect on a build without ASan. Run from the repository root. */
+ * libraries built without frame pointers (fast_unwind_on_malloc=0). No effect on a build without ASan.
+ * Run from the repository root. */
 static void h_mpi_env(void) __attribute__((unused));
 static void h_mpi_env(void) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);

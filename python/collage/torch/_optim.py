@@ -145,6 +145,20 @@ def _edq_figures(dot, dot_state, nn, lost, updates):
             "sum_dot": dot, "sum_dot_state": dot_state, "sum_nn": nn, "lost_count": lost}
 
 
+def _chunk_counts(xs):
+    """The Σg² chunks (of _lines.BLOCK elements) of each tensor of xs."""
+    return [-(-x.numel() // _lines.BLOCK) for x in xs]
+
+
+def _split(flat, counts):
+    """flat cut into consecutive lists of the given lengths."""
+    res, at = [], 0
+    for n in counts:
+        res.append(flat[at:at + n])
+        at += n
+    return res
+
+
 def _host_chunk_sums(xs):
     """Each CPU tensor's Σx² chunk sums (collage_sumsq_chunks_many: its chunks of 2^14 from element 0, in one
     parallel loop): a list of lists. The tensors are contiguous and of one dtype (bf16 or fp32)."""
@@ -153,15 +167,11 @@ def _host_chunk_sums(xs):
     k = len(xs)
     ptrs = (ctypes.c_void_p * k)(*(x.data_ptr() for x in xs))
     ns = (ctypes.c_size_t * k)(*(x.numel() for x in xs))
-    nbs = [-(-x.numel() // _lines.BLOCK) for x in xs]
+    nbs = _chunk_counts(xs)
     out = np.empty(max(sum(nbs), 1), dtype=np.float64)
     _lib.check(_lib.lib.collage_sumsq_chunks_many(ptrs, ns, k, int(xs[0].dtype != torch.float32), _lines.BLOCK,
                                                   out.ctypes.data), "collage_sumsq_chunks_many")
-    flat, at, res = out.tolist(), 0, []
-    for nb in nbs:
-        res.append(flat[at:at + nb])
-        at += nb
-    return res
+    return _split(out.tolist(), nbs)
 
 
 def _combine(parts):
@@ -526,10 +536,8 @@ class AdamW(torch.optim.Optimizer):
         cpu = by_device.pop("c", [])
         sums.update(zip(cpu, _host_chunk_sums([views[p] for p in cpu])))  # in one parallel loop
         for ps in by_device.values():
-            flat_sums, at = _lines.block_sumsq([views[p] for p in ps]), 0
-            for p in ps:
-                nb = -(-views[p].numel() // _lines.BLOCK)
-                sums[p], at = flat_sums[at:at + nb], at + nb
+            vs = [views[p] for p in ps]
+            sums.update(zip(ps, _split(_lines.block_sumsq(vs), _chunk_counts(vs))))
         if self.all_reduce is not None:
             return self._all_chunks(items, sums)
         return _lines.add_in_order(b for _, p, _, _, _ in items for b in sums[p])  # slab order
@@ -651,15 +659,11 @@ class AdamW(torch.optim.Optimizer):
         (libcollage_cuda's kernel: collage_sumsq_chunks' numbers)."""
         dev = items[0][2].device
         table = self._cuda_table(items, self._slab(), views)
-        n = sum(-(-views[p].numel() // _lines.BLOCK) for _, p, _, _, _ in items)
-        out = torch.empty(max(n, 1), dtype=torch.float64, device=dev)
+        nbs = _chunk_counts([views[p] for _, p, _, _, _ in items])
+        out = torch.empty(max(sum(nbs), 1), dtype=torch.float64, device=dev)
         step = self._cuda_step_of(dev, len(items), sum(p.numel() for _, p, _, _, _ in items))
         step.sumsq_chunks(table, out.data_ptr(), torch.cuda.current_stream(dev).cuda_stream)
-        flat, at, res = out.cpu().tolist(), 0, {}
-        for _, p, _, _, _ in items:
-            nb = -(-views[p].numel() // _lines.BLOCK)
-            res[p], at = flat[at:at + nb], at + nb
-        return res
+        return dict(zip((p for _, p, _, _, _ in items), _split(out.cpu().tolist(), nbs)))
 
     def _one_device(self, items):
         """Whether every tensor of the step is a CUDA tensor of one device and no all_reduce joins other
