@@ -118,9 +118,10 @@ CE_INL uint16_t ce_word16(int f, float v) {
  * (a times rcp.approx.ftz.f32 of b: the reciprocal within 1 ulp, the product rounded once) are within
  * 2^-22 of the exact value, and rounded to bf16 they give the same bits: an exact bf16 square root or
  * quotient of bf16 values is either a bf16 value or at least 2^-19 of itself away from every bf16
- * rounding boundary (its 9-bit midpoints), so any value that close rounds alike. Quotients outside
- * [2^-125, 2^126) and divisors outside [2^-125, 2^125] (subnormal results, the reciprocal's flushed
- * range; NaN and ±∞ fail these tests too) take the IEEE quotient. test_cuda --exhaustive checks both
+ * rounding boundary (its 9-bit midpoints), so any value that close rounds alike. A zero dividend gives
+ * the exact ±0 (a zero moment: a parameter with no gradient yet). Other quotients outside [2^-125, 2^126)
+ * and divisors outside [2^-125, 2^125] (subnormal results, the reciprocal's flushed range; NaN and ±∞
+ * fail these tests too) take the IEEE quotient. test_cuda --exhaustive checks both
  * against the IEEE lines for every bf16 x and every pair (a, b) (2^32). */
 CE_INL float ce_sqrt_rn(int f, float x) {
 #ifdef __CUDA_ARCH__
@@ -138,7 +139,8 @@ CE_INL float ce_div_rn(int f, float a, float b) {
         float r;
         asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
         const float q = __fmul_rn(a, r);
-        if (fabsf(q) >= 0x1p-125f && fabsf(q) < 0x1p126f && fabsf(b) >= 0x1p-125f && fabsf(b) <= 0x1p125f)
+        if ((fabsf(q) >= 0x1p-125f || a == 0.0f) && fabsf(q) < 0x1p126f && fabsf(b) >= 0x1p-125f &&
+            fabsf(b) <= 0x1p125f)
             return ce_round(f, q);
         return ce_round(f, __fdiv_rn(a, b));
     }

@@ -4,7 +4,8 @@
  * skipped, stepped on the GPU and by libcollage's scalar reference on the CPU (one optimizer per tensor,
  * collage_adamw_step_many with the chunks' Σg², as the Python package's CPU path), every word, the
  * norm, the factor and the EDQ sums bit for bit. --bench FILE: the step's time on 1B parameters in one
- * tensor and on GPT-2 124M's 148 tensors against the device-to-device copy's bandwidth, as JSON.
+ * tensor and on GPT-2 124M's 148 tensors, with clipping and without, against the device-to-device copy's
+ * bandwidth, as JSON.
  * --profile STRATEGY: that step on GPT-2 124M's tensors only (a few launches, for ncu).
  * --exhaustive: the device's fast bf16 operations (conversion, square root, quotient) against the IEEE
  * lines on every input (tests/gpu/exhaustive.cu).
@@ -213,9 +214,53 @@ static double bytes_per_elem(collage_strategy s) {
     return b;
 }
 
-/* One timed configuration: with clipping by the global norm (Σg² on the device) unless plain, EDQ if edq. */
+/* dst (bytes) on the device: the pattern's bytes repeated (the pattern copied once, then doubled). */
+static int fill_repeat(void *dst, size_t bytes, const void *pattern, size_t pbytes) {
+    size_t have = bytes < pbytes ? bytes : pbytes;
+    if (!CUDA_OK(cudaMemcpy(dst, pattern, have, cudaMemcpyHostToDevice))) return 0;
+    while (have < bytes) {
+        const size_t c = bytes - have < have ? bytes - have : have;
+        if (!CUDA_OK(cudaMemcpy((char *)dst + have, dst, c, cudaMemcpyDeviceToDevice))) return 0;
+        have += c;
+    }
+    return 1;
+}
+
+/* The benchmark's data: weights of about 0.02 and gradients of about 1e-3 (sums of uniforms, the same
+ * 2^16-element pattern repeated) in θ's format, the master (where the strategy has one) equal to θ, the
+ * other words zero: the warm-up steps give the moments values, so that the timed steps take the paths
+ * training takes (zero moments would send every quotient to the IEEE fallback). */
+#define BENCH_PERIOD ((size_t)1 << 16)
+static int bench_fill(const collage_strategy_info *R, const collage_cuda_tensor *t, size_t n) {
+    static float w[BENCH_PERIOD], g[BENCH_PERIOD];
+    static uint16_t w16[BENCH_PERIOD], g16[BENCH_PERIOD];
+    const collage_word_format wf = R->word[COLLAGE_ROLE_WEIGHTS].format;
+    const int f16 = wf == COLLAGE_WORD_FP16 ? COLLAGE_FMT_FP16 : COLLAGE_FMT_BF16;
+    for (size_t i = 0; i < BENCH_PERIOD; i++) {
+        w16[i] = collage_lp_from_f32(f16, 0.02f * (urand() + urand() + urand() - 1.5f));
+        g16[i] = collage_lp_from_f32(f16, 1e-3f * (urand() + urand() + urand() - 1.5f));
+        w[i] = wf == COLLAGE_WORD_FP32 ? 0.02f * (urand() - 0.5f) : collage_lp_to_f32(f16, w16[i]);
+        g[i] = 1e-3f * (urand() + urand() + urand() - 1.5f);
+    }
+    const int wide = wf == COLLAGE_WORD_FP32;
+    const size_t pb = wide ? sizeof w : sizeof w16;
+    int ok = fill_repeat(t->words[COLLAGE_ROLE_WEIGHTS], word_bytes(wf, n), wide ? (const void *)w : w16, pb);
+    ok &= fill_repeat((void *)t->grad, word_bytes(wf, n), wide ? (const void *)g : g16, pb);
+    if (R->word[COLLAGE_ROLE_MASTER].format == COLLAGE_WORD_FP32)
+        ok &= fill_repeat(t->words[COLLAGE_ROLE_MASTER], n * 4, w, sizeof w);
+    return ok;
+}
+
+/* What a timed configuration runs: the step with clipping by the global norm (Σg² on the device), without,
+ * with clipping and EDQ, or Σg²'s chunk sums alone (collage_cuda_sumsq_chunks). */
+enum { FORM_CLIP, FORM_PLAIN, FORM_EDQ, FORM_SUMSQ };
+static const char *const form_name[] = {"clipping", "no clipping", "clipping, EDQ", "the chunk sums of the norm alone"};
+
+/* One timed configuration. Its bytes: the step's are the gradient read once and every word read and
+ * written (bytes_per_elem); with clipping the gradient is read twice, and "moved" counts that second read
+ * (what the memory serves); Σg² alone reads the gradient once. */
 static double bench_one(collage_strategy s, const size_t *ns, int k, FILE *out, double copy_gbs, const char *what,
-                        int plain, int edq) {
+                        int form) {
     const collage_strategy_info *R = collage_strategy_get(s);
     collage_cuda_tensor *t = calloc((size_t)k, sizeof *t);
     size_t total = 0;
@@ -232,37 +277,51 @@ static double bench_one(collage_strategy s, const size_t *ns, int k, FILE *out, 
         ok &= CUDA_OK(cudaMalloc(&g, ns[j] * 4));
         if (ok) cudaMemset(g, 0, ns[j] * 4);
         t[j].grad = g;
+        if (ok) ok &= bench_fill(R, &t[j], ns[j]);
         total += (ns[j] + 255) / 256 * 256;
     }
     double gbs = 0;
     collage_cuda_adamw *o = NULL;
-    collage_cuda_adamw_config dc = {.strategy = s, .clip = plain ? 0.0 : 1.0, .edq = edq, .seed = SEED, .max_tensors = k,
-                                    .max_elements = total};
+    collage_cuda_adamw_config dc = {.strategy = s, .clip = form == FORM_PLAIN ? 0.0 : 1.0, .edq = form == FORM_EDQ,
+                                    .seed = SEED, .max_tensors = k, .max_elements = total};
+    double *sums = NULL;
+    if (ok && form == FORM_SUMSQ) ok &= CUDA_OK(cudaMalloc((void **)&sums, collage_cuda_sumsq_chunk_count(t, k) * 8));
     if (ok && collage_cuda_adamw_create(&dc, &o) == COLLAGE_OK) {
         cudaEvent_t a, b;
         cudaEventCreate(&a); cudaEventCreate(&b);
         for (int i = 0; i < 3; i++) collage_cuda_adamw_step(o, t, k, NULL, 0, NULL);
         const int reps = 20;
         cudaEventRecord(a, 0);
-        for (int i = 0; i < reps; i++) { for (int j = 0; j < k; j++) t[j].step = 4 + (uint64_t)i; collage_cuda_adamw_step(o, t, k, NULL, 0, NULL); }
+        for (int i = 0; i < reps; i++) {
+            for (int j = 0; j < k; j++) t[j].step = 4 + (uint64_t)i;
+            if (form == FORM_SUMSQ) collage_cuda_sumsq_chunks(o, t, k, sums, NULL);
+            else collage_cuda_adamw_step(o, t, k, NULL, 0, NULL);
+        }
         cudaEventRecord(b, 0);
         cudaEventSynchronize(b);
         const double ms = ms_of(a, b) / reps;
         size_t elems = 0;
         for (int j = 0; j < k; j++) elems += ns[j];
-        gbs = bytes_per_elem(s) * (double)elems / (ms * 1e6);
-        const char *form = plain ? "no clipping" : edq ? "clipping, EDQ" : "clipping";
+        const double gb = (double)word_bytes(R->word[COLLAGE_ROLE_WEIGHTS].format, 1);
+        const double per = form == FORM_SUMSQ ? gb : bytes_per_elem(s);
+        const double moved = per + (form == FORM_CLIP || form == FORM_EDQ ? gb : 0);
+        gbs = per * (double)elems / (ms * 1e6);
+        const double mgbs = moved * (double)elems / (ms * 1e6);
         fprintf(out, "    {\"what\": \"%s\", \"strategy\": \"%s\", \"form\": \"%s\", \"tensors\": %d, \"elements\": %zu, "
-                     "\"ms\": %.4f, \"bytes_per_element\": %.1f, \"GBps\": %.1f, \"of_copy\": %.3f},\n",
-                what, R->name, form, k, elems, ms, bytes_per_elem(s), gbs, gbs / copy_gbs);
-        printf("    %s %s (%s): %.3f ms, %.0f GB/s (%.0f%% of the copy's)\n", what, R->name, form, ms, gbs,
+                     "\"ms\": %.4f, \"bytes_per_element\": %.1f, \"GBps\": %.1f, \"of_copy\": %.3f, "
+                     "\"moved_bytes_per_element\": %.1f, \"moved_of_copy\": %.3f},\n",
+                what, R->name, form_name[form], k, elems, ms, per, gbs, gbs / copy_gbs, moved, mgbs / copy_gbs);
+        printf("    %s %s (%s): %.3f ms, %.0f GB/s (%.0f%% of the copy's", what, R->name, form_name[form], ms, gbs,
                100 * gbs / copy_gbs);
+        if (moved > per) printf("; %.0f%% with the norm's read of the gradient", 100 * mgbs / copy_gbs);
+        printf(")\n");
         fflush(stdout);
         cudaEventDestroy(a); cudaEventDestroy(b);
     } else {
         printf("    %s %s: not run (memory: %s)\n", what, R->name, o ? collage_cuda_adamw_error(o) : "cudaMalloc");
     }
     collage_cuda_adamw_free(o);
+    cudaFree(sums);
     for (int j = 0; j < k; j++) {
         for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) cudaFree(t[j].words[r]);
         cudaFree((void *)t[j].grad);
@@ -300,17 +359,78 @@ static void bench(const char *path) {
     size_t gpt2[148];
     const int k = gpt2_shapes(gpt2);
     const size_t one = (size_t)1 << 30;
-    for (int i = 0; i < 5; i++) {
-        bench_one(S[i], &one, 1, out, copy, "1B in one tensor", 0, 0);
-        bench_one(S[i], gpt2, k, out, copy, "GPT-2 124M, 148 tensors", 0, 0);
-    }
-    /* what the global norm and EDQ cost: collage-light without clipping, and with EDQ */
-    for (int e = 0; e < 2; e++) {
-        bench_one(COLLAGE_LIGHT, &one, 1, out, copy, "1B in one tensor", !e, e);
-        bench_one(COLLAGE_LIGHT, gpt2, k, out, copy, "GPT-2 124M, 148 tensors", !e, e);
+    for (int i = 0; i < 5; i++)
+        for (int f = FORM_CLIP; f <= FORM_PLAIN; f++) {
+            bench_one(S[i], &one, 1, out, copy, "1B in one tensor", f);
+            bench_one(S[i], gpt2, k, out, copy, "GPT-2 124M, 148 tensors", f);
+        }
+    /* what EDQ costs, and the norm's read of a bf16 gradient alone */
+    for (int f = FORM_EDQ; f <= FORM_SUMSQ; f++) {
+        bench_one(COLLAGE_LIGHT, &one, 1, out, copy, "1B in one tensor", f);
+        bench_one(COLLAGE_LIGHT, gpt2, k, out, copy, "GPT-2 124M, 148 tensors", f);
     }
     fprintf(out, "    {}\n]}\n");
     fclose(out);
+}
+
+/* The global norm over many chunks (GPT-2 124M's tensors: 7,700 chunks, batches of the in-order total
+ * added while later chunks are still being summed): the step's norm and factor, from its one launch and
+ * from the chunk sums handed to it, against the CPU's chunk sums added in order, bit for bit. */
+static void test_norm_many_chunks(void) {
+    size_t ns[148];
+    const int k = gpt2_shapes(ns);
+    collage_cuda_tensor t[148];
+    const void *hg[148];
+    memset(t, 0, sizeof t);
+    size_t total = 0;
+    int ok = 1;
+    for (int j = 0; j < k && ok; j++) {
+        uint16_t *g = malloc(ns[j] * 2);
+        ok &= g != NULL;
+        for (size_t i = 0; ok && i < ns[j]; i++) g[i] = collage_lp_from_f32(COLLAGE_FMT_BF16, 1e-3f * (2.0f * urand() - 1.0f));
+        hg[j] = g;
+        t[j] = (collage_cuda_tensor){.n = ns[j], .index0 = total, .step = 1, .lr = 1e-4, .weight_decay = 0.1,
+                                     .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+        void *dg = NULL;
+        for (int r = COLLAGE_ROLE_WEIGHTS; r <= COLLAGE_ROLE_V; r++) {
+            ok &= CUDA_OK(cudaMalloc(&t[j].words[r], ns[j] * 2));
+            if (ok) cudaMemset(t[j].words[r], 0, ns[j] * 2);
+        }
+        ok &= CUDA_OK(cudaMalloc(&dg, ns[j] * 2)) && g && CUDA_OK(cudaMemcpy(dg, g, ns[j] * 2, cudaMemcpyHostToDevice));
+        t[j].grad = dg;
+        total += ns[j];
+    }
+    const size_t nc = collage_cuda_sumsq_chunk_count(t, k);
+    double *hc = malloc(nc * sizeof *hc), *dc = NULL, sum = 0;
+    ok &= hc && collage_sumsq_chunks_many(hg, ns, k, 1, 16384, hc) == COLLAGE_OK && CUDA_OK(cudaMalloc((void **)&dc, nc * 8));
+    CHECK(ok, "setting up %zu elements", total);
+    for (size_t c = 0; ok && c < nc; c++) sum += hc[c];
+    const double clip = 1.0, gn = sqrt(sum), coef = gn > clip ? clip / (gn + 1e-6) : 1.0;
+    collage_cuda_adamw_config cfg = {.strategy = COLLAGE_BF16, .clip = clip, .seed = SEED, .max_tensors = k,
+                                     .max_elements = total};
+    collage_cuda_adamw *o = NULL;
+    if (ok) CHECK(collage_cuda_adamw_create(&cfg, &o) == COLLAGE_OK, "create: %s", collage_cuda_adamw_error(o));
+    for (int given = 0; o && given < 2; given++)
+        for (int rep = 0; rep < 3; rep++) {
+            collage_step_stats st;
+            collage_status rc = COLLAGE_OK;
+            if (given) rc = collage_cuda_sumsq_chunks(o, t, k, dc, NULL);
+            if (rc == COLLAGE_OK) rc = collage_cuda_adamw_step(o, t, k, given ? dc : NULL, given ? nc : 0, NULL);
+            if (rc == COLLAGE_OK) rc = collage_cuda_adamw_stats(o, &st, NULL);
+            CHECK(rc == COLLAGE_OK, "step: %s", collage_cuda_adamw_error(o));
+            if (rc != COLLAGE_OK) break;
+            CHECK(memcmp(&st.grad_norm, &gn, 8) == 0 && memcmp(&st.clip_coef, &coef, 8) == 0,
+                  "%s chunk sums, step %d: norm %.17g factor %.17g, CPU %.17g %.17g", given ? "given" : "its own", rep,
+                  st.grad_norm, st.clip_coef, gn, coef);
+        }
+    collage_cuda_adamw_free(o);
+    cudaFree(dc);
+    free(hc);
+    for (int j = 0; j < k; j++) {
+        for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) cudaFree(t[j].words[r]);
+        cudaFree((void *)t[j].grad);
+        free((void *)hg[j]);
+    }
 }
 
 /* tests/gpu/exhaustive.cu: the device's fast bf16 operations against the IEEE lines on every input. */
@@ -330,7 +450,7 @@ static int profile(const char *name) {
     size_t gpt2[148];
     const int k = gpt2_shapes(gpt2);
     FILE *out = fopen("/dev/null", "w");
-    bench_one(s, gpt2, k, out, 1.0, "GPT-2 124M, 148 tensors", 0, 0);
+    bench_one(s, gpt2, k, out, 1.0, "GPT-2 124M, 148 tensors", FORM_CLIP);
     fclose(out);
     return 0;
 }
@@ -356,5 +476,6 @@ int main(int argc, char **argv) {
     if (bench_path) { bench(bench_path); return h_end(); }
     if (g_exhaustive) { RUN(test_exhaustive); return h_end(); }
     RUN(test_every_strategy);
+    RUN(test_norm_many_chunks);
     return h_end();
 }
