@@ -40,6 +40,7 @@ struct collage_cuda_adamw {
     dev_tensor *h_tab, *d_tab;   /* the table, built on the host and copied */
     ce_qtab *d_qtab;
     double *d_chunks;            /* Σg² chunk sums */
+    unsigned *d_ready, epoch;    /* the chunks' publication marks, this launch's number (sumsq_total_kernel) */
     size_t max_chunks, max_units;
     ce_acc *d_unit_acc, *d_tensor_acc; /* EDQ: per block, per tensor */
     dev_result *d_res;
@@ -94,12 +95,12 @@ __device__ static int find_chunk(const dev_tensor *t, int k, size_t x) {
     return lo;
 }
 
-/* Σg² chunks: 16 chunks a block, 16 threads a chunk (thread j: lane j), then the tree by lane 0; WF the
- * gradient's word format, known at compile time (the lanes' loads with no branch between them). */
+/* Σg² chunk c of the table (c < n_chunks) by its 16 threads (lane = thread % 16), into out[c] by lane 0;
+ * l: the block's THREADS doubles of shared memory. Where ready is given, lane 0 then publishes the chunk:
+ * ready[c] = epoch, a release store after out[c]'s. WF: the gradient's word format. */
 template <int WF>
-__global__ static void sumsq_kernel(const dev_tensor *t, int k, size_t n_chunks, double *out) {
-    __shared__ double l[THREADS];
-    const size_t c = (size_t)blockIdx.x * (THREADS / 16) + threadIdx.x / 16;
+__device__ static void sumsq_chunk(const dev_tensor *t, int k, size_t c, size_t n_chunks, double *out, double *l,
+                                   unsigned *ready, unsigned epoch) {
     const int lane = (int)(threadIdx.x % 16);
     double s = 0;
     if (c < n_chunks) {
@@ -109,23 +110,51 @@ __global__ static void sumsq_kernel(const dev_tensor *t, int k, size_t n_chunks,
     }
     l[threadIdx.x] = s;
     __syncthreads();
-    if (lane == 0 && c < n_chunks) out[c] = ce_sumsq_tree(&l[threadIdx.x]);
+    if (lane == 0 && c < n_chunks) {
+        out[c] = ce_sumsq_tree(&l[threadIdx.x]);
+        if (ready) asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(ready + c), "r"(epoch) : "memory");
+    }
 }
 
-/* The chunk sums added in order from 0 by thread 0, the block loading them into shared memory a batch at
- * a time (coalesced, many loads in flight: the adds are one dependent chain, the loads need not be), then
- * the clipping factor and the skip (adamw_elem.h ce_clip). */
-#define TOTAL_BATCH (8 * THREADS)
-__global__ static void total_kernel(const double *chunks, size_t n, double clip, int skip_nonfinite, double gscale,
-                                    dev_result *res) {
-    __shared__ double batch[TOTAL_BATCH];
+/* The chunk sums added in order from 0 by thread 0, the block loading them into shared memory (batch,
+ * TOTAL_BATCH doubles) a batch at a time (coalesced, many loads in flight: the adds are one dependent
+ * chain, the loads need not be), then the clipping factor and the skip (adamw_elem.h ce_clip) into res.
+ * Where ready is given, a thread reads its chunks of a batch once their marks read epoch (the marks
+ * polled together, then a fence, then the sums from L2): the chain runs while the chunks are summed. */
+#define TOTAL_PER (8)
+#define TOTAL_BATCH (TOTAL_PER * THREADS)
+__device__ static void total_in_order(const double *chunks, size_t n, const unsigned *ready, unsigned epoch,
+                                      double clip, int skip_nonfinite, double gscale, dev_result *res, double *batch) {
     double sum = 0;
     for (size_t base = 0; base < n; base += TOTAL_BATCH) {
         const size_t m = n - base < TOTAL_BATCH ? n - base : TOTAL_BATCH;
-        for (size_t i = threadIdx.x; i < m; i += THREADS) batch[i] = chunks[base + i];
+        if (ready) {
+            unsigned pending = 0;
+            for (int j = 0; j < TOTAL_PER; j++) pending |= (threadIdx.x + (size_t)j * THREADS < m) << j;
+            while (pending) {
+                unsigned e[TOTAL_PER];
+#pragma unroll
+                for (int j = 0; j < TOTAL_PER; j++) {
+                    e[j] = epoch;
+                    if (pending >> j & 1)
+                        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];"
+                                     : "=r"(e[j]) : "l"(ready + base + threadIdx.x + (size_t)j * THREADS) : "memory");
+                }
+#pragma unroll
+                for (int j = 0; j < TOTAL_PER; j++) pending &= e[j] == epoch ? ~(1u << j) : ~0u;
+            }
+            __threadfence();
+        }
+#pragma unroll
+        for (int j = 0; j < TOTAL_PER; j++) {
+            const size_t i = threadIdx.x + (size_t)j * THREADS;
+            if (i < m) batch[i] = __ldcg(chunks + base + i);
+        }
         __syncthreads();
-        if (threadIdx.x == 0)
+        if (threadIdx.x == 0) {
+#pragma unroll 16
             for (size_t i = 0; i < m; i++) sum += batch[i];
+        }
         __syncthreads();
     }
     if (threadIdx.x != 0) return;
@@ -133,6 +162,34 @@ __global__ static void total_kernel(const double *chunks, size_t n, double clip,
     r.sumsq = sum;
     r.c = ce_clip(sum, clip, skip_nonfinite, gscale, &r.gnorm, &r.coef, &r.skip);
     *res = r;
+}
+
+/* Σg² chunks: 16 chunks a block, 16 threads a chunk, into out. */
+template <int WF>
+__global__ static void sumsq_kernel(const dev_tensor *t, int k, size_t n_chunks, double *out) {
+    __shared__ double l[THREADS];
+    sumsq_chunk<WF>(t, k, (size_t)blockIdx.x * (THREADS / 16) + threadIdx.x / 16, n_chunks, out, l, NULL, 0);
+}
+
+/* The given chunk sums (the whole model's, all-reduced) added in order, one block. */
+__global__ static void total_kernel(const double *chunks, size_t n, double clip, int skip_nonfinite, double gscale,
+                                    dev_result *res) {
+    __shared__ double batch[TOTAL_BATCH];
+    total_in_order(chunks, n, NULL, 0, clip, skip_nonfinite, gscale, res, batch);
+}
+
+/* Σg² and its total in one launch: block 0 adds the chunk sums in order as the other blocks publish them
+ * (ready[c] = epoch, a number of this launch's own), so that the chain of additions overlaps the reading
+ * of the gradient instead of following it. No block waits for block 0, so any order of the blocks'
+ * scheduling completes. */
+template <int WF>
+__global__ static void sumsq_total_kernel(const dev_tensor *t, int k, size_t n_chunks, double *out, unsigned *ready,
+                                          unsigned epoch, double clip, int skip_nonfinite, double gscale,
+                                          dev_result *res) {
+    __shared__ double sh[TOTAL_BATCH];
+    if (blockIdx.x == 0) total_in_order(out, n_chunks, ready, epoch, clip, skip_nonfinite, gscale, res, sh);
+    else sumsq_chunk<WF>(t, k, (size_t)(blockIdx.x - 1) * (THREADS / 16) + threadIdx.x / 16, n_chunks, out, sh,
+                         ready, epoch);
 }
 
 /* The EDQ terms of a tile's elements, added by one thread in element order (ce_acc_add): the scalar
@@ -374,6 +431,8 @@ static collage_status create_device(collage_cuda_adamw *o) {
     CU(o, cudaMalloc((void **)&o->d_tab, (size_t)cfg->max_tensors * sizeof *o->d_tab));
     CU(o, cudaMalloc((void **)&o->d_qtab, sizeof *o->d_qtab));
     CU(o, cudaMalloc((void **)&o->d_chunks, o->max_chunks * sizeof *o->d_chunks));
+    CU(o, cudaMalloc((void **)&o->d_ready, o->max_chunks * sizeof *o->d_ready));
+    CU(o, cudaMemset(o->d_ready, 0, o->max_chunks * sizeof *o->d_ready));
     CU(o, cudaMalloc((void **)&o->d_unit_acc, o->max_units * sizeof *o->d_unit_acc));
     CU(o, cudaMalloc((void **)&o->d_tensor_acc, (size_t)cfg->max_tensors * sizeof *o->d_tensor_acc));
     CU(o, cudaMalloc((void **)&o->d_res, sizeof *o->d_res));
@@ -383,7 +442,7 @@ static collage_status create_device(collage_cuda_adamw *o) {
 
 void collage_cuda_adamw_free(collage_cuda_adamw *o) {
     if (!o) return;
-    cudaFree(o->d_tab); cudaFree(o->d_qtab); cudaFree(o->d_chunks);
+    cudaFree(o->d_tab); cudaFree(o->d_qtab); cudaFree(o->d_chunks); cudaFree(o->d_ready);
     cudaFree(o->d_unit_acc); cudaFree(o->d_tensor_acc); cudaFree(o->d_res);
     free(o->h_tab);
     free(o);
@@ -456,6 +515,24 @@ static void launch_sumsq(const collage_cuda_adamw *o, int k, size_t chunks, doub
     else sumsq_kernel<COLLAGE_WORD_BF16><<<blocks, THREADS, 0, st>>>(o->d_tab, k, chunks, out);
 }
 
+/* Σg² of the table's chunks into o->d_chunks and their total, the clipping factor, into o->d_res: one launch
+ * (the marks' number advances each launch; 0, the marks' first value, is never one). */
+static void launch_sumsq_total(collage_cuda_adamw *o, int k, size_t chunks, cudaStream_t st) {
+    const unsigned blocks = 1 + (unsigned)((chunks + 15) / 16);
+    if (++o->epoch == 0) o->epoch = 1;
+    const double clip = o->cfg.clip, gs = o->cfg.grad_scale;
+    const int skip = o->cfg.skip_nonfinite;
+    if (o->D.wf == COLLAGE_WORD_FP32)
+        sumsq_total_kernel<COLLAGE_WORD_FP32><<<blocks, THREADS, 0, st>>>(o->d_tab, k, chunks, o->d_chunks, o->d_ready,
+                                                                          o->epoch, clip, skip, gs, o->d_res);
+    else if (o->D.wf == COLLAGE_WORD_FP16)
+        sumsq_total_kernel<COLLAGE_WORD_FP16><<<blocks, THREADS, 0, st>>>(o->d_tab, k, chunks, o->d_chunks, o->d_ready,
+                                                                          o->epoch, clip, skip, gs, o->d_res);
+    else
+        sumsq_total_kernel<COLLAGE_WORD_BF16><<<blocks, THREADS, 0, st>>>(o->d_tab, k, chunks, o->d_chunks, o->d_ready,
+                                                                          o->epoch, clip, skip, gs, o->d_res);
+}
+
 static collage_status sumsq_chunks(collage_cuda_adamw *o, const collage_cuda_tensor *t, int k, double *out,
                                    void *stream) {
     cudaStream_t st = (cudaStream_t)stream;
@@ -474,13 +551,11 @@ static collage_status step(collage_cuda_adamw *o, const collage_cuda_tensor *t, 
     collage_status s = upload(o, t, k, st, &units, &chunks);
     if (s != COLLAGE_OK) return s;
     const int need = o->cfg.clip > 0 || o->cfg.skip_nonfinite;
-    if (need && !chunk_sums) {
-        launch_sumsq(o, k, chunks, o->d_chunks, st);
-        chunk_sums = o->d_chunks;
-        n_chunks = chunks;
-    }
-    total_kernel<<<1, THREADS, 0, st>>>(chunk_sums, need ? n_chunks : 0, o->cfg.clip, o->cfg.skip_nonfinite,
-                                   o->cfg.grad_scale, o->d_res);
+    if (need && !chunk_sums && chunks)
+        launch_sumsq_total(o, k, chunks, st);
+    else
+        total_kernel<<<1, THREADS, 0, st>>>(chunk_sums, need ? n_chunks : 0, o->cfg.clip, o->cfg.skip_nonfinite,
+                                            o->cfg.grad_scale, o->d_res);
     if (units)
         kernel_of(o->cfg.strategy)<<<(unsigned)units, THREADS, 0, st>>>(o->d_tab, k, o->D, o->d_qtab, o->d_res,
                                                                          o->cfg.edq, o->d_unit_acc);
