@@ -8,8 +8,9 @@
 #   3. test_cuda --exhaustive: the device's fast bf16 operations (the conversion instruction, the square root
 #      and the quotient) against the IEEE lines on every input (2^32 patterns, 2^16 values, 2^32 pairs);
 #      compute-sanitizer memcheck on one quick run of test_cuda;
-#   4. the benchmark: the step on 1B parameters in one tensor and on GPT-2 124M's 148 tensors, in GB/s
-#      against the device-to-device copy's (bf16, collage-light, bf16-sr, collage-plus, bf16-master);
+#   4. the benchmark: the step on 1B parameters in one tensor and on GPT-2 124M's 148 tensors, with clipping
+#      and without, on data of training's sizes, in GB/s against the device-to-device copy's (bf16,
+#      collage-light, bf16-sr, collage-plus, bf16-master);
 #   4b. ncu on the GPT-2 step of bf16 and collage-light (and the baseline's, below): the kernels' instructions
 #      and how busy the issue slots, the ALU, FMA and XU (conversion) pipes and DRAM are (ncu.json; skipped
 #      where ncu is missing);

@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, ".."), os.path.join(HERE, "..", "tests")]
 import collage  # noqa: E402
 import collage.torch as ct  # noqa: E402
-from helpers import SHAPES, flat, make_opt, make_params, run, same_bits  # noqa: E402
+from helpers import flat, make_opt, make_params, run, same_bits  # noqa: E402
 
 
 def on(params, device):
@@ -88,7 +88,7 @@ def check_resume(name, dev, backend, first=30, rest=20):
 
 def timing(dev, names, backend):
     sys.path.insert(0, HERE)
-    from adamw import gpt2_shapes, grads_for, groups, params_of
+    from adamw import gpt2_shapes, groups, params_of
     shapes = gpt2_shapes()
     n = sum(int(torch.Size(sh).numel()) for sh, _ in shapes)
 
@@ -98,16 +98,31 @@ def timing(dev, names, backend):
             p.grad = torch.randn_like(p, dtype=torch.float32).mul_(1e-3).to(p.dtype)
         return ps
 
-    def clock(step, reps=10):
+    def clock(step, reps=10, rounds=3):
+        """(wall, gpu) ms a step. wall: reps steps back to back, the median of rounds: the host's work
+        and the device's, whichever is longer. gpu: the device's time alone: each step queued behind a
+        25 ms device sleep (the host has queued all of it when the device reaches it), between two events;
+        the median of rounds × 2 steps."""
         step()
         torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(reps):
+        walls, gpus = [], []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                step()
+            torch.cuda.synchronize()
+            walls.append((time.perf_counter() - t0) / reps * 1e3)
+        for _ in range(2 * rounds if hasattr(torch.cuda, "_sleep") else 0):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(50_000_000)
+            e0.record()
             step()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / reps * 1e3
+            e1.record()
+            torch.cuda.synchronize()
+            gpus.append(e0.elapsed_time(e1))
+        return sorted(walls)[len(walls) // 2], sorted(gpus)[len(gpus) // 2] if gpus else float("nan")
 
-    res = {}
+    res, gpu = {}, {}
     for label, dt, make in (
             ("torch.optim.AdamW fp32 fused", torch.float32, lambda ps: torch.optim.AdamW(groups(ps, shapes), lr=6e-4,
                                                                                         fused=True)),
@@ -121,7 +136,7 @@ def timing(dev, names, backend):
         def step(o=o, ps=ps):
             torch.nn.utils.clip_grad_norm_(ps, 1.0)
             o.step()
-        res[label] = clock(step)
+        res[label], gpu[label] = clock(step)
         del o, ps
     for name in names:
         s = collage.strategy(name)
@@ -129,20 +144,26 @@ def timing(dev, names, backend):
         # the torch lines once, for collage-light (a launch per operation per tensor: seconds a step)
         for be in dict.fromkeys((backend, "torch") if name == "collage-light" else (backend,)):
             o = ct.AdamW(groups(ps, shapes), precision=name, lr=6e-4, max_grad_norm=1.0, backend=be)
-            res[f"collage.torch.AdamW {name} ({be})"] = clock(o.step, reps=5 if be != "torch" else 2)
+            label = f"collage.torch.AdamW {name} ({be})"
+            if be == "torch":  # seconds of host work a step: its wall time only
+                res[label] = clock(o.step, reps=2, rounds=1)[0]
+            else:
+                res[label], gpu[label] = clock(o.step, reps=5)
             if name == "collage-light" and be != "torch":
                 host_profile(o.step, f"collage.torch.AdamW {name} ({be})")
             del o
         if name == "collage-light":  # the step without clipping (no Σg² round trip through the host)
             o = ct.AdamW(groups(ps, shapes), precision=name, lr=6e-4, max_grad_norm=None, backend=backend)
-            res[f"collage.torch.AdamW {name} ({backend}, no clipping)"] = clock(o.step, reps=5)
+            label = f"collage.torch.AdamW {name} ({backend}, no clipping)"
+            res[label], gpu[label] = clock(o.step, reps=5)
             del o
         del ps
     print(f"GPT-2 124M ({n:,} parameters, 148 tensors) on {torch.cuda.get_device_name()}, torch {torch.__version__}:")
+    print(f"  {'':48s} {'wall':>9s} {'device':>9s}  (ms a step; wall: steps back to back, device: its own time)")
     for k, v in res.items():
-        print(f"  {k:48s} {v:9.2f} ms/step")
+        print(f"  {k:48s} {v:9.2f} {gpu[k] if k in gpu else float('nan'):9.3f}")
     return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "parameters": n, "tensors": len(shapes),
-            "ms_per_step": res}
+            "ms_per_step": res, "device_ms_per_step": gpu}
 
 
 def host_profile(step, what, reps=5):
