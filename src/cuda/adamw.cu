@@ -554,8 +554,8 @@ static collage_status step(collage_cuda_adamw *o, const collage_cuda_tensor *t, 
     if (need && !chunk_sums && chunks)
         launch_sumsq_total(o, k, chunks, st);
     else
-        total_kernel<<<1, THREADS, 0, st>>>(chunk_sums, need ? n_chunks : 0, o->cfg.clip, o->cfg.skip_nonfinite,
-                                            o->cfg.grad_scale, o->d_res);
+        total_kernel<<<1, THREADS, 0, st>>>(chunk_sums, need && chunk_sums ? n_chunks : 0, o->cfg.clip,
+                                            o->cfg.skip_nonfinite, o->cfg.grad_scale, o->d_res);
     if (units)
         kernel_of(o->cfg.strategy)<<<(unsigned)units, THREADS, 0, st>>>(o->d_tab, k, o->D, o->d_qtab, o->d_res,
                                                                          o->cfg.edq, o->d_unit_acc);
