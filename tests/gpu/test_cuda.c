@@ -214,6 +214,14 @@ static double bytes_per_elem(collage_strategy s) {
     return b;
 }
 
+/* The device memory of k tensors of a table: their words and gradients. */
+static void free_tensors(collage_cuda_tensor *t, int k) {
+    for (int j = 0; j < k; j++) {
+        for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) cudaFree(t[j].words[r]);
+        cudaFree((void *)t[j].grad);
+    }
+}
+
 /* dst (bytes) on the device: the pattern's bytes repeated (the pattern copied once, then doubled). */
 static int fill_repeat(void *dst, size_t bytes, const void *pattern, size_t pbytes) {
     size_t have = bytes < pbytes ? bytes : pbytes;
@@ -275,7 +283,6 @@ static double bench_one(collage_strategy s, const size_t *ns, int k, FILE *out, 
             }
         void *g = NULL;
         ok &= CUDA_OK(cudaMalloc(&g, ns[j] * 4));
-        if (ok) cudaMemset(g, 0, ns[j] * 4);
         t[j].grad = g;
         if (ok) ok &= bench_fill(R, &t[j], ns[j]);
         total += (ns[j] + 255) / 256 * 256;
@@ -322,10 +329,7 @@ static double bench_one(collage_strategy s, const size_t *ns, int k, FILE *out, 
     }
     collage_cuda_adamw_free(o);
     cudaFree(sums);
-    for (int j = 0; j < k; j++) {
-        for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) cudaFree(t[j].words[r]);
-        cudaFree((void *)t[j].grad);
-    }
+    free_tensors(t, k);
     free(t);
     return gbs;
 }
@@ -380,7 +384,7 @@ static void test_norm_many_chunks(void) {
     size_t ns[148];
     const int k = gpt2_shapes(ns);
     collage_cuda_tensor t[148];
-    const void *hg[148];
+    const void *hg[148] = {0};
     memset(t, 0, sizeof t);
     size_t total = 0;
     int ok = 1;
@@ -426,11 +430,8 @@ static void test_norm_many_chunks(void) {
     collage_cuda_adamw_free(o);
     cudaFree(dc);
     free(hc);
-    for (int j = 0; j < k; j++) {
-        for (int r = 0; r < COLLAGE_ROLE_COUNT; r++) cudaFree(t[j].words[r]);
-        cudaFree((void *)t[j].grad);
-        free((void *)hg[j]);
-    }
+    free_tensors(t, k);
+    for (int j = 0; j < k; j++) free((void *)hg[j]);
 }
 
 /* tests/gpu/exhaustive.cu: the device's fast bf16 operations against the IEEE lines on every input. */
