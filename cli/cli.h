@@ -53,4 +53,8 @@ const char *cli_hint(collage_status st);
 const char *cli_data_name(const char *path);
 /* mkdir -p: create path and every missing folder above it; 0, or -1 with errno (ENOTDIR: path is a file). */
 int cli_mkdir_p(const char *path);
+/* Runs this binary again with argv, as the user started it: by the path it was started from while that
+ * is still this file (the new process keeps its name: comm, /proc/PID/exe, argv[0]), else through
+ * /proc/self/exe (main then takes argv[0]'s name back). Returns only on failure (errno says why). */
+void cli_exec_self(char **argv);
 #endif

@@ -142,8 +142,8 @@ static pid_t launch(char **argv, const char *dir) {
     if (pid != 0) return pid;
     FILE *o = fopen(logpath, "w");
     if (o) { dup2(fileno(o), 1); dup2(fileno(o), 2); }
-    execv("/proc/self/exe", argv);
-    fprintf(stderr, "collage compare: cannot run /proc/self/exe: %s\n", strerror(errno));
+    cli_exec_self(argv);
+    fprintf(stderr, "collage compare: cannot run this collage again: %s\n", strerror(errno));
     _exit(127);
 }
 

@@ -181,6 +181,28 @@ static void h_mpi_env(void) {
     setenv("ASAN_OPTIONS", asan, 1);
 }
 
+/* The processes below pid (mpirun's ranks, under timeout and mpirun) that run the program bin: their
+ * count (at most cap), their ids in out. A process is matched by its executable (/proc/PID/exe against
+ * bin's real path), not by its name, so a program that runs itself again is found whatever it is called. */
+static int h_procs_below(pid_t pid, const char *bin, pid_t *out, int cap) __attribute__((unused));
+static int h_procs_below(pid_t pid, const char *bin, pid_t *out, int cap) {
+    char path[128], buf[1024] = "", want[4096], exe[4096];
+    if (cap <= 0 || !realpath(bin, want)) return 0;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f) { buf[fread(buf, 1, sizeof buf - 1, f)] = 0; fclose(f); }
+    int n = 0;
+    for (char *s = NULL, *t = strtok_r(buf, " \n", &s); t && n < cap; t = strtok_r(NULL, " \n", &s)) {
+        const pid_t c = (pid_t)atoi(t);
+        snprintf(path, sizeof path, "/proc/%d/exe", (int)c);
+        const ssize_t len = readlink(path, exe, sizeof exe - 1);
+        exe[len > 0 ? len : 0] = 0;
+        if (!strcmp(exe, want)) out[n++] = c;
+        else n += h_procs_below(c, bin, out + n, cap - n);
+    }
+    return n;
+}
+
 /* rm -rf dir (the CLI tests' folder), reporting a failure without counting it. */
 static void h_rm_rf(const char *dir) __attribute__((unused));
 static void h_rm_rf(const char *dir) {

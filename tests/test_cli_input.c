@@ -12,6 +12,7 @@
  * --help and --threads. */
 #include "harness.h"
 #include <ctype.h>
+#include <errno.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -308,24 +309,8 @@ static int count(const char *hay, const char *needle) {
     return n;
 }
 
-/* The collage processes below pid (mpirun's ranks): their count, their ids in out. */
-static int ranks_below(pid_t pid, pid_t *out, int cap, int depth) {
-    char path[128], buf[1024] = "", comm[64] = "";
-    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f) { buf[fread(buf, 1, sizeof buf - 1, f)] = 0; fclose(f); }
-    int n = 0;
-    for (char *s = NULL, *t = strtok_r(buf, " \n", &s); t && n < cap; t = strtok_r(NULL, " \n", &s)) {
-        pid_t c = (pid_t)atoi(t);
-        snprintf(path, sizeof path, "/proc/%d/comm", (int)c);
-        if ((f = fopen(path, "r"))) { comm[fread(comm, 1, sizeof comm - 1, f)] = 0; fclose(f); }
-        if (!strncmp(comm, "collage", 7)) out[n++] = c;
-        else if (depth < 3) n += ranks_below(c, out + n, cap - n, depth + 1);
-    }
-    return n;
-}
-
 static void mpi_cases(void);
+static void mpi_signal(int again);
 
 static void test_mpi(void) {
     static char out[16384];
@@ -362,32 +347,103 @@ static void mpi_cases(void) {
               "mpirun -np 2 train %s: rc %d, \"%s\" %d times, %d hints: %s", cases[i].args, rc, cases[i].once,
               count(out, cases[i].once), count(out, "hint: "), out);
     }
-    /* a signal: the checkpoint of the step, and a resume command that starts the same way */
+    for (int again = 0; again < 2; again++) mpi_signal(again);
+}
+
+/* A signal under mpirun -np 2: the checkpoint of the step, and a resume command that starts the same
+ * way; the ranks found whether or not collage runs itself again (again: COLLAGE_TEST_RUN_AGAIN). */
+static void mpi_signal(int again) {
     char run[600], log[600], outf[600];
-    snprintf(run, sizeof run, "%s/mpi-sig", g_dir);
-    snprintf(log, sizeof log, "%s/mpi-sig.jsonl", g_dir);
-    snprintf(outf, sizeof outf, "%s/mpi-sig.out", g_dir);
+    snprintf(run, sizeof run, "%s/mpi-sig%d", g_dir, again);
+    snprintf(log, sizeof log, "%s/mpi-sig%d.jsonl", g_dir, again);
+    snprintf(outf, sizeof outf, "%s/mpi-sig%d.out", g_dir, again);
     pid_t p = fork();
     if (p == 0) {
         char cmd[4096];
-        snprintf(cmd, sizeof cmd, "exec " MPIRUN " %s train --data %s " TRAIN " --steps 100000 --save %s --log %s --quiet > %s "
-                 "2>&1", g_bin, g_text, run, log, outf);
+        snprintf(cmd, sizeof cmd, "COLLAGE_TEST_RUN_AGAIN=%d exec " MPIRUN " %s train --data %s " TRAIN " --steps 100000 "
+                 "--save %s --log %s --quiet > %s 2>&1", again, g_bin, g_text, run, log, outf);
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
     struct stat sb;
     for (int i = 0; i < 3000 && !(stat(log, &sb) == 0 && sb.st_size > 0); i++) usleep(10000);
     pid_t ranks[4]; /* SIGTERM to every rank, as a batch scheduler sends it */
-    int nr = ranks_below(p, ranks, 4, 0);
+    int nr = h_procs_below(p, g_bin, ranks, 4);
     for (int i = 0; i < nr; i++) kill(ranks[i], SIGTERM);
     if (nr < 2) kill(p, SIGTERM);
     waitpid(p, NULL, 0);
     size_t n = 0;
     char *text = (char *)h_read_file(outf, &n);
-    CHECK(nr == 2, "%d ranks found under mpirun", nr);
+    CHECK(nr == 2, "%d ranks found under mpirun (run again: %d)", nr, again);
     CHECK(text && strstr(text, "interrupted by SIGTERM") && strstr(text, "to continue: mpirun -np 2 collage train --resume"),
           "SIGTERM under mpirun: %s", text ? text : "(no output)");
     free(text);
+}
+
+/* A file's first line (or its NUL-separated first field) into out; "" when it cannot be read. */
+static void first_field(const char *path, char *out, size_t cap) {
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
+    if (f) fclose(f);
+    out[n] = 0;
+    out[strcspn(out, "\n")] = 0;
+}
+
+/* A `collage train` started by the path `path` (the binary, or a link to it), with and without
+ * COLLAGE_TEST_RUN_AGAIN: while it runs, its name (comm) is the path's last part, argv[0] the path, its
+ * executable the binary, `pgrep -x` finds it by that name, and SIGTERM stops it as documented. */
+static void process_named(const char *path, int again) {
+    char log[600], outf[600], cmd[4096], real[4096] = "", want[4096] = "";
+    snprintf(log, sizeof log, "%s/named%d.jsonl", g_dir, again);
+    snprintf(outf, sizeof outf, "%s/named%d.out", g_dir, again);
+    remove(log);
+    pid_t p = fork();
+    if (p == 0) {
+        snprintf(cmd, sizeof cmd, "COLLAGE_TEST_RUN_AGAIN=%d exec %s train --data %s " TRAIN " --steps 100000 --log %s "
+                 "--quiet > %s 2>&1", again, path, g_text, log, outf);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    struct stat sb;
+    for (int i = 0; i < 3000 && !(stat(log, &sb) == 0 && sb.st_size > 0); i++) usleep(10000);
+    char file[128], comm[64], argv0[4096], found[256];
+    snprintf(file, sizeof file, "/proc/%d/comm", (int)p);
+    first_field(file, comm, sizeof comm);
+    snprintf(file, sizeof file, "/proc/%d/cmdline", (int)p);
+    first_field(file, argv0, sizeof argv0);
+    snprintf(file, sizeof file, "/proc/%d/exe", (int)p);
+    const ssize_t len = readlink(file, real, sizeof real - 1);
+    real[len > 0 ? len : 0] = 0;
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    found[0] = '\n';
+    h_sh(found + 1, sizeof found - 1, "pgrep -x %.15s", name); /* one pid a line */
+    char mine[32];
+    snprintf(mine, sizeof mine, "\n%d\n", (int)p);
+    kill(p, SIGTERM);
+    int status = 0;
+    waitpid(p, &status, 0);
+    size_t n = 0;
+    char *text = (char *)h_read_file(outf, &n);
+    CHECK(realpath(g_bin, want) && !strncmp(comm, name, 15) && !strcmp(argv0, path) && !strcmp(real, want) &&
+              strstr(found, mine),
+          "%s (run again: %d): comm '%s', argv[0] '%s', exe '%s', pgrep -x %s: '%s'", path, again, comm, argv0, real, name,
+          found + 1);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM && text && strstr(text, "interrupted by SIGTERM"),
+          "%s (run again: %d): SIGTERM: status %d: %s", path, again, status, text ? text : "(no output)");
+    free(text);
+}
+
+/* The process keeps the name it was started by, whether or not it runs itself again to set OpenBLAS's
+ * core type (which CPUs decide; COLLAGE_TEST_RUN_AGAIN takes that path anywhere): ps, top, pgrep, pkill
+ * and a batch scheduler's accounting see what the user started. */
+static void test_process_name(void) {
+    char link[600];
+    snprintf(link, sizeof link, "%s/my-collage", g_dir);
+    CHECK(symlink(g_bin, link) == 0 || errno == EEXIST, "symlink %s: %s", link, strerror(errno));
+    for (int again = 0; again < 2; again++) {
+        process_named(g_bin, again);
+        process_named(link, again);
+    }
 }
 
 /* ---------------------------------------------------------------- class 8 */
@@ -528,6 +584,7 @@ int main(void) {
     RUN(test_output_names_the_data);
     RUN(test_messages_tell_the_truth);
     RUN(test_resume_and_schedules);
+    RUN(test_process_name);
     RUN(test_mpi);
     RUN(test_help_matches_the_commands);
     RUN(test_fill_help_and_threads);

@@ -168,22 +168,6 @@ static int json_object_line(const char *p) {
 }
 
 /* ---------------------------------------------------------------- kill -9 */
-/* The collage processes below pid (mpirun's ranks, under timeout and mpirun): their count. */
-static int ranks_below(pid_t pid, pid_t *out, int cap, int depth) {
-    char path[128], buf[1024] = "", comm[64] = "";
-    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
-    slurp(path, buf, sizeof buf);
-    int n = 0;
-    for (char *s = NULL, *t = strtok_r(buf, " \n", &s); t && n < cap; t = strtok_r(NULL, " \n", &s)) {
-        pid_t c = (pid_t)atoi(t);
-        snprintf(path, sizeof path, "/proc/%d/comm", (int)c);
-        slurp(path, comm, sizeof comm);
-        if (!strncmp(comm, "collage", 7)) out[n++] = c;
-        else if (depth < 3) n += ranks_below(c, out + n, cap - n, depth + 1);
-    }
-    return n;
-}
-
 static int wait_lines(const char *log, int n, pid_t p);
 /* Waits until path exists or the process ended; 1 when it exists. */
 static int wait_file(const char *path, pid_t p) {
@@ -244,7 +228,7 @@ static void kill_trials(int ranks, int kills) {
         sleep_s(at);
         if (ranks == 1) kill(p, SIGKILL);
         else { /* one rank, or every rank at once (a node that dies) */
-            int n = ranks_below(p, ranks_pid, 8, 0), all = h_rand32() % 2, one = n ? (int)(h_rand32() % (unsigned)n) : 0;
+            int n = h_procs_below(p, g_bin, ranks_pid, 8), all = h_rand32() % 2, one = n ? (int)(h_rand32() % (unsigned)n) : 0;
             for (int i = 0; i < n; i++)
                 if (all || i == one) kill(ranks_pid[i], SIGKILL);
         }
