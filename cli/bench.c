@@ -361,8 +361,7 @@ static void opt_header(const opt_bench *B, double bound0) {
                "and \"limit\" are not memory figures at this size (use --params 64M or more for them)\n",
                B->n, (double)B->n * 28.0 / 1e6);
     char peak[256];
-    const bench_peak cp = bench_core_peak();
-    bench_peak_line(&cp, peak, sizeof peak);
+    bench_peak_line(bench_core_peak(), peak, sizeof peak);
     printf("collage bench optimizer: %s, n = %zu params, %d thread%s, isa %s, beta2 %g, median of %d rounds\n"
            "cpu: %s\n%s (the in-cache column's limit: each parameter's fp32 operations issue at up to that rate)\n"
            "memory bound (in-place a[i] = a[i]*s + b[i], vectorised): %.1f GB/s at the start. Each round times the\n"

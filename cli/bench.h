@@ -1,15 +1,15 @@
 /* bench.h — what the benchmarks of `collage bench` share. */
 #ifndef COLLAGE_CLI_BENCH_H
 #define COLLAGE_CLI_BENCH_H
+#include "collage_model.h"
 #include <stddef.h>
 /* The CPU's brand string, family and model (x86), safe to put into JSON as it is. */
 const char *bench_cpu_name(void);
 /* The median of t[0..r) (sorts t). */
 double      bench_median(double *t, int r);
 int         cmd_bench_model(int argc, char **argv);
-/* The core's arithmetic peak (bench_peak.c), FLOP/s of one core: fp32 FMA, the bf16 dot product (0 where
- * the CPU has none); amx: the CPU has AMX tiles. */
-typedef struct { double fma, bf16; const char *fma_name; int amx; } bench_peak;
-bench_peak bench_core_peak(void);
-void bench_peak_line(const bench_peak *p, char *out, size_t cap);
+/* The core's arithmetic peak (bench_peak.c: collage_core_peak_measure on collage_get_threads() cores at
+ * once, measured once per process), and the line that prints it. */
+const collage_core_peak *bench_core_peak(void);
+void bench_peak_line(const collage_core_peak *p, char *out, size_t cap);
 #endif

@@ -189,20 +189,16 @@ static void bench_run_medians(const bench_run *r, int n, double med[NPH]) {
     for (int k = 0; k < NPH; k++) med[k] = bench_median(r->t[k], n) * 1e3;
 }
 
-/* The core's peak, measured once (bench_peak.c). */
-static const bench_peak *core_peak(void) {
-    static bench_peak p;
-    static int done;
-    if (!done) p = bench_core_peak(), done = 1;
-    return &p;
-}
+static const collage_core_peak *core_peak(void) { return bench_core_peak(); }
 
-/* The physical limit of a row's products on the threads used: the bf16 dot product's peak where its
- * products run on oneDNN's bf16 GEMM, else fp32 FMA's. */
+/* The physical limit of a row's products on the threads used: AMX's tile peak where they run on oneDNN's
+ * AMX kernels, the bf16 dot product's on oneDNN's AVX512_BF16 ones, else fp32 FMA's (every other kernel
+ * multiplies fp32 numbers, bf16 operands widened). */
 static double row_peak(const char *products) {
-    const bench_peak *p = core_peak();
-    const int dot = products && strstr(products, "oneDNN bf16") && p->bf16 > 0;
-    return (dot ? p->bf16 : p->fma) * collage_get_threads();
+    const collage_core_peak *p = core_peak();
+    const int amx = products && strstr(products, "(AMX)") && p->amx_bf16 > 0;
+    const int dot = products && strstr(products, "oneDNN bf16") && !amx && p->bf16_dot > 0;
+    return (amx ? p->amx_bf16 : dot ? p->bf16_dot : p->fma) * collage_get_threads();
 }
 
 /* One row: speed, the fraction of the reference rate of its products (sgemm for fp32, the bf16 products

@@ -1,5 +1,6 @@
 /* main.c — the `collage` command: dispatches subcommands, prints help and version. */
 #include "cli.h"
+#include "bench.h"
 #include "collage_data.h"
 #include "collage_model.h"
 #include "dist.h"
@@ -287,10 +288,13 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) { usage(stdout); return 0; }
     if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
-        char machine[4096];
+        char machine[4096], peak[256];
         collage_products_machine(machine, sizeof machine);
-        printf("collage %s (%s MPI)\nproducts (docs/numerics.md §10):\n%s\n", collage_version(),
-               dist_built_with_mpi() ? "with" : "without", machine);
+        collage_core_peak p;
+        collage_core_peak_measure(1, &p);
+        bench_peak_line(&p, peak, sizeof peak);
+        printf("collage %s (%s MPI)\nproducts (docs/numerics.md §10):\n%s\n%s\n", collage_version(),
+               dist_built_with_mpi() ? "with" : "without", machine, peak);
         return 0;
     }
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);

@@ -225,6 +225,15 @@ const char    *collage_model_products_spec(const collage_model *m);
 /* The kernels of this build and CPU, OpenBLAS's core type (and whether it is below the CPU's), and the
  * pin in force, in a few lines. */
 void           collage_products_machine(char *out, size_t cap);
+/* The core's arithmetic peak for the instructions the products use, measured now (about half a second)
+ * by register-only loops, each issue-bound (16 independent accumulators, operands in registers, an
+ * untimed round first, the best of five), run on `threads` cores at once (a core's rate can depend on
+ * what the others do; at most the processors, 1 in a build without OpenMP; the count in out->threads):
+ * FLOP/s of one core for fp32 FMA (fma_bits: its vector width, 512 or 256; 0 without FMA), the bf16 dot
+ * product VDPBF16PS (4 FLOPs a lane) and AMX's TDPBF16PS (16384 FLOPs a tile product), each 0 where the
+ * CPU, or for AMX the OS, lacks it: the ceiling a product on that instruction cannot pass on one core. */
+typedef struct { double fma, bf16_dot, amx_bf16; int fma_bits, threads; } collage_core_peak;
+void           collage_core_peak_measure(int threads, collage_core_peak *out);
 /* OpenBLAS's core type (openblas_get_corename), and the OPENBLAS_CORETYPE to set before OpenBLAS loads
  * when it is below what this CPU offers ("SkylakeX" or "Haswell"; NULL when it is not). */
 const char    *collage_openblas_core(void);

@@ -128,6 +128,57 @@ static void test_ref_kernel(void) {
            collage_isa_supported(COLLAGE_ISA_AVX512) ? " and AVX-512" : "");
 }
 
+/* ---------------------------------------------------------------- the core's peak */
+/* The peak of the instruction a kernel runs on (fp32 FMA for every fp32 kernel and the widening path,
+ * AMX's tile product or VDPBF16PS for oneDNN's bf16 GEMM by the hardware it reports, and fp32 FMA for
+ * collage's own bf16 kernel, which multiplies widened operands): FLOP/s of one core. */
+static double peak_of(const nn_peak *p, int bf16, int path) {
+    if (!bf16 || path != NN_BF16_ONEDNN) return p->fma;
+    return strstr(nn_bf16_label((nn_bf16_path)path), "AMX") ? p->amx_bf16 : p->bf16_dot;
+}
+
+/* The core's peak is a ceiling: no kernel this build has runs a product faster on one core. Each kernel
+ * is timed on a GPT-2 product shape (512 × 768 × 768, one thread, the best of 5) beside the peak measured
+ * in the same test (the higher of a measurement before and after, so that a moment of load on a shared
+ * machine cannot make the peak look low). A peak below a real kernel's rate would mean the peak loops
+ * are not issue-bound. Also: a peak for every instruction the CPU has. */
+static void test_peak_above_kernels(void) {
+    nn_peak before, after;
+    nn_core_peak(&before, 1);
+    const nn_shape s = {0, 1, 512, 768, 768, 1};
+    const double flops = 2.0 * s.M * s.N * s.K;
+    _Static_assert(NN_SGEMM_COUNT <= 8 && NN_BF16_COUNT <= 8, "rate's rows");
+    double rate[2][8] = {{0}}; /* [fp32 kernel or bf16 path] */
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int k = 0; k < (bf16 ? NN_BF16_COUNT : NN_SGEMM_COUNT); k++) {
+            if (bf16 ? !nn_bf16_available((nn_bf16_path)k) : !nn_sgemm_available((nn_sgemm)k)) continue;
+            const nn_sgemm f32 = bf16 ? NN_SGEMM_ONEDNN : (nn_sgemm)k;
+            if (!nn_sgemm_available(f32)) continue;
+            rate[bf16][k] = flops / nn_products_seconds(&s, 1, bf16, f32, bf16 ? (nn_bf16_path)k : NN_BF16_WIDEN, 5, HUGE_VAL);
+        }
+    nn_core_peak(&after, 1);
+    nn_peak p = before;
+    if (after.fma > p.fma) p.fma = after.fma;
+    if (after.bf16_dot > p.bf16_dot) p.bf16_dot = after.bf16_dot;
+    if (after.amx_bf16 > p.amx_bf16) p.amx_bf16 = after.amx_bf16;
+    __builtin_cpu_init();
+    CHECK(p.fma > 0 || !__builtin_cpu_supports("fma"), "no FMA peak on a CPU with FMA");
+    CHECK(p.fma_bits == (__builtin_cpu_supports("avx512f") ? 512 : __builtin_cpu_supports("fma") ? 256 : 0),
+          "FMA peak measured at %d bits", p.fma_bits);
+    CHECK(p.bf16_dot > 0 || !nn_bf16_available(NN_BF16_ONEDNN) || strstr(nn_bf16_label(NN_BF16_ONEDNN), "AMX"),
+          "oneDNN has bf16 instructions, the peak none");
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int k = 0; k < (bf16 ? NN_BF16_COUNT : NN_SGEMM_COUNT); k++) {
+            if (rate[bf16][k] <= 0) continue;
+            const char *name = bf16 ? nn_bf16_label((nn_bf16_path)k) : nn_sgemm_label((nn_sgemm)k);
+            const double peak = peak_of(&p, bf16, k);
+            CHECK(peak >= rate[bf16][k], "%s runs at %.1f GFLOP/s, above the core peak %.1f", name, rate[bf16][k] * 1e-9,
+                  peak * 1e-9);
+            printf("    %-40s %6.1f GFLOP/s, %3.0f%% of its instruction's peak (%.1f)\n", name, rate[bf16][k] * 1e-9,
+                   100 * rate[bf16][k] / peak, peak * 1e-9);
+        }
+}
+
 /* ---------------------------------------------------------------- pins and the products file */
 static void test_pin_and_parse(void) {
     char err[200];
@@ -223,6 +274,7 @@ int main(void) {
     if (h_cli_setup("products", g_bin, g_dir, g_text, 5)) return 1;
     setenv("COLLAGE_PRODUCTS_FILE", "off", 1);
     RUN(test_ref_kernel);
+    RUN(test_peak_above_kernels);
     RUN(test_pin_and_parse);
     RUN(test_threads_every_kernel);
     RUN(test_products_file);

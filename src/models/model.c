@@ -369,6 +369,13 @@ const char *collage_openblas_coretype_wanted(void) {
     return nn_openblas_below(&want) ? want : NULL;
 }
 
+void collage_core_peak_measure(int threads, collage_core_peak *out) {
+    nn_peak p;
+    nn_core_peak(&p, threads);
+    *out = (collage_core_peak){.fma = p.fma, .bf16_dot = p.bf16_dot, .amx_bf16 = p.amx_bf16, .fma_bits = p.fma_bits,
+                               .threads = p.threads};
+}
+
 void collage_products_machine(char *out, size_t cap) {
     const char *want = NULL;
     const int below = nn_openblas_below(&want);

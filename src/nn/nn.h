@@ -280,6 +280,13 @@ typedef struct { int ta, tb, M, N, K, count; } nn_shape;
 double nn_products_seconds(const nn_shape *shapes, int n, int bf16, nn_sgemm f32, nn_bf16_path path, int reps,
                            double limit);
 
+/* The core's arithmetic peak (peak.c), FLOP/s of one core measured by register-only loops running on
+ * `threads` cores at once (at most the processors; 1 without OpenMP; the count used in p->threads): fp32
+ * FMA (fma_bits 512 or 256; 0: none), VDPBF16PS, AMX's TDPBF16PS; 0 where the CPU (for AMX: or the OS)
+ * lacks the instruction. */
+typedef struct { double fma, bf16_dot, amx_bf16; int fma_bits, threads; } nn_peak;
+void nn_core_peak(nn_peak *p, int threads);
+
 /* The kernel every library call that reaches a product brackets its work with: nn_blas_begin sets the
  * sgemm kernel of this thread's products (returned value: the one it replaces, for nn_blas_end) and keeps
  * OpenBLAS's process-wide thread count at 1 from the first begin until the last end (calls may nest and
