@@ -1,6 +1,7 @@
 /* bench.h — what the benchmarks of `collage bench` share. */
 #ifndef COLLAGE_CLI_BENCH_H
 #define COLLAGE_CLI_BENCH_H
+#include "collage.h"
 #include <stddef.h>
 /* The CPU's brand string, family and model (x86), safe to put into JSON as it is. */
 const char *bench_cpu_name(void);
@@ -12,4 +13,11 @@ int         cmd_bench_model(int argc, char **argv);
 typedef struct { double fma, bf16; const char *fma_name; int amx; } bench_peak;
 bench_peak bench_core_peak(void);
 void bench_peak_line(const bench_peak *p, char *out, size_t cap);
+/* The memory bound of `bench optimizer` (bench.c): a[i] = a[i]·s + b[i] in place, vectorised, over two
+ * arrays of n floats on `threads` threads, in GB/s (12 bytes an element), the median of reps runs after
+ * an untimed one; NaN when the arrays cannot be allocated. */
+double bench_memory_bound(size_t n, int threads, int reps);
+/* Bytes one optimizer step reads and writes per parameter (`bench optimizer`'s B/param): each state word
+ * read and written once (only written where derived), the gradient read once. */
+double bench_step_bytes(collage_optimizer opt, collage_strategy s);
 #endif
