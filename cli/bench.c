@@ -1,8 +1,8 @@
 /* bench.c — `collage bench convert`: the row conversions in GB/s next to memcpy; `collage bench
  * optimizer`: the fused AdamW step per strategy in ns/param and GB/s next to an in-place streaming
- * bound (a[i] = a[i]·s + b[i]) measured in the same run. Medians of several repetitions; arrays far
- * larger than the caches (`collage bench model`: bench_model.c). Speed is reported here, never asserted
- * by tests. */
+ * bound (a[i] = a[i]·s + b[i]) measured in the same run (bench_memory_bound: `collage bench model`'s
+ * memory bound too). Medians of several repetitions; arrays far larger than the caches (`collage bench
+ * model`: bench_model.c). Speed is reported here, never asserted by tests. */
 #include "cli.h"
 #include "bench.h"
 #include <math.h>
@@ -166,7 +166,7 @@ static void bench_usage(FILE *f) {
 /* Logical bytes one step moves per parameter, from the strategy table: each state word read and
  * written once, or only written where the step derives it from the others (bf16-master's θ), and the
  * gradient (in the weights' format) read. */
-static double step_bytes(collage_optimizer opt, collage_strategy s) {
+double bench_step_bytes(collage_optimizer opt, collage_strategy s) {
     const collage_strategy_info *T = collage_strategy_get(s);
     double bytes = T->word[COLLAGE_ROLE_WEIGHTS].bytes; /* the gradient */
     for (int r = 0; r < COLLAGE_ROLE_COUNT; r++)
@@ -374,7 +374,7 @@ static void opt_header(const opt_bench *B, double bound0) {
 
 /* One strategy's row from its from-memory (R) and in-cache (C) times. */
 static void opt_row(const opt_bench *B, collage_strategy s, const opt_times *R, const opt_times *C) {
-    double bound = R->bound, bytes = step_bytes(B->opt, s), gbps = bytes / R->ns, frac = gbps / bound;
+    double bound = R->bound, bytes = bench_step_bytes(B->opt, s), gbps = bytes / R->ns, frac = gbps / bound;
     /* The limit: "memory" when the step moves its bytes at 80% of the bound or more; "compute" when
      * the in-cache step is nearly as slow (its instructions take the time, wherever the data are);
      * else "compute+memory": the loop is compute-heavy but also slows when its state streams from
@@ -444,6 +444,14 @@ static double bound_start(const bound_buf *bb, int reps) {
     double bound0 = t ? 12.0 * (double)bb->n / bench_median(t, reps) * 1e-9 : (double)NAN;
     free(t);
     return bound0;
+}
+
+double bench_memory_bound(size_t n, int threads, int reps) {
+    float *a = aligned_alloc(64, (n * 4 + 63) & ~(size_t)63), *b = aligned_alloc(64, (n * 4 + 63) & ~(size_t)63);
+    const bound_buf bb = {a, b, n, threads};
+    const double gbps = a && b ? bound_start(&bb, reps) : (double)NAN;
+    free(a); free(b);
+    return gbps;
 }
 
 static int bench_optimizer(opt_bench *B) {

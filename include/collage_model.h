@@ -3,8 +3,8 @@
  * adds a file in src/models/ and a row in its table). A model has a family, a config, a compute
  * precision, a flat parameter slab of named tensors (shapes and weight-decay flags), forward (mean
  * loss; batches with padding and unscored positions), backward (gradients accumulated into a slab of
- * the same layout), next-token logits (decoders) or the logits of chosen positions (encoders), and a
- * checkpoint format of its family. */
+ * the same layout), next-token logits (decoders) or the logits of chosen positions (encoders), a profile
+ * of where its calls spend their time, and a checkpoint format of its family. */
 #ifndef COLLAGE_MODEL_H
 #define COLLAGE_MODEL_H
 
@@ -195,6 +195,28 @@ collage_status collage_model_fp8_state_load(collage_model *m, const void *buf, s
 /* Seconds the fp8 products have spent quantizing their operands (amaxes, scales, rounding) since the model
  * was made, on the calling thread's clock: a benchmark's phase. 0 for a model of another precision or NULL. */
 double         collage_model_fp8_quant_seconds(const collage_model *m);
+/* ---- profiling: where the forward and backward spend their time (`collage bench model`'s phases)
+ * set: on = 1 starts counting from zero, on = 0 stops (the counts stay readable); off by default, and
+ * then no clock is read. While on, each call that runs the model's graph (forward, forward_batch,
+ * backward, next_logits, logits_at) adds its wall time, and the matrix products and the attention ops
+ * inside it add theirs, each timed on the calling thread from the op's entry to its exit (the threads it
+ * runs on work inside that time). The rest of the calls' time is the other layer ops: norms, GELU or
+ * SwiGLU, residual adds, the softmax and loss, embeddings, rotary positions. A model counts on the thread
+ * that calls it: models called on several threads at once each keep their own counts. */
+typedef struct {
+    double seconds;           /* the profiled calls, whole */
+    double products_seconds;  /* the matrix products, each from its entry to its exit: with the epilogues
+                                 the bf16 and fp8 models run on each tile of a product (rounding to bf16,
+                                 a bias, a residual add, the embedding's gradient rows) and, fp8, the
+                                 quantization of its operands (collage_model_fp8_quant_seconds); the fp32
+                                 model's bias and rounding loops after its products are not in it */
+    double products_flops;    /* 2·M·N·K for each (M,N,K) product */
+    long long products;       /* the products run */
+    double attention_seconds; /* the attention ops, forward and backward: scores, softmax, weighted sums */
+    long long attention_ops;  /* the attention ops run (one per layer and pass) */
+} collage_model_profile;
+void           collage_model_profile_set(collage_model *m, int on);
+collage_status collage_model_profile_get(const collage_model *m, collage_model_profile *out);
 /* ---- the kernels of the products (docs/numerics.md §10)
  * A product runs on one of the kernels this build has: fp32 on OpenBLAS's sgemm, oneDNN's sgemm or
  * collage's reference sgemm (a fixed order: the same bits on every x86-64 CPU); bf16 operands on

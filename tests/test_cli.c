@@ -467,13 +467,21 @@ static void test_bench_json(void) {
     CHECK(rc == 0 && strstr(out, "\ncpu: ") && strstr(out, "note: 64000 params") && strstr(out, "not memory figures"),
           "bench optimizer text at 64K params: rc %d: %s", rc, out);
     const char *mk[] = {"model", "strategy", "ms_per_step", "tokens_per_s", "fraction_of_sgemm", "slowdown_vs_fp32",
-                        "forward_ms", "backward_ms", "optimizer_ms", "cpu"};
+                        "forward_ms", "backward_ms", "optimizer_ms", "cpu", "products_ms", "products_share",
+                        "products_gflops", "products_bound_gflops", "products_of_bound", "products_gflop_per_step",
+                        "attention_ms", "attention_gflops", "attention_of_bound", "elementwise_ms", "elementwise_gbps",
+                        "elementwise_bound_gbps", "elementwise_gb_per_step", "optimizer_share", "optimizer_gbps",
+                        "optimizer_of_bound", "largest_phase"};
+    const int nmk = (int)(sizeof mk / sizeof *mk);
     rc = h_sh(out, sizeof out, "%s bench model --model tiny --steps 2 --warmup 0 --strategy collage-plus --json", g_bin);
-    CHECK(rc == 0 && count_lines_with(out, mk, 10) == 2, "bench model --json: rc %d: %s", rc, out);
+    CHECK(rc == 0 && count_lines_with(out, mk, nmk) == 2, "bench model --json: rc %d: %s", rc, out);
+    /* the phases' work is counted, whatever the timings: the products' FLOPs of a step, the same for both rows */
+    const char *pf = strstr(out, "\"products_gflop_per_step\":"), *pf2 = pf ? strstr(pf + 1, "\"products_gflop_per_step\":") : NULL;
+    CHECK(pf && pf2 && atof(pf + 26) > 0 && atof(pf + 26) == atof(pf2 + 26), "bench model products' FLOPs: %s", out);
     CHECK(strstr(out, "\"strategy\":\"fp32\"") && strstr(out, "\"strategy\":\"collage-plus\""), "bench model rows: %s", out);
     rc = h_sh(out, sizeof out, "%s bench model --model bert-tiny --batch 2 --steps 2 --warmup 0 --strategy bf16 --json",
               g_bin);
-    CHECK(rc == 0 && count_lines_with(out, mk, 10) == 2 && strstr(out, "\"model\":\"bert-tiny\""),
+    CHECK(rc == 0 && count_lines_with(out, mk, nmk) == 2 && strstr(out, "\"model\":\"bert-tiny\""),
           "bench model bert-tiny --json: rc %d: %s", rc, out);
     /* --compute fp8: the quantization's time per step, positive for the fp8 model, 0 for fp32's */
     rc = h_sh(out, sizeof out, "%s bench model --model tiny --steps 1 --warmup 0 --precision collage-light --compute fp8 "
@@ -481,6 +489,11 @@ static void test_bench_json(void) {
     const char *q32 = strstr(out, "\"fp8_quant_ms\":"), *q8 = q32 ? strstr(q32 + 1, "\"fp8_quant_ms\":") : NULL;
     CHECK(rc == 0 && q32 && q8 && atof(q32 + 15) == 0 && atof(q8 + 15) > 0, "bench model --compute fp8 --json: rc %d: %s",
           rc, out);
+    /* the text: a phase table per model, a row per strategy */
+    rc = h_sh(out, sizeof out, "%s bench model --model tiny --steps 1 --warmup 0 --precision bf16", g_bin);
+    const char *pt = strstr(out, "tiny: where the step's time goes");
+    CHECK(rc == 0 && strstr(out, "memory bound (") && pt && strstr(pt, "largest") && strstr(pt, "\nfp32 ") &&
+              strstr(pt, "\nbf16 "), "bench model phase table: rc %d: %s", rc, out);
     rc = h_sh(out, sizeof out, "%s bench model --strategy nonsense", g_bin);
     CHECK(rc == 2 && strstr(out, "nonsense") && strstr(out, "hint"), "bench model bad strategy: rc %d: %s", rc, out);
     rc = h_sh(out, sizeof out, "%s bench model --warmup -1", g_bin);

@@ -8,7 +8,10 @@
  * decay on matrices only), what a model of it runs on and holds, its checkpoint found by probing among
  * the families (tests/test_llama.c tests the family itself). Every family in every precision: its table
  * covers the slab, the memory report's gradients are the bytes the table implies, and its checkpoint
- * (fp32, bf16) loads back the bits saved. */
+ * (fp32, bf16) loads back the bits saved. The profile (GPT-2 tiny in fp32, bf16 and fp8): off, it counts
+ * nothing; on, the products and attention take time within the calls' and the products' FLOPs are the
+ * tensor table's exactly, the loss and gradients are the bits of a pass without it, and two models
+ * profiled on two threads at once count their own. */
 #include "collage.h"
 #include "collage_data.h"
 #include "collage_model.h"
@@ -332,13 +335,22 @@ static collage_model_config bert_micro(void) {
     return c;
 }
 
+/* Whether n tensor infos are equal field by field (a struct copy need not keep the padding after ndim). */
+static int same_tensors(const collage_tensor_info *a, const collage_tensor_info *b, int n) {
+    for (int k = 0; k < n; k++)
+        if (a[k].name != b[k].name || a[k].offset != b[k].offset || a[k].count != b[k].count || a[k].ndim != b[k].ndim ||
+            memcmp(a[k].shape, b[k].shape, sizeof a[k].shape) || a[k].decay != b[k].decay || a[k].product != b[k].product)
+            return 0;
+    return 1;
+}
+
 /* Tensors, initialisation, forward with padding, backward and the logits of chosen positions through
  * collage_model equal bert.h's calls bit for bit, in every precision. */
 static void test_bert_matches_family(void) {
     const collage_model_config c = bert_micro();
     collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS], bt[BERT_NTENSORS];
     const int nt = collage_model_tensors(&c, t, COLLAGE_MODEL_MAX_TENSORS);
-    CHECK(nt == BERT_NTENSORS && bert_tensors(&c, bt, BERT_NTENSORS) == nt && !memcmp(t, bt, sizeof bt), "tensors");
+    CHECK(nt == BERT_NTENSORS && bert_tensors(&c, bt, BERT_NTENSORS) == nt && same_tensors(t, bt, nt), "tensors");
     CHECK(c.vocab_size == 19 && c.padded_vocab_size == 64 && collage_model_mask_token(&c) == 18, "vocab");
     const size_t n = collage_model_num_params(&c);
     float *w = malloc(n * sizeof *w), *b = malloc(n * sizeof *b);
@@ -483,6 +495,139 @@ static void test_blas_threads_concurrent(void) {
     CHECK(openblas_get_num_threads() == 2, "after concurrent model calls: %d threads", openblas_get_num_threads());
     free(w);
     openblas_set_num_threads(before);
+}
+
+/* ------------------------------------------------------------------ the profile */
+#define PROF_B 2
+#define PROF_T 16
+
+/* 2·M·N·K summed over every product of a forward and backward on B·T tokens, from the tensor table: three
+ * (M,N,K) products of each matrix a token goes through (forward, and the backward's two), per layer. */
+static double exact_product_flops(const collage_model_config *c, int BT) {
+    collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS];
+    const int nt = collage_model_tensors(c, t, COLLAGE_MODEL_MAX_TENSORS);
+    double f = 0;
+    for (int k = 0; k < nt; k++) {
+        if (!t[k].product) continue;
+        const int layered = t[k].ndim == 3;
+        f += 6.0 * (double)(layered ? t[k].shape[0] : 1) * (double)t[k].shape[layered] * (double)t[k].shape[layered + 1] * BT;
+    }
+    return f;
+}
+
+/* One forward and backward of m after zero_grad; its loss and a copy of its gradients (es bytes each). */
+static unsigned char *profiled_pass(collage_model *m, const void *w, const int *tok, double *loss, double *wall) {
+    const size_t bytes = collage_model_size(m) * collage_real_size(collage_model_precision(m));
+    unsigned char *g = malloc(bytes);
+    const double t0 = h_now();
+    collage_model_zero_grad(m);
+    CHECK(collage_model_forward(m, w, tok, tok + 1, PROF_B, PROF_T, loss) == COLLAGE_OK, "%s", collage_model_error(m));
+    CHECK(collage_model_backward(m) == COLLAGE_OK, "%s", collage_model_error(m));
+    *wall = h_now() - t0;
+    if (g) memcpy(g, collage_model_grads(m), bytes);
+    return g;
+}
+
+/* GPT-2 tiny in one precision: profiling off counts nothing; on, the products and attention take time
+ * within the calls', the products' FLOPs are the tensor table's exactly (fp8: its bf16 products inside its
+ * door counted once), and the loss and gradients are the bits of the pass without it. */
+static void check_profile(collage_real p, const float *w32, const int *tok) {
+    collage_model_config c;
+    collage_model_preset("tiny", &c);
+    collage_model *m = NULL;
+    CHECK(collage_model_create(&c, p, PROF_B, PROF_T, &m) == COLLAGE_OK, "%s: create", collage_real_name(p));
+    if (!m || (p == COLLAGE_REAL_FP8 && collage_model_fp8_set(m, "current", 0) != COLLAGE_OK)) { CHECK(0, "fp8"); collage_model_free(m); return; }
+    const size_t bytes = collage_model_size(m) * collage_real_size(p);
+    void *w = weights_in(p, w32, collage_model_size(m));
+    double loss_off, loss_on, wall_off, wall_on;
+    unsigned char *g_off = profiled_pass(m, w, tok, &loss_off, &wall_off);
+    collage_model_profile pr;
+    CHECK(collage_model_profile_get(m, &pr) == COLLAGE_OK && pr.seconds == 0 && pr.products_seconds == 0 &&
+              pr.products_flops == 0 && pr.products == 0 && pr.attention_seconds == 0 && pr.attention_ops == 0,
+          "%s, off: %g s, products %g s %g FLOPs %lld, attention %g s %lld", collage_real_name(p), pr.seconds,
+          pr.products_seconds, pr.products_flops, pr.products, pr.attention_seconds, pr.attention_ops);
+    collage_model_profile_set(m, 1);
+    unsigned char *g_on = profiled_pass(m, w, tok, &loss_on, &wall_on);
+    collage_model_profile_get(m, &pr);
+    const double want = exact_product_flops(&c, PROF_B * PROF_T);
+    CHECK(pr.products_seconds > 0 && pr.attention_seconds > 0 && pr.products > 0 && pr.attention_ops == 2 * c.num_layers,
+          "%s: products %g s (%lld), attention %g s (%lld)", collage_real_name(p), pr.products_seconds, pr.products,
+          pr.attention_seconds, pr.attention_ops);
+    CHECK(pr.products_seconds + pr.attention_seconds <= pr.seconds && pr.seconds <= wall_on, "%s: %g + %g s of calls %g s, wall %g s",
+          collage_real_name(p), pr.products_seconds, pr.attention_seconds, pr.seconds, wall_on);
+    CHECK(pr.products_flops == want, "%s: product FLOPs %.17g, the shapes give %.17g", collage_real_name(p), pr.products_flops, want);
+    CHECK(memcmp(&loss_on, &loss_off, sizeof loss_on) == 0 && g_on && g_off && memcmp(g_on, g_off, bytes) == 0,
+          "%s: profiling changed the loss (%.17g vs %.17g) or the gradients", collage_real_name(p), loss_on, loss_off);
+    collage_model_profile_set(m, 0); /* off: the counts stay as they were */
+    double l;
+    free(profiled_pass(m, w, tok, &l, &wall_off));
+    collage_model_profile q;
+    collage_model_profile_get(m, &q);
+    CHECK(q.seconds == pr.seconds && q.products_flops == pr.products_flops, "%s: counted while off", collage_real_name(p));
+    printf("    %s: products %.2f ms (%lld), attention %.2f ms, calls %.2f ms\n", collage_real_name(p), 1e3 * pr.products_seconds,
+           pr.products, 1e3 * pr.attention_seconds, 1e3 * pr.seconds);
+    free(g_on); free(g_off); free(w);
+    collage_model_free(m);
+}
+
+/* Tokens and weights of GPT-2 tiny, for the profile's tests (tok: PROF_B·PROF_T + 1, targets from 1 on). */
+static float *profile_inputs(collage_model_config *c, int *tok) {
+    collage_model_preset("tiny", c);
+    const size_t n = collage_model_num_params(c);
+    float *w = malloc(n * sizeof *w);
+    if (w) collage_model_init_weights(c, SEED, w, n);
+    for (int i = 0; i <= PROF_B * PROF_T; i++) tok[i] = (i * 37 + 11) % c->vocab_size;
+    return w;
+}
+
+static void test_profile(void) {
+    collage_model_config c;
+    int tok[PROF_B * PROF_T + 1];
+    float *w = profile_inputs(&c, tok);
+    const collage_real precs[] = {COLLAGE_REAL_FP32, COLLAGE_REAL_BF16, COLLAGE_REAL_FP8};
+    for (size_t i = 0; w && i < sizeof precs / sizeof *precs; i++) check_profile(precs[i], w, tok);
+    collage_model_profile pr;
+    CHECK(collage_model_profile_get(NULL, &pr) == COLLAGE_ERR_NULL, "NULL model");
+    collage_model_profile_set(NULL, 1); /* nothing */
+    free(w);
+}
+
+/* Two threads profile a model each at once: each counts its own products and attention ops, as one alone. */
+typedef struct { const float *w; const int *tok; collage_model_profile pr; int ok; } prof_job;
+
+static void *prof_worker(void *arg) {
+    prof_job *j = arg;
+    collage_model_config c;
+    collage_model_preset("tiny", &c);
+    collage_model *m = NULL;
+    j->ok = collage_model_create(&c, COLLAGE_REAL_FP32, PROF_B, PROF_T, &m) == COLLAGE_OK;
+    if (j->ok) collage_model_profile_set(m, 1);
+    for (int k = 0; k < 3 && j->ok; k++)
+        j->ok = collage_model_forward(m, j->w, j->tok, j->tok + 1, PROF_B, PROF_T, NULL) == COLLAGE_OK &&
+                collage_model_backward(m) == COLLAGE_OK;
+    if (j->ok) collage_model_profile_get(m, &j->pr);
+    collage_model_free(m);
+    return NULL;
+}
+
+static void test_profile_threads(void) {
+    collage_model_config c;
+    int tok[PROF_B * PROF_T + 1];
+    float *w = profile_inputs(&c, tok);
+    prof_job alone = {.w = w, .tok = tok}, jobs[2] = {{.w = w, .tok = tok}, {.w = w, .tok = tok}};
+    if (w) prof_worker(&alone);
+    pthread_t th[2];
+    int started[2];
+    for (int i = 0; i < 2; i++) started[i] = w && pthread_create(&th[i], NULL, prof_worker, &jobs[i]) == 0;
+    for (int i = 0; i < 2; i++) if (started[i]) pthread_join(th[i], NULL);
+    CHECK(alone.ok && started[0] && started[1] && jobs[0].ok && jobs[1].ok, "the threads' passes failed");
+    const double want = 3 * exact_product_flops(&c, PROF_B * PROF_T);
+    for (int i = 0; i < 2; i++)
+        CHECK(jobs[i].pr.products_flops == want && jobs[i].pr.products == alone.pr.products &&
+                  jobs[i].pr.attention_ops == 6 * c.num_layers && jobs[i].pr.products_seconds + jobs[i].pr.attention_seconds <= jobs[i].pr.seconds,
+              "thread %d: %.17g FLOPs (want %.17g), %lld products (alone %lld), %lld attention ops", i, jobs[i].pr.products_flops,
+              want, jobs[i].pr.products, alone.pr.products, jobs[i].pr.attention_ops);
+    free(w);
 }
 
 /* ------------------------------------------------------------------ checkpoints */
@@ -853,6 +998,8 @@ int main(void) {
     RUN(test_bad_input);
     RUN(test_blas_threads_restored);
     RUN(test_blas_threads_concurrent);
+    RUN(test_profile);
+    RUN(test_profile_threads);
     RUN(test_checkpoint_round_trip);
     RUN(test_checkpoint_errors);
     RUN(test_bert_matches_family);

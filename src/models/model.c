@@ -1,7 +1,8 @@
 /* model.c — collage_model.h over the family table: one row per family (model.h), chosen by the config's
  * family (or, for a checkpoint, by probing the file's first bytes); collage_model, graph_model.c's object
  * on the family's graphs, which keeps OpenBLAS single-threaded for the length of each call and restores
- * the caller's setting; precisions, parameter groups and sampling, which no family changes. */
+ * the caller's setting, and profiles its calls when asked (nn.h, prof.c); precisions, parameter groups and
+ * sampling, which no family changes. */
 #include "internal.h"
 #include "model.h"
 #include "nn.h"
@@ -268,8 +269,8 @@ collage_status collage__model_object(const collage_model_config *cfg, gm_precisi
 }
 
 /* The object is graph_model.c's, made on the family's graphs; model.c adds the kernels' description and
- * brackets every call with nn_blas_begin / nn_blas_end, so that every call leaves the caller's OpenBLAS
- * thread count as it found it. */
+ * the profile, and brackets every call with nn_blas_begin / nn_blas_end (call_begin), so that every call
+ * leaves the caller's OpenBLAS thread count as it found it. */
 struct collage_model {
     const collage_model_family *fam;
     collage_model_config cfg;
@@ -277,6 +278,9 @@ struct collage_model {
     gm_model *impl;
     collage__products pp; /* the kernels of its products (the object chose the same) */
     char products[160], spec[48];
+    int prof_on;          /* collage_model_profile_set */
+    nn_prof prof;         /* the products' and attention's time, while prof_on */
+    double prof_s;        /* the profiled calls' time */
 };
 
 collage_status collage_model_create(const collage_model_config *cfg, collage_real prec, int maxB, int maxT,
@@ -303,6 +307,21 @@ collage_status collage_model_create(const collage_model_config *cfg, collage_rea
     return COLLAGE_OK;
 }
 
+/* Around every call that runs a graph: OpenBLAS at one thread (nn_blas_begin), and while profiling, m's
+ * profile this thread's for the call's length and the call timed whole. */
+typedef struct { int tok; nn_prof *prev; double t0; } call_guard;
+
+static call_guard call_begin(collage_model *m) {
+    call_guard g = {.tok = nn_blas_begin(m->pp.prod.f32)};
+    if (m->prof_on) g.prev = nn_prof_swap(&m->prof), g.t0 = nn_prof_now();
+    return g;
+}
+
+static void call_end(collage_model *m, call_guard g) {
+    if (m->prof_on) m->prof_s += nn_prof_now() - g.t0, nn_prof_swap(g.prev);
+    nn_blas_end(g.tok);
+}
+
 void collage_model_free(collage_model *m) {
     if (!m) return;
     gm_free(m->impl);
@@ -317,26 +336,26 @@ const char *collage_model_error(const collage_model *m) { return m ? gm_error(m-
 collage_status collage_model_forward(collage_model *m, const void *params, const int *tokens, const int *targets,
                                      int B, int T, double *loss) {
     if (!m) return COLLAGE_ERR_NULL;
-    const int tok = nn_blas_begin(m->pp.prod.f32);
+    const call_guard g = call_begin(m);
     collage_status st = gm_forward(m->impl, params, tokens, targets, B, T, loss);
-    nn_blas_end(tok);
+    call_end(m, g);
     return st;
 }
 
 collage_status collage_model_forward_batch(collage_model *m, const void *params, const collage_batch *b,
                                            collage_forward_info *out) {
     if (!m || !b) return COLLAGE_ERR_NULL;
-    const int tok = nn_blas_begin(m->pp.prod.f32);
+    const call_guard g = call_begin(m);
     collage_status st = gm_forward_batch(m->impl, params, b, out);
-    nn_blas_end(tok);
+    call_end(m, g);
     return st;
 }
 
 collage_status collage_model_backward(collage_model *m) {
     if (!m) return COLLAGE_ERR_NULL;
-    const int tok = nn_blas_begin(m->pp.prod.f32);
+    const call_guard g = call_begin(m);
     collage_status st = gm_backward(m->impl);
-    nn_blas_end(tok);
+    call_end(m, g);
     return st;
 }
 
@@ -459,6 +478,22 @@ collage_status collage_model_fp8_state_load(collage_model *m, const void *buf, s
     return m ? gm_fp8_state_load(m->impl, buf, len) : COLLAGE_ERR_NULL;
 }
 
+void collage_model_profile_set(collage_model *m, int on) {
+    if (!m) return;
+    if (on) m->prof = (nn_prof){0}, m->prof_s = 0;
+    m->prof_on = on != 0;
+}
+
+collage_status collage_model_profile_get(const collage_model *m, collage_model_profile *out) {
+    if (!m || !out) return COLLAGE_ERR_NULL;
+    const nn_prof *p = &m->prof;
+    *out = (collage_model_profile){.seconds = m->prof_s, .products_seconds = p->s[NN_PROF_PRODUCTS],
+                                   .products_flops = p->flops[NN_PROF_PRODUCTS], .products = p->calls[NN_PROF_PRODUCTS],
+                                   .attention_seconds = p->s[NN_PROF_ATTENTION],
+                                   .attention_ops = p->calls[NN_PROF_ATTENTION]};
+    return COLLAGE_OK;
+}
+
 void collage_model_zero_grad(collage_model *m) {
     if (m) gm_zero_grad(m->impl);
 }
@@ -466,18 +501,18 @@ void collage_model_zero_grad(collage_model *m) {
 collage_status collage_model_next_logits(collage_model *m, const void *params, const int *tokens, int T,
                                          float *logits) {
     if (!m) return COLLAGE_ERR_NULL;
-    const int tok = nn_blas_begin(m->pp.prod.f32);
+    const call_guard g = call_begin(m);
     collage_status st = gm_next_logits(m->impl, params, tokens, T, logits);
-    nn_blas_end(tok);
+    call_end(m, g);
     return st;
 }
 
 collage_status collage_model_logits_at(collage_model *m, const void *params, const int *tokens, int T,
                                        const int *pos, int npos, float *logits) {
     if (!m) return COLLAGE_ERR_NULL;
-    const int tok = nn_blas_begin(m->pp.prod.f32);
+    const call_guard g = call_begin(m);
     collage_status st = gm_logits_at(m->impl, params, tokens, T, pos, npos, logits);
-    nn_blas_end(tok);
+    call_end(m, g);
     return st;
 }
 

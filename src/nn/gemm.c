@@ -354,6 +354,7 @@ static void tile_product(int ta, int tb, int m, int n, int K, const uint16_t *A,
 
 void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                   nn_tile_fn ep, void *ctx, nn_ws *ws, nn_bf16_path path, int nt) {
+    const double p0 = nn_prof_begin(); /* the whole call, epilogues included (nn.h: profiling) */
     const tile_grid g = tiles_of(M, N, path);
     const int count = g.mb * g.nb, par = count > 1 && (double)M * N * K >= GEMM_PAR_MIN;
     const size_t per = tile_floats(&g, K, path == NN_BF16_WIDEN);
@@ -374,6 +375,7 @@ void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int ld
         ep(ctx, t, n, i0, i0 + m, j0, j0 + n);
     }
     tiles_end(guard);
+    nn_prof_end(NN_PROF_PRODUCTS, p0, 2.0 * M * N * K);
 }
 
 /* The K-blocked product: per thread, a tile's scratch for K blocks of kb, then its accumulator. */
@@ -390,6 +392,7 @@ int nn_gemm_bf16_kblocks_reserve(nn_ws *ws, int M, int N, int kb, int nt, nn_bf1
 
 void nn_gemm_bf16_kblocks(int ta, int tb, int M, int N, int K, int kb, const uint16_t *A, int lda, const uint16_t *B,
                           int ldb, nn_fold_fn fold, nn_tile_fn ep, void *ctx, nn_ws *ws, nn_bf16_path path, int nt) {
+    const double p0 = nn_prof_begin();
     const tile_grid g = tiles_of(M, N, path);
     const int count = g.mb * g.nb, par = count > 1 && (double)M * N * K >= GEMM_PAR_MIN;
     const size_t per = kblock_floats(&g, kb < K ? kb : K, path);
@@ -415,6 +418,7 @@ void nn_gemm_bf16_kblocks(int ta, int tb, int M, int N, int K, int kb, const uin
         ep(ctx, acc, n, i0, i0 + m, j0, j0 + n);
     }
     tiles_end(guard);
+    nn_prof_end(NN_PROF_PRODUCTS, p0, 2.0 * M * N * K);
 }
 
 /* ---------------------------------------------------------------- timing a model's products */

@@ -181,17 +181,22 @@ collage_status nn_gemm_fp8_w(const nn_fp8_spec *p, int ta, int tb, int M, int N,
     if (wc && !reuse) wc->valid = 0; /* a new copy is made below, or none is left */
     nn_fp8_operand oa, ob;
     float ama, amb;
+    const double p0 = nn_prof_begin(); /* the quantization and the product (nn.h: profiling) */
     const double t0 = now_s();
     collage_status st = nn_fp8_operand_make(&oa, &qa, A, ta ? K : M, ta ? M : K, lda, ws->v[0], ws->s[0], ws->inv[0],
                                             &ama, nt);
     if (st == COLLAGE_OK) st = operand_b(&ob, &qb, B, tb ? N : K, tb ? K : N, ldb, ws, wc, reuse, &amb, nt);
     ws->quant_s += now_s() - t0;
-    if (st != COLLAGE_OK) return st;
+    if (st != COLLAGE_OK) {
+        nn_prof_end(NN_PROF_PRODUCTS, p0, 0.0);
+        return st;
+    }
     if (p->recipe == COLLAGE_FP8_DELAYED && p->scaling) {
         collage__fp8_scaling_record(p->scaling, p->slot_a, ama);
         collage__fp8_scaling_record(p->scaling, p->slot_b, amb);
     }
     nn_gemm_fp8_q(ta, tb, M, N, K, &oa, &ob, ep, ctx, &ws->tiles, path, nt);
+    nn_prof_end(NN_PROF_PRODUCTS, p0, 2.0 * M * N * K);
     return COLLAGE_OK;
 }
 

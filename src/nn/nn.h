@@ -1,7 +1,8 @@
 /* nn.h — the layer ops of the library's models (llm.c's math): forward/backward pairs over flat arrays,
  * compiled once per real type (ops.inc, instantiated by ops_f32.c and ops_f64.c), the matrix products'
  * one door (gemm.c), the guard that keeps OpenBLAS single-threaded for the length of a library call,
- * and the scalar helpers the kernels inline. Private to the library and its tests.
+ * the profile a model's calls fill (prof.c), and the scalar helpers the kernels inline. Private to the
+ * library and its tests.
  *
  * Conventions of every op (llm.c's): arguments go outputs, inputs, sizes; shapes in the comments are
  * row-major, e.g. (B,T,C); a backward adds (+=) into weight gradients and assigns activation gradients
@@ -299,6 +300,24 @@ void nn_blas_end(int token);
  * to set in OPENBLAS_CORETYPE before OpenBLAS loads is written to want (NULL where it is not below). */
 const char *nn_openblas_core(void);
 int         nn_openblas_below(const char **want);
+
+/* ---------------------------------------------------------------- profiling (prof.c) */
+/* Where a model's calls spend their time. The model object makes its nn_prof this thread's for the
+ * length of each call it profiles (nn_prof_swap); the products' doors (nn_gemm_f32, _f64, _bf16,
+ * _bf16_kblocks, nn_gemm_fp8_w) and the attention ops then add the wall time from their entry to their
+ * exit (the epilogues of the tiles included), read on the calling thread, never on the OpenMP workers,
+ * and the products their FLOPs (2·M·N·K). A timed call inside another (fp8's bf16 product inside its
+ * door) adds nothing: the outermost counts. With no profile set (the default) no clock is read. */
+typedef enum { NN_PROF_PRODUCTS, NN_PROF_ATTENTION, NN_PROF_KINDS } nn_prof_kind;
+typedef struct {
+    double s[NN_PROF_KINDS], flops[NN_PROF_KINDS];
+    long long calls[NN_PROF_KINDS];
+    int depth; /* timed calls open, on the thread whose profile this is */
+} nn_prof;
+double   nn_prof_now(void);           /* seconds, monotonic */
+nn_prof *nn_prof_swap(nn_prof *p);    /* this thread's profile becomes p (NULL: none); returns the one before */
+double   nn_prof_begin(void);         /* at a timed call's entry: its start, for nn_prof_end (0: none read) */
+void     nn_prof_end(nn_prof_kind k, double t0, double flops); /* at its exit */
 
 /* ---------------------------------------------------------------- layer ops */
 /* Each op exists as _f32 (float), _f64 (double; bf ignored) and _bf16 (bf16 storage: act = uint16_t bf16
