@@ -114,6 +114,8 @@ $(BUILD)/obj/nn/ops_bf16_avx512.o $(BUILD)/obj/nn/matmul_bf16_avx512.o $(BUILD)/
   $(BUILD)/obj/models/llama_bf16_avx512.o: ISA_FLAGS = $(AVX512_FLAGS)
 $(BUILD)/obj/nn/ops_bf16_avx512.o: src/nn/ops_bf16.c
 $(BUILD)/obj/nn/gemm_ref_avx512.o: ISA_FLAGS = $(AVX512_FLAGS)
+# collage's own bf16 product (an AVX-512 micro-kernel of fp32 FMAs), entered only on AVX-512 CPUs.
+$(BUILD)/obj/nn/gemm_fma.o: ISA_FLAGS = $(AVX512_FLAGS)
 # The fp8 quantizer's loops, one unit per instruction set (fp8q_kernel.inc).
 $(BUILD)/obj/numerics/fp8q_avx512.o: ISA_FLAGS = $(AVX512_FLAGS)
 $(BUILD)/obj/numerics/fp8q_avx2.o: ISA_FLAGS = -mavx2 -mfma -mf16c

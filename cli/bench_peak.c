@@ -6,11 +6,21 @@
 #include "collage_model.h"
 #include <stdio.h>
 
+static collage_core_peak g_peak;
+static int g_measured;
+
 const collage_core_peak *bench_core_peak(void) {
-    static collage_core_peak p;
-    static int done;
-    if (!done) collage_core_peak_measure(collage_get_threads(), &p), done = 1;
-    return &p;
+    if (!g_measured) collage_core_peak_measure(collage_get_threads(), &g_peak), g_measured = 1;
+    return &g_peak;
+}
+
+void bench_core_peak_again(void) {
+    collage_core_peak p;
+    collage_core_peak_measure(collage_get_threads(), &p);
+    if (!g_measured) g_peak = p, g_measured = 1;
+    if (p.fma > g_peak.fma) g_peak.fma = p.fma;
+    if (p.bf16_dot > g_peak.bf16_dot) g_peak.bf16_dot = p.bf16_dot;
+    if (p.amx_bf16 > g_peak.amx_bf16) g_peak.amx_bf16 = p.amx_bf16;
 }
 
 void bench_peak_line(const collage_core_peak *p, char *out, size_t cap) {

@@ -281,7 +281,7 @@ int main(int argc, char **argv) {
     const char *pin = getenv("COLLAGE_GEMM");
     char perr[200];
     if (pin && *pin && collage_products_check(pin, perr, sizeof perr) != COLLAGE_OK) {
-        fprintf(stderr, "collage: COLLAGE_GEMM=%s: %s\nhint: fp32=openblas|onednn|ref|auto,bf16=onednn|widen|auto, "
+        fprintf(stderr, "collage: COLLAGE_GEMM=%s: %s\nhint: fp32=openblas|onednn|ref|auto,bf16=onednn|fma|widen|auto, "
                         "or ref; unset it to choose by measurement\n", pin, perr);
         return 2;
     }

@@ -220,8 +220,8 @@ collage_status collage_model_profile_get(const collage_model *m, collage_model_p
 /* ---- the kernels of the products (docs/numerics.md §10)
  * A product runs on one of the kernels this build has: fp32 on OpenBLAS's sgemm, oneDNN's sgemm or
  * collage's reference sgemm (a fixed order: the same bits on every x86-64 CPU); bf16 operands on
- * oneDNN's bf16 GEMM (CPUs with AVX512_BF16 or AMX) or widened exactly to fp32 and multiplied by the
- * fp32 kernel. A model chooses at create, for its own product shapes: the pinned kernels if any, else
+ * oneDNN's bf16 GEMM (CPUs with AVX512_BF16 or AMX), on collage's own (fp32 FMAs on operands widened as
+ * they are packed; AVX-512), or widened exactly to fp32 and multiplied by the fp32 kernel. A model chooses at create, for its own product shapes: the pinned kernels if any, else
  * the ones remembered for this machine and these shapes in the products file, else it times each kernel
  * on one thread, takes the fastest and remembers it there. The file: $COLLAGE_PRODUCTS_FILE, else
  * $XDG_CACHE_HOME/collage/products, else ~/.cache/collage/products ("off": none, measured each time).
@@ -232,7 +232,7 @@ collage_status collage_model_profile_get(const collage_model *m, collage_model_p
  * (SkylakeX on AVX-512 CPUs, Haswell on AVX2) before OpenBLAS loads, or lets the measurement choose
  * another kernel; the collage CLI does the former itself. */
 /* Pin the kernels of the models created from now on: "fp32=K,bf16=P" (K: openblas | onednn | ref | auto;
- * P: onednn | widen | auto; either part may be left out) or "ref" (fp32=ref,bf16=widen). NULL unpins:
+ * P: onednn | fma (collage's own, AVX-512) | widen | auto; either part may be left out) or "ref" (fp32=ref,bf16=widen). NULL unpins:
  * the environment's COLLAGE_GEMM (same syntax) applies again, and COLLAGE_BF16_GEMM=widen pins the bf16
  * path. COLLAGE_ERR_ARG with a message naming the part that is wrong (nothing changed). */
 collage_status collage_products_pin(const char *spec, char *err, size_t cap);

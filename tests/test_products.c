@@ -128,6 +128,67 @@ static void test_ref_kernel(void) {
            collage_isa_supported(COLLAGE_ISA_AVX512) ? " and AVX-512" : "");
 }
 
+/* ---------------------------------------------------------------- collage's own bf16 product */
+/* A bf16 operand's values: normal numbers of both signs and many exponents, with subnormals (bf16 has
+ * them: 0x0001-0x007F), signed zeros, and exact powers of two here and there. */
+static uint16_t bf16_value(int i) {
+    const unsigned r = h_rand32();
+    if (i % 97 == 3) return (uint16_t)((0x0001 + r % 0x7F) | (r & 0x8000)); /* subnormal */
+    if (i % 89 == 5) return (uint16_t)(r & 0x8000);                        /* ±0 */
+    if (i % 83 == 7) return (uint16_t)((0x3F80 + (r % 8 << 7)) | (r & 0x8000)); /* ±2^k */
+    return (uint16_t)((0x3A00 + r % 0x0A00) | (r & 0x8000)); /* |x| in about [5e-4, 2e2) */
+}
+
+/* nn_gemm_fma_tile against its plain-C twin bit for bit: odd shapes (edges of the 12 × 32 micro-kernel and
+ * of the 256 k-block), both transpositions, subnormal and signed-zero inputs; and a whole product through
+ * the door (nn_gemm_bf16 on the fma path) on 1, 2 and 3 threads against the twin. */
+static void test_fma_kernel(void) {
+    if (!nn_bf16_available(NN_BF16_FMA)) { printf("    skipped: collage's bf16 GEMM needs AVX-512\n"); return; }
+    const int shapes[][3] = {{1, 1, 1}, {12, 32, 16}, {13, 33, 17}, {11, 31, 255}, {25, 70, 257}, {64, 96, 513},
+                             {3, 200, 1}, {300, 5, 40}, {37, 47, 600}};
+    int bad = 0, cases = 0;
+    h_seed(21);
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int t = 0; t < 4; t++) {
+            const int ta = t & 1, tb = t >> 1, M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5; /* strides past the shape */
+            uint16_t *A = malloc((size_t)(ta ? K : M) * lda * 2), *B = malloc((size_t)(tb ? N : K) * ldb * 2);
+            float *want = malloc((size_t)M * N * 4), *got = malloc((size_t)M * N * 4);
+            float *pack = malloc(nn_gemm_fma_pack_floats(M, N, K) * 4);
+            for (int i = 0; i < (ta ? K : M) * lda; i++) A[i] = bf16_value(i);
+            for (int i = 0; i < (tb ? N : K) * ldb; i++) B[i] = bf16_value(i + 1);
+            nn_gemm_fma_ref(ta, tb, M, N, K, A, lda, B, ldb, want);
+            nn_gemm_fma_tile(ta, tb, M, N, K, A, lda, B, ldb, got, pack);
+            const int differ = memcmp(want, got, (size_t)M * N * 4) != 0;
+            bad += differ;
+            if (differ) printf("    differs: M %d N %d K %d ta %d tb %d\n", M, N, K, ta, tb);
+            cases++;
+            free(A), free(B), free(want), free(got), free(pack);
+        }
+    CHECK(bad == 0, "%d of %d tiles differ from nn_gemm_fma_ref", bad, cases);
+    /* through the door: a GPT-2-like product's grid of tiles on 1, 2 and 3 threads */
+    const int M = 200, N = 300, K = 270;
+    uint16_t *A = malloc((size_t)M * K * 2), *B = malloc((size_t)N * K * 2);
+    float *want = malloc((size_t)M * N * 4);
+    for (int i = 0; i < M * K; i++) A[i] = bf16_value(i);
+    for (int i = 0; i < N * K; i++) B[i] = bf16_value(i + 7);
+    nn_gemm_fma_ref(0, 1, M, N, K, A, K, B, K, want);
+    for (int th = 1; th <= 3; th++) {
+        CHECK(collage_products_pin("bf16=fma", NULL, 0) == COLLAGE_OK, "pin bf16=fma");
+        collage_set_threads(th);
+        float *c = malloc((size_t)M * N * 4);
+        CHECK(collage_bf16_matmul(0, 1, M, N, K, (const collage_bf16 *)A, K, (const collage_bf16 *)B, K, c, N) == COLLAGE_OK,
+              "collage_bf16_matmul");
+        CHECK(!memcmp(c, want, (size_t)M * N * 4), "%d threads: the door's product differs from nn_gemm_fma_ref", th);
+        free(c);
+    }
+    collage_products_pin(NULL, NULL, 0);
+    collage_set_threads(0);
+    free(A), free(B), free(want);
+    printf("    %d tiles and a %d x %d x %d product on 1-3 threads: collage's bf16 GEMM equals its twin bit for bit\n", cases,
+           M, N, K);
+}
+
 /* ---------------------------------------------------------------- the core's peak */
 /* The peak of the instruction a kernel runs on (fp32 FMA for every fp32 kernel and the widening path,
  * AMX's tile product or VDPBF16PS for oneDNN's bf16 GEMM by the hardware it reports, and fp32 FMA for
@@ -274,6 +335,7 @@ int main(void) {
     if (h_cli_setup("products", g_bin, g_dir, g_text, 5)) return 1;
     setenv("COLLAGE_PRODUCTS_FILE", "off", 1);
     RUN(test_ref_kernel);
+    RUN(test_fma_kernel);
     RUN(test_peak_above_kernels);
     RUN(test_pin_and_parse);
     RUN(test_threads_every_kernel);

@@ -379,7 +379,7 @@ static nn_products default_products(void) {
 
 const char *collage_bf16_products(void) {
     const nn_products p = default_products();
-    return p.bf16 == NN_BF16_ONEDNN ? nn_bf16_label(p.bf16) : "bf16 widened to fp32 sgemm";
+    return p.bf16 != NN_BF16_WIDEN ? nn_bf16_label(p.bf16) : "bf16 widened to fp32 sgemm";
 }
 
 const char *collage_openblas_core(void) { return nn_openblas_core(); }
@@ -405,14 +405,15 @@ void collage_products_machine(char *out, size_t cap) {
     if (picked) snprintf(note, sizeof note, "; OPENBLAS_CORETYPE set by collage: this OpenBLAS picked %.32s here", picked);
     snprintf(out, cap,
              "fp32 kernels: OpenBLAS sgemm (%s kernels%s%s%s%s), oneDNN sgemm%s, collage's reference sgemm\n"
-             "bf16 paths: %s, widened to the fp32 kernel\n"
-             "chosen per model: %s%s%s%s",
+             "bf16 paths: %s, %s, widened to the fp32 kernel\n"
+             "chosen per model: %s%s%s%s%s",
              nn_openblas_core(), below ? "; below this CPU's " : "", below ? want : "", below ? ": set OPENBLAS_CORETYPE" : "", note,
              nn_sgemm_available(NN_SGEMM_ONEDNN) ? "" : " (not in this build)",
              nn_bf16_available(NN_BF16_ONEDNN) ? nn_bf16_label(NN_BF16_ONEDNN) : "oneDNN bf16 GEMM (not on this CPU or build)",
+             nn_bf16_available(NN_BF16_FMA) ? nn_bf16_label(NN_BF16_FMA) : "collage's bf16 GEMM (needs AVX-512)",
              f32 >= 0 || bf16 >= 0 ? "pinned" : "the fastest measured on its shapes",
              f32 >= 0 ? " fp32=" : "", f32 >= 0 ? nn_sgemm_name((nn_sgemm)f32) : "",
-             bf16 >= 0 ? (bf16 == NN_BF16_ONEDNN ? " bf16=onednn" : " bf16=widen") : "");
+             bf16 >= 0 ? " bf16=" : "", bf16 >= 0 ? nn_bf16_name((nn_bf16_path)bf16) : "");
     char rem[2048];
     const size_t len = strlen(out);
     if (collage__products_remembered(rem, sizeof rem) > 0 && len < cap)

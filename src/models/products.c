@@ -250,8 +250,8 @@ void collage__products_describe(const collage__products *p, collage_real prec, c
     if (p->gflops[1] > 0) snprintf(b, sizeof b, ", %.0f GFLOP/s", p->gflops[1]);
     if (!bf16) {
         snprintf(out, cap, "%s (%s%s)", nn_sgemm_label(p->prod.f32), p->how[0], f);
-    } else if (p->prod.bf16 == NN_BF16_ONEDNN) {
-        snprintf(out, cap, "%s (%s%s)", nn_bf16_label(NN_BF16_ONEDNN), p->how[1], b);
+    } else if (p->prod.bf16 != NN_BF16_WIDEN) {
+        snprintf(out, cap, "%s (%s%s)", nn_bf16_label(p->prod.bf16), p->how[1], b);
     } else {
         snprintf(out, cap, "bf16 widened to fp32, %s (%s%s)", nn_sgemm_label(p->prod.f32), p->how[1], b);
     }

@@ -85,11 +85,14 @@ static void detect_hw(void) {
 
 int nn_bf16_available(nn_bf16_path p) {
     pthread_once(&g_hw_once, detect_hw);
-    return p == NN_BF16_WIDEN || (p == NN_BF16_ONEDNN && g_hw);
+    return p == NN_BF16_WIDEN || (p == NN_BF16_ONEDNN && g_hw) || (p == NN_BF16_FMA && collage_get_isa() == COLLAGE_ISA_AVX512);
 }
-const char *nn_bf16_name(nn_bf16_path p) { return p == NN_BF16_ONEDNN ? "onednn" : p == NN_BF16_WIDEN ? "widen" : NULL; }
+const char *nn_bf16_name(nn_bf16_path p) {
+    return p == NN_BF16_ONEDNN ? "onednn" : p == NN_BF16_WIDEN ? "widen" : p == NN_BF16_FMA ? "fma" : NULL;
+}
 const char *nn_bf16_label(nn_bf16_path p) {
     pthread_once(&g_hw_once, detect_hw);
+    if (p == NN_BF16_FMA) return "collage's bf16 GEMM (fp32 FMA, AVX-512)";
     if (p != NN_BF16_ONEDNN) return "widened to fp32 sgemm";
     return g_hw && g_hw[1] == 'M' ? "oneDNN bf16 GEMM (AMX)" : "oneDNN bf16 GEMM (AVX512_BF16)";
 }
@@ -117,7 +120,7 @@ int nn_products_parse(const char *spec, int *f32, int *bf16, char *err, size_t c
             return snprintf(err, cap, "'%.*s' is not fp32=KERNEL or bf16=PATH", (int)len, p), -1;
         if (k == -2)
             return snprintf(err, cap, "'%.*s': %s", (int)len, p,
-                            isbf ? "the bf16 paths are onednn, widen, auto" : "the fp32 kernels are openblas, onednn, ref, auto"), -1;
+                            isbf ? "the bf16 paths are onednn, fma, widen, auto" : "the fp32 kernels are openblas, onednn, ref, auto"), -1;
         if (k >= 0 && (isbf ? !nn_bf16_available((nn_bf16_path)k) : !nn_sgemm_available((nn_sgemm)k)))
             return snprintf(err, cap, "'%.*s': not available in this build on this CPU", (int)len, p), -1;
         *(isbf ? bf16 : f32) = k;
@@ -282,6 +285,7 @@ void nn_ws_free(nn_ws *ws) {
 #define NATIVE_TILE 256
 #define NATIVE_MIN 64
 #define NATIVE_COUNT 6
+#define FMA_TILE_N 768
 typedef struct { int tm, tn, mb, nb; } tile_grid;
 
 static tile_grid tiles_of(int M, int N, nn_bf16_path path) {
@@ -292,7 +296,8 @@ static tile_grid tiles_of(int M, int N, nn_bf16_path path) {
         t.tn = g.split_m ? N : g.bs;
     } else {
         t.tm = M < NATIVE_TILE ? M : NATIVE_TILE;
-        t.tn = N < NATIVE_TILE ? N : NATIVE_TILE;
+        const int wide = path == NN_BF16_FMA ? FMA_TILE_N : NATIVE_TILE; /* its A panels packed once a tile */
+        t.tn = N < wide ? N : wide;
         while ((size_t)((M + t.tm - 1) / t.tm) * (size_t)((N + t.tn - 1) / t.tn) < NATIVE_COUNT) {
             int *side = t.tn >= t.tm ? &t.tn : &t.tm;
             if (*side / 2 < NATIVE_MIN) {
@@ -307,17 +312,20 @@ static tile_grid tiles_of(int M, int N, nn_bf16_path path) {
     return t;
 }
 
-/* A tile's floats: its result, and on the widening path both operands in fp32. */
-static size_t tile_floats(const tile_grid *t, int K, int widen) {
+/* A tile's floats: its result, and on the widening path both operands in fp32, on collage's own the
+ * operands' packed panels. */
+static size_t tile_floats(const tile_grid *t, int K, nn_bf16_path path) {
     const size_t m = (size_t)t->tm, n = (size_t)t->tn;
-    return m * n + (widen ? m * (size_t)K + (size_t)K * n : 0);
+    return m * n + (path == NN_BF16_WIDEN  ? m * (size_t)K + (size_t)K * n
+                    : path == NN_BF16_FMA ? nn_gemm_fma_pack_floats(t->tm, t->tn, K)
+                                          : 0);
 }
 
 int nn_gemm_bf16_reserve(nn_ws *ws, int M, int N, int K, int nt, nn_bf16_path path) {
     const tile_grid t = tiles_of(M, N, path);
     const int count = t.mb * t.nb;
     const size_t live = (size_t)(nt < count ? nt : count);
-    return ws_reserve(ws, live * tile_floats(&t, K, path == NN_BF16_WIDEN));
+    return ws_reserve(ws, live * tile_floats(&t, K, path));
 }
 
 /* rows × cols of bf16 at src (row stride ld) widened into dst (row stride cols). */
@@ -345,6 +353,10 @@ static void tile_product(int ta, int tb, int m, int n, int K, const uint16_t *A,
         return;
     }
 #endif
+    if (path == NN_BF16_FMA) {
+        nn_gemm_fma_tile(ta, tb, m, n, K, A, lda, B, ldb, t, t + (size_t)m * n);
+        return;
+    }
     COLLAGE_ASSERT(path == NN_BF16_WIDEN);
     float *a = t + (size_t)m * n, *b = a + (size_t)m * K;
     if (ta) widen_block(a, A, lda, K, m); else widen_block(a, A, lda, m, K);
@@ -357,7 +369,7 @@ void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int ld
     const double p0 = nn_prof_begin(); /* the whole call, epilogues included (nn.h: profiling) */
     const tile_grid g = tiles_of(M, N, path);
     const int count = g.mb * g.nb, par = count > 1 && (double)M * N * K >= GEMM_PAR_MIN;
-    const size_t per = tile_floats(&g, K, path == NN_BF16_WIDEN);
+    const size_t per = tile_floats(&g, K, path);
     COLLAGE_ASSERT(ws->cap >= (size_t)(par ? (nt < count ? nt : count) : 1) * per);
     const nn_sgemm k = kernel_in_use();
     const tiles_guard guard = tiles_begin(k);
@@ -380,7 +392,7 @@ void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int ld
 
 /* The K-blocked product: per thread, a tile's scratch for K blocks of kb, then its accumulator. */
 static size_t kblock_floats(const tile_grid *t, int kb, nn_bf16_path path) {
-    return tile_floats(t, kb, path == NN_BF16_WIDEN) + (size_t)t->tm * (size_t)t->tn;
+    return tile_floats(t, kb, path) + (size_t)t->tm * (size_t)t->tn;
 }
 
 int nn_gemm_bf16_kblocks_reserve(nn_ws *ws, int M, int N, int kb, int nt, nn_bf16_path path) {
@@ -421,6 +433,20 @@ void nn_gemm_bf16_kblocks(int ta, int tb, int M, int N, int K, int kb, const uin
     nn_prof_end(NN_PROF_PRODUCTS, p0, 2.0 * M * N * K);
 }
 
+void nn_gemm_fma_ref(int ta, int tb, int m, int n, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                     float *t) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float s = 0.0f;
+            for (int k = 0; k < K; k++) {
+                const uint16_t a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                const uint16_t b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                s = fmaf(bits_f32((uint32_t)a << 16), bits_f32((uint32_t)b << 16), s);
+            }
+            t[(size_t)i * n + j] = s;
+        }
+}
+
 /* ---------------------------------------------------------------- timing a model's products */
 static double now_s(void) {
     struct timespec ts;
@@ -456,14 +482,16 @@ static double time_tile(const nn_shape *s, int bf16, nn_sgemm k, nn_bf16_path pa
 
 double nn_products_seconds(const nn_shape *shapes, int n, int bf16, nn_sgemm f32, nn_bf16_path path, int reps,
                            double limit) {
-    size_t amax = 1, bmax = 1, cmax = 1;
+    size_t amax = 1, bmax = 1, cmax = 1, pmax = 0;
     for (int i = 0; i < n; i++) {
         const size_t M = (size_t)shapes[i].M, N = (size_t)shapes[i].N, K = (size_t)shapes[i].K;
         if (M * K > amax) amax = M * K;
         if (K * N > bmax) bmax = K * N;
         if (M * N > cmax) cmax = M * N;
+        const size_t pk = nn_gemm_fma_pack_floats(shapes[i].M, shapes[i].N, shapes[i].K); /* a tile's at most */
+        if (pk > pmax) pmax = pk;
     }
-    float *a = malloc(amax * 4), *b = malloc(bmax * 4), *c = malloc((cmax + amax + bmax) * 4);
+    float *a = malloc(amax * 4), *b = malloc(bmax * 4), *c = malloc((cmax + amax + bmax + pmax) * 4);
     uint16_t *a16 = malloc(amax * 2), *b16 = malloc(bmax * 2);
     double total = HUGE_VAL;
     if (a && b && c && a16 && b16) {

@@ -111,14 +111,14 @@ static inline void nn_stream_fence(void) {}
  * (OpenBLAS's and oneDNN's pick their code from the CPU; NN_SGEMM_REF is gemm_ref.c's fixed order, the
  * same bits on every x86-64 CPU); never on the thread count (docs/numerics.md §10). */
 typedef enum { NN_SGEMM_OPENBLAS = 0, NN_SGEMM_ONEDNN, NN_SGEMM_REF, NN_SGEMM_COUNT } nn_sgemm;
-typedef enum { NN_BF16_WIDEN = 0, NN_BF16_ONEDNN, NN_BF16_COUNT } nn_bf16_path;
+typedef enum { NN_BF16_WIDEN = 0, NN_BF16_ONEDNN, NN_BF16_FMA, NN_BF16_COUNT } nn_bf16_path;
 /* A model's products: the sgemm kernel of its fp32 products (and of the widening path), and the path of
  * its bf16 products. */
 typedef struct { nn_sgemm f32; nn_bf16_path bf16; } nn_products;
 const char *nn_sgemm_name(nn_sgemm k);           /* "openblas", "onednn", "ref"; NULL if out of range */
 const char *nn_sgemm_label(nn_sgemm k);          /* "OpenBLAS sgemm (SkylakeX kernels)", … */
 int         nn_sgemm_available(nn_sgemm k);      /* 1: in this build on this CPU */
-const char *nn_bf16_name(nn_bf16_path p);        /* "onednn", "widen" */
+const char *nn_bf16_name(nn_bf16_path p);        /* "onednn", "widen", "fma" */
 const char *nn_bf16_label(nn_bf16_path p);       /* "oneDNN bf16 GEMM (AVX512_BF16)", "widened to fp32 sgemm" */
 int         nn_bf16_available(nn_bf16_path p);   /* oneDNN's: the build has oneDNN and the CPU bf16 instructions */
 /* "fp32=K,bf16=P" (either part may be left out; K: openblas | onednn | ref | auto, P: onednn | widen |
@@ -280,6 +280,16 @@ collage_status nn_gemm_fp8_ref(const nn_fp8_spec *p, int ta, int tb, int M, int 
 typedef struct { int ta, tb, M, N, K, count; } nn_shape;
 double nn_products_seconds(const nn_shape *shapes, int n, int bf16, nn_sgemm f32, nn_bf16_path path, int reps,
                            double limit);
+
+/* collage's own bf16 product (gemm_fma.c, AVX-512): one tile t (m,n) (row stride n) = op(A)·op(B) of bf16
+ * operands, each element one fused multiply-add per k in k order from +0 (docs/numerics.md §10), with
+ * pack (nn_gemm_fma_pack_floats(m, n, K) floats) for the operands' widened panels. K > 0. nn_gemm_fma_ref
+ * (gemm.c) computes the same values in plain C: its twin, for the tests. */
+size_t nn_gemm_fma_pack_floats(int m, int n, int K);
+void   nn_gemm_fma_tile(int ta, int tb, int m, int n, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                        float *t, float *pack);
+void   nn_gemm_fma_ref(int ta, int tb, int m, int n, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                       float *t);
 
 /* The core's arithmetic peak (peak.c), FLOP/s of one core measured by register-only loops running on
  * `threads` cores at once (at most the processors; 1 without OpenMP; the count used in p->threads): fp32

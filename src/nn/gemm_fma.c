@@ -1,0 +1,142 @@
+/* gemm_fma.c — collage's own product of bf16 operands (nn.h: nn_gemm_fma_tile): the operands widened to
+ * fp32 (exactly) as they are packed into panels, then a 12 × 32 micro-kernel of fp32 fused multiply-adds.
+ * On a core whose VDPBF16PS issues at half its FMA rate (Intel family 6 model 207: one every 2 cycles
+ * against two FMAs a cycle), fp32 FMA on widened operands is the bf16 product's ceiling without AMX.
+ * Contract (nn_gemm_fma_ref computes it in plain C): C[i][j] = fma(a(i,K-1), b(K-1,j), … fma(a(i,0),
+ * b(0,j), +0)), one rounding per k in k order, whatever the blocking (a k-block's sums are stored and
+ * reloaded as fp32, exactly); subnormals kept. Built for AVX-512 (Makefile); gemm.c enters it only there. */
+#include "nn.h"
+#include <immintrin.h>
+
+#define MR 12  /* rows of C a micro-kernel keeps: 12 × 2 accumulators, 2 B vectors, 1 broadcast */
+#define NR 32  /* columns: two vectors */
+#define KC 256 /* k per packed block: a B panel, KC × NR floats, is 32 KiB (the L1 cache) */
+
+static inline int round_up(int x, int to) { return (x + to - 1) / to * to; }
+
+size_t nn_gemm_fma_pack_floats(int m, int n, int K) {
+    const int kc = K < KC ? K : KC;
+    return (size_t)(round_up(n, NR) + round_up(m, MR)) * (size_t)kc;
+}
+
+/* 16 bf16 at p (the first kn, the others 0) widened to fp32. */
+static inline __m512 widen16(const uint16_t *p, int kn) {
+    const __m256i v = _mm256_maskz_loadu_epi16((__mmask16)((1u << kn) - 1u), p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+}
+
+/* Rows r < rows of bf16 at src + r·ld (the others 0), their kn ≤ 16 first columns, widened and transposed:
+ * out[k] holds column k, row r in lane r. */
+static void transpose16(const uint16_t *src, size_t ld, int rows, int kn, __m512 out[16]) {
+    __m512 r[16], t[16], u[16];
+    for (int i = 0; i < 16; i++) r[i] = i < rows ? widen16(src + (size_t)i * ld, kn) : _mm512_setzero_ps();
+    for (int i = 0; i < 16; i += 2) t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]), t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    for (int g = 0; g < 16; g += 4) { /* u[g + q]: lane L = rows g..g+3 of column 4L + q */
+        u[g + 0] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+        u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+        u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+        u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+    }
+    for (int q = 0; q < 4; q++) {
+        const __m512 v0 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x88), w0 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xDD);
+        const __m512 v1 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0x88), w1 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0xDD);
+        out[q] = _mm512_shuffle_f32x4(v0, v1, 0x88);
+        out[q + 8] = _mm512_shuffle_f32x4(v0, v1, 0xDD);
+        out[q + 4] = _mm512_shuffle_f32x4(w0, w1, 0x88);
+        out[q + 12] = _mm512_shuffle_f32x4(w0, w1, 0xDD);
+    }
+}
+
+/* A panel: rows i < mr of op(A) from row i0, k in [k0, k0 + kc), into ap[k][MR] (rows past mr 0). */
+static void pack_a(int ta, const uint16_t *A, int lda, int i0, int mr, int k0, int kc, float *ap) {
+    const __mmask16 rows = (__mmask16)((1u << MR) - 1u), valid = (__mmask16)((1u << mr) - 1u);
+    if (ta) { /* a(i,k) = A[k·lda + i]: each k a row of memory */
+        for (int k = 0; k < kc; k++)
+            _mm512_mask_storeu_ps(ap + (size_t)k * MR, rows,
+                                  _mm512_maskz_mov_ps(valid, widen16(A + (size_t)(k0 + k) * lda + i0, mr)));
+        return;
+    }
+    __m512 col[16];
+    for (int k = 0; k < kc; k += 16) { /* a(i,k) = A[i·lda + k]: transposed 16 columns at a time */
+        const int kn = kc - k < 16 ? kc - k : 16;
+        transpose16(A + (size_t)i0 * lda + k0 + k, (size_t)lda, mr, kn, col);
+        for (int q = 0; q < kn; q++) _mm512_mask_storeu_ps(ap + (size_t)(k + q) * MR, rows, col[q]);
+    }
+}
+
+/* B panel: columns j < nr of op(B) from column j0, k in [k0, k0 + kc), into bp[k][NR] (columns past nr 0). */
+static void pack_b(int tb, const uint16_t *B, int ldb, int j0, int nr, int k0, int kc, float *bp) {
+    if (!tb) { /* b(k,j) = B[k·ldb + j]: each k a row of memory */
+        const int n0 = nr < 16 ? nr : 16, n1 = nr - n0;
+        for (int k = 0; k < kc; k++) {
+            const uint16_t *src = B + (size_t)(k0 + k) * ldb + j0;
+            _mm512_storeu_ps(bp + (size_t)k * NR, widen16(src, n0));
+            _mm512_storeu_ps(bp + (size_t)k * NR + 16, n1 > 0 ? widen16(src + 16, n1) : _mm512_setzero_ps());
+        }
+        return;
+    }
+    __m512 col[16];
+    for (int h = 0; h < 2; h++) { /* b(k,j) = B[j·ldb + k]: two halves of 16 columns, transposed */
+        const int rows = nr - 16 * h;
+        for (int k = 0; k < kc; k += 16) {
+            const int kn = kc - k < 16 ? kc - k : 16;
+            if (rows > 0) transpose16(B + (size_t)(j0 + 16 * h) * ldb + k0 + k, (size_t)ldb, rows < 16 ? rows : 16, kn, col);
+            for (int q = 0; q < kn; q++)
+                _mm512_storeu_ps(bp + (size_t)(k + q) * NR + 16 * h, rows > 0 ? col[q] : _mm512_setzero_ps());
+        }
+    }
+}
+
+/* c (MR × NR, row stride ldc) = (first ? 0 : c) + Σ_k ap[k][·] ⊗ bp[k][·], one FMA per k in k order. */
+static void micro(int kc, const float *ap, const float *bp, float *c, size_t ldc, int first) {
+    __m512 acc[MR][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++) {
+        acc[r][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + (size_t)r * ldc);
+        acc[r][1] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + (size_t)r * ldc + 16);
+    }
+    for (int k = 0; k < kc; k++) {
+        const __m512 b0 = _mm512_loadu_ps(bp + (size_t)k * NR), b1 = _mm512_loadu_ps(bp + (size_t)k * NR + 16);
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++) {
+            const __m512 a = _mm512_set1_ps(ap[(size_t)k * MR + r]);
+            acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++) {
+        _mm512_storeu_ps(c + (size_t)r * ldc, acc[r][0]);
+        _mm512_storeu_ps(c + (size_t)r * ldc + 16, acc[r][1]);
+    }
+}
+
+/* An edge block (mr ≤ MR rows, nr ≤ NR columns of C at c): through a full block in edge[]. */
+static void micro_edge(int kc, const float *ap, const float *bp, float *c, size_t ldc, int first, int mr, int nr) {
+    float edge[MR * NR];
+    for (int r = 0; r < MR; r++)
+        for (int j = 0; j < NR; j++) edge[r * NR + j] = first || r >= mr || j >= nr ? 0.0f : c[(size_t)r * ldc + j];
+    micro(kc, ap, bp, edge, NR, first);
+    for (int r = 0; r < mr; r++) memcpy(c + (size_t)r * ldc, edge + r * NR, (size_t)nr * sizeof(float));
+}
+
+void nn_gemm_fma_tile(int ta, int tb, int m, int n, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                      float *t, float *pack) {
+    const int np = round_up(n, NR) / NR, mp = round_up(m, MR) / MR;
+    for (int k0 = 0; k0 < K; k0 += KC) {
+        const int kc = K - k0 < KC ? K - k0 : KC;
+        float *bp = pack, *ap = pack + (size_t)np * NR * kc;
+        for (int p = 0; p < np; p++)
+            pack_b(tb, B, ldb, p * NR, n - p * NR < NR ? n - p * NR : NR, k0, kc, bp + (size_t)p * NR * kc);
+        for (int p = 0; p < mp; p++)
+            pack_a(ta, A, lda, p * MR, m - p * MR < MR ? m - p * MR : MR, k0, kc, ap + (size_t)p * MR * kc);
+        for (int q = 0; q < np; q++)
+            for (int p = 0; p < mp; p++) {
+                const int mr = m - p * MR < MR ? m - p * MR : MR, nr = n - q * NR < NR ? n - q * NR : NR;
+                float *c = t + (size_t)p * MR * n + (size_t)q * NR;
+                const float *a = ap + (size_t)p * MR * kc, *b = bp + (size_t)q * NR * kc;
+                if (mr == MR && nr == NR) micro(kc, a, b, c, (size_t)n, k0 == 0);
+                else micro_edge(kc, a, b, c, (size_t)n, k0 == 0, mr, nr);
+            }
+    }
+}
