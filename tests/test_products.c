@@ -198,6 +198,11 @@ static double peak_of(const nn_peak *p, int bf16, int path) {
     return strstr(nn_bf16_label((nn_bf16_path)path), "AMX") ? p->amx_bf16 : p->bf16_dot;
 }
 
+/* A core's clock can move between two measurements on a shared machine (2.0-2.4 GHz seen within an hour):
+ * a kernel is allowed this much over the peak measured beside it. A loop that is not issue-bound measures
+ * far below the peak (the accumulators kept in memory gave about half). */
+#define PEAK_SLACK 1.05
+
 /* The core's peak is a ceiling: no kernel this build has runs a product faster on one core. Each kernel
  * is timed on a GPT-2 product shape (512 × 768 × 768, one thread, the best of 5) beside the peak measured
  * in the same test (the higher of a measurement before and after, so that a moment of load on a shared
@@ -233,8 +238,8 @@ static void test_peak_above_kernels(void) {
             if (rate[bf16][k] <= 0) continue;
             const char *name = bf16 ? nn_bf16_label((nn_bf16_path)k) : nn_sgemm_label((nn_sgemm)k);
             const double peak = peak_of(&p, bf16, k);
-            CHECK(peak >= rate[bf16][k], "%s runs at %.1f GFLOP/s, above the core peak %.1f", name, rate[bf16][k] * 1e-9,
-                  peak * 1e-9);
+            CHECK(PEAK_SLACK * peak >= rate[bf16][k], "%s runs at %.1f GFLOP/s, above the core peak %.1f", name,
+                  rate[bf16][k] * 1e-9, peak * 1e-9);
             printf("    %-40s %6.1f GFLOP/s, %3.0f%% of its instruction's peak (%.1f)\n", name, rate[bf16][k] * 1e-9,
                    100 * rate[bf16][k] / peak, peak * 1e-9);
         }
