@@ -224,13 +224,11 @@ static void bench_run_medians(const bench_run *r, int n, double med[NPH]) {
     for (int k = 0; k < NPH; k++) med[k] = bench_median(r->t[k], n) * 1e3;
 }
 
-static const collage_core_peak *core_peak(void) { return bench_core_peak(); }
-
 /* The physical limit of a row's products on the threads used: AMX's tile peak where they run on oneDNN's
  * AMX kernels, the bf16 dot product's on oneDNN's AVX512_BF16 ones, else fp32 FMA's (every other kernel
  * multiplies fp32 numbers, bf16 operands widened). */
 static double row_peak(const char *products) {
-    const collage_core_peak *p = core_peak();
+    const collage_core_peak *p = bench_core_peak();
     const int amx = products && strstr(products, "(AMX)") && p->amx_bf16 > 0;
     const int dot = products && strstr(products, "oneDNN bf16") && !amx && p->bf16_dot > 0;
     return (amx ? p->amx_bf16 : dot ? p->bf16_dot : p->fma) * collage_get_threads();
@@ -386,7 +384,7 @@ static int model_open(bench_model_set *m, const char *preset, int B, int T, int 
     openblas_set_num_threads(1); /* the model's tiles are single-threaded: no call switches it and back */
     m->ref[1] = bf16_rate(&m->c, B * T, K, 3); /* the bf16 model's products alone: the reference of bf16 */
     char peak_text[256];
-    bench_peak_line(core_peak(), peak_text, sizeof peak_text);
+    bench_peak_line(bench_core_peak(), peak_text, sizeof peak_text);
     if (!json && mlm) printf("%s: masked LM, %d of the %d positions scored, the head on those only\n", preset, K, B * T);
     if (!json)
         printf("collage bench model: %s (%zu params), optimizer %s, B = %d, T = %d, %d thread%s; median of %d step%s "
@@ -534,7 +532,7 @@ static int bench_model(const char *const *presets, int nm, int B, int T, int ste
     if (!rc) { /* the peak measured again: a shared core's moment of load cannot set it for the rows */
         char again[256];
         bench_core_peak_again();
-        bench_peak_line(core_peak(), again, sizeof again);
+        bench_peak_line(bench_core_peak(), again, sizeof again);
         if (!json) printf("%s (the higher of two measurements, before and after the steps)\n", again);
     }
     for (int m = 0; m < opened && !rc; m++) model_rows(&ms[m], chosen, done, B, T, steps, json, gf[m]);

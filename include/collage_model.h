@@ -219,22 +219,24 @@ void           collage_model_profile_set(collage_model *m, int on);
 collage_status collage_model_profile_get(const collage_model *m, collage_model_profile *out);
 /* ---- the kernels of the products (docs/numerics.md §10)
  * A product runs on one of the kernels this build has: fp32 on OpenBLAS's sgemm, oneDNN's sgemm or
- * collage's reference sgemm (a fixed order: the same bits on every x86-64 CPU); bf16 operands on
- * oneDNN's bf16 GEMM (CPUs with AVX512_BF16 or AMX), on collage's own (fp32 FMAs on operands widened as
- * they are packed; AVX-512), or widened exactly to fp32 and multiplied by the fp32 kernel. A model chooses at create, for its own product shapes: the pinned kernels if any, else
- * the ones remembered for this machine and these shapes in the products file, else it times each kernel
- * on one thread, takes the fastest and remembers it there. The file: $COLLAGE_PRODUCTS_FILE, else
- * $XDG_CACHE_HOME/collage/products, else ~/.cache/collage/products ("off": none, measured each time).
- * The bits of a model depend on its kernels and the CPU, never on the thread count: pin the kernels
- * (or resume a run, which pins what it recorded) to rerun bit for bit.
+ * collage's reference sgemm (a fixed order: the same bits on every x86-64 CPU); bf16 operands on oneDNN's
+ * bf16 GEMM (CPUs with AVX512_BF16 or AMX), on collage's own (fp32 FMAs on operands widened as they are
+ * packed; AVX-512), or widened exactly to fp32 and multiplied by the fp32 kernel. A model chooses at
+ * create, for its own product shapes: the pinned kernels if any, else the ones remembered for this machine
+ * and these shapes in the products file, else it times each kernel on one thread, takes the fastest and
+ * remembers it there. The file: $COLLAGE_PRODUCTS_FILE, else $XDG_CACHE_HOME/collage/products, else
+ * ~/.cache/collage/products ("off": none, measured each time). The bits of a model depend on its kernels
+ * and the CPU, never on the thread count: pin the kernels (or resume a run, which pins what it recorded) to
+ * rerun bit for bit.
  * OpenBLAS picks its own kernels when it loads, by the CPU it knows: a build that does not know the CPU
  * falls back to slower ones (collage_products_machine says so). A host program sets OPENBLAS_CORETYPE
- * (SkylakeX on AVX-512 CPUs, Haswell on AVX2) before OpenBLAS loads, or lets the measurement choose
- * another kernel; the collage CLI does the former itself. */
-/* Pin the kernels of the models created from now on: "fp32=K,bf16=P" (K: openblas | onednn | ref | auto;
- * P: onednn | fma (collage's own, AVX-512) | widen | auto; either part may be left out) or "ref" (fp32=ref,bf16=widen). NULL unpins:
- * the environment's COLLAGE_GEMM (same syntax) applies again, and COLLAGE_BF16_GEMM=widen pins the bf16
- * path. COLLAGE_ERR_ARG with a message naming the part that is wrong (nothing changed). */
+ * (SkylakeX on AVX-512 CPUs, Haswell on AVX2) before OpenBLAS loads, or lets the measurement choose another
+ * kernel; the collage CLI does the former itself. */
+/* Pin the kernels of the models created from now on: "fp32=K,bf16=P" (K: openblas | onednn | ref | auto; P:
+ * onednn | fma (collage's own, AVX-512) | widen | auto; either part may be left out) or "ref"
+ * (fp32=ref,bf16=widen). NULL unpins: the environment's COLLAGE_GEMM (same syntax) applies again, and
+ * COLLAGE_BF16_GEMM=widen pins the bf16 path. COLLAGE_ERR_ARG with a message naming the part that is wrong
+ * (nothing changed). */
 collage_status collage_products_pin(const char *spec, char *err, size_t cap);
 /* Whether spec is a valid pin here (as collage_products_pin, without pinning). */
 collage_status collage_products_check(const char *spec, char *err, size_t cap);

@@ -193,7 +193,7 @@ static void test_fma_kernel(void) {
 /* The peak of the instruction a kernel runs on (fp32 FMA for every fp32 kernel and the widening path,
  * AMX's tile product or VDPBF16PS for oneDNN's bf16 GEMM by the hardware it reports, and fp32 FMA for
  * collage's own bf16 kernel, which multiplies widened operands): FLOP/s of one core. */
-static double peak_of(const nn_peak *p, int bf16, int path) {
+static double peak_of(const collage_core_peak *p, int bf16, int path) {
     if (!bf16 || path != NN_BF16_ONEDNN) return p->fma;
     return strstr(nn_bf16_label((nn_bf16_path)path), "AMX") ? p->amx_bf16 : p->bf16_dot;
 }
@@ -209,8 +209,8 @@ static double peak_of(const nn_peak *p, int bf16, int path) {
  * machine cannot make the peak look low). A peak below a real kernel's rate would mean the peak loops
  * are not issue-bound. Also: a peak for every instruction the CPU has. */
 static void test_peak_above_kernels(void) {
-    nn_peak before, after;
-    nn_core_peak(&before, 1);
+    collage_core_peak before, after;
+    collage_core_peak_measure(1, &before);
     const nn_shape s = {0, 1, 512, 768, 768, 1};
     const double flops = 2.0 * s.M * s.N * s.K;
     _Static_assert(NN_SGEMM_COUNT <= 8 && NN_BF16_COUNT <= 8, "rate's rows");
@@ -222,8 +222,8 @@ static void test_peak_above_kernels(void) {
             if (!nn_sgemm_available(f32)) continue;
             rate[bf16][k] = flops / nn_products_seconds(&s, 1, bf16, f32, bf16 ? (nn_bf16_path)k : NN_BF16_WIDEN, 5, HUGE_VAL);
         }
-    nn_core_peak(&after, 1);
-    nn_peak p = before;
+    collage_core_peak_measure(1, &after);
+    collage_core_peak p = before;
     if (after.fma > p.fma) p.fma = after.fma;
     if (after.bf16_dot > p.bf16_dot) p.bf16_dot = after.bf16_dot;
     if (after.amx_bf16 > p.amx_bf16) p.amx_bf16 = after.amx_bf16;

@@ -313,12 +313,12 @@ typedef struct { int tok; nn_prof *prev; double t0; } call_guard;
 
 static call_guard call_begin(collage_model *m) {
     call_guard g = {.tok = nn_blas_begin(m->pp.prod.f32)};
-    if (m->prof_on) g.prev = nn_prof_swap(&m->prof), g.t0 = nn_prof_now();
+    if (m->prof_on) g.prev = nn_prof_swap(&m->prof), g.t0 = nn_now();
     return g;
 }
 
 static void call_end(collage_model *m, call_guard g) {
-    if (m->prof_on) m->prof_s += nn_prof_now() - g.t0, nn_prof_swap(g.prev);
+    if (m->prof_on) m->prof_s += nn_now() - g.t0, nn_prof_swap(g.prev);
     nn_blas_end(g.tok);
 }
 
@@ -386,13 +386,6 @@ const char *collage_openblas_core(void) { return nn_openblas_core(); }
 const char *collage_openblas_coretype_wanted(void) {
     const char *want = NULL;
     return nn_openblas_below(&want) ? want : NULL;
-}
-
-void collage_core_peak_measure(int threads, collage_core_peak *out) {
-    nn_peak p;
-    nn_core_peak(&p, threads);
-    *out = (collage_core_peak){.fma = p.fma, .bf16_dot = p.bf16_dot, .amx_bf16 = p.amx_bf16, .fma_bits = p.fma_bits,
-                               .threads = p.threads};
 }
 
 void collage_products_machine(char *out, size_t cap) {

@@ -5,7 +5,6 @@
 #include "nn.h"
 #include <cblas.h>
 #include <pthread.h>
-#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -448,12 +447,6 @@ void nn_gemm_fma_ref(int ta, int tb, int m, int n, int K, const uint16_t *A, int
 }
 
 /* ---------------------------------------------------------------- timing a model's products */
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The first tile of shape s, timed (best of reps) on this thread: fp32 operands at a, b, c (each large
  * enough), or bf16 ones at a16, b16 with ws for the result. Returns seconds × tiles. */
 static double time_tile(const nn_shape *s, int bf16, nn_sgemm k, nn_bf16_path path, const float *a, const float *b,
@@ -471,10 +464,10 @@ static double time_tile(const nn_shape *s, int bf16, nn_sgemm k, nn_bf16_path pa
     const int lda = s->ta ? m : s->K, ldb = s->tb ? s->K : n;
     double best = HUGE_VAL;
     for (int r = 0; r <= reps; r++) { /* the first run warms the caches and the kernel's code */
-        const double t0 = now_s();
+        const double t0 = nn_now();
         if (bf16) tile_product(s->ta, s->tb, m, n, s->K, a16, lda, b16, ldb, t, path, k);
         else k_sgemm[k].fn(s->ta, s->tb, m, n, s->K, a, lda, b, ldb, 0.0f, c, n);
-        const double dt = now_s() - t0;
+        const double dt = nn_now() - t0;
         if (r > 0 && dt < best) best = dt;
     }
     return best * tiles;

@@ -2,7 +2,6 @@
  * their fp8 values (exact in bf16) multiplied through the bf16 products' door with fp32 sums, and the
  * blocks' scales applied in fp32 per K block; and the scalar reference twin of the whole. */
 #include "nn.h"
-#include <time.h>
 
 void nn_fp8_ws_free(nn_fp8_ws *ws) {
     for (int i = 0; i < 2; i++) free(ws->v[i]), free(ws->s[i]), free(ws->inv[i]);
@@ -131,12 +130,6 @@ void nn_gemm_fp8_q(int ta, int tb, int M, int N, int K, const nn_fp8_operand *A,
     nn_gemm_bf16_kblocks(ta, tb, M, N, K, kstep, A->v, A->ld, B->v, B->ld, fold_scaled, ep_forward, &f, tiles, path, nt);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int nn_fp8_wcopy_alloc(nn_fp8_wcopy *wc, const nn_fp8_layer *L, int C, int OC) {
     nn_fp8_wcopy_free(wc);
     const nn_fp8_spec fwd = {.recipe = L->recipe, .e4m3_all = L->e4m3_all, .ra = COLLAGE_FP8_ACT, .rb = COLLAGE_FP8_WEIGHT};
@@ -182,11 +175,11 @@ collage_status nn_gemm_fp8_w(const nn_fp8_spec *p, int ta, int tb, int M, int N,
     nn_fp8_operand oa, ob;
     float ama, amb;
     const double p0 = nn_prof_begin(); /* the quantization and the product (nn.h: profiling) */
-    const double t0 = now_s();
+    const double t0 = nn_now();
     collage_status st = nn_fp8_operand_make(&oa, &qa, A, ta ? K : M, ta ? M : K, lda, ws->v[0], ws->s[0], ws->inv[0],
                                             &ama, nt);
     if (st == COLLAGE_OK) st = operand_b(&ob, &qb, B, tb ? N : K, tb ? K : N, ldb, ws, wc, reuse, &amb, nt);
-    ws->quant_s += now_s() - t0;
+    ws->quant_s += nn_now() - t0;
     if (st != COLLAGE_OK) {
         nn_prof_end(NN_PROF_PRODUCTS, p0, 0.0);
         return st;

@@ -291,13 +291,6 @@ void   nn_gemm_fma_tile(int ta, int tb, int m, int n, int K, const uint16_t *A, 
 void   nn_gemm_fma_ref(int ta, int tb, int m, int n, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                        float *t);
 
-/* The core's arithmetic peak (peak.c), FLOP/s of one core measured by register-only loops running on
- * `threads` cores at once (at most the processors; 1 without OpenMP; the count used in p->threads): fp32
- * FMA (fma_bits 512 or 256; 0: none), VDPBF16PS, AMX's TDPBF16PS; 0 where the CPU (for AMX: or the OS)
- * lacks the instruction. */
-typedef struct { double fma, bf16_dot, amx_bf16; int fma_bits, threads; } nn_peak;
-void nn_core_peak(nn_peak *p, int threads);
-
 /* The kernel every library call that reaches a product brackets its work with: nn_blas_begin sets the
  * sgemm kernel of this thread's products (returned value: the one it replaces, for nn_blas_end) and keeps
  * OpenBLAS's process-wide thread count at 1 from the first begin until the last end (calls may nest and
@@ -310,6 +303,9 @@ void nn_blas_end(int token);
  * to set in OPENBLAS_CORETYPE before OpenBLAS loads is written to want (NULL where it is not below). */
 const char *nn_openblas_core(void);
 int         nn_openblas_below(const char **want);
+
+/* Seconds on the monotonic clock (prof.c): the products' timing, the profile and the peak loops. */
+double nn_now(void);
 
 /* ---------------------------------------------------------------- profiling (prof.c) */
 /* Where a model's calls spend their time. The model object makes its nn_prof this thread's for the
@@ -324,7 +320,6 @@ typedef struct {
     long long calls[NN_PROF_KINDS];
     int depth; /* timed calls open, on the thread whose profile this is */
 } nn_prof;
-double   nn_prof_now(void);           /* seconds, monotonic */
 nn_prof *nn_prof_swap(nn_prof *p);    /* this thread's profile becomes p (NULL: none); returns the one before */
 double   nn_prof_begin(void);         /* at a timed call's entry: its start, for nn_prof_end (0: none read) */
 void     nn_prof_end(nn_prof_kind k, double t0, double flops); /* at its exit */

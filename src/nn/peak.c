@@ -1,12 +1,13 @@
 /* peak.c — the core's arithmetic peak for the instructions the products use, measured with register-only
  * loops: fp32 FMA (VFMADD231PS, 512-bit where the CPU has AVX-512, else 256-bit), the bf16 dot product
  * (VDPBF16PS: per fp32 lane two bf16 products added to the sum, 4 FLOPs) and AMX's bf16 tile product
- * (TDPBF16PS: a 16×16 fp32 tile += 16×32 bf16 · 32×16 bf16, 16384 FLOPs) where the OS grants AMX. */
+ * (TDPBF16PS: a 16×16 fp32 tile += 16×32 bf16 · 32×16 bf16, 16384 FLOPs) where the OS grants AMX:
+ * collage_core_peak_measure (collage_model.h). */
+#include "collage_model.h"
 #include "nn.h"
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -27,12 +28,6 @@
 #define PEAK_SUM(red)                                                                                            \
     (red(c0) + red(c1) + red(c2) + red(c3) + red(c4) + red(c5) + red(c6) + red(c7) + red(c8) + red(c9) +        \
      red(c10) + red(c11) + red(c12) + red(c13) + red(c14) + red(c15))
-
-static double peak_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* One loop: NAME(iters) in target TGT on vectors V made by SET1 (distinct accumulators: identical chains
  * would be computed once), each step OP(c) on each, summed by RED into a sink; returns its FLOPs at FLOPS
@@ -126,21 +121,21 @@ static double best_of(double (*fn)(long), long iters, int threads) {
     for (int r = 0; r <= PEAK_RUNS; r++) {
 #pragma omp barrier
 #pragma omp master
-        t0 = peak_now();
+        t0 = nn_now();
         const double f = fn(r ? iters : iters / 2);
 #pragma omp barrier
 #pragma omp master
         {
             flops = f;
-            const double g = flops / (peak_now() - t0);
+            const double g = flops / (nn_now() - t0);
             if (r && g > best) best = g;
         }
     }
     return best;
 }
 
-void nn_core_peak(nn_peak *p, int threads) {
-    *p = (nn_peak){0};
+void collage_core_peak_measure(int threads, collage_core_peak *p) {
+    *p = (collage_core_peak){0};
 #ifdef _OPENMP
     if (threads > omp_get_num_procs()) threads = omp_get_num_procs();
 #else
