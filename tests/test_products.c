@@ -203,10 +203,22 @@ static double peak_of(const collage_core_peak *p, int bf16, int path) {
  * far below the peak (the accumulators kept in memory gave about half). */
 #define PEAK_SLACK 1.05
 
+/* Under other load the peak loop can be given a smaller share of the core than the best of a kernel's
+ * runs was: the peak is measured again, the highest kept, up to this many times while a kernel is above it. */
+#define PEAK_ROUNDS 6
+
+/* 1 when a kernel's rate passes the peak of its instruction (with the slack). */
+static int kernel_above(const collage_core_peak *p, double rate[2][8]) {
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int k = 0; k < 8; k++)
+            if (rate[bf16][k] > 0 && PEAK_SLACK * peak_of(p, bf16, k) < rate[bf16][k]) return 1;
+    return 0;
+}
+
 /* The core's peak is a ceiling: no kernel this build has runs a product faster on one core. Each kernel
  * is timed on a GPT-2 product shape (512 × 768 × 768, one thread, the best of 5) beside the peak measured
- * in the same test (the higher of a measurement before and after, so that a moment of load on a shared
- * machine cannot make the peak look low). A peak below a real kernel's rate would mean the peak loops
+ * in the same test (the highest of a measurement before and those after, so that load on a shared machine
+ * cannot make the peak look low). A peak below a real kernel's rate would mean the peak loops
  * are not issue-bound. Also: a peak for every instruction the CPU has. */
 static void test_peak_above_kernels(void) {
     collage_core_peak before, after;
@@ -222,11 +234,13 @@ static void test_peak_above_kernels(void) {
             if (!nn_sgemm_available(f32)) continue;
             rate[bf16][k] = flops / nn_products_seconds(&s, 1, bf16, f32, bf16 ? (nn_bf16_path)k : NN_BF16_WIDEN, 5, HUGE_VAL);
         }
-    collage_core_peak_measure(1, &after);
     collage_core_peak p = before;
-    if (after.fma > p.fma) p.fma = after.fma;
-    if (after.bf16_dot > p.bf16_dot) p.bf16_dot = after.bf16_dot;
-    if (after.amx_bf16 > p.amx_bf16) p.amx_bf16 = after.amx_bf16;
+    for (int round = 0; round < PEAK_ROUNDS && (round == 0 || kernel_above(&p, rate)); round++) {
+        collage_core_peak_measure(1, &after);
+        if (after.fma > p.fma) p.fma = after.fma;
+        if (after.bf16_dot > p.bf16_dot) p.bf16_dot = after.bf16_dot;
+        if (after.amx_bf16 > p.amx_bf16) p.amx_bf16 = after.amx_bf16;
+    }
     __builtin_cpu_init();
     CHECK(p.fma > 0 || !__builtin_cpu_supports("fma"), "no FMA peak on a CPU with FMA");
     CHECK(p.fma_bits == (__builtin_cpu_supports("avx512f") ? 512 : __builtin_cpu_supports("fma") ? 256 : 0),
