@@ -214,6 +214,7 @@ const char *cli_hint(collage_status st) {
     case COLLAGE_ERR_FORMAT: return "the file is damaged, or not of the kind the flag takes";
     case COLLAGE_ERR_NOMEM: return "a smaller --model or --batch";
     case COLLAGE_ERR_PEER: return "the failing rank's own message names the problem";
+    case COLLAGE_ERR_BUSY: return "wait for that run to end or stop it, or use another folder";
     default: return "--help lists the flags";
     }
 }

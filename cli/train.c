@@ -104,9 +104,30 @@ static int check_out_file(const char *flag, const char *path) {
 
 /* --save, --log, --summary (rank 0): created or tested for writing; the log opened (appending: a
  * failing run truncates nothing). 0, or -1 (message printed); the exit status in *rc. */
+/* The --save folder's lock, held from the check of the folder to the end of the run. */
+static collage_folder_lock *g_lock;
+
+/* One run per --save folder: its lock, before anything there is looked at or removed. 0, or -1 printed. */
+static int lock_folder(const train_opts *o) {
+    char err[1024];
+    long stale = 0;
+    collage_status st = collage_folder_lock_take(o->save, &g_lock, &stale, err, sizeof err);
+    if (st == COLLAGE_ERR_BUSY) {
+        fprintf(stderr, "collage train: --save: %s\nhint: wait for that run to end or stop it, or --save another folder; "
+                        "two runs saving into one folder would remove each other's checkpoints\n", err);
+        return -1;
+    }
+    if (st) { fprintf(stderr, "collage train: --save: %s\nhint: --save takes a folder you can write to\n", err); return -1; }
+    if (stale)
+        fprintf(stderr, "collage train: note: '%s' was locked by pid %ld, which ended without releasing it (killed or "
+                        "crashed); this run takes the folder over\n", o->save, stale);
+    return 0;
+}
+
 static int check_outputs(const train_opts *o, FILE **logf, int *rc) {
     char err[1024];
     *rc = 1;
+    if (o->save && lock_folder(o)) return -1;
     if (o->save) {
         collage_status st = collage_checkpoint_check_folder(o->save, o->resume, o->overwrite, err, sizeof err);
         if (st == COLLAGE_ERR_ARG) {
@@ -215,6 +236,8 @@ static int train_setup(int argc, char **argv, train_opts *o, FILE **logf, collag
     int rc = train_parse(argc, argv, o);
     *own = rc < 0;
     if (rc) return rc > 0 ? 0 : 2;
+    cli_set_threads(o->threads);
+    train_signals_install(o->threads); /* from here a signal stops the run after its step */
     if (dist_rank() != 0) o->quiet = 1; /* only rank 0 prints, logs and writes the summary */
     rc = o->resume ? train_resume_config(o) : 0;
     *own = rc != 0 && rc != NOTHING_TO_DO;
@@ -228,8 +251,6 @@ static int train_setup(int argc, char **argv, train_opts *o, FILE **logf, collag
         *own = dist_rank() == 0;
         return dist_rank() == 0 ? rc : 1;
     }
-    cli_set_threads(o->threads);
-    train_signals_install();
     char err[1024];
     collage_status st = collage_run_create(&o->cfg, dist_comm(), o->resume, run, err, sizeof err);
     if (st == COLLAGE_OK) {
@@ -260,6 +281,8 @@ static int train_main(int argc, char **argv) {
     }
     if (logf) fclose(logf);
     collage_run_free(run);
+    collage_folder_lock_release(g_lock);
+    g_lock = NULL;
     return rc;
 }
 

@@ -36,7 +36,7 @@ typedef struct {
 
 /* train_loop.c: signal handlers (the first signal asks the loop to stop after its step and save, a
  * second one exits at once), the loop with its periodic saves, the closing save. Returns the exit status. */
-void train_signals_install(void);
+void train_signals_install(int threads);
 int  train_run(collage_run *run, const train_opts *o, FILE **logf);
 /* 1 when this rank printed a failure of its own in train_run (dist_release_errors). */
 int  train_own_error(void);

@@ -7,11 +7,15 @@
 #include "dist.h"
 #include "train.h"
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define VAL_BATCHES 8
 
@@ -40,7 +44,24 @@ static void on_signal(int sig) {
     g_signal = sig;
 }
 
-void train_signals_install(void) {
+/* The thread that takes the signals: idle on its own stack, so a handler's frame lands there. */
+static void *signal_taker(void *arg) {
+    sigset_t *stop = arg;
+    pthread_sigmask(SIG_UNBLOCK, stop, NULL);
+    for (;;) pause();
+    return NULL;
+}
+
+/* oneDNN's JIT GEMM kernels use the stack pointer as a data register: a handler run on a thread inside
+ * one writes its signal frame (about 3 KiB, more with AMX state) into whatever heap buffer rsp then
+ * points at. So no computing thread takes SIGINT or SIGTERM: this thread blocks them, every thread it
+ * starts from now on inherits that (OpenMP's and oneDNN's), the threads OpenMP already holds block them
+ * too, and a thread of its own, idle in pause(), receives them and sets the flag. Threads a library
+ * started before main (OpenBLAS's, MPI's) may also take one; they wait on their own stacks meanwhile
+ * (OpenBLAS runs single-threaded under train). Should that thread not start, this thread takes them
+ * again as before. */
+void train_signals_install(int threads) {
+    static sigset_t stop;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -48,6 +69,23 @@ void train_signals_install(void) {
     sa.sa_flags = SA_RESTART; /* a file being written when the signal comes is written whole */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+#ifdef _OPENMP
+    int team = omp_get_max_threads() > threads ? omp_get_max_threads() : threads;
+#pragma omp parallel num_threads(team)
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+#else
+    (void)threads;
+#endif
+    pthread_attr_t at;
+    pthread_t t;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &at, signal_taker, &stop) != 0) pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
+    pthread_attr_destroy(&at);
 }
 
 /* After the same step on every rank: the signal any rank received (SIGTERM on a rank told by another),
@@ -144,13 +182,16 @@ static int interrupted(collage_run *run, const train_opts *o, run_totals *t, int
     const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
     int fresh = step != t->start && step != t->saved_step; /* steps not in a checkpoint yet */
     if (o->save && fresh && save_now(run, o, t, 0)) return 1;
-    if (dist_rank() == 0) {
-        fprintf(stderr, "collage train: interrupted by %s after step %d%s\n", name, step,
-                o->save ? "" : "; nothing was saved (no --save)");
-        if (o->save)
-            fprintf(stderr, "to continue: %scollage train --resume %s --save %s%s%s\n", dist_launcher(), o->save, o->save,
-                    o->cfg.data ? " --data " : "", o->cfg.data ? o->cfg.data : "");
-    }
+    if (dist_rank() != 0) return 128 + sig;
+    collage_checkpoint ck;
+    /* where the run goes on from: its newest checkpoint in --save, else the one it resumed */
+    const char *from = o->save && collage_checkpoint_find(o->save, &ck, NULL, 0) == COLLAGE_OK ? o->save : o->resume;
+    fprintf(stderr, "collage train: interrupted by %s after step %d%s\n", name, step,
+            !o->save ? "; nothing was saved (no --save)" : !from ? "; nothing was saved (no step had finished)" : "");
+    if (from && o->save)
+        fprintf(stderr, "to continue: %scollage train --resume %s --save %s%s%s\n", dist_launcher(), from, o->save,
+                o->cfg.data ? " --data " : "", o->cfg.data ? o->cfg.data : "");
+    else if (o->save) fprintf(stderr, "to start again: the same command\n");
     return 128 + sig;
 }
 

@@ -30,6 +30,7 @@ typedef enum {
     COLLAGE_ERR_NONFINITE,   /* a NaN or infinity where a finite value is required */
     COLLAGE_ERR_UNSUPPORTED, /* the build or the CPU lacks the feature asked for */
     COLLAGE_ERR_PEER,        /* a collective call failed on another rank (that rank has the message) */
+    COLLAGE_ERR_BUSY,        /* another process holds it (a run folder's lock) */
     COLLAGE_STATUS_COUNT
 } collage_status;
 const char *collage_status_str(collage_status s);

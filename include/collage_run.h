@@ -151,6 +151,18 @@ void collage_checkpoint_model_path(const char *arg, char *out, size_t cap);
  * ones of the run resumed from `resume` (NULL: a new run), unless overwrite. A checkpoint whose
  * train.state cannot be read is nobody's: it stays until it falls out of the newest `keep`. */
 collage_status collage_checkpoint_check_folder(const char *dir, const char *resume, int overwrite, char *err, size_t cap);
+/* One run per folder: take the run folder dir's lock (dir/.lock, an exclusive flock, with this process's
+ * pid, host and start time in it; dir created when missing), before collage_checkpoint_check_folder, and
+ * hold it while the run saves there. COLLAGE_ERR_BUSY when another process holds it: err says
+ * "'dir' is in use by another run (pid N…)". The kernel releases it when the process ends, however;
+ * *stale_pid (may be NULL) is then the pid the file still names, a run that ended without releasing it
+ * (killed), else 0. While another process holds a folder, the library never removes the leftovers of
+ * killed saves there (they could be that run's save in progress). Advisory: it stops runs that take it. */
+typedef struct collage_folder_lock collage_folder_lock;
+collage_status collage_folder_lock_take(const char *dir, collage_folder_lock **out, long *stale_pid, char *err,
+                                        size_t cap);
+/* Release it and remove the file (NULL: nothing). */
+void collage_folder_lock_release(collage_folder_lock *l);
 
 /* Read the train.state of the checkpoint at path (collage_checkpoint_find), its checksum checked.
  * Errors name the file and what is wrong. */
@@ -224,6 +236,11 @@ typedef struct {
                                    and the scale halved */
     int diverged;               /* this step made the run diverge (see above) */
 } collage_run_step_info;
+/* Signals: the products run oneDNN's JIT kernels where oneDNN is built in, and some of them use the
+ * stack pointer as a data register. A signal handled on a thread inside one writes its frame into the
+ * heap. A program that handles signals while steps run blocks them in the threads that step (those
+ * it starts after blocking inherit the mask) and takes them on a thread of its own, or runs its handler
+ * on an alternate stack (sigaltstack, SA_ONSTACK) in every thread that can take it. */
 collage_status collage_run_step(collage_run *r, collage_run_step_info *info);
 /* Mean loss over the first `batches` batches of a split (at most one epoch), computed as the training
  * step does. NaN when the split is absent or holds no batch. Collective. */

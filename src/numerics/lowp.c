@@ -25,6 +25,7 @@ const char *collage_status_str(collage_status s) {
     case COLLAGE_ERR_NONFINITE: return "NaN or infinity where a finite value is required";
     case COLLAGE_ERR_UNSUPPORTED: return "not supported by this build or CPU";
     case COLLAGE_ERR_PEER: return "failed on another rank";
+    case COLLAGE_ERR_BUSY: return "in use by another process";
     default: return "unknown status";
     }
 }

@@ -67,6 +67,7 @@ void ckpt_sync_dir(const char *dir) {
 }
 
 void ckpt_clean(const char *dir) {
+    if (ckpt_busy(dir)) return; /* its temporaries are a save in progress */
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;

@@ -72,8 +72,10 @@ typedef struct { int step, here, ok; uint64_t run_id; char name[32]; } ckpt_entr
 void ckpt_path(char *out, size_t cap, const char *dir, int step, const char *suffix);
 /* The checkpoints of dir by step, oldest first (malloc'd; run ids read when want_ids); -1: unreadable. */
 int  ckpt_list(const char *dir, ckpt_entry **out, int want_ids);
-/* Remove what killed or failed saves left in dir. */
+/* Remove what killed or failed saves left in dir, unless another process holds dir's lock (lock.c). */
 void ckpt_clean(const char *dir);
+/* 1 when another process holds dir's lock (a run saving there). */
+int  ckpt_busy(const char *dir);
 /* Remove a checkpoint so that no moment leaves part of one under a checkpoint's name. 0 or -1. */
 int  ckpt_remove(const char *dir, const ckpt_entry *e);
 /* The complete folder tmp becomes fin (replacing a checkpoint of the same step), durably. 0 or -1. */
