@@ -423,13 +423,41 @@ class _Optimizer(torch.optim.Optimizer):
         return st
 
     def _sync_from_weights(self, p, st):
-        """The kept value from θ alone (zero compensation, master = θ), as the C step's first step does."""
+        """The kept value from θ alone, as the C step's first step does (adamw.c sync_from_weights): the
+        master = θ widened, the compensation, Kahan's c, the remainder and bf16-c8's correction byte zero.
+        The moments are left as they are."""
         for w in self._words:
             if w.role_name == "master":
                 st[w.key].copy_(p.float())
-            elif w.role_name in ("δθ", "c", "remainder"):
+            elif w.role_name in ("δθ", "c", "remainder", "e"):
                 st[w.key].zero_()
         st["synced"] = True
+
+    @torch.no_grad()
+    def sync_from_params(self, params=None):
+        """Set the kept value of each parameter to its θ as it is now, so that the next step starts from
+        an in-place edit (pruning, clamping, weights copied in): the fp32 master becomes θ, and the
+        compensation δθ, Kahan's c, the remainder and bf16-c8's correction byte become zero, as a fresh
+        state's first step sets them. The moments and the step count are kept.
+
+        params: the tensors to sync (default: every parameter of the optimizer). A synced tensor's kept
+        value is θ for all its elements, so the bits below θ's precision that its untouched elements kept
+        are dropped: name only the edited tensors where that matters. Strategies that keep θ alone
+        (fp32, bf16, bf16-sr, bf16-fp32-states) have nothing to sync. Without it the step starts from
+        the old words (see the class's docstring)."""
+        mine = {id(p): p for g in self.param_groups for p in g["params"]}
+        if isinstance(params, torch.Tensor):
+            params = [params]
+        targets = list(mine.values()) if params is None else list(params)
+        for p in targets:
+            if id(p) not in mine:
+                raise ValueError(f"{type(self).__name__}.sync_from_params: {self._name(p)} is not a parameter of "
+                                 "this optimizer")
+        for p in targets:
+            if p in self.state and self.state[p]:
+                self._sync_from_weights(p, self.state[p])
+            elif getattr(p, "_collage_seed", None) is not None:
+                del p._collage_seed  # to_collage's words hold the value before the edit; the first step syncs
 
     def _check_grad(self, p):
         g = p.grad
@@ -857,6 +885,16 @@ class _Optimizer(torch.optim.Optimizer):
         return out
 
 
+_KEPT_VALUE_DOC = """
+    In-place edits: a strategy that keeps more than θ (an fp32 master, a compensation δθ, Kahan's c, a
+    remainder, bf16-c8's correction byte) steps its kept value, not θ alone. An edit of a parameter in
+    place (``p.zero_()``, a clamp, a pruning mask) changes θ only, and the next step starts from θ and
+    the old words: a master puts back the value before the edit, δθ or c is added to the edited θ, and
+    a remainder or correction byte continues the edited θ's bits (an element set to 0 whose word is
+    negative then stays 0 at every step). ``optimizer.sync_from_params()`` after the edit sets the kept
+    value to θ (docs/python.md, "In-place edits")."""
+
+
 class AdamW(_Optimizer):
     __doc__ = """AdamW with one of libcollage's precision strategies (``collage.strategies()``).
 
@@ -883,7 +921,7 @@ class AdamW(_Optimizer):
     one GPU without skip_nonfinite or EDQ was not waited for): step, skipped, grad_norm (NaN unless clipping or
     skip_nonfinite), clip_coef, and with edq: "edq" (the whole step) and "groups" (per param group),
     each a dict of edq, edq_ratio, lost, edq_state, edq_state_ratio, update_norm, updates.
-    """
+    """ + _KEPT_VALUE_DOC
     _opt_name = "adamw"
     _settings = ("lr", "betas", "eps", "weight_decay")
 
@@ -901,7 +939,7 @@ class Lion(_Optimizer):
     group carries lr, betas and weight_decay, each its own; eps (or another optimizer's setting) is
     refused. The other keywords and everything else as AdamW: the C step on CPU tensors, the torch lines
     elsewhere, state dicts, EDQ. Its usual learning rate is 3-10x below AdamW's.
-    """
+    """ + _KEPT_VALUE_DOC
     _opt_name = "lion"
     _settings = ("lr", "betas", "weight_decay")
 
@@ -920,7 +958,7 @@ class SGD(_Optimizer):
     nesterov, weight_decay and decoupled, each its own (so torch's schedulers that cycle 'momentum',
     OneCycleLR and CyclicLR, change what the step uses); betas or eps are refused. The buffer is the
     strategy's m word (its state key "exp_avg"). The other keywords as AdamW.
-    """
+    """ + _KEPT_VALUE_DOC
     _opt_name = "sgd"
     _settings = ("lr", "momentum", "dampening", "nesterov", "weight_decay", "decoupled")
 
