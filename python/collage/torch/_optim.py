@@ -1,4 +1,4 @@
-"""collage.torch.AdamW: a torch.optim.Optimizer over libcollage's precision strategies.
+"""collage.torch.AdamW, Lion and SGD: torch.optim.Optimizers over libcollage's precision strategies.
 
 Each parameter tensor is a slice of one virtual slab (the parameters in group order; its offset keys
 bf16-sr's random stream, as a shard's index0 does in the library). Its state holds the strategy's words
@@ -183,62 +183,51 @@ def _combine(parts):
     return _edq_figures(*s)
 
 
-class AdamW(torch.optim.Optimizer):
-    _opt_name = "adamw"
+# Every setting a param group of one of the three optimizers may carry; a group of one optimizer that
+# carries another's is refused by name, so that no setting is silently ignored.
+_SETTINGS = ("lr", "betas", "eps", "weight_decay", "momentum", "dampening", "nesterov", "decoupled")
+# torch.optim's flags that collage's optimizers do not implement: refused where set (not None or False).
+_TORCH_FLAGS = ("amsgrad", "maximize", "foreach", "fused", "capturable", "differentiable")
+_NOT_USED = {("lion", "eps"): " (Lion's update is a sign: nothing is divided)",
+             ("sgd", "betas"): " (SGD's momentum is 'momentum', and its dampening 'dampening')",
+             ("sgd", "eps"): " (SGD divides by nothing)",
+             ("lion", "momentum"): " (Lion's momentum is betas[1], its interpolation betas[0])"}
 
-    """AdamW with one of libcollage's precision strategies (``collage.strategies()``).
 
-    params: tensors, (name, tensor) pairs such as ``model.named_parameters()`` (names then appear in
-    messages), or param groups (dicts with "params" and any of lr, betas, eps, weight_decay). Parameters
-    are the model's bf16 tensors (fp32 ones for ``precision="fp32"``), contiguous, one device per group.
-    The compensation words, moments and masters live in ``optimizer.state[p]``.
+class _Optimizer(torch.optim.Optimizer):
+    """What AdamW, Lion and SGD share: parameters, groups and their checks, the virtual slab, the three
+    paths of the step, state dicts. A subclass names its update rule (_opt_name), the settings its
+    groups carry (_settings) and its defaults."""
 
-    max_grad_norm: clip the gradient of all parameters together to this L2 norm (None: no clipping).
-    skip_nonfinite: a NaN or Inf anywhere in the gradient skips the step (nothing changes).
-    edq: measure the effective descent quality each step (numerics.md §7). seed: bf16-sr's random stream.
-    backend: "auto" (libcollage for CPU tensors, libcollage_cuda for CUDA tensors, torch elsewhere),
-    "torch" (the torch lines everywhere: slow on a GPU) or "c" (CPU tensors only).
-    shards: {parameter: (start, numel)} for parameters that are a shard of a tensor of numel elements
-    starting at its element start (FSDP's local shards: FSDP's flat parameter of rank r of w is
-    ``(r * p.numel(), w * p.numel())``), so that stochastic rounding draws the unsharded tensor's bits.
-    all_reduce: a function that sums a float64 tensor across the ranks in place (e.g.
-    torch.distributed.all_reduce), given the vector of every tensor's Σg² chunk sums and of the elements
-    of chunks that ranks share, each rank's own filled in: the clipping factor and the non-finite skip of
-    the unsharded step on every rank. Every rank's optimizer lists the same tensors in the same order.
+    _opt_name = None
+    _settings = ()
 
-    After each step ``optimizer.last_stats`` holds (read from the GPU when first asked for, where a step on
-    one GPU without skip_nonfinite or EDQ was not waited for): step, skipped, grad_norm (NaN unless clipping or
-    skip_nonfinite), clip_coef, and with edq: "edq" (the whole step) and "groups" (per param group),
-    each a dict of edq, edq_ratio, lost, edq_state, edq_state_ratio, update_norm, updates.
-    """
-
-    def __init__(self, params, precision="collage-light", lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-                 max_grad_norm=None, edq=False, seed=0, skip_nonfinite=False, backend="auto", shards=None,
-                 all_reduce=None):
+    def __init__(self, params, precision, defaults, max_grad_norm, edq, seed, skip_nonfinite, backend, shards,
+                 all_reduce):
+        cls = type(self).__name__
         self.strategy = _strategy(precision)
         _supported_or_raise(self.strategy)
         self._words = _state_words(self.strategy, self._opt_name)
         if self._opt_name != "adamw" and self.strategy.has("δv"):
-            raise ValueError(f"'{self.strategy.name}' keeps the second moment v as a pair (v, δv), and {self._opt_name} has "
+            raise ValueError(f"'{self.strategy.name}' keeps the second moment v as a pair (v, δv), and {cls} has "
                              "no second moment; take its weight scheme alone (e.g. collage-light)")
         for w in self.strategy.words:
             _dtype_of(w.format, self.strategy)
         if backend not in ("auto", "torch", "c"):
-            raise ValueError(f"backend must be 'auto', 'torch' or 'c', not {backend!r}")
+            raise ValueError(f"{cls}: backend must be 'auto', 'torch' or 'c', not {backend!r}")
         if max_grad_norm is not None and not (isinstance(max_grad_norm, (int, float)) and math.isfinite(max_grad_norm)
                                               and max_grad_norm > 0):
-            raise ValueError(f"max_grad_norm must be a positive finite number or None, not {max_grad_norm!r}")
+            raise ValueError(f"{cls}: max_grad_norm must be a positive finite number or None, not {max_grad_norm!r}")
         self.max_grad_norm, self.edq, self.seed = max_grad_norm, bool(edq), int(seed)
         self.skip_nonfinite, self.backend = bool(skip_nonfinite), backend
         if all_reduce is not None and not callable(all_reduce):
-            raise TypeError(f"all_reduce must be a function that sums a tensor across ranks, not {all_reduce!r}")
+            raise TypeError(f"{cls}: all_reduce must be a function that sums a tensor across ranks, not {all_reduce!r}")
         self.all_reduce = all_reduce
         self.last_stats = None
         self._native = {}
         self._cuda_steps = {}
         self._cuda_tables = {}
         self._layout = None  # the all-reduced vector's layout (_chunk_layout)
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         params, self._names = self._strip_names(params)
         super().__init__(params, defaults)
         self.shards = self._check_shards(shards)
@@ -276,10 +265,27 @@ class AdamW(torch.optim.Optimizer):
             return f"parameter {at[1]} of param group {at[0]} (shape {tuple(p.shape)})"
         return f"a parameter of shape {tuple(p.shape)}"
 
-    @staticmethod
-    def _check_hparams(group, where):
-        """lr ≥ 0, β1 and β2 in (0, 1), eps > 0, weight_decay ≥ 0, each a finite real number; a ValueError
-        (TypeError for what is not a number) naming the group, the hyperparameter and its value."""
+    def _check_hparams(self, group, where):
+        """A group's settings: exactly this optimizer's (_settings; a setting of another optimizer, e.g.
+        eps for Lion or betas for SGD, is a TypeError naming this class), and torch.optim's flags that
+        collage does not implement (amsgrad, maximize, foreach, ...) unset. Then lr ≥ 0, β1 and β2 in (0, 1),
+        eps > 0, weight_decay ≥ 0, momentum in [0, 1), dampening in [0, 1], each a finite real number;
+        nesterov and decoupled True or False, nesterov with momentum > 0 and dampening 0 (as
+        torch.optim.SGD). A ValueError (TypeError for what is not a number) naming the group, the setting
+        and its value. Other keys (a scheduler's initial_lr, a user's name) are left alone."""
+        cls = type(self).__name__
+        for key in group:
+            if key in _SETTINGS and key not in self._settings:
+                raise TypeError(f"{where}: {cls} got an unexpected setting {key!r}, which it does not use"
+                                f"{_NOT_USED.get((self._opt_name, key), '')}; {cls}'s settings are "
+                                f"{', '.join(self._settings)}")
+            if key in _TORCH_FLAGS and group[key] not in (None, False):
+                raise ValueError(f"{where}: {key}={group[key]!r}: collage's {cls} does not implement torch.optim's "
+                                 f"{key}")
+        for key in self._settings:
+            if key not in group:
+                raise ValueError(f"{where} has no {key!r}; {cls}'s groups carry {', '.join(self._settings)}")
+
         def real(key, v):
             try:
                 x = float(v)
@@ -288,19 +294,36 @@ class AdamW(torch.optim.Optimizer):
             if not math.isfinite(x):
                 raise ValueError(f"{where}: {key} is {v!r}; it must be a finite number")
             return x
+
+        def flag(key):
+            if group[key] not in (True, False):  # 0 and 1 pass, as they do in torch.optim.SGD
+                raise TypeError(f"{where}: {key} must be True or False, not {group[key]!r}")
+            return bool(group[key])
         if real("lr", group["lr"]) < 0:
             raise ValueError(f"{where}: lr {group['lr']!r} must be >= 0")
-        try:
-            betas = tuple(group["betas"])
-            ok = len(betas) == 2 and all(0.0 < float(b) < 1.0 for b in betas)
-        except (TypeError, ValueError):
-            raise TypeError(f"{where}: betas must be a pair (beta1, beta2) of numbers, not {group['betas']!r}") from None
-        if not ok:
-            raise ValueError(f"{where}: betas {betas} must be two numbers in (0, 1)")
-        if not real("eps", group["eps"]) > 0:
+        if "betas" in self._settings:
+            try:
+                betas = tuple(group["betas"])
+                ok = len(betas) == 2 and all(0.0 < float(b) < 1.0 for b in betas)
+            except (TypeError, ValueError):
+                raise TypeError(f"{where}: betas must be a pair (beta1, beta2) of numbers, not {group['betas']!r}") \
+                    from None
+            if not ok:
+                raise ValueError(f"{where}: betas {betas} must be two numbers in (0, 1)")
+        if "eps" in self._settings and not real("eps", group["eps"]) > 0:
             raise ValueError(f"{where}: eps {group['eps']!r} must be > 0")
         if real("weight_decay", group["weight_decay"]) < 0:
             raise ValueError(f"{where}: weight_decay {group['weight_decay']!r} must be >= 0")
+        if "momentum" in self._settings:
+            mu, damp = real("momentum", group["momentum"]), real("dampening", group["dampening"])
+            if not (0.0 <= mu < 1.0 and 0.0 <= damp <= 1.0):
+                raise ValueError(f"{where}: momentum {group['momentum']!r} must be in [0, 1) and dampening "
+                                 f"{group['dampening']!r} in [0, 1]")
+            if flag("nesterov") and (mu <= 0 or damp != 0):
+                raise ValueError(f"{where}: nesterov needs momentum > 0 and dampening 0 (as torch.optim.SGD), not "
+                                 f"momentum {group['momentum']!r} and dampening {group['dampening']!r}")
+        if "decoupled" in self._settings:
+            flag("decoupled")
 
     def _check_param(self, p, names, at):
         """What a parameter must be for this strategy: the weights' dtype, contiguous, not cast for another."""
@@ -340,7 +363,8 @@ class AdamW(torch.optim.Optimizer):
         if len(devices) > 1:
             raise ValueError(f"param group {gi} mixes devices ({', '.join(sorted(str(d) for d in devices))}); put each "
                              "device's parameters in a group of its own")
-        group["betas"] = tuple(group["betas"])
+        if "betas" in group:
+            group["betas"] = tuple(group["betas"])
         super().add_param_group(group)  # torch's own checks (leaf tensors, a parameter in two groups) come first
         self._names = names
 
@@ -399,18 +423,46 @@ class AdamW(torch.optim.Optimizer):
         return st
 
     def _sync_from_weights(self, p, st):
-        """The kept value from θ alone (zero compensation, master = θ), as the C step's first step does."""
+        """The kept value from θ alone, as the C step's first step does (adamw.c sync_from_weights): the
+        master = θ widened, the compensation, Kahan's c, the remainder and bf16-c8's correction byte zero.
+        The moments are left as they are."""
         for w in self._words:
             if w.role_name == "master":
                 st[w.key].copy_(p.float())
-            elif w.role_name in ("δθ", "c", "remainder"):
+            elif w.role_name in ("δθ", "c", "remainder", "e"):
                 st[w.key].zero_()
         st["synced"] = True
+
+    @torch.no_grad()
+    def sync_from_params(self, params=None):
+        """Set the kept value of each parameter to its θ as it is now, so that the next step starts from
+        an in-place edit (pruning, clamping, weights copied in): the fp32 master becomes θ, and the
+        compensation δθ, Kahan's c, the remainder and bf16-c8's correction byte become zero, as a fresh
+        state's first step sets them. The moments and the step count are kept.
+
+        params: the tensors to sync (default: every parameter of the optimizer). A synced tensor's kept
+        value is θ for all its elements, so the bits below θ's precision that its untouched elements kept
+        are dropped: name only the edited tensors where that matters. Strategies that keep θ alone
+        (fp32, bf16, bf16-sr, bf16-fp32-states) have nothing to sync. Without it the step starts from
+        the old words (see the class's docstring)."""
+        mine = {id(p): p for g in self.param_groups for p in g["params"]}
+        if isinstance(params, torch.Tensor):
+            params = [params]
+        targets = list(mine.values()) if params is None else list(params)
+        for p in targets:
+            if id(p) not in mine:
+                raise ValueError(f"{type(self).__name__}.sync_from_params: {self._name(p)} is not a parameter of "
+                                 "this optimizer")
+        for p in targets:
+            if p in self.state and self.state[p]:
+                self._sync_from_weights(p, self.state[p])
+            elif getattr(p, "_collage_seed", None) is not None:
+                del p._collage_seed  # to_collage's words hold the value before the edit; the first step syncs
 
     def _check_grad(self, p):
         g = p.grad
         if g.is_sparse:
-            raise TypeError(f"{self._name(p)} has a sparse gradient, which AdamW does not take")
+            raise TypeError(f"{self._name(p)} has a sparse gradient, which {type(self).__name__} does not take")
         if g.dtype != p.dtype or g.device != p.device or g.shape != p.shape:
             raise TypeError(f"{self._name(p)}: its gradient is {g.dtype} {tuple(g.shape)} on {g.device}, but the "
                             f"parameter is {p.dtype} {tuple(p.shape)} on {p.device}")
@@ -419,12 +471,15 @@ class AdamW(torch.optim.Optimizer):
         return g
 
     def _hparams(self, group):
-        return {"betas": tuple(float(b) for b in group["betas"]), "eps": float(group["eps"]),
+        """The settings of a group's step as the C optimizer takes them; β and eps 0 where the update rule
+        has none (the library's defaults then fill them, unused)."""
+        return {"betas": tuple(float(b) for b in group["betas"]) if "betas" in self._settings else (0.0, 0.0),
+                "eps": float(group["eps"]) if "eps" in self._settings else 0.0,
                 "weight_decay": float(group["weight_decay"]), "clip": float(self.max_grad_norm or 0.0),
-                "skip_nonfinite": self.skip_nonfinite, "seed": self.seed, "opt": self._opt_settings()}
+                "skip_nonfinite": self.skip_nonfinite, "seed": self.seed, "opt": self._opt_settings(group)}
 
-    def _opt_settings(self):
-        """The update rule and its settings (Lion, SGD: numerics.md §14)."""
+    def _opt_settings(self, group):
+        """The update rule and the group's settings of it (Lion, SGD: numerics.md §14)."""
         return {"name": self._opt_name}
 
     def _path(self, p):
@@ -642,6 +697,7 @@ class AdamW(torch.optim.Optimizer):
                     table[j].words[w.role] = st[w.key].data_ptr()
             kept = self._cuda_tables[len(items)] = (table, words, np.frombuffer(memoryview(table).cast("B"), _TABLE_DTYPE))
         table, _, cols = kept
+        # each tensor's row holds its group's settings (only AdamW takes this path: the table has no SGD fields)
         hp = np.array([(float(g["lr"]), float(g["weight_decay"]), float(g["eps"]), *(float(b) for b in g["betas"]))
                        for g in self.param_groups])[[gi for gi, _, _, _, _ in items]]
         cols["words"][:, 0] = [p.data_ptr() for _, p, _, _, _ in items]
@@ -742,36 +798,48 @@ class AdamW(torch.optim.Optimizer):
     def _step_torch(self, p, g, st, group, coef, index0):
         if not st["synced"]:
             self._sync_from_weights(p, st)
-        b1, b2 = group["betas"]
-        key = (p.device, st["step"] + 1, float(group["lr"]), float(b1), float(b2), float(group["eps"]))
+        hp = self._hparams(group)
+        opt = hp["opt"]
+        key = (p.device, st["step"] + 1, float(group["lr"]), *hp["betas"], hp["eps"], tuple(sorted(opt.items())))
         k = self._scalars.get(key)  # one set per device and group a step: each is a copy to the device
         if k is None:
-            k = self._scalars[key] = _lines.Scalars(*key, coef, self.seed, self._opt_settings())
-        return _lines.step_tensor(self.strategy.name, p, g, st, k, k.lrwd(float(group["weight_decay"])), self.edq,
-                                  index0)
+            k = self._scalars[key] = _lines.Scalars(*key[:6], coef, self.seed, opt)
+        return _lines.step_tensor(self.strategy.name, p, g, st, k, k.lrwd(hp["weight_decay"]), self.edq, index0)
 
     # ------------------------------------------------------------ state dicts
     def state_dict(self):
         sd = super().state_dict()
         sd["collage"] = {"precision": self.strategy.name, "seed": self.seed, "max_grad_norm": self.max_grad_norm,
-                         "edq": self.edq, "skip_nonfinite": self.skip_nonfinite, "version": 1}
+                         "edq": self.edq, "skip_nonfinite": self.skip_nonfinite, "version": 2}
         if self._opt_name != "adamw":  # an AdamW state dict stays as it was
-            sd["collage"]["optimizer"] = self._opt_settings()
+            sd["collage"]["optimizer"] = {"name": self._opt_name}
         return sd
+
+    def _saved_groups(self, meta, groups):
+        """The state dict's groups as this version's: version 1 kept SGD's momentum, dampening, nesterov
+        and decoupled in meta["optimizer"] for every group, and gave SGD's groups betas and eps and Lion's
+        eps, unused; they become the groups' settings, and the unused ones are dropped."""
+        if meta.get("version", 1) >= 2 or self._opt_name == "adamw":
+            return groups
+        held = {k: v for k, v in meta.get("optimizer", {}).items() if k != "name"}
+        return [{**held, **{k: v for k, v in sg.items() if k not in _SETTINGS or k in self._settings}}
+                for sg in groups]
 
     def load_state_dict(self, state_dict):
         """Every word back bit for bit, onto each parameter's device, after checking that the dict is of
         this strategy and its groups and words fit the parameters (a ValueError naming what differs)."""
         meta = state_dict.get("collage")
         if meta is None:
-            raise ValueError("the state dict is not a collage.torch.AdamW state dict (no 'collage' entry)")
+            raise ValueError(f"the state dict is not a collage.torch.{type(self).__name__} state dict (no 'collage' "
+                             "entry)")
         if meta["precision"] != self.strategy.name:
             raise ValueError(f"the state dict holds '{meta['precision']}' state, but this optimizer is "
                              f"'{self.strategy.name}'")
-        saved_opt = meta.get("optimizer", {"name": "adamw"})
-        if saved_opt != self._opt_settings():
-            raise ValueError(f"the state dict is of optimizer {saved_opt}, but this optimizer is {self._opt_settings()}")
-        groups = state_dict["param_groups"]
+        saved_opt = meta.get("optimizer", {"name": "adamw"})["name"]
+        if saved_opt != self._opt_name:
+            raise ValueError(f"the state dict is of optimizer {saved_opt}, but this optimizer is {self._opt_name} "
+                             f"({type(self).__name__})")
+        groups = self._saved_groups(meta, state_dict["param_groups"])
         if len(groups) != len(self.param_groups):
             raise ValueError(f"the state dict has {len(groups)} param groups, this optimizer {len(self.param_groups)}")
         params, saved_ids = [], []
@@ -817,37 +885,90 @@ class AdamW(torch.optim.Optimizer):
         return out
 
 
-class Lion(AdamW):
-    """Lion (Chen et al. 2023; numerics.md §14) with one of libcollage's precision strategies: the update
-    −lr·sign(β1·m + (1−β1)·g) with decoupled weight decay, then m ← β2·m + (1−β2)·g. Keeps m only (the
-    strategy's v word is not kept; a strategy whose v is a pair, collage-plus, is refused). Otherwise as
-    AdamW: the C step on CPU tensors, the torch lines elsewhere, state dicts, EDQ. Its usual learning
-    rate is 3-10x below AdamW's."""
+_KEPT_VALUE_DOC = """
+    In-place edits: a strategy that keeps more than θ (an fp32 master, a compensation δθ, Kahan's c, a
+    remainder, bf16-c8's correction byte) steps its kept value, not θ alone. An edit of a parameter in
+    place (``p.zero_()``, a clamp, a pruning mask) changes θ only, and the next step starts from θ and
+    the old words: a master puts back the value before the edit, δθ or c is added to the edited θ, and
+    a remainder or correction byte continues the edited θ's bits (an element set to 0 whose word is
+    negative then stays 0 at every step). ``optimizer.sync_from_params()`` after the edit sets the kept
+    value to θ (docs/python.md, "In-place edits")."""
+
+
+class AdamW(_Optimizer):
+    __doc__ = """AdamW with one of libcollage's precision strategies (``collage.strategies()``).
+
+    params: tensors, (name, tensor) pairs such as ``model.named_parameters()`` (names then appear in
+    messages), or param groups (dicts with "params" and any of lr, betas, eps, weight_decay: each group
+    steps with its own; a setting of another optimizer, such as momentum, is refused). Parameters
+    are the model's bf16 tensors (fp32 ones for ``precision="fp32"``), contiguous, one device per group.
+    The compensation words, moments and masters live in ``optimizer.state[p]``.
+
+    max_grad_norm: clip the gradient of all parameters together to this L2 norm (None: no clipping).
+    skip_nonfinite: a NaN or Inf anywhere in the gradient skips the step (nothing changes).
+    edq: measure the effective descent quality each step (numerics.md §7). seed: bf16-sr's random stream.
+    backend: "auto" (libcollage for CPU tensors, libcollage_cuda for CUDA tensors, torch elsewhere),
+    "torch" (the torch lines everywhere: slow on a GPU) or "c" (CPU tensors only).
+    shards: {parameter: (start, numel)} for parameters that are a shard of a tensor of numel elements
+    starting at its element start (FSDP's local shards: FSDP's flat parameter of rank r of w is
+    ``(r * p.numel(), w * p.numel())``), so that stochastic rounding draws the unsharded tensor's bits.
+    all_reduce: a function that sums a float64 tensor across the ranks in place (e.g.
+    torch.distributed.all_reduce), given the vector of every tensor's Σg² chunk sums and of the elements
+    of chunks that ranks share, each rank's own filled in: the clipping factor and the non-finite skip of
+    the unsharded step on every rank. Every rank's optimizer lists the same tensors in the same order.
+
+    After each step ``optimizer.last_stats`` holds (read from the GPU when first asked for, where a step on
+    one GPU without skip_nonfinite or EDQ was not waited for): step, skipped, grad_norm (NaN unless clipping or
+    skip_nonfinite), clip_coef, and with edq: "edq" (the whole step) and "groups" (per param group),
+    each a dict of edq, edq_ratio, lost, edq_state, edq_state_ratio, update_norm, updates.
+    """ + _KEPT_VALUE_DOC
+    _opt_name = "adamw"
+    _settings = ("lr", "betas", "eps", "weight_decay")
+
+    def __init__(self, params, precision="collage-light", lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
+                 max_grad_norm=None, edq=False, seed=0, skip_nonfinite=False, backend="auto", shards=None,
+                 all_reduce=None):
+        super().__init__(params, precision, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay),
+                         max_grad_norm, edq, seed, skip_nonfinite, backend, shards, all_reduce)
+
+
+class Lion(_Optimizer):
+    __doc__ = """Lion (Chen et al. 2023; numerics.md §14) with one of libcollage's precision strategies: the
+    update −lr·sign(β1·m + (1−β1)·g) with decoupled weight decay, then m ← β2·m + (1−β2)·g. Keeps m only
+    (the strategy's v word is not kept; a strategy whose v is a pair, collage-plus, is refused). A param
+    group carries lr, betas and weight_decay, each its own; eps (or another optimizer's setting) is
+    refused. The other keywords and everything else as AdamW: the C step on CPU tensors, the torch lines
+    elsewhere, state dicts, EDQ. Its usual learning rate is 3-10x below AdamW's.
+    """ + _KEPT_VALUE_DOC
     _opt_name = "lion"
+    _settings = ("lr", "betas", "weight_decay")
 
-    def __init__(self, params, precision="collage-light", lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0, **kwargs):
-        super().__init__(params, precision=precision, lr=lr, betas=betas, eps=1e-8, weight_decay=weight_decay, **kwargs)
+    def __init__(self, params, precision="collage-light", lr=1e-4, betas=(0.9, 0.99), weight_decay=0.0,
+                 max_grad_norm=None, edq=False, seed=0, skip_nonfinite=False, backend="auto", shards=None,
+                 all_reduce=None):
+        super().__init__(params, precision, dict(lr=lr, betas=betas, weight_decay=weight_decay),
+                         max_grad_norm, edq, seed, skip_nonfinite, backend, shards, all_reduce)
 
 
-class SGD(AdamW):
-    """SGD with momentum, PyTorch's semantics (numerics.md §14), with one of libcollage's precision
+class SGD(_Optimizer):
+    __doc__ = """SGD with momentum, PyTorch's semantics (numerics.md §14), with one of libcollage's precision
     strategies: buf ← μ·buf + (1 − dampening)·g (the first step: buf = g), the update −lr·buf, or
     −lr·(g + μ·buf) with nesterov; weight decay L2 (g + wd·θ enters the buffer, as torch.optim.SGD) or,
-    with decoupled=True, subtracted beside the update. momentum, dampening, nesterov and decoupled hold
-    for every param group; lr and weight_decay may differ per group. The buffer is the strategy's m word
-    (its state key "exp_avg")."""
+    with decoupled=True, subtracted beside the update. A param group carries lr, momentum, dampening,
+    nesterov, weight_decay and decoupled, each its own (so torch's schedulers that cycle 'momentum',
+    OneCycleLR and CyclicLR, change what the step uses); betas or eps are refused. The buffer is the
+    strategy's m word (its state key "exp_avg"). The other keywords as AdamW.
+    """ + _KEPT_VALUE_DOC
     _opt_name = "sgd"
+    _settings = ("lr", "momentum", "dampening", "nesterov", "weight_decay", "decoupled")
 
     def __init__(self, params, precision="collage-light", lr=1e-2, momentum=0.9, dampening=0.0, nesterov=False,
-                 weight_decay=0.0, decoupled=False, **kwargs):
-        ok = isinstance(momentum, (int, float)) and isinstance(dampening, (int, float))
-        if not (ok and 0.0 <= momentum < 1.0 and 0.0 <= dampening <= 1.0):
-            raise ValueError(f"momentum {momentum!r} must be in [0, 1) and dampening {dampening!r} in [0, 1]")
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("nesterov needs momentum > 0 and dampening 0 (as torch.optim.SGD)")
-        self._sgd = {"momentum": float(momentum), "dampening": float(dampening), "nesterov": bool(nesterov),
-                     "decoupled": bool(decoupled)}
-        super().__init__(params, precision=precision, lr=lr, eps=1e-8, weight_decay=weight_decay, **kwargs)
+                 weight_decay=0.0, decoupled=False, max_grad_norm=None, edq=False, seed=0, skip_nonfinite=False,
+                 backend="auto", shards=None, all_reduce=None):
+        super().__init__(params, precision, dict(lr=lr, momentum=momentum, dampening=dampening, nesterov=nesterov,
+                                                 weight_decay=weight_decay, decoupled=decoupled),
+                         max_grad_norm, edq, seed, skip_nonfinite, backend, shards, all_reduce)
 
-    def _opt_settings(self):
-        return {"name": "sgd", **self._sgd}
+    def _opt_settings(self, group):
+        return {"name": "sgd", "momentum": float(group["momentum"]), "dampening": float(group["dampening"]),
+                "nesterov": bool(group["nesterov"]), "decoupled": bool(group["decoupled"])}
