@@ -47,6 +47,14 @@ const char *cli_preset_names(const char *sep);
                             "train --save; a damaged checkpoint's older one is in the same run folder (step-N)"
 /* A flag of `collage train` (compare passes them on): 1 when it takes a value, 0 when bare, -1 unknown. */
 int cli_train_flag(const char *flag);
+/* Whether optimizer o reads train flag `flag`: 0 for an update rule's flag it does not read (--beta1 --beta2
+ * --eps --momentum --nesterov: train_flags.c's table), else 1. */
+int cli_optimizer_reads(collage_optimizer o, const char *flag);
+/* -1 after a message of command cmd naming flag and optimizer o when o does not read flag (resume: the
+ * checkpoint folder whose run trains with o, named in the message); else 0. */
+int cli_refuse_unread(const char *cmd, const char *flag, collage_optimizer o, const char *resume);
+/* The strategies with fp16 weights (those that scale their loss: --loss-scale), parted by " | ". */
+const char *cli_fp16_names(void);
 /* What the user can do about a failed library call, by its status (one line, no newline). */
 const char *cli_hint(collage_status st);
 /* The data a command reads, for its header: the --data path, or the default corpus and its folder. */
