@@ -57,6 +57,11 @@ int cli_refuse_unread(const char *cmd, const char *flag, collage_optimizer o, co
 const char *cli_fp16_names(void);
 /* What the user can do about a failed library call, by its status (one line, no newline). */
 const char *cli_hint(collage_status st);
+/* The hint after a corpus that could not be read (err: the loader's message, which names the file): a token
+ * shard of another tokenizer's ids names the --tokenizer that reads it (model_fixed: the tokenizer is the
+ * model's, so the data must change instead), a damaged shard says so; NULL when err is about neither.
+ * tok: the tokenizer's name (NULL: byte). */
+const char *cli_shard_hint(const char *err, const char *tok, int model_fixed);
 /* The data a command reads, for its header: the --data path, or the default corpus and its folder. */
 const char *cli_data_name(const char *path);
 /* mkdir -p: create path and every missing folder above it; 0, or -1 with errno (ENOTDIR: path is a file). */
