@@ -501,8 +501,9 @@ static void bench_opt_usage(FILE *f) {
                "                               [--optimizer LIST] [--json]\n"
                "  --params N      parameters (default 64M = 64,000,000; suffixes K, M, G are powers of 1000)\n"
                "  --threads T     threads (1 to 4 x the cores; default: all cores)\n"
-               "  --beta2 B       AdamW's beta2 in (0, 1) (default 0.95; from 0.998046875 on, bf16(beta2) = 1 and\n"
-               "                  collage-plus takes a loop with four fewer roundings)\n"
+               "  --beta2 B       AdamW's and Lion's beta2 in (0, 1), refused with sgd alone (default 0.95; from\n"
+               "                  0.998046875 on, bf16(beta2) = 1 and collage-plus takes a loop with four fewer\n"
+               "                  roundings)\n"
                "  --reps R        rounds per strategy (bound, bf16-master step, EDQ-off and EDQ-on steps);\n"
                "                  the median of each is reported (default 5)\n"
                "  --precision S   only this strategy (and bf16-master, the reference); a composition too\n"
@@ -533,6 +534,7 @@ static int cmd_bench_optimizer(int argc, char **argv) {
     size_t n = 64000000;
     int threads = collage_get_threads(), reps = 5, json = 0;
     double beta2 = 0.95;
+    int beta2_given = 0;
     const char *only = NULL;
     collage_optimizer opts[COLLAGE_OPTIM_COUNT] = {COLLAGE_OPTIM_ADAMW};
     int nopt = 1;
@@ -547,6 +549,7 @@ static int cmd_bench_optimizer(int argc, char **argv) {
                 fprintf(stderr, "collage bench optimizer: --beta2 %s: it takes a number in (0, 1)\nhint: collage bench optimizer --help\n", v);
                 return 2;
             }
+            beta2_given = 1;
             i++;
         }
         else if (!strcmp(a, "--precision") || !strcmp(a, "--strategy")) {
@@ -562,6 +565,9 @@ static int cmd_bench_optimizer(int argc, char **argv) {
         else { cli_unknown("bench optimizer", a); return 2; }
     }
     if (n == 0) { fprintf(stderr, "collage bench optimizer: --params 0: it takes 1 or more\nhint: collage bench optimizer --help\n"); return 2; }
+    int read = 0; /* --beta2 is refused when no optimizer of the list reads it (sgd alone) */
+    for (int j = 0; j < nopt; j++) read |= cli_optimizer_reads(opts[j], "--beta2");
+    if (beta2_given && !read && cli_refuse_unread("bench optimizer", "--beta2", opts[0], NULL)) return 2;
     int rc = 0;
     for (int j = 0; j < nopt && !rc; j++) {
         if (j && !json) printf("\n");

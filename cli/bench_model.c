@@ -590,7 +590,7 @@ static void bench_model_usage(void) {
 }
 
 int cmd_bench_model(int argc, char **argv) {
-    const char *preset = "gpt2", *only = NULL, *recipe = "delayed";
+    const char *preset = "gpt2", *only = NULL, *recipe = "delayed", *recipe_given = NULL;
     int fp8 = 0;
     int B = 4, T = 64, steps = 5, warmup = 3, json = 0, threads = 0;
     for (int i = 0; i < argc; i++) {
@@ -612,7 +612,7 @@ int cmd_bench_model(int argc, char **argv) {
                 return 2;
             }
             fp8 = v && !strcmp(v, "fp8");
-        } else if (!strcmp(a, "--fp8-recipe")) recipe = v;
+        } else if (!strcmp(a, "--fp8-recipe")) recipe = recipe_given = v;
         else if (!strcmp(a, "--optimizer")) bad = v && cli_parse_optimizer("bench model", a, v, &g_opt);
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             bench_model_usage();
@@ -626,6 +626,11 @@ int cmd_bench_model(int argc, char **argv) {
         i++;
     }
     if (!preset) { cli_needs_value("bench model", "--model"); return 2; }
+    if (recipe_given && !fp8) {
+        fprintf(stderr, "collage bench model: --fp8-recipe: an fp8 compute setting without --compute fp8\nhint: add "
+                        "--compute fp8 (bf16 strategies)\n");
+        return 2;
+    }
     char names[256];
     const char *presets[MAX_MODELS];
     const int nm = split_models(preset, names, sizeof names, presets);

@@ -47,8 +47,21 @@ const char *cli_preset_names(const char *sep);
                             "train --save; a damaged checkpoint's older one is in the same run folder (step-N)"
 /* A flag of `collage train` (compare passes them on): 1 when it takes a value, 0 when bare, -1 unknown. */
 int cli_train_flag(const char *flag);
+/* Whether optimizer o reads train flag `flag`: 0 for an update rule's flag it does not read (--beta1 --beta2
+ * --eps --momentum --nesterov: train_flags.c's table), else 1. */
+int cli_optimizer_reads(collage_optimizer o, const char *flag);
+/* -1 after a message of command cmd naming flag and optimizer o when o does not read flag (resume: the
+ * checkpoint folder whose run trains with o, named in the message); else 0. */
+int cli_refuse_unread(const char *cmd, const char *flag, collage_optimizer o, const char *resume);
+/* The strategies with fp16 weights (those that scale their loss: --loss-scale), parted by " | ". */
+const char *cli_fp16_names(void);
 /* What the user can do about a failed library call, by its status (one line, no newline). */
 const char *cli_hint(collage_status st);
+/* The hint after a corpus that could not be read (err: the loader's message, which names the file): a token
+ * shard of another tokenizer's ids names the --tokenizer that reads it (model_fixed: the tokenizer is the
+ * model's, so the data must change instead), a damaged shard says so; NULL when err is about neither.
+ * tok: the tokenizer's name (NULL: byte). */
+const char *cli_shard_hint(const char *err, const char *tok, int model_fixed);
 /* The data a command reads, for its header: the --data path, or the default corpus and its folder. */
 const char *cli_data_name(const char *path);
 /* mkdir -p: create path and every missing folder above it; 0, or -1 with errno (ENOTDIR: path is a file). */

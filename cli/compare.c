@@ -32,13 +32,17 @@ static int run_argv(const compare_opts *o, const run_t *r, char **argv) {
     const char *defaults[][2] = {{"--model", "tiny"}, {"--seq", "64"}, {"--batch", "16"}, {"--lr", "3e-4"},
                                  {"--wd", "0.1"}, {"--clip", "1.0"}, {"--eps", fp16 ? FP16_EPS : "1e-8"}};
     for (size_t d = 0; d < sizeof defaults / sizeof *defaults; d++)
-        if (!cmp_passed(o, defaults[d][0])) {
+        if (!cmp_passed(o, defaults[d][0]) && cli_optimizer_reads(o->optimizer, defaults[d][0])) {
             ARG("%s", defaults[d][0]); ARG("%s", defaults[d][1]);
         }
-    for (int i = 0; i < o->n_pass; i++) ARG("%s", o->pass[i]);
+    /* --loss-scale is the fp16 strategies': the other runs of the grid do not scale their loss */
+    for (int i = 0; i < o->n_pass; i += 2)
+        if (strcmp(o->pass[i], "--loss-scale") || collage_strategy_is_fp16(r->strategy)) {
+            ARG("%s", o->pass[i]); ARG("%s", o->pass[i + 1]);
+        }
     for (int i = 0; i < o->n_bare; i++) ARG("%s", o->bare[i]);
     ARG("--precision"); ARG("%s", collage_strategy_name(r->strategy));
-    ARG("--beta2"); ARG("%.10g", r->beta2);
+    if (cli_optimizer_reads(o->optimizer, "--beta2")) { ARG("--beta2"); ARG("%.10g", r->beta2); } /* SGD has none */
     ARG("--seed"); ARG("%llu", (unsigned long long)(o->seed + (uint64_t)r->seed_index));
     ARG("--steps"); ARG("%d", o->steps);
     ARG("--eval-every"); ARG("%d", o->eval_every);

@@ -50,6 +50,7 @@ typedef struct {
     int n_bare;
     cmp_compute computes[MAX_COMPUTES]; /* the compute axis; none: every run computes as --compute says (bf16) */
     int n_computes;
+    collage_optimizer optimizer; /* --optimizer as passed (adamw when not): which of the flags its runs read */
 } compare_opts;
 
 /* compare_opts.c: the options (0, or the exit status after a message), a run's file name, and a train

@@ -37,7 +37,9 @@ static void compare_usage(FILE *f) {
             "  eps that is 0 in fp16), on the fortunes corpus with 10%% held out;\n"
             "  --model llama-tiny compares on the LLaMA family (docs/llama.md), --model bert-tiny on a BERT\n"
             "  encoder trained by masked LM; --optimizer lion (--beta2 default 0.99) or sgd (one run per\n"
-            "  strategy and seed: SGD has no β2) compares the strategies under another update rule.\n"
+            "  strategy and seed: SGD has no β2) compares the strategies under another update rule. A flag\n"
+            "  the optimizer does not read is refused as train refuses it (--beta2 with sgd too); --loss-scale\n"
+            "  goes to the fp16 strategies' runs only.\n"
             "The compute axis (docs/numerics.md §13): --compute LIST (bf16, fp8) with --fp8-recipe LIST (delayed,\n"
             "  current, block, mxfp8, or all; default delayed) trains the grid once per compute — bf16, fp8-delayed,\n"
             "  … — in --out/NAME (each with its own report), then writes report.md, results.csv and compute.png\n"
@@ -146,6 +148,28 @@ static int pass_bare(compare_opts *o, const char *flag) {
     return 0;
 }
 
+/* The flags that no run of the grid would read: an update rule's flag its optimizer does not read (train's
+ * table), --beta2 with SGD, --loss-scale without an fp16 strategy. 0, or -1 after a message. */
+static int unread_flags(compare_opts *o, int b2_given) {
+    const char *opt = cmp_passed_value(o, "--optimizer");
+    o->optimizer = COLLAGE_OPTIM_ADAMW;
+    if (opt && cli_parse_optimizer("compare", "--optimizer", opt, &o->optimizer)) return -1;
+    for (int i = 0; i < o->n_pass; i += 2)
+        if (cli_refuse_unread("compare", o->pass[i], o->optimizer, NULL)) return -1;
+    for (int i = 0; i < o->n_bare; i++)
+        if (cli_refuse_unread("compare", o->bare[i], o->optimizer, NULL)) return -1;
+    if (b2_given && cli_refuse_unread("compare", "--beta2", o->optimizer, NULL)) return -1;
+    int fp16 = 0;
+    for (int s = 0; s < o->n_strategies; s++) fp16 |= collage_strategy_is_fp16(o->strategies[s]);
+    if (cmp_passed(o, "--loss-scale") && !fp16) {
+        fprintf(stderr, "collage compare: --loss-scale: no strategy of --precision scales its loss (only the fp16 "
+                        "strategies do: %s)\nhint: drop --loss-scale, or add an fp16 strategy to --precision; its runs take "
+                        "it\n", cli_fp16_names());
+        return -1;
+    }
+    return 0;
+}
+
 int cmp_parse_compare(int argc, char **argv, compare_opts *o) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (compare_opts){.seeds = 1, .steps = 1000, .out = "compare", .seed = 1337, .eval_every = -1};
@@ -209,10 +233,10 @@ int cmp_parse_compare(int argc, char **argv, compare_opts *o) {
         i++;
     }
     if ((computes || recipes || e4m3_all) && cmp_parse_computes(computes, recipes, e4m3_all, o)) return -1;
-    /* Lion's β2 is its own (0.99); SGD reads none, so one value (unused) rather than a grid of equal runs */
-    const char *opt = cmp_passed_value(o, "--optimizer");
-    if (opt && !b2_given && !strcmp(opt, "lion")) parse_beta2("0.99", o);
-    if (opt && !b2_given && !strcmp(opt, "sgd")) parse_beta2("0.95", o);
+    if (unread_flags(o, b2_given)) return -1;
+    /* Lion's β2 is its own (0.99); SGD reads none: one run per strategy and seed, no --beta2 passed */
+    if (o->optimizer == COLLAGE_OPTIM_LION && !b2_given) parse_beta2("0.99", o);
+    if (o->optimizer == COLLAGE_OPTIM_SGD) parse_beta2("0.95", o);
     if (o->jobs <= 0) o->jobs = (int)cpus;
     if (o->threads <= 0) o->threads = (int)cpus / o->jobs > 0 ? (int)cpus / o->jobs : 1;
     if (o->eval_every <= 0) o->eval_every = o->steps / 20 > 0 ? o->steps / 20 : 1;

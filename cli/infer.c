@@ -65,7 +65,8 @@ static collage_tokenizer *tokenizer_for(const char *cmd, const char *name, int v
     char err[1024];
     collage_tokenizer *t = NULL;
     if (collage_tokenizer_create(k, NULL, &t, err, sizeof err) != COLLAGE_OK) {
-        fprintf(stderr, "collage %s: %s\nhint: scripts/setup.sh installs the GPT-2 vocabulary\n", cmd, err);
+        fprintf(stderr, "collage %s: %s\nhint: scripts/gpt2-vocab.sh installs the GPT-2 vocabulary (scripts/setup.sh runs "
+                        "it), or set $" COLLAGE_GPT2_VOCAB_ENV "\n", cmd, err);
         *rc = 1;
         return NULL;
     }
@@ -182,8 +183,11 @@ int cmd_eval(int argc, char **argv) {
             print_scores(&sc, &o, (long long)nb * o.B * o.T, nb);
             rc = 0;
         }
-    } else if (tok) fprintf(stderr, "collage eval: --data: %s\nhint: --data takes a text file, a folder of text files or "
-                                    ".bin shards\n", err);
+    } else if (tok) {
+        const char *shard = cli_shard_hint(err, collage_tokenizer_vocab_size(tok) > 256 ? "gpt2" : "byte", 1);
+        fprintf(stderr, "collage eval: --data: %s\nhint: %s\n", err,
+                shard ? shard : "--data takes a text file, a folder of text files or .bin shards");
+    }
     collage_loader_free(ld);
     collage_tokenizer_free(tok);
     collage_model_free(m);

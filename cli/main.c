@@ -212,11 +212,48 @@ const char *cli_hint(collage_status st) {
     case COLLAGE_ERR_ARG: case COLLAGE_ERR_SIZE: return "--help lists the flags and their values";
     case COLLAGE_ERR_IO: return "check that the path named above exists and that you may read (or write) it";
     case COLLAGE_ERR_FORMAT: return "the file is damaged, or not of the kind the flag takes";
-    case COLLAGE_ERR_NOMEM: return "a smaller --model or --batch";
+    case COLLAGE_ERR_NOMEM: return "more free memory than the machine has now: fewer programs beside it, or a larger machine";
     case COLLAGE_ERR_PEER: return "the failing rank's own message names the problem";
     case COLLAGE_ERR_BUSY: return "wait for that run to end or stop it, or use another folder";
     default: return "--help lists the flags";
     }
+}
+
+const char *cli_shard_hint(const char *err, const char *tok, int model_fixed) {
+    static char buf[320];
+    const int gpt2 = tok && !strcmp(tok, "gpt2"), own = gpt2 ? 50257 : 256;
+    const char *p = strstr(err, "written for a vocabulary of ");
+    unsigned ids = 0;
+    if (p && sscanf(p, "written for a vocabulary of %u", &ids) == 1) { /* the shard's header names its tokenizer */
+        const char *reader = ids == 50257 ? "gpt2" : ids == 256 ? "byte" : NULL;
+        if (reader && model_fixed)
+            snprintf(buf, sizeof buf, "the shard holds %s ids and the model reads %s ones: --data a text corpus, or a shard "
+                                      "written by collage tokenize --tokenizer %s", reader, gpt2 ? "gpt2" : "byte",
+                     gpt2 ? "gpt2" : "byte");
+        else if (reader) snprintf(buf, sizeof buf, "the shard holds %s ids: --tokenizer %s reads it", reader, reader);
+        else snprintf(buf, sizeof buf, "a shard of %u ids is of no tokenizer collage has (byte: 256, gpt2: 50257); "
+                                       "collage tokenize writes one from text", ids);
+        return buf;
+    }
+    if (strstr(err, "is outside the vocabulary")) { /* no vocabulary in its header (llm.c's), or a damaged shard */
+        if (!gpt2 && !model_fixed)
+            snprintf(buf, sizeof buf, "the shard holds ids beyond the byte tokenizer's 256: --tokenizer gpt2 reads GPT-2 "
+                                      "shards (llm.c's); a shard of bytes with such an id is damaged");
+        else if (!gpt2)
+            snprintf(buf, sizeof buf, "the shard holds ids beyond the model's 256 (GPT-2's, or it is damaged): --data a "
+                                      "text corpus, or a shard written by collage tokenize --tokenizer byte");
+        else
+            snprintf(buf, sizeof buf, "an id beyond GPT-2's %d: the shard is damaged; collage tokenize --tokenizer gpt2 "
+                                      "writes it again from its text", own);
+        return buf;
+    }
+    static const char *const damaged[] = {"truncated", "wrong magic", "wrong version", "trailing data",
+                                          "negative token count", "file shrank"};
+    for (size_t i = 0; i < sizeof damaged / sizeof *damaged; i++)
+        if (strstr(err, damaged[i]))
+            return "the shard is damaged, or not an llm.c token shard: collage tokenize writes one from text (a .bin "
+                   "file is read as a shard)";
+    return NULL;
 }
 
 const char *cli_data_name(const char *path) {

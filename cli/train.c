@@ -52,7 +52,8 @@ void train_usage(FILE *f) {
             "  --batch B --seq T   sequences per step and their length (default 16, 64)\n"
             "  --lr X --warmup N   peak learning rate (1e-3) after N linear warm-up steps (default steps/20),\n"
             "                      then cosine decay to a tenth\n"
-            "  --beta1 X --beta2 X --eps X --wd X --clip X   AdamW (0.9, 0.95, 1e-8, 0.1, 1.0)\n"
+            "  --beta1 X --beta2 X --eps X --wd X --clip X   AdamW (0.9, 0.95, 1e-8, 0.1, 1.0); lion reads all\n"
+            "                      but --eps, sgd only --wd and --clip: a flag the optimizer does not read is refused\n"
             "  --optimizer NAME    adamw (default) | lion | sgd: the update rule, which the precision strategy\n"
             "                      stores and applies (lion and sgd keep m only: docs/numerics.md §14);\n"
             "                      lion takes --beta1 --beta2 (0.9, 0.99) and about a third of AdamW's --lr\n"
@@ -72,7 +73,8 @@ void train_usage(FILE *f) {
             "  --max-skips K       stop when K steps in a row have a non-finite gradient (default 10);\n"
             "                      a non-finite loss stops the run at once\n"
             "  --loss-scale X      fp16 strategies: the first dynamic loss scale (default 65536; doubled after 200\n"
-            "                      finite steps, halved on an overflow, whose step is skipped; logged)\n"
+            "                      finite steps, halved on an overflow, whose step is skipped; logged); refused\n"
+            "                      with the other strategies and with --resume (the checkpoint's scale goes on)\n"
             "  --log FILE          one JSON object per step\n"
             "  --summary FILE      one JSON object for the whole run, written atomically at its end\n"
             "  --accum A           micro-batches per rank per step (%s, default 1): the gradient of the batch is\n"
@@ -162,6 +164,23 @@ static int llama_only(const train_opts *o) {
     return 2;
 }
 
+/* --init: the model file gives the run its shape; a preset or a size flag beside it would be ignored.
+ * 0 or 2 (printed). */
+static int init_shaped(const train_opts *o) {
+    static const struct { unsigned bit; const char *flag; } SHAPE[] = {
+        {COLLAGE_RUN_MODEL, "--model"}, {COLLAGE_RUN_LAYERS, "--layers"}, {COLLAGE_RUN_HEADS, "--heads"},
+        {COLLAGE_RUN_DIM, "--dim"}, {COLLAGE_RUN_KV_HEADS, "--kv-heads"}, {COLLAGE_RUN_HIDDEN, "--hidden"},
+    };
+    for (size_t i = 0; o->cfg.init && i < sizeof SHAPE / sizeof *SHAPE; i++)
+        if (o->given & SHAPE[i].bit) {
+            fprintf(stderr, "collage train: %s with --init '%s': the model in that file gives the run its shape and "
+                            "family\nhint: drop %s, or drop --init to start a %s model from its initialisation\n",
+                    SHAPE[i].flag, o->cfg.init, SHAPE[i].flag, SHAPE[i].bit == COLLAGE_RUN_MODEL ? "preset" : "preset's");
+            return 2;
+        }
+    return 0;
+}
+
 /* Flags that only make sense together, and the defaults that depend on others. 0 or 2 (printed). */
 static int settle(train_opts *o) {
     const char *lone = o->overwrite ? "--overwrite" : o->keep ? "--keep" : o->save_every >= 0 ? "--save-every" : NULL;
@@ -169,7 +188,7 @@ static int settle(train_opts *o) {
         fprintf(stderr, "collage train: %s without --save: nothing is saved\nhint: --save DIR %s\n", lone, lone);
         return 2;
     }
-    if (llama_only(o)) return 2;
+    if (init_shaped(o) || llama_only(o)) return 2;
     if (o->cfg.warmup > o->cfg.steps) {
         fprintf(stderr, "collage train: --warmup %d is longer than --steps %d: the learning rate would never reach --lr\n"
                         "hint: --warmup %d or less (default: steps / 20)\n", o->cfg.warmup, o->cfg.steps, o->cfg.steps);
@@ -192,18 +211,56 @@ static int settle(train_opts *o) {
     return 0;
 }
 
+/* Out of memory creating the run: --seq beyond the preset's context grows the model to --seq positions,
+ * and attention's scores grow as batch x seq², so a --seq past the context is named first. */
+static const char *nomem_hint(const train_opts *o) {
+    static char buf[320];
+    collage_model_config c;
+    const char *preset = o->cfg.model ? o->cfg.model : "tiny";
+    if (!o->cfg.init && !o->resume && collage_model_preset(preset, &c) == COLLAGE_OK && o->cfg.seq > c.max_seq_len)
+        snprintf(buf, sizeof buf, "--seq %d is beyond --model %s's context of %d: the model grows to %d positions and its "
+                                  "attention scores to batch x seq² = %.3g; --seq %d or less", o->cfg.seq, preset,
+                 c.max_seq_len, o->cfg.seq, (double)o->cfg.batch * o->cfg.seq * o->cfg.seq, c.max_seq_len);
+    else
+        snprintf(buf, sizeof buf, "a smaller --batch or --seq (activations grow as batch x seq, attention's scores as "
+                                  "batch x seq²), or a smaller --model");
+    return buf;
+}
+
 /* A failed collage_run_create: its message with the flag it concerns and a hint that fits; the exit
  * status (2 when a flag is to change, 1 for a file). */
 static int create_failed(const train_opts *o, collage_status st, const char *err) {
     char flag[64] = "";
-    const char *hint = cli_hint(st), *data = o->cfg.data;
-    int rc = st == COLLAGE_ERR_ARG ? 2 : 1;
+    const char *hint = cli_hint(st), *data = o->cfg.data, *shard = cli_shard_hint(err, o->cfg.tokenizer, 0);
+    int rc = st == COLLAGE_ERR_ARG ? 2 : 1, ctx = 0;
+    const char *ctx_at;
+    char seq_hint[320];
     if (strstr(err, "fewer than")) {
         snprintf(flag, sizeof flag, "--seq %d --batch %d: ", o->cfg.seq, o->cfg.batch);
         hint = "a smaller --seq or --batch, or a longer corpus (--data)";
         rc = 2;
-    } else if (strstr(err, "vocabulary")) {
+    } else if (shard) {
+        snprintf(flag, sizeof flag, "--data: ");
+        hint = shard;
+        rc = strstr(shard, "the shard is damaged") ? 1 : 2; /* a damaged file, or another --tokenizer */
+    } else if (strstr(err, "encoder.json")) { /* the GPT-2 tokenizer's files are missing */
         hint = "scripts/gpt2-vocab.sh installs the GPT-2 vocabulary (scripts/setup.sh runs it), or set $" COLLAGE_GPT2_VOCAB_ENV;
+    } else if (strstr(err, "tokenizer has")) { /* --init: a model of another vocabulary */
+        snprintf(flag, sizeof flag, "--tokenizer: ");
+        hint = "the tokenizer of the model's vocabulary: --tokenizer gpt2 for 50257 symbols, byte for 256";
+    } else if (strstr(err, "the data differ")) {
+        snprintf(flag, sizeof flag, "--data: ");
+        hint = "--resume continues on the data the run was saved with: the same --data (its --tokenizer is the checkpoint's)";
+    } else if ((ctx_at = strstr(err, "max_seq_len ")) && sscanf(ctx_at, "max_seq_len %d", &ctx) == 1) {
+        snprintf(flag, sizeof flag, "--seq %d: ", o->cfg.seq);
+        snprintf(seq_hint, sizeof seq_hint, "--seq %d is beyond the context of the model in '%s' (%d positions); --seq %d "
+                 "or less", o->cfg.seq, o->resume ? o->resume : o->cfg.init ? o->cfg.init : "?", ctx, ctx);
+        hint = seq_hint;
+        rc = 2;
+    } else if (st == COLLAGE_ERR_NOMEM) {
+        snprintf(flag, sizeof flag, "--model %s --batch %d --seq %d: ", o->cfg.model ? o->cfg.model : "tiny", o->cfg.batch,
+                 o->cfg.seq);
+        hint = nomem_hint(o);
     } else if (strstr(err, "tokenizer")) {
         snprintf(flag, sizeof flag, "--tokenizer: ");
         hint = "--tokenizer byte or gpt2";
@@ -223,7 +280,13 @@ static int create_failed(const train_opts *o, collage_status st, const char *err
     } else if (st == COLLAGE_ERR_ARG && strstr(err, "fp8")) {
         hint = "--compute fp8 takes a bf16 strategy (collage-light, collage-plus, bf16, bf16-sr, bf16-master…) and "
                "--fp8-recipe delayed | current | block | mxfp8";
-    } else if (st == COLLAGE_ERR_ARG) {
+    } else if (st == COLLAGE_ERR_ARG && strstr(err, "is 0 in fp16")) {
+        snprintf(flag, sizeof flag, "--eps: ");
+        hint = "--eps 1e-4 (fp16 training's usual eps), or --precision fp16-master (its v in fp32)";
+    } else if (st == COLLAGE_ERR_ARG && strstr(err, "nesterov")) {
+        snprintf(flag, sizeof flag, "--nesterov: ");
+        hint = "--nesterov takes a --momentum above 0, or drop --nesterov";
+    } else if (st == COLLAGE_ERR_ARG && strstr(err, "shape")) {
         hint = "the shape flags: --dim a multiple of --heads, --heads of --kv-heads (collage train --help)";
     }
     fprintf(stderr, "collage train: %s%s\nhint: %s\n", flag, err, hint);

@@ -57,6 +57,58 @@ static const flag_spec FLAGS[] = {
 #undef FI
 #undef FD
 
+/* ---------------------------------------------------------------- which optimizer reads which flag */
+/* The update rule's own flags and the optimizers that read each (collage_adamw_config: AdamW its β and
+ * eps, Lion its β, SGD μ and Nesterov's form; --lr --warmup --wd --clip every one). A flag given to an
+ * optimizer that does not read it would change nothing: it is refused. `other`: where the optimizers
+ * that do not read it keep the same idea, for the hint. */
+#define BY(o) (1u << COLLAGE_OPTIM_##o)
+static const struct {
+    const char *flag;
+    unsigned readers;
+    const char *other;
+} OPTIM_FLAGS[] = {
+    {"--beta1", BY(ADAMW) | BY(LION), "sgd's momentum is --momentum"},
+    {"--beta2", BY(ADAMW) | BY(LION), NULL},
+    {"--eps", BY(ADAMW), NULL},
+    {"--momentum", BY(SGD), "adamw's and lion's momentum is --beta1"},
+    {"--nesterov", BY(SGD), NULL},
+};
+#undef BY
+#define N_OPTIM_FLAGS (sizeof OPTIM_FLAGS / sizeof *OPTIM_FLAGS)
+
+int cli_optimizer_reads(collage_optimizer o, const char *flag) {
+    for (size_t i = 0; i < N_OPTIM_FLAGS; i++)
+        if (!strcmp(OPTIM_FLAGS[i].flag, flag)) return (OPTIM_FLAGS[i].readers >> o & 1u) != 0;
+    return 1;
+}
+
+int cli_refuse_unread(const char *cmd, const char *flag, collage_optimizer o, const char *resume) {
+    size_t k = 0;
+    while (k < N_OPTIM_FLAGS && strcmp(OPTIM_FLAGS[k].flag, flag)) k++;
+    if (k == N_OPTIM_FLAGS || cli_optimizer_reads(o, flag)) return 0;
+    char reads[128] = "--lr --warmup", readers[64] = "";
+    int n = 0;
+    for (size_t i = 0; i < N_OPTIM_FLAGS; i++)
+        if (cli_optimizer_reads(o, OPTIM_FLAGS[i].flag))
+            snprintf(reads + strlen(reads), sizeof reads - strlen(reads), " %s", OPTIM_FLAGS[i].flag);
+    snprintf(reads + strlen(reads), sizeof reads - strlen(reads), " --wd --clip");
+    for (int j = 0; j < COLLAGE_OPTIM_COUNT; j++)
+        if (OPTIM_FLAGS[k].readers >> j & 1u)
+            snprintf(readers + strlen(readers), sizeof readers - strlen(readers), "%s%s", n++ ? " | " : "",
+                     collage_optimizer_name((collage_optimizer)j));
+    char other[96] = "";
+    if (OPTIM_FLAGS[k].other) snprintf(other, sizeof other, " (%s)", OPTIM_FLAGS[k].other);
+    const char *name = collage_optimizer_name(o);
+    if (resume)
+        fprintf(stderr, "collage %s: %s with --resume %s: the run saved there trains with --optimizer %s, which does not read "
+                        "%s (it reads %s)\nhint: drop %s%s\n", cmd, flag, resume, name, flag, reads, flag, other);
+    else
+        fprintf(stderr, "collage %s: %s with --optimizer %s: %s does not read %s (it reads %s)\nhint: drop %s%s, or "
+                        "--optimizer %s, which read%s it\n", cmd, flag, name, name, flag, reads, flag, other, readers, n > 1 ? "" : "s");
+    return -1;
+}
+
 /* A numeric flag's range in words: "a number in (0, 1)", "a number > 0", "1 to 1024", "0 or more". */
 static const char *range_words(const flag_spec *f, char *out, size_t cap) {
     const int max = f->max ? f->max : cli_max_threads();
@@ -107,6 +159,53 @@ static int set_flag(train_opts *o, const flag_spec *f, const char *v) {
     }
 }
 
+/* The COLLAGE_RUN_* bit of a flag of the table (0: none). */
+static unsigned flag_bit(const char *flag) {
+    for (size_t i = 0; i < sizeof FLAGS / sizeof *FLAGS; i++)
+        if (!strcmp(FLAGS[i].flag, flag)) return FLAGS[i].bit;
+    return 0;
+}
+
+/* The update rule's flags given against optimizer opt (the run's, or with resume the saved run's):
+ * 0, or -1 after a message. */
+static int unread_by_optimizer(const train_opts *o, collage_optimizer opt, const char *resume) {
+    for (size_t i = 0; i < N_OPTIM_FLAGS; i++)
+        if ((o->given & flag_bit(OPTIM_FLAGS[i].flag)) && cli_refuse_unread("train", OPTIM_FLAGS[i].flag, opt, resume))
+            return -1;
+    return 0;
+}
+
+const char *cli_fp16_names(void) {
+    static char buf[256];
+    size_t len = 0;
+    buf[0] = 0;
+    for (int k = 0; k < COLLAGE_STRATEGY_COUNT && len < sizeof buf; k++)
+        if (collage_strategy_is_fp16((collage_strategy)k))
+            len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", len ? " | " : "", collage_strategy_name((collage_strategy)k));
+    return buf;
+}
+
+/* --loss-scale is the first scale of the fp16 strategies' dynamic loss scaling; no other strategy
+ * scales its loss, and a resumed run continues with the scale its checkpoint carries. s: the run's
+ * strategy (with resume, the saved run's, whose scale is saved_scale). 0, or -1 after a message. */
+static int unread_loss_scale(const train_opts *o, collage_strategy s, const char *resume, double saved_scale) {
+    if (!(o->cfg.loss_scale > 0)) return 0;
+    const char *name = collage_strategy_name(s);
+    if (resume && collage_strategy_is_fp16(s))
+        fprintf(stderr, "collage train: --loss-scale with --resume %s: the run continues with the loss scale its checkpoint "
+                        "carries (%g)\nhint: drop --loss-scale; the scale adapts by itself (doubled after %d finite steps, "
+                        "halved on an overflow)\n", resume, saved_scale, COLLAGE_LOSS_SCALE_GROWTH);
+    else if (resume)
+        fprintf(stderr, "collage train: --loss-scale with --resume %s: the run saved there trains with --precision %s, which "
+                        "does not scale its loss (only the fp16 strategies do)\nhint: drop --loss-scale\n", resume, name);
+    else if (!collage_strategy_is_fp16(s))
+        fprintf(stderr, "collage train: --loss-scale with --precision %s: %s does not scale its loss (only the fp16 strategies "
+                        "do: their gradients would underflow without it)\nhint: drop --loss-scale, or --precision %s\n",
+                name, name, cli_fp16_names());
+    else return 0;
+    return -1;
+}
+
 /* 0: run; 1: --help was printed; -1: a bad flag (message printed). */
 int train_parse(int argc, char **argv, train_opts *o) {
     *o = (train_opts){.cfg = collage_run_defaults(), .eval_every = -1, .save_every = -1};
@@ -143,6 +242,9 @@ int train_parse(int argc, char **argv, train_opts *o) {
                         "strategies)\n", o->cfg.fp8_recipe ? "--fp8-recipe" : "--fp8-e4m3-all");
         return -1;
     }
+    /* a resumed run's optimizer and strategy are its checkpoint's: checked in train_resume_config */
+    if ((!o->resume || (o->given & COLLAGE_RUN_OPTIMIZER)) && unread_by_optimizer(o, o->cfg.optimizer, NULL)) return -1;
+    if ((!o->resume || (o->given & COLLAGE_RUN_STRATEGY)) && unread_loss_scale(o, o->cfg.strategy, NULL, 0)) return -1;
     char why[256];
     if (collage_optimizer_check(o->cfg.optimizer, o->cfg.strategy, why, sizeof why) != COLLAGE_OK) {
         fprintf(stderr, "collage train: --optimizer %s --precision %s: %s\nhint: --optimizer adamw keeps v; lion and sgd "
@@ -217,6 +319,12 @@ int train_resume_config(train_opts *o) {
         else fprintf(stderr, "hint: --resume takes a folder written by --save (or one of its step-N folders)\n");
         return 1;
     }
+    /* a flag the saved run does not read (an optimizer or strategy given otherwise is a conflict, below) */
+    const int same_opt = !(o->given & COLLAGE_RUN_OPTIMIZER) || o->cfg.optimizer == s->cfg.optimizer;
+    const int same_strategy = !(o->given & COLLAGE_RUN_STRATEGY) || o->cfg.strategy == s->cfg.strategy;
+    if ((same_opt && unread_by_optimizer(o, s->cfg.optimizer, o->resume)) ||
+        (same_strategy && unread_loss_scale(o, s->cfg.strategy, o->resume, s->loss_scale)))
+        return 2;
     if (collage_run_conflict(s, &o->cfg, o->given, why, was, sizeof why)) {
         fprintf(stderr, "collage train: %s differs from the run saved in '%s' (%s there)\nhint: --resume continues "
                         "that run as it was set up; drop the flag (--lr --warmup --eps --wd --clip --steps may change), or "

@@ -9,11 +9,14 @@
  * error is printed once and the resume hint starts with mpirun -np N; (8) every flag a --help lists is
  * one the command takes, every flag of a usage line has its entry, the shape flags' ranges in train's
  * help are the ranges it enforces, --kv-heads and --hidden refused where a family has none; fill takes
- * --help and --threads. */
+ * --help and --threads; (9) a flag the optimizer or strategy does not read is refused by name (train, a
+ * resumed run, compare, bench), and the hints of a shard of another tokenizer, a damaged shard, --seq past a
+ * context and --init beside a shape flag point at the flag to change. */
 #include "harness.h"
 #include <ctype.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdint.h>
 #include <sys/stat.h>
 
 #define TRAIN "--model tiny --layers 1 --dim 32 --heads 2 --batch 4 --seq 16 --threads 1"
@@ -561,6 +564,139 @@ static void test_fill_help_and_threads(void) {
     run_case(&t, 0);
 }
 
+/* ---------------------------------------------------------------- class 9 */
+/* Which optimizer reads which flag (train_flags.c's table); the other optimizers refuse it. */
+static const struct { const char *flag, *readers; } UPDATE_FLAGS[] = {
+    {"--beta1 0.8", "adamw lion"}, {"--beta2 0.9", "adamw lion"}, {"--eps 1e-6", "adamw"},
+    {"--momentum 0.8", "sgd"}, {"--nesterov", "sgd"},
+};
+static const char *const OPTIMIZERS[] = {"adamw", "lion", "sgd"};
+
+/* Nothing silently ignored (issue 47): every flag × optimizer that does not read it exits 2 before anything is
+ * written, naming the flag and the optimizer, with a hint; every reader takes it and trains; --loss-scale
+ * with a strategy that does not scale its loss; a resumed run checks against its checkpoint's optimizer and
+ * strategy; compare and bench refuse the same. */
+static void test_unread_flags_refused(void) {
+    char args[1024], say_flag[64], say_opt[64], out[8192];
+    for (size_t f = 0; f < sizeof UPDATE_FLAGS / sizeof *UPDATE_FLAGS; f++)
+        for (int k = 0; k < 3; k++) {
+            char flag[32];
+            sscanf(UPDATE_FLAGS[f].flag, "%31s", flag);
+            snprintf(args, sizeof args, TRAIN " --data TEXT --steps 1 --save DIR/unread --optimizer %s %s", OPTIMIZERS[k],
+                     UPDATE_FLAGS[f].flag);
+            if (strstr(UPDATE_FLAGS[f].readers, OPTIMIZERS[k])) { /* a reader: the run trains */
+                char a[2048];
+                expand(args, a, sizeof a);
+                int rc = h_sh(out, sizeof out, "cd %s && %s train %s --quiet", g_work, g_bin, a);
+                CHECK(rc == 0, "train --optimizer %s %s: rc %d: %s", OPTIMIZERS[k], UPDATE_FLAGS[f].flag, rc, out);
+                h_sh(NULL, 0, "rm -rf %s/unread", g_folder);
+                continue;
+            }
+            snprintf(say_flag, sizeof say_flag, "%s with --optimizer %s", flag, OPTIMIZERS[k]);
+            snprintf(say_opt, sizeof say_opt, "hint: drop %s", flag);
+            bad_case c = {"train", args, 2, {say_flag, say_opt, "does not read"}};
+            run_case(&c, 1);
+        }
+    static const bad_case refused[] = {
+        {"train", TRAIN " --data TEXT --steps 1 --loss-scale 1024", 2, {"--loss-scale with --precision collage-light",
+                                                                       "hint: drop --loss-scale"}},
+        {"train", TRAIN " --data TEXT --steps 1 --precision bf16 --loss-scale 1024", 2, {"--loss-scale with --precision bf16"}},
+        {"train", TRAIN " --data TEXT --steps 1 --precision fp32 --loss-scale 1024", 2, {"--loss-scale with --precision fp32"}},
+        /* a resumed run: its checkpoint's optimizer (adamw) and strategy (collage-light) */
+        {"train", "--data TEXT --threads 1 --resume CK --steps 4 --momentum 0.9", 2,
+         {"--momentum with --resume CK", "--optimizer adamw", "hint: drop --momentum"}},
+        {"train", "--data TEXT --threads 1 --resume CK --steps 4 --nesterov", 2, {"--nesterov with --resume", "adamw"}},
+        {"train", "--data TEXT --threads 1 --resume CK --steps 4 --loss-scale 1024", 2,
+         {"--loss-scale with --resume", "--precision collage-light"}},
+        {"compare", "--out DIR/c --data TEXT --steps 1 --optimizer sgd --beta2 0.9", 2, {"--beta2 with --optimizer sgd"}},
+        {"compare", "--out DIR/c --data TEXT --steps 1 --optimizer lion --eps 1e-6", 2, {"--eps with --optimizer lion"}},
+        {"compare", "--out DIR/c --data TEXT --steps 1 --momentum 0.5", 2, {"--momentum with --optimizer adamw"}},
+        {"compare", "--out DIR/c --data TEXT --steps 1 --nesterov", 2, {"--nesterov with --optimizer adamw"}},
+        {"compare", "--out DIR/c --data TEXT --steps 1 --precision bf16,fp32 --loss-scale 512", 2, {"--loss-scale", "fp16"}},
+        {"bench optimizer", "--optimizer sgd --beta2 0.9", 2, {"--beta2 with --optimizer sgd"}},
+        {"bench model", "--fp8-recipe current --steps 1", 2, {"--fp8-recipe", "without --compute fp8"}},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) run_case(&refused[i], 1);
+    /* an fp16 run resumed: the scale is its checkpoint's */
+    char run[600];
+    snprintf(run, sizeof run, "%s/fp16", g_dir);
+    int rc = h_sh(out, sizeof out, "%s train --data %s " TRAIN " --precision fp16 --eps 1e-4 --loss-scale 1024 --steps 1 "
+                  "--save %s --quiet", g_bin, g_text, run);
+    CHECK(rc == 0, "train --precision fp16 --loss-scale 1024: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s train --data %s --threads 1 --resume %s --steps 2 --loss-scale 1024", g_bin, g_text, run);
+    CHECK(rc == 2 && strstr(out, "--loss-scale with --resume") && strstr(out, "loss scale its checkpoint carries (1024)"),
+          "fp16 resumed with --loss-scale: rc %d: %s", rc, out);
+    /* compare under SGD passes neither --beta2 nor --eps, which it does not read; --loss-scale reaches the fp16 runs */
+    snprintf(run, sizeof run, "%s/cmp-sgd", g_dir);
+    rc = h_sh(out, sizeof out, "%s compare --optimizer sgd --precision bf16,fp16 --loss-scale 512 --steps 1 --jobs 1 "
+              "--threads 1 --data %s --out %s --model tiny --layers 1 --dim 32 --heads 2 --batch 4 --seq 16", g_bin, g_text, run);
+    char bf16[8192] = "", fp16[8192] = "";
+    h_sh(bf16, sizeof bf16, "cat %s/*/bf16*/args.txt 2>/dev/null || cat %s/bf16*/args.txt", run, run);
+    h_sh(fp16, sizeof fp16, "cat %s/*/fp16*/args.txt 2>/dev/null || cat %s/fp16*/args.txt", run, run);
+    CHECK(rc == 0 && strstr(bf16, "--optimizer sgd") && !strstr(bf16, "--beta2") && !strstr(bf16, "--eps") &&
+              !strstr(bf16, "--loss-scale") && strstr(fp16, "--loss-scale 512"),
+          "compare --optimizer sgd: rc %d: %s\nbf16: %s\nfp16: %s", rc, out, bf16, fp16);
+}
+
+/* Messages that point the right way: a GPT-2 shard read with the byte tokenizer names --tokenizer gpt2 (not
+ * the vocabulary's installation), a damaged shard is named as one, --seq beyond a model file's context names
+ * the context, --init beside a shape flag names that flag. */
+static void test_messages_point_the_right_way(void) {
+    char path[600], out[8192], ckdir[1024], model[1200];
+    h_checkpoint(g_ck, ckdir, sizeof ckdir); /* its model file, as --init takes one */
+    snprintf(model, sizeof model, "%s/model.bin", ckdir);
+    snprintf(path, sizeof path, "%s/model.bin", g_dir);
+    CHECK(h_sh(out, sizeof out, "cp %s %s", model, path) == 0, "cp %s: %s", model, out);
+    struct { const char *name; unsigned vocab, ntok, file_tokens, id; } shards[] = {
+        {"gpt2.bin", 50257, 4096, 4096, 30000}, /* collage tokenize --tokenizer gpt2's header */
+        {"llmc.bin", 0, 4096, 4096, 30000},     /* llm.c's: no vocabulary in the header */
+        {"short.bin", 256, 4096, 100, 65},      /* damaged: fewer tokens than its header says */
+        {"wild.bin", 50257, 4096, 4096, 60000}, /* damaged: an id beyond GPT-2's */
+    };
+    for (size_t i = 0; i < sizeof shards / sizeof *shards; i++) {
+        snprintf(path, sizeof path, "%s/%s", g_dir, shards[i].name);
+        FILE *f = fopen(path, "wb");
+        int32_t h[256] = {20240520, 1, (int32_t)shards[i].ntok, (int32_t)shards[i].vocab};
+        if (f) {
+            fwrite(h, sizeof h, 1, f);
+            for (unsigned k = 0; k < shards[i].file_tokens; k++) {
+                uint16_t t = (uint16_t)(k % 2 ? shards[i].id : 65);
+                fwrite(&t, 2, 1, f);
+            }
+            fclose(f);
+        }
+    }
+    static const bad_case cases[] = {
+        {"train", TRAIN " --steps 1 --data DIR/../gpt2.bin", 2, {"--data: ", "gpt2.bin", "hint: the shard holds gpt2 ids: --tokenizer gpt2"}},
+        {"train", TRAIN " --steps 1 --data DIR/../llmc.bin", 2, {"llmc.bin", "outside the vocabulary", "--tokenizer gpt2"}},
+        {"train", TRAIN " --steps 1 --data DIR/../short.bin", 1, {"short.bin", "truncated", "hint: the shard is damaged"}},
+        {"eval", "--checkpoint CK --data DIR/../gpt2.bin", 1, {"gpt2.bin", "the model reads byte ones"}},
+        {"train", "--data TEXT --threads 1 --steps 1 --init DIR/../model.bin --model tiny", 2,
+         {"--model with --init", "hint: drop --model"}},
+        {"train", "--data TEXT --threads 1 --steps 1 --init DIR/../model.bin --layers 2", 2, {"--layers with --init"}},
+        {"train", "--data TEXT --threads 1 --steps 1 --optimizer sgd --momentum 0 --nesterov", 2,
+         {"nesterov", "hint: --nesterov takes a --momentum above 0"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        run_case(&cases[i], 0);
+        char args[2048];
+        expand(cases[i].args, args, sizeof args);
+        h_sh(out, sizeof out, "%s %s %s", g_bin, cases[i].cmd, args);
+        CHECK(!strstr(out, "gpt2-vocab") && !strstr(out, "setup.sh") && !strstr(out, "the shape flags"),
+              "%s %s: a hint that does not fit: %s", cases[i].cmd, cases[i].args, out);
+    }
+    /* a shard of GPT-2 ids with a damaged id, read as GPT-2's: named as damaged (when the vocabulary is here) */
+    int rc = h_sh(out, sizeof out, "%s train " TRAIN " --steps 1 --tokenizer gpt2 --data %s/wild.bin", g_bin, g_dir);
+    if (!strstr(out, "encoder.json"))
+        CHECK(rc == 1 && strstr(out, "wild.bin") && strstr(out, "beyond GPT-2's 50257: the shard is damaged"),
+              "a damaged GPT-2 shard: rc %d: %s", rc, out);
+    else printf("    the GPT-2 vocabulary is not installed: the damaged GPT-2 shard is not checked\n");
+    /* --seq beyond the context of a model file: the context is named, not the shape flags */
+    rc = h_sh(out, sizeof out, "%s train --data %s --threads 1 --steps 1 --batch 4 --seq 5000 --init %s", g_bin, g_text, model);
+    CHECK(rc == 2 && strstr(out, "--seq 5000") && strstr(out, "beyond the context of the model in") &&
+              !strstr(out, "the shape flags"), "--seq beyond --init's context: rc %d: %s", rc, out);
+}
+
 int main(void) {
     if (h_cli_setup("cli-input", g_bin, g_dir, g_text, 3)) return 1;
     char abs[1024];
@@ -588,6 +724,8 @@ int main(void) {
     RUN(test_mpi);
     RUN(test_help_matches_the_commands);
     RUN(test_fill_help_and_threads);
+    RUN(test_unread_flags_refused);
+    RUN(test_messages_point_the_right_way);
     h_rm_rf(g_dir);
     return h_end();
 }
