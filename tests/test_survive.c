@@ -569,7 +569,10 @@ static void test_one_run_per_folder(void) {
     snprintf(want, sizeof want, "is in use by another run (pid %d", (int)a);
     CHECK(holder == a && rc == 1 && strstr(o, want) && strstr(o, "hint: "), "a second run: holder %ld, rc %d: %s", holder,
           rc, o);
-    /* readers of the folder being written */
+    /* readers of the folder being written, once it holds a checkpoint */
+    char ck[1024];
+    for (int i = 0; i < 20000 && !h_checkpoint(dir, ck, sizeof ck) && waitpid(a, NULL, WNOHANG | WNOWAIT) != a; i++)
+        sleep_s(0.001);
     int reads = 0;
     for (int i = 0; i < READS && waitpid(a, NULL, WNOHANG | WNOWAIT) != a; i++) {
         int e = h_sh(o, sizeof o, "%s eval --checkpoint %s --data %s --batches 1 --threads 1", g_bin, dir, g_text);
@@ -600,7 +603,6 @@ static void test_one_run_per_folder(void) {
     h_sh(NULL, 0, "rm -rf %s", dir);
     a = spawn(cmd, out);
     holder = lock_holder(dir, a);
-    char ck[1024];
     for (int i = 0; i < 20000 && !h_checkpoint(dir, ck, sizeof ck) && waitpid(a, NULL, WNOHANG | WNOWAIT) != a; i++) sleep_s(0.001);
     kill(a, SIGKILL);
     reap_exit(a);
