@@ -210,6 +210,16 @@ def grow(hi, lo, d):
     return m, rn(f(r) - f(rn(f(m) - f(s))))
 
 
+def sqrt32(x):
+    """The fp32 square root, correctly rounded, as C's sqrtf. PyTorch 2's CPU sqrt (SLEEF's vectors) is
+    off by an ulp for about 1 input in 160, in float64 too; float64's, within an ulp, rounds to the
+    correct fp32 (an fp32's square root is at least 2^-51 relative from an fp32 midpoint). Other
+    devices' sqrt is IEEE's."""
+    if x.device.type != "cpu":
+        return torch.sqrt(x)
+    return torch.sqrt(x.double()).float()
+
+
 def grow_addcmul(hi, lo, t1, t2, c):
     """GrowAddcmul((hi, lo), t1, t2, c): adds c·t1·t2 (c an fp32 scalar)."""
     x = rn(c * (f(t1) * f(t2)))
@@ -261,7 +271,7 @@ def lp_raw(th, g, st, k, lrwd, multmc):
         vh = rn(f(st["exp_avg_sq"]) * k.b2)
         vh = rn(f(vh) + k.omb2 * (f(g) * f(g)))
     st["exp_avg_sq"].copy_(vh)
-    den = rn(f(rn(torch.sqrt(f(vh)))) + k.eps)
+    den = rn(f(rn(sqrt32(f(vh)))) + k.eps)
     a = rn(f(m) * k.neg_step)
     b = rn(f(a) / f(den))
     c = rn(f(th) * lrwd)
@@ -278,7 +288,7 @@ def f32_raw(w, g, st, k, lrwd):
     v = st["exp_avg_sq"] * k.b2 + k.omb2 * (g * g)
     st["exp_avg"].copy_(m)
     st["exp_avg_sq"].copy_(v)
-    return (m * k.neg_step) / (torch.sqrt(v) + k.eps) - w * lrwd
+    return (m * k.neg_step) / (sqrt32(v) + k.eps) - w * lrwd
 
 
 # ---------------------------------------------------------------- Lion's and SGD's raw update (§14)
