@@ -47,9 +47,12 @@ def fp32_mean_hook(state, bucket):
     return fut.then(done)
 
 
-def sync_states_fp32(module, process_group, broadcast_bucket_size, src, params_and_buffers_to_ignore):
-    """DDP's start-up broadcast of the weights, widened to fp32 (gloo moves no bf16)."""
-    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+def sync_states_fp32(module, process_group, broadcast_bucket_size, src, params_and_buffers_to_ignore,
+                     broadcast_buffers=True):
+    """DDP's start-up broadcast of the weights, widened to fp32 (gloo moves no bf16); PyTorch 2 passes
+    broadcast_buffers as well."""
+    tensors = list(module.named_parameters()) + (list(module.named_buffers()) if broadcast_buffers else [])
+    for name, t in tensors:
         if name not in params_and_buffers_to_ignore:
             w = t.detach().float()
             dist.broadcast(w, src, group=process_group)
