@@ -241,13 +241,19 @@ void collage_checkpoint_model_path(const char *arg, char *out, size_t cap) {
     else snprintf(out, cap, "%s", arg);
 }
 
-/* Create dir when missing and write a temporary file there (removed again). */
-static collage_status writable(const char *dir, char *err, size_t cap) {
+collage_status ckpt_make_folder(const char *dir, char *err, size_t cap) {
     struct stat sb;
     if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
         return collage__fail(err, cap, COLLAGE_ERR_IO, "'%s' is a file, not a folder", dir);
     if (collage__mkdir_p(dir) != 0)
         return collage__fail(err, cap, COLLAGE_ERR_IO, "cannot create the folder '%s': %s", dir, strerror(errno));
+    return COLLAGE_OK;
+}
+
+/* Create dir when missing and write a temporary file there (removed again). */
+static collage_status writable(const char *dir, char *err, size_t cap) {
+    collage_status st = ckpt_make_folder(dir, err, cap);
+    if (st) return st;
     char probe[4096], e2[1024];
     snprintf(probe, sizeof probe, "%s/.write-test", dir);
     collage_atomic_file af;

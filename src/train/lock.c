@@ -65,11 +65,9 @@ collage_status collage_folder_lock_take(const char *dir, collage_folder_lock **o
     if (!dir || !out) return collage__fail(err, cap, COLLAGE_ERR_NULL, "no folder given");
     *out = NULL;
     if (stale_pid) *stale_pid = 0;
+    collage_status st = ckpt_make_folder(dir, err, cap);
+    if (st) return st;
     struct stat sb;
-    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
-        return collage__fail(err, cap, COLLAGE_ERR_IO, "'%s' is a file, not a folder", dir);
-    if (collage__mkdir_p(dir) != 0)
-        return collage__fail(err, cap, COLLAGE_ERR_IO, "cannot create the folder '%s': %s", dir, strerror(errno));
     char path[4096], who[512];
     snprintf(path, sizeof path, "%.4000s/" LOCK_NAME, dir);
     int fd = -1;

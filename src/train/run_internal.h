@@ -72,6 +72,8 @@ typedef struct { int step, here, ok; uint64_t run_id; char name[32]; } ckpt_entr
 void ckpt_path(char *out, size_t cap, const char *dir, int step, const char *suffix);
 /* The checkpoints of dir by step, oldest first (malloc'd; run ids read when want_ids); -1: unreadable. */
 int  ckpt_list(const char *dir, ckpt_entry **out, int want_ids);
+/* dir as a folder: created when missing; COLLAGE_ERR_IO naming it when it is a file or cannot be made. */
+collage_status ckpt_make_folder(const char *dir, char *err, size_t cap);
 /* Remove what killed or failed saves left in dir, unless another process holds dir's lock (lock.c). */
 void ckpt_clean(const char *dir);
 /* 1 when another process holds dir's lock (a run saving there). */
