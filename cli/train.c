@@ -104,8 +104,6 @@ static int check_out_file(const char *flag, const char *path) {
     return -1;
 }
 
-/* --save, --log, --summary (rank 0): created or tested for writing; the log opened (appending: a
- * failing run truncates nothing). 0, or -1 (message printed); the exit status in *rc. */
 /* The --save folder's lock, held from the check of the folder to the end of the run. */
 static collage_folder_lock *g_lock;
 
@@ -126,6 +124,8 @@ static int lock_folder(const train_opts *o) {
     return 0;
 }
 
+/* --save, --log, --summary (rank 0): created or tested for writing; the log opened (appending: a
+ * failing run truncates nothing). 0, or -1 (message printed); the exit status in *rc. */
 static int check_outputs(const train_opts *o, FILE **logf, int *rc) {
     char err[1024];
     *rc = 1;
