@@ -77,7 +77,7 @@ TEST_SRC = $(wildcard tests/test_*.c)
 TEST_BIN = $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC)) $(BUILD)/tests/test_install
 # The Python package's suite: in a SAN=1 build it says why it skips (an ASan-instrumented libcollage.so
 # loads into the interpreter only with libasan preloaded; docs/testing.md).
-TEST_BIN += $(BUILD)/tests/test_python
+TEST_BIN += $(BUILD)/tests/test_python $(BUILD)/tests/test_python_torch2
 HDRS     = $(wildcard include/*.h) $(wildcard $(addsuffix /*.h,$(SRC_DIRS))) $(wildcard src/*/*.inc) $(wildcard cli/*.h) \
            tests/harness.h tests/corpus.h
 
@@ -179,7 +179,10 @@ $(BUILD)/tests/test_install: tests/test_install.sh Makefile | $(BUILD)/tests
 
 # The Python suite, with this build's library and sanitizer setting written in.
 $(BUILD)/tests/test_python: tests/test_python.sh Makefile | $(BUILD)/tests
-	sed -e 's|@BUILD@|$(BUILD)|' -e 's|@SAN@|$(SAN)|' $< > $@ && chmod +x $@
+	sed -e 's|@BUILD@|$(BUILD)|' -e 's|@SAN@|$(SAN)|' -e 's|@TORCH@|1|' $< > $@ && chmod +x $@
+# The same suite on the pinned PyTorch 2 (python/torch2-pin.txt, scripts/torch2-env.sh).
+$(BUILD)/tests/test_python_torch2: tests/test_python.sh Makefile | $(BUILD)/tests
+	sed -e 's|@BUILD@|$(BUILD)|' -e 's|@SAN@|$(SAN)|' -e 's|@TORCH@|2|' $< > $@ && chmod +x $@
 
 # make python: the collage Python package installed without network into a virtual environment,
 # $(BUILD)/venv, that sees Debian's torch and numpy; it loads this build's libcollage.so

@@ -17,8 +17,10 @@ for t in "$build"/tests/test_*; do
   [ -x "$t" ] || continue
   if [ -n "${TESTS:-}" ] && [[ " $TESTS " != *" $(basename "$t") "* ]]; then continue; fi
   echo "== $(basename "$t")"
+  t0=$SECONDS
   out=$(COLLAGE_BIN="$build/collage" "$t" 2>&1); rc=$?
   printf '%s\n' "$out"
+  echo "== $(basename "$t"): $((SECONDS - t0)) s"
   last=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
   if [ -n "$last" ]; then
     p=${last%% passed*}; f=${last#*, }; f=${f%% failed*}

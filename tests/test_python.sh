@@ -12,7 +12,22 @@ if [ '@SAN@' = 1 ]; then
   echo "     the package makes"
   echo "0 passed, 0 failed"; exit 0
 fi
-PY=${COLLAGE_PYTHON:-/usr/bin/python3}
+# The Makefile writes this script twice: test_python with Debian's interpreter (PyTorch 1.13) or
+# $COLLAGE_PYTHON, and test_python_torch2 with the cached environment of python/torch2-pin.txt
+# (scripts/torch2-env.sh, which scripts/setup.sh runs) or $COLLAGE_PYTHON2.
+if [ '@TORCH@' = 2 ]; then
+  if [ "${COLLAGE_TORCH2:-1}" = 0 ] && [ -z "${COLLAGE_PYTHON2:-}" ]; then
+    echo "skip the Python suite on PyTorch 2: COLLAGE_TORCH2=0"
+    echo "0 passed, 0 failed"; exit 0
+  fi
+  if ! PY=${COLLAGE_PYTHON2:-$(bash scripts/torch2-env.sh --print)}; then
+    echo "FAIL no PyTorch 2 environment (scripts/setup.sh installs it; COLLAGE_TORCH2=0 skips this suite)"
+    echo "0 passed, 1 failed"; exit 1
+  fi
+else
+  PY=${COLLAGE_PYTHON:-/usr/bin/python3}
+fi
+"$PY" -c 'import sys, torch; print(f"Python {sys.version.split()[0]} ({sys.executable}), torch {torch.__version__}")' 2>/dev/null
 if ! "$PY" -c 'import numpy, torch, pytest' 2>/dev/null; then
   echo "FAIL $PY cannot import numpy, torch and pytest (scripts/setup.sh installs python3-numpy, -torch, -pytest)"
   echo "0 passed, 1 failed"; exit 1
