@@ -20,11 +20,10 @@ import torch
 
 import collage.torch as ct
 
-pytest.importorskip("torch.distributed.fsdp", reason="needs torch.distributed.fsdp")
-fsdp = pytest.importorskip("torch.distributed.fsdp")
-if not hasattr(fsdp, "fully_shard"):
+# PyTorch 1.13 has none of these (and its torch.distributed.fsdp fails to import under Python 3.11)
+pytest.importorskip("torch.distributed.tensor", reason="needs DTensor (torch.distributed.tensor, PyTorch 2.4 and later)")
+if not hasattr(pytest.importorskip("torch.distributed.fsdp"), "fully_shard"):
     pytest.skip("needs FSDP2 (torch.distributed.fsdp.fully_shard, PyTorch 2.6 and later)", allow_module_level=True)
-pytest.importorskip("torch.distributed.tensor", reason="needs DTensor (torch.distributed.tensor)")
 pytest.importorskip("torch.distributed.checkpoint.state_dict", reason="needs torch.distributed.checkpoint.state_dict")
 
 import torch.distributed as dist  # noqa: E402
@@ -314,3 +313,33 @@ def test_three_ranks(ckdir):
     if not os.path.isdir(f"{ckdir}/1"):
         pytest.skip("test_dcp_two_ranks_to_one wrote no checkpoints")
     verdict(spawn(3, ckdir), 3, ckdir)
+
+
+def test_refused_by_name():
+    """On one rank: a DTensor placed otherwise than Shard(0) / Replicate, a plain tensor beside DTensors,
+    all_reduce= or shards= with DTensors, and a gradient placed otherwise than its parameter: each a
+    ValueError or TypeError naming the parameter, before anything is stepped."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+    with tempfile.TemporaryDirectory() as d:
+        dist.init_process_group("gloo", init_method=f"file://{d}/init", rank=0, world_size=1)
+        try:
+            mesh = init_device_mesh("cpu", (1,))
+            w = torch.zeros(4, 6, dtype=torch.bfloat16)
+            rows_ = torch.nn.Parameter(distribute_tensor(w, mesh, [Shard(0)]))
+            cols = torch.nn.Parameter(distribute_tensor(w, mesh, [Shard(1)]))
+            plain = torch.nn.Parameter(w.clone())
+            with pytest.raises(ValueError, match=r"parameter 'c' is a DTensor placed \(Shard\(dim=1\),\)"):
+                ct.AdamW([("c", cols)])
+            with pytest.raises(ValueError, match="parameter 'p' is a plain tensor, and parameter 'r' a DTensor"):
+                ct.AdamW([("r", rows_), ("p", plain)])
+            with pytest.raises(ValueError, match="all_reduce is for shards= of plain tensors"):
+                ct.AdamW([rows_], all_reduce=dist.all_reduce)
+            with pytest.raises(ValueError, match="shards names parameter 0 .*a DTensor"):
+                ct.AdamW([rows_], shards={rows_: (0, 24)})
+            opt = ct.AdamW([("r", rows_)])
+            rows_.grad = w.clone()
+            with pytest.raises(TypeError, match="parameter 'r' is a DTensor .* its gradient is a plain tensor"):
+                opt.step()
+            assert not opt.state
+        finally:
+            dist.destroy_process_group()

@@ -6,10 +6,10 @@ import torch
 
 try:
     from torch.distributed.tensor import DTensor, Replicate, Shard
-except ImportError:  # PyTorch 2.0 to 2.3 kept it private; 1.13 has none
+except ImportError:  # PyTorch 2.0 to 2.3 kept it private
     try:
         from torch.distributed._tensor import DTensor, Replicate, Shard
-    except ImportError:
+    except Exception:  # none, or a prototype that does not import (1.13 under Python 3.11): no DTensors
         DTensor = Replicate = Shard = None
 
 
