@@ -18,6 +18,14 @@ steps taken and whether the kept value's words are set (synced).
   model comes from one all-reduce (`all_reduce=`) of the vector of every tensor's chunk sums and of the
   elements of the chunks that ranks share, each rank filling in its own: x + 0 = x, so every rank sums
   the shared chunks itself and adds the unsharded step's numbers in its order.
+- DTensor parameters (FSDP2's fully_shard, HSDP: Shard(0) on one mesh dimension, Replicate on the others,
+  _dtensor.py): each rank steps its local rows, whose place in the full tensor the placement gives (as
+  shards= would), and the Σg² vector is all-reduced over the mesh's shard dimension (HSDP's replicas hold
+  the same gradients). The state words are DTensors placed as the parameter, but for the 8-bit words,
+  which are each rank's own layout of its shard; every rank's shard must then start a block of 256.
+  state_dict() gives such a word as codes and per-element scales placed as the parameter, which
+  torch.distributed.checkpoint reshards, and puts the "collage" entry in each param group too (its
+  get_optimizer_state_dict keeps the groups only).
 
 One step with clipping equals a single libcollage optimizer over the concatenated slab with one group per
 tensor, stepped once per parameter group (each with its lr) with the slab's Σg²: tests/test_optimizer.py.
@@ -1078,6 +1086,8 @@ class AdamW(_Optimizer):
     torch.distributed.all_reduce), given the vector of every tensor's Σg² chunk sums and of the elements
     of chunks that ranks share, each rank's own filled in: the clipping factor and the non-finite skip of
     the unsharded step on every rank. Every rank's optimizer lists the same tensors in the same order.
+    FSDP2's DTensor parameters (fully_shard, HSDP) need neither: their placement says which rows a rank
+    holds, and the mesh's shard dimension is the group of the all-reduce (docs/python.md, "FSDP2").
 
     After each step ``optimizer.last_stats`` holds (read from the GPU when first asked for, where a step on
     one GPU without skip_nonfinite or EDQ was not waited for): step, skipped, grad_norm (NaN unless clipping or
