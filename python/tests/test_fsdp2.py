@@ -29,8 +29,9 @@ pytest.importorskip("torch.distributed.checkpoint.state_dict", reason="needs tor
 import torch.distributed as dist  # noqa: E402
 import torch.distributed.checkpoint as dcp  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,  # noqa: E402
-                                                     set_model_state_dict, set_optimizer_state_dict)
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,  # noqa: E402
+                                                     get_optimizer_state_dict, set_model_state_dict,
+                                                     set_optimizer_state_dict)
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
@@ -86,7 +87,7 @@ def compare(model, opt, ref, ropt, world, rank, where):
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         r0, r1 = rows(q.shape[0], world, rank)
         per_row = q[0].numel() if q.shape[0] else 0
-        if not torch.equal(bits(p.to_local()), bits(q[r0:r1])):
+        if not torch.equal(bits(p.to_local() if isinstance(p, DTensor) else p), bits(q[r0:r1])):
             return f"{where}: {name} differs from the unsharded step's"
         st, rst = opt.state[p], ropt.state[q]
         if set(st) != set(rst):
@@ -100,6 +101,9 @@ def compare(model, opt, ref, ropt, world, rank, where):
                 if tuple(v.placements) != tuple(p.placements) or v.shape != q.shape:
                     return f"{where}: {name}: {k} placed {v.placements} shaped {tuple(v.shape)}"
                 if not torch.equal(bits(v.to_local()), bits(rv[r0:r1])):
+                    return f"{where}: {name}: {k} differs from the unsharded step's"
+            elif v.shape == q[r0:r1].shape:  # a word of a plain parameter
+                if v.dtype != rv.dtype or not torch.equal(bits(v), bits(rv[r0:r1])):
                     return f"{where}: {name}: {k} differs from the unsharded step's"
             else:  # an 8-bit word: this rank's codes padded to 64 bytes, then its blocks' scales
                 n, a, full = (r1 - r0) * per_row, r0 * per_row, q.numel()
@@ -119,9 +123,11 @@ def batch(rank, t, model):
             torch.randn(4, last.out_features, generator=g))
 
 
-def check_steps(mesh, world, rank, precision, cls=ct.AdamW, kw=KW, data=None):
+def check_steps(mesh, world, rank, precision, cls=ct.AdamW, kw=KW, data=None, full=False):
     """STEPS steps of fully_shard's model against one process stepping the gathered full gradients; rank:
-    the coordinate on the shard dimension of the mesh; data: the rank whose batches this process takes."""
+    the coordinate on the shard dimension of the mesh; data: the rank whose batches this process takes.
+    full: then a full state dict (get_optimizer_state_dict's full_state_dict) loaded by a fresh optimizer
+    of the sharded model and by one of the unsharded model gives each its words."""
     ref = build(precision)
     model = shard(build(precision), mesh)
     opt = cls(model.named_parameters(), precision=precision, **kw)
@@ -141,7 +147,16 @@ def check_steps(mesh, world, rank, precision, cls=ct.AdamW, kw=KW, data=None):
     for v in opt.state[next(model.parameters())].values():
         if torch.is_tensor(v) and v.dtype != torch.uint8 and not isinstance(v, DTensor):
             return "a 16-bit or 32-bit word is not a DTensor"
-    return compare(model, opt, ref, ropt, world, rank, f"after {STEPS} steps") or "ok"
+    bad = compare(model, opt, ref, ropt, world, rank, f"after {STEPS} steps")
+    if bad or not full:
+        return bad or "ok"
+    whole = get_optimizer_state_dict(model, opt, options=StateDictOptions(full_state_dict=True))
+    opt2 = cls(model.named_parameters(), precision=precision, **kw)
+    opt2.load_state_dict(whole)
+    ropt2 = cls(ref.named_parameters(), precision=precision, **kw)
+    ropt2.load_state_dict(whole)
+    return (compare(model, opt2, ref, ropt, world, rank, "a full state dict loaded sharded")
+            or compare(ref, ropt2, ref, ropt, 1, 0, "a full state dict loaded whole") or "ok")
 
 
 def check_q8_refused(mesh, world, rank):
@@ -214,7 +229,7 @@ def jobs(world, ckdir):
                                                                save=f"{ckdir}/1/{s}", seed=1))
                 for s in DCP_STRATEGIES]
     else:
-        out += [(f"fsdp2 {s}", lambda m, r, s=s: check_steps(m, world, r, s)) for s in UNEVEN]
+        out += [(f"fsdp2 {s}", lambda m, r, s=s: check_steps(m, world, r, s, full=True)) for s in UNEVEN]
         out += [("8-bit refused", lambda m, r: check_q8_refused(m, world, r))]
         out += [(f"dcp {n} -> {world} {s}", lambda m, r, s=s, n=n: run_dcp(m, world, r, s, STEPS, STEPS + MORE,
                                                                              load=f"{ckdir}/{n}/{s}", seed=2))
