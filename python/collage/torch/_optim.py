@@ -243,7 +243,7 @@ class _Optimizer(torch.optim.Optimizer):
         params, self._names = self._strip_names(params)
         self.shards = {}
         super().__init__(params, defaults)
-        if all_reduce is not None and self._dt:
+        if all_reduce is not None and self._reduce() is not None:
             raise ValueError(f"{cls}: all_reduce is for shards= of plain tensors; DTensor parameters sum the gradient "
                              "norm over their mesh's shard group (leave all_reduce out)")
         self.all_reduce = all_reduce
@@ -353,7 +353,7 @@ class _Optimizer(torch.optim.Optimizer):
         if not _local(p).is_contiguous():
             raise ValueError(f"{self._name(p, names, at)} is not contiguous; the step updates its memory in place "
                              "(make it contiguous before building the optimizer)")
-        if _dtensor.is_dtensor(p):
+        if _dtensor.is_dtensor(p) and p not in self._dt:  # its mesh, placement and shape are its own for good
             self._check_dtensor(p, self._name(p, names, at))
         seed = getattr(p, "_collage_seed", None)
         if seed is not None and seed[0] != self.strategy.name:
@@ -395,9 +395,9 @@ class _Optimizer(torch.optim.Optimizer):
         after FSDP's reduction, so the replicate dimension is left out); None where nothing is sharded."""
         if self.all_reduce is not None:
             return self.all_reduce
-        if self._dt:
-            group = next(iter(self._dt.values())).group
-            return lambda t: torch.distributed.all_reduce(t, group=group)
+        lay = next((self._dt[p] for g in self.param_groups for p in g["params"] if p in self._dt), None)
+        if lay is not None:
+            return lambda t: torch.distributed.all_reduce(t, group=lay.group)
         return None
 
     def add_param_group(self, param_group):
