@@ -2,7 +2,7 @@
 ranks as processes) and torch.distributed.checkpoint:
 
 - fully_shard over 2 ranks (every strategy; uneven rows) and 3 (a strategy with each kind of word; a bias
-  smaller than the world: an empty local shard), HSDP on a (2, 1) mesh, AdamW, Lion and SGD, 20 steps with clipping that triggers: the model and every word equal
+  smaller than the world: an empty local shard), HSDP on (2, 1) and (1, 2) meshes, AdamW, Lion and SGD, 20 steps with clipping that triggers: the model and every word equal
   one process stepping the full gradients FSDP reduced (gathered), bit for bit; the 16-bit and 32-bit
   words are DTensors placed as their parameter; an 8-bit strategy is refused by name where FSDP2's rows
   break its blocks of 256;
@@ -220,8 +220,9 @@ def jobs(world, ckdir):
         out += [("fsdp2 Lion collage-light", lambda m, r: check_steps(m, 2, r, "collage-light", ct.Lion,
                                                                           dict(KW, lr=1e-3))),
                 ("fsdp2 SGD bf16-sr", lambda m, r: check_steps(m, 2, r, "bf16-sr", ct.SGD, dict(KW, lr=1e-2)))]
-        out += [(f"hsdp (2, 1) {s}", lambda m, r, s=s: check_steps(hsdp_mesh(), 1, 0, s, data=r))
+        out += [(f"hsdp (2, 1) {s}", lambda m, r, s=s: check_steps(hsdp_mesh((2, 1)), 1, 0, s, data=r))
                 for s in ("bf16-sr", "collage-plus")]
+        out += [("hsdp (1, 2) bf16-sr", lambda m, r: check_steps(hsdp_mesh((1, 2)), 2, r, "bf16-sr"))]
         out += [(f"dcp save on 2 {s}", lambda m, r, s=s: run_dcp(m, 2, r, s, 0, STEPS, save=f"{ckdir}/2/{s}"))
                 for s in DCP_STRATEGIES]
     elif world == 1:
@@ -237,9 +238,10 @@ def jobs(world, ckdir):
     return out
 
 
-def hsdp_mesh():
-    """HSDP: 2 replicas of a shard group of 1; the gradient norm is summed over the shard group only."""
-    return init_device_mesh("cpu", (2, 1), mesh_dim_names=("replicate", "shard"))
+def hsdp_mesh(shape):
+    """HSDP's mesh (replicas, shards). (2, 1): the gradient norm is summed over the shard group only, not
+    over the replicas; (1, 2): a rank's rows come from its coordinate on the mesh's second dimension."""
+    return init_device_mesh("cpu", shape, mesh_dim_names=("replicate", "shard"))
 
 
 def run_jobs(rank, world, ckdir):
@@ -305,7 +307,8 @@ def verdict(got, world, ckdir):
 
 
 def test_two_ranks(ckdir):
-    """fully_shard on 2 ranks and HSDP (2, 1): every strategy's bits; the DCP checkpoints of step 20."""
+    """fully_shard on 2 ranks and HSDP (2, 1) and (1, 2): every strategy's bits; the DCP checkpoints of
+    step 20."""
     verdict(spawn(2, ckdir), 2, ckdir)
 
 
