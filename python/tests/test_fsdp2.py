@@ -1,11 +1,13 @@
 """collage.torch's optimizers over FSDP2's DTensor parameters (torch.distributed.fsdp.fully_shard, gloo, the
 ranks as processes) and torch.distributed.checkpoint:
 
-- fully_shard over 2 ranks (every strategy; uneven rows) and 3 (a strategy with each kind of word; a bias
-  smaller than the world: an empty local shard), HSDP on (2, 1) and (1, 2) meshes, AdamW, Lion and SGD, 20 steps with clipping that triggers: the model and every word equal
-  one process stepping the full gradients FSDP reduced (gathered), bit for bit; the 16-bit and 32-bit
-  words are DTensors placed as their parameter; an 8-bit strategy is refused by name where FSDP2's rows
-  break its blocks of 256;
+- fully_shard over 2 ranks (every bf16 and fp32 strategy of collage.strategies() and a composed 8-bit
+  one; uneven rows) and over 3 (a strategy with each kind of word; a bias smaller than the world: an
+  empty local shard), HSDP on (2, 1) and (1, 2) meshes, AdamW, Lion and SGD, 20 steps with clipping that
+  triggers: the model and every word equal one process stepping the full gradients FSDP reduced
+  (gathered), bit for bit; the 16-bit and 32-bit words are DTensors placed as their parameter; a full
+  state dict loads sharded and whole; an 8-bit strategy is refused by name where FSDP2's rows break its
+  blocks of 256;
 - DCP: 20 steps on 2 ranks saved with get_optimizer_state_dict and dcp.save, loaded on 1 rank and on 3
   (and a save on 1 loaded on 3), then 10 steps: the bits of an unbroken run.
 
@@ -18,6 +20,7 @@ import traceback
 import pytest
 import torch
 
+import collage
 import collage.torch as ct
 
 # PyTorch 1.13 has none of these (and its torch.distributed.fsdp fails to import under Python 3.11)
@@ -37,10 +40,12 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: E4
 from torch.distributed.tensor import DTensor  # noqa: E402
 
 Q8 = "collage-light+m=int8,v=int8"
-STRATEGIES = ["bf16", "collage-light", "collage-plus", "bf16-sr", "bf16-master", "bf16-kahan", "bf16-remainder",
-              "bf16-c8", "fp32", Q8]
+STRATEGIES = [s.name for s in collage.strategies() if s.weights.format != "fp16"] + [Q8]
 UNEVEN = ["bf16-sr", "collage-plus", "bf16-master", "bf16-c8", Q8]  # on 3 ranks: a word of each kind
-DCP_STRATEGIES = ["bf16-sr", "collage-plus", "bf16-master", "bf16-c8", "bf16-remainder", "fp32", Q8]
+# a word of each kind: bf16 (collage-plus), fp32 beside bf16 weights (bf16-master, bf16-fp32-states), int16
+# remainders, int8 correction bytes, 8-bit codes and scales, fp32 weights; and stochastic rounding
+DCP_STRATEGIES = ["bf16-sr", "collage-plus", "bf16-master", "bf16-fp32-states", "bf16-c8", "bf16-remainder", "fp32",
+                  Q8]
 STEPS, MORE = 20, 10
 KW = dict(lr=1e-2, weight_decay=0.1, max_grad_norm=1e-3, seed=11)  # the norm clips every step
 
