@@ -7,7 +7,7 @@ ranks as processes) and torch.distributed.checkpoint:
   triggers: the model and every word equal one process stepping the full gradients FSDP reduced
   (gathered), bit for bit; the 16-bit and 32-bit words are DTensors placed as their parameter; a full
   state dict loads sharded and whole; an 8-bit strategy is refused by name where FSDP2's rows break its
-  blocks of 256;
+  blocks of 256, and DTensors of two shard groups in one optimizer;
 - DCP: 20 steps on 2 ranks saved with get_optimizer_state_dict and dcp.save, loaded on 1 rank and on 3
   (and a save on 1 loaded on 3), then 10 steps: the bits of an unbroken run.
 
@@ -164,6 +164,19 @@ def check_steps(mesh, world, rank, precision, cls=ct.AdamW, kw=KW, data=None, fu
             or compare(ref, ropt2, ref, ropt, 1, 0, "a full state dict loaded whole") or "ok")
 
 
+def check_two_groups_refused(mesh):
+    """DTensors of two shard groups (the world's, and a (2, 1) mesh's second dimension) in one optimizer."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    w = torch.zeros(4, 6)
+    a = torch.nn.Parameter(distribute_tensor(w, mesh, [Shard(0)]))
+    b = torch.nn.Parameter(distribute_tensor(w, hsdp_mesh((2, 1)), [Replicate(), Shard(0)]))
+    try:
+        ct.AdamW([("a", a), ("b", b)], precision="fp32")
+    except ValueError as e:
+        return "ok" if "parameter 'b' is sharded over another process group than parameter 'a'" in str(e) else str(e)
+    return "not refused"
+
+
 def check_q8_refused(mesh, world, rank):
     model = shard(build("bf16"), mesh)
     try:
@@ -228,6 +241,7 @@ def jobs(world, ckdir):
         out += [(f"hsdp (2, 1) {s}", lambda m, r, s=s: check_steps(hsdp_mesh((2, 1)), 1, 0, s, data=r))
                 for s in ("bf16-sr", "collage-plus")]
         out += [("hsdp (1, 2) bf16-sr", lambda m, r: check_steps(hsdp_mesh((1, 2)), 2, r, "bf16-sr"))]
+        out += [("two shard groups refused", lambda m, r: check_two_groups_refused(m))]
         out += [(f"dcp save on 2 {s}", lambda m, r, s=s: run_dcp(m, 2, r, s, 0, STEPS, save=f"{ckdir}/2/{s}"))
                 for s in DCP_STRATEGIES]
     elif world == 1:
@@ -338,21 +352,27 @@ def test_three_ranks(ckdir):
     verdict(spawn(3, ckdir), 3, ckdir)
 
 
-def test_refused_by_name():
-    """On one rank: a DTensor placed otherwise than Shard(0) / Replicate, a plain tensor beside DTensors,
-    all_reduce= or shards= with DTensors, and a gradient placed otherwise than its parameter: each a
-    ValueError or TypeError naming the parameter, before anything is stepped."""
-    from torch.distributed.tensor import Shard, distribute_tensor
+def test_one_rank_refusals_and_first_state():
+    """On one rank: a DTensor placed otherwise than Shard(0) / Replicate (Shard(1), Partial, two shard
+    dimensions), a plain tensor beside DTensors, all_reduce= or shards= with
+    DTensors, and a gradient placed otherwise than its parameter: each a ValueError or TypeError naming
+    the parameter, before anything is stepped. get_optimizer_state_dict on an optimizer that has not
+    stepped makes its state by a step with zero gradients and lr 0: θ as it was, one step counted."""
+    from torch.distributed.tensor import Partial, Shard, distribute_tensor
     with tempfile.TemporaryDirectory() as d:
         dist.init_process_group("gloo", init_method=f"file://{d}/init", rank=0, world_size=1)
         try:
-            mesh = init_device_mesh("cpu", (1,))
-            w = torch.zeros(4, 6, dtype=torch.bfloat16)
+            mesh, mesh2 = init_device_mesh("cpu", (1,)), init_device_mesh("cpu", (1, 1), mesh_dim_names=("r", "s"))
+            w = torch.randn(4, 6).to(torch.bfloat16)
             rows_ = torch.nn.Parameter(distribute_tensor(w, mesh, [Shard(0)]))
             cols = torch.nn.Parameter(distribute_tensor(w, mesh, [Shard(1)]))
+            partial = torch.nn.Parameter(DTensor.from_local(w.clone(), mesh, [Partial()]))
+            twice = torch.nn.Parameter(distribute_tensor(w, mesh2, [Shard(0), Shard(0)]))
             plain = torch.nn.Parameter(w.clone())
-            with pytest.raises(ValueError, match=r"parameter 'c' is a DTensor placed \(Shard\(dim=1\),\)"):
-                ct.AdamW([("c", cols)])
+            for name, p in (("c", cols), ("q", partial), ("t", twice)):
+                with pytest.raises(ValueError, match=rf"parameter '{name}' is a DTensor placed .*collage.torch steps "
+                                                     r"DTensors placed Shard\(0\) on one mesh dimension"):
+                    ct.AdamW([(name, p)])
             with pytest.raises(ValueError, match="parameter 'p' is a plain tensor, and parameter 'r' a DTensor"):
                 ct.AdamW([("r", rows_), ("p", plain)])
             with pytest.raises(ValueError, match="all_reduce is for shards= of plain tensors"):
@@ -364,5 +384,14 @@ def test_refused_by_name():
             with pytest.raises(TypeError, match="parameter 'r' is a DTensor .* its gradient is a plain tensor"):
                 opt.step()
             assert not opt.state
+            rows_.grad = None
+            model = torch.nn.Linear(6, 4, bias=False).to(torch.bfloat16)
+            fully_shard(model, mesh=mesh)
+            before = model.weight.to_local().clone()
+            opt = ct.AdamW(model.parameters(), precision="bf16-master", lr=0.5, weight_decay=0.5)
+            get_optimizer_state_dict(model, opt)
+            st = opt.state[model.weight]
+            assert torch.equal(bits(model.weight.to_local()), bits(before)) and st["step"] == 1
+            assert opt.param_groups[0]["lr"] == 0.5
         finally:
             dist.destroy_process_group()
