@@ -96,3 +96,43 @@ def test_words_are_not_copied_in_a_step():
     assert ptrs == (p.data_ptr(), *(opt.state[p][k].data_ptr() for k in ("exp_avg", "exp_avg_sq", "compensation")))
     assert any(not torch.equal(b, bits(opt.state[p][k])) for b, k in zip(before, ("exp_avg", "exp_avg_sq", "compensation")))
     assert collage.strategy(name).bytes_per_param == 10
+
+
+ROUND_TRIP = STRATEGIES + ["collage-light+m=int8,v=int8", "bf16-master+m=e4m3,v=int8", "bf16-c8+m=int8,v=int8",
+                           "collage-plus+m=int8,v=e4m3,q=sr"]
+
+
+@pytest.mark.parametrize("name", ROUND_TRIP)
+def test_round_trip_keeps_every_words_dtype_and_bits(name):
+    """state_dict, torch.save, torch.load, load_state_dict into a fresh optimizer: every word of every
+    parameter keeps its dtype, size and bits (8-bit codes and scales, int8 correction bytes, fp32 masters
+    beside bf16 parameters), and the step count and the synced flag come back."""
+    params, opt = stepped(name, 3)
+    buf = io.BytesIO()
+    torch.save(opt.state_dict(), buf)
+    buf.seek(0)
+    other = make_params(name, seed=99)
+    fresh = make_opt(other, name, "c")
+    fresh.load_state_dict(torch.load(buf))
+    for p, q in zip(flat(params), flat(other)):
+        assert set(opt.state[p]) == set(fresh.state[q])
+        for k, v in opt.state[p].items():
+            w = fresh.state[q][k]
+            if torch.is_tensor(v):
+                assert w.dtype == v.dtype and w.shape == v.shape and same_bits(v, w), f"{name}: {k}"
+            else:
+                assert v == w, f"{name}: {k}"
+
+
+def test_torch_loader_would_cast_the_master():
+    """What the override guards against: torch.optim.Optimizer.load_state_dict casts floating state to the
+    parameter's dtype (an fp32 master to bf16, losing its low bits); collage's keeps fp32."""
+    name = "bf16-master"
+    _, opt = stepped(name, 3)
+    sd = opt.state_dict()
+    cast = make_opt(make_params(name), name, "c")
+    torch.optim.Optimizer.load_state_dict(cast, sd)
+    assert next(iter(cast.state.values()))["master"].dtype == torch.bfloat16
+    kept = make_opt(make_params(name), name, "c")
+    kept.load_state_dict(sd)
+    assert next(iter(kept.state.values()))["master"].dtype == torch.float32

@@ -18,6 +18,14 @@ steps taken and whether the kept value's words are set (synced).
   model comes from one all-reduce (`all_reduce=`) of the vector of every tensor's chunk sums and of the
   elements of the chunks that ranks share, each rank filling in its own: x + 0 = x, so every rank sums
   the shared chunks itself and adds the unsharded step's numbers in its order.
+- DTensor parameters (FSDP2's fully_shard, HSDP: Shard(0) on one mesh dimension, Replicate on the others,
+  _dtensor.py): each rank steps its local rows, whose place in the full tensor the placement gives (as
+  shards= would), and the Σg² vector is all-reduced over the mesh's shard dimension (HSDP's replicas hold
+  the same gradients). The state words are DTensors placed as the parameter, but for the 8-bit words,
+  which are each rank's own layout of its shard; every rank's shard must then start a block of 256.
+  state_dict() gives such a word as codes and per-element scales placed as the parameter, which
+  torch.distributed.checkpoint reshards, and puts the "collage" entry in each param group too (its
+  get_optimizer_state_dict keeps the groups only).
 
 One step with clipping equals a single libcollage optimizer over the concatenated slab with one group per
 tensor, stepped once per parameter group (each with its lr) with the slab's Σg²: tests/test_optimizer.py.
@@ -30,6 +38,7 @@ import numpy as np
 import torch
 
 from .. import _cuda
+from . import _dtensor
 from .. import _lib
 from .. import strategy as _strategy
 from . import _lines
@@ -43,6 +52,7 @@ assert _TABLE_DTYPE.itemsize == ctypes.sizeof(_cuda.CudaTensor)
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int16": torch.int16,
            "int8": torch.uint8, "e4m3": torch.uint8, "byte": torch.int8}
 QBLOCK = 256  # COLLAGE_QBLOCK: an 8-bit word's elements per fp32 scale
+_local = _dtensor.local
 
 
 def _supported_or_raise(strategy):
@@ -96,9 +106,10 @@ class _Native:
     """A libcollage optimizer over one tensor and its state words."""
 
     def __init__(self, strategy, p, st, hp, index0, total):
+        """p: the tensor stepped here (a DTensor's local shard), st: its state (DTensor words: their local ones)."""
         words = (ctypes.c_void_p * _lib.ROLE_COUNT)()
         for w in _state_words(strategy, hp["opt"]["name"]):
-            words[w.role] = st[w.key].data_ptr()
+            words[w.role] = _local(st[w.key]).data_ptr()
         o = hp["opt"]
         cfg = _lib.AdamWConfig(strategy=strategy.index, n=p.numel(), beta1=hp["betas"][0], beta2=hp["betas"][1],
                                eps=hp["eps"], weight_decay=hp["weight_decay"], clip=hp["clip"],
@@ -118,7 +129,7 @@ class _Native:
 
     @staticmethod
     def key_of(p, st, strategy, hp, index0, total):
-        return (p.data_ptr(), p.numel(), tuple(st[w.key].data_ptr() for w in _state_words(strategy, hp["opt"]["name"])),
+        return (p.data_ptr(), p.numel(), tuple(_local(st[w.key]).data_ptr() for w in _state_words(strategy, hp["opt"]["name"])),
                 tuple(hp["betas"]), hp["eps"], hp["weight_decay"], hp["clip"], hp["skip_nonfinite"], hp["seed"],
                 index0, total, tuple(sorted(hp["opt"].items())))
 
@@ -222,14 +233,20 @@ class _Optimizer(torch.optim.Optimizer):
         self.skip_nonfinite, self.backend = bool(skip_nonfinite), backend
         if all_reduce is not None and not callable(all_reduce):
             raise TypeError(f"{cls}: all_reduce must be a function that sums a tensor across ranks, not {all_reduce!r}")
-        self.all_reduce = all_reduce
+        self.all_reduce = None
         self.last_stats = None
         self._native = {}
         self._cuda_steps = {}
         self._cuda_tables = {}
         self._layout = None  # the all-reduced vector's layout (_chunk_layout)
+        self._dt = {}  # DTensor parameters' layouts (_dtensor.Layout)
         params, self._names = self._strip_names(params)
+        self.shards = {}
         super().__init__(params, defaults)
+        if all_reduce is not None and self._reduce() is not None:
+            raise ValueError(f"{cls}: all_reduce is for shards= of plain tensors; DTensor parameters sum the gradient "
+                             "norm over their mesh's shard group (leave all_reduce out)")
+        self.all_reduce = all_reduce
         self.shards = self._check_shards(shards)
 
     # ------------------------------------------------------------ parameters and their checks
@@ -333,13 +350,55 @@ class _Optimizer(torch.optim.Optimizer):
         if p.dtype != want:
             raise TypeError(f"{self._name(p, names, at)} is {p.dtype}, but '{self.strategy.name}' steps {want} weights "
                             f"(collage.torch.to_collage(model, '{self.strategy.name}') casts a float model)")
-        if not p.is_contiguous():
+        if not _local(p).is_contiguous():
             raise ValueError(f"{self._name(p, names, at)} is not contiguous; the step updates its memory in place "
                              "(make it contiguous before building the optimizer)")
+        if _dtensor.is_dtensor(p) and p not in self._dt:  # its mesh, placement and shape are its own for good
+            self._check_dtensor(p, self._name(p, names, at))
         seed = getattr(p, "_collage_seed", None)
         if seed is not None and seed[0] != self.strategy.name:
             raise ValueError(f"{self._name(p, names, at)} was cast by to_collage for '{seed[0]}', but this optimizer is "
                              f"'{self.strategy.name}': cast the float model for '{self.strategy.name}'")
+
+    def _check_dtensor(self, p, name):
+        """A DTensor parameter's layout (Shard(0) on one mesh dimension, torch.chunk's rows), checked and
+        kept; with 8-bit words every rank's shard, not this rank's alone, starts a block of 256 elements
+        and ends on one or at the tensor's end, so that every rank refuses the same parameters."""
+        lay = _dtensor.Layout(p, name)
+        if _has_q8(self.strategy):
+            for r in range(lay.world):
+                start, n = lay.span(r)
+                if n and (start % QBLOCK or (start + n != lay.full and n % QBLOCK)):
+                    r0, r1 = lay.rows(r)
+                    raise ValueError(
+                        f"{name} is a DTensor of shape {lay.shape} sharded over {lay.world} ranks; rank {r} holds rows "
+                        f"[{r0}, {r1}), elements [{start}, {start + n}) of {lay.full}, but '{self.strategy.name}' keeps "
+                        f"8-bit words with a scale per {QBLOCK} elements, so each shard must start at a multiple of "
+                        f"{QBLOCK} elements and end on one or at the tensor's end (FSDP2 gives each rank "
+                        f"ceil(rows / ranks) rows); step it with a 16-bit strategy in an optimizer of its own, or "
+                        f"shape it so that ceil({lay.shape[0]} / {lay.world}) rows hold a multiple of {QBLOCK} elements")
+        self._dt[p] = lay
+
+    def _shard(self, p):
+        """(start, numel): p's elements in the tensor it is part of (a shard given in shards=, a DTensor's
+        local rows, or the whole of a plain tensor)."""
+        if p in self.shards:
+            return self.shards[p]
+        lay = self._dt.get(p)
+        if lay is not None:
+            return lay.start, lay.full
+        return 0, p.numel()
+
+    def _reduce(self):
+        """The function that sums the Σg² vector across the ranks: all_reduce=, or over the shard
+        dimension's process group of the DTensor parameters (HSDP's replicas hold the same gradients
+        after FSDP's reduction, so the replicate dimension is left out); None where nothing is sharded."""
+        if self.all_reduce is not None:
+            return self.all_reduce
+        lay = next((self._dt[p] for g in self.param_groups for p in g["params"] if p in self._dt), None)
+        if lay is not None:
+            return lambda t: torch.distributed.all_reduce(t, group=lay.group)
+        return None
 
     def add_param_group(self, param_group):
         """torch's add_param_group, with every check made before the group is added: a refused group
@@ -363,10 +422,33 @@ class _Optimizer(torch.optim.Optimizer):
         if len(devices) > 1:
             raise ValueError(f"param group {gi} mixes devices ({', '.join(sorted(str(d) for d in devices))}); put each "
                              "device's parameters in a group of its own")
+        self._check_kinds([q for g in self.param_groups for q in g["params"]] + list(group["params"]), names)
         if "betas" in group:
             group["betas"] = tuple(group["betas"])
         super().add_param_group(group)  # torch's own checks (leaf tensors, a parameter in two groups) come first
         self._names = names
+
+    def _check_kinds(self, params, names):
+        """DTensor parameters are all of one shard group and come alone: a plain tensor beside them would be
+        a replica on every rank, its Σg² counted once per rank."""
+        dts = [p for p in params if _dtensor.is_dtensor(p)]
+        if not dts:
+            return
+        plain = next((p for p in params if not _dtensor.is_dtensor(p)), None)
+        if plain is not None:
+            raise ValueError(f"{self._name(plain, names)} is a plain tensor, and {self._name(dts[0], names)} a DTensor: "
+                             "an optimizer steps DTensor parameters (FSDP2) or plain ones, not both (a plain tensor is "
+                             "whole on every rank, and its share of the gradient norm would be counted once per rank); "
+                             "give the plain ones an optimizer of their own")
+        for p in dts:
+            if p not in self._dt:
+                self._check_dtensor(p, self._name(p, names))
+        group = self._dt[dts[0]].group
+        other = next((p for p in dts if self._dt[p].group is not group), None)
+        if other is not None:
+            raise ValueError(f"{self._name(other, names)} is sharded over another process group than "
+                             f"{self._name(dts[0], names)}: the gradient norm is summed over one group; give each "
+                             "mesh's parameters an optimizer of their own")
 
     def _slab(self):
         """Each parameter's place in the virtual slab: {p: (index0, total)}. A strategy with 8-bit words
@@ -377,10 +459,10 @@ class _Optimizer(torch.optim.Optimizer):
             for p in g["params"]:
                 if q8:
                     at = -(-at // QBLOCK) * QBLOCK
-                start, full = self.shards.get(p, (0, p.numel()))
+                start, full = self._shard(p)
                 off[p] = at + start
                 at += full
-        return {p: (a, a + p.numel() if q8 else at) for p, a in off.items()}
+        return {p: (a, a + _local(p).numel() if q8 else at) for p, a in off.items()}
 
     def _check_shards(self, shards):
         """{p: (start, numel)} checked: a parameter of this optimizer and 0 <= start, start + p.numel() <= numel.
@@ -391,6 +473,9 @@ class _Optimizer(torch.optim.Optimizer):
         for p, sh in dict(shards or {}).items():
             if id(p) not in mine:
                 raise ValueError(f"shards names {self._name(p)}, which is not a parameter of this optimizer")
+            if _dtensor.is_dtensor(p):
+                raise ValueError(f"shards names {self._name(p)}, a DTensor: its placement says which part of the tensor "
+                                 "it holds (leave it out of shards=)")
             try:
                 start, full = (int(x) for x in sh)
             except (TypeError, ValueError):
@@ -414,7 +499,7 @@ class _Optimizer(torch.optim.Optimizer):
         st["step"], st["synced"] = 0, False
         seed = getattr(p, "_collage_seed", None)
         for w in self._words:
-            st[w.key] = _zero_word(w, self.strategy, p)
+            st[w.key] = self._word_like(_zero_word(w, self.strategy, _local(p)), w, p)
         if seed is not None:
             for key, v in seed[1].items():
                 st[key].copy_(v)
@@ -422,15 +507,22 @@ class _Optimizer(torch.optim.Optimizer):
             del p._collage_seed
         return st
 
+    @staticmethod
+    def _word_like(t, w, p):
+        """A word of p's state from this rank's part t: for a DTensor parameter a DTensor placed as p, except
+        an 8-bit word, which is this rank's own tensor (the library's layout of its shard: its codes, then
+        its blocks' scales); state_dict() gives it as two DTensors (_q8_split)."""
+        return _dtensor.like(t, p) if _dtensor.is_dtensor(p) and not w.block else t
+
     def _sync_from_weights(self, p, st):
         """The kept value from θ alone, as the C step's first step does (adamw.c sync_from_weights): the
         master = θ widened, the compensation, Kahan's c, the remainder and bf16-c8's correction byte zero.
         The moments are left as they are."""
         for w in self._words:
             if w.role_name == "master":
-                st[w.key].copy_(p.float())
+                _local(st[w.key]).copy_(_local(p).float())
             elif w.role_name in ("δθ", "c", "remainder", "e"):
-                st[w.key].zero_()
+                _local(st[w.key]).zero_()
         st["synced"] = True
 
     @torch.no_grad()
@@ -460,7 +552,14 @@ class _Optimizer(torch.optim.Optimizer):
                 del p._collage_seed  # to_collage's words hold the value before the edit; the first step syncs
 
     def _check_grad(self, p):
+        """p's gradient, checked; for a DTensor parameter its local tensor (placed as p)."""
         g = p.grad
+        if _dtensor.is_dtensor(p):
+            if not _dtensor.is_dtensor(g) or tuple(g.placements) != tuple(p.placements) or g.shape != p.shape:
+                got = f"a DTensor placed {tuple(g.placements)}" if _dtensor.is_dtensor(g) else "a plain tensor"
+                raise TypeError(f"{self._name(p)} is a DTensor placed {tuple(p.placements)}, and its gradient is {got} "
+                                f"of shape {tuple(g.shape)}: it must be placed as the parameter")
+            g, p = g.to_local(), p.to_local()
         if g.is_sparse:
             raise TypeError(f"{self._name(p)} has a sparse gradient, which {type(self).__name__} does not take")
         if g.dtype != p.dtype or g.device != p.device or g.shape != p.shape:
@@ -516,6 +615,7 @@ class _Optimizer(torch.optim.Optimizer):
                     continue
                 self._check_param(p, self._names, (gi, pi))
                 items.append((gi, p, self._check_grad(p), self._path(p)))
+        self._check_kinds([p for g in self.param_groups for p in g["params"]], self._names)
         return items
 
     # ------------------------------------------------------------ the step
@@ -529,7 +629,7 @@ class _Optimizer(torch.optim.Optimizer):
         if not checked:
             return loss
         every = [(gi, p, g, self._init_state(p), c) for gi, p, g, c in checked]
-        items = [it for it in every if it[1].numel()]  # a zero-size tensor has nothing to step: it counts the step
+        items = [it for it in every if _local(it[1]).numel()]  # a zero-size tensor (or shard) has nothing to step
         one = self._one_device(items)
         wait = not one or self.skip_nonfinite or self.edq  # else nothing needs the step's result now
         slab = self._slab()
@@ -557,7 +657,7 @@ class _Optimizer(torch.optim.Optimizer):
             c_parts.update(self._step_cuda([it for it in items if it[4] == "cuda"], sumsq, slab)[0])
         parts = []
         for gi, p, g, st, path in every:
-            if p.numel():
+            if _local(p).numel():
                 part = c_parts.get(p) if path != "torch" else self._step_torch(p, g, st, self.param_groups[gi], coef,
                                                                                 slab[p][0])
                 parts.append((gi, part))
@@ -593,22 +693,22 @@ class _Optimizer(torch.optim.Optimizer):
         for ps in by_device.values():
             vs = [views[p] for p in ps]
             sums.update(zip(ps, _split(_lines.block_sumsq(vs), _chunk_counts(vs))))
-        if self.all_reduce is not None:
+        if self._reduce() is not None:
             return self._all_chunks(items, sums)
         return _lines.add_in_order(b for _, p, _, _, _ in items for b in sums[p])  # slab order
 
     def _whole_span(self, p):
         """The elements [lo, hi) of p (offsets in p) that make up whole Σg² chunks of its tensor: all of p,
         unless p is a shard with an end inside a chunk; that chunk is shared with another rank (_all_chunks)."""
-        start, full = self.shards.get(p, (0, p.numel()))
-        a, b, B = start, start + p.numel(), _lines.BLOCK
+        start, full = self._shard(p)
+        a, b, B = start, start + _local(p).numel(), _lines.BLOCK
         lo = min(-(-a // B) * B, b)
         hi = b if b == full else max(b // B * B, lo)
         return lo - a, hi - a
 
     def _shared_pieces(self, p):
         """p's elements in chunks it shares with other ranks: [(offset in p, length, chunk of its tensor)]."""
-        start, n = self.shards.get(p, (0, p.numel()))[0], p.numel()
+        start, n = self._shard(p)[0], _local(p).numel()
         lo, hi = self._whole_span(p)
         return [(x, y - x, (start + x) // _lines.BLOCK) for x, y in ((0, lo), (hi, n)) if y > x]
 
@@ -621,7 +721,7 @@ class _Optimizer(torch.optim.Optimizer):
         base, at, ps = {}, 0, []
         for g in self.param_groups:
             for p in g["params"]:
-                full = self.shards.get(p, (0, p.numel()))[1]
+                full = self._shard(p)[1]
                 base[p], at = at, at + -(-full // _lines.BLOCK)
                 ps.append((p, full))
         key = tuple(full for _, full in ps)
@@ -631,7 +731,7 @@ class _Optimizer(torch.optim.Optimizer):
                 for _, _, c in self._shared_pieces(p):
                     marks[base[p] + c] = 1.0
             marks = marks.to(dev)
-            self.all_reduce(marks)
+            self._reduce()(marks)
             marked, shared, size = set(torch.nonzero(marks.cpu()).flatten().tolist()), [], at
             for p, full in ps:
                 for c in range(-(-full // _lines.BLOCK)):
@@ -652,14 +752,14 @@ class _Optimizer(torch.optim.Optimizer):
         at = {c: off for c, off, _, _ in shared}
         vec = torch.zeros(size, dtype=torch.float64)
         for _, p, g, _, _ in items:
-            start, flat = self.shards.get(p, (0, p.numel()))[0], g.reshape(-1)
+            start, flat = self._shard(p)[0], g.reshape(-1)
             first = base[p] + (start + self._whole_span(p)[0]) // _lines.BLOCK
             vec[first:first + len(sums[p])] = torch.tensor(sums[p], dtype=torch.float64)
             for x, n, c in self._shared_pieces(p):
                 o = at[base[p] + c] + (start + x) % _lines.BLOCK
                 vec[o:o + n] = flat[x:x + n].to(torch.float64).cpu()
         vec = vec.to(dev)
-        self.all_reduce(vec)
+        self._reduce()(vec)
         vec = vec.cpu()
         for bf16 in (0, 1):  # the shared chunks' sums, from their elements in their own dtype (exact: x + 0)
             mine = [(c, off, n) for c, off, n, b in shared if b == bf16]
@@ -694,13 +794,13 @@ class _Optimizer(torch.optim.Optimizer):
             table = (_cuda.CudaTensor * len(items))()
             for j, (_, _, _, st, _) in enumerate(items):
                 for w in self.strategy.state_words:
-                    table[j].words[w.role] = st[w.key].data_ptr()
+                    table[j].words[w.role] = _local(st[w.key]).data_ptr()
             kept = self._cuda_tables[len(items)] = (table, words, np.frombuffer(memoryview(table).cast("B"), _TABLE_DTYPE))
         table, _, cols = kept
         # each tensor's row holds its group's settings (only AdamW takes this path: the table has no SGD fields)
         hp = np.array([(float(g["lr"]), float(g["weight_decay"]), float(g["eps"]), *(float(b) for b in g["betas"]))
                        for g in self.param_groups])[[gi for gi, _, _, _, _ in items]]
-        cols["words"][:, 0] = [p.data_ptr() for _, p, _, _, _ in items]
+        cols["words"][:, 0] = [_local(p).data_ptr() for _, p, _, _, _ in items]
         gs = [grads[p] if grads else g for _, p, g, _, _ in items]
         cols["grad"] = [g.data_ptr() for g in gs]
         cols["n"] = [g.numel() for g in gs]
@@ -717,14 +817,14 @@ class _Optimizer(torch.optim.Optimizer):
         table = self._cuda_table(items, self._slab(), views)
         nbs = _chunk_counts([views[p] for _, p, _, _, _ in items])
         out = torch.empty(max(sum(nbs), 1), dtype=torch.float64, device=dev)
-        step = self._cuda_step_of(dev, len(items), sum(p.numel() for _, p, _, _, _ in items))
+        step = self._cuda_step_of(dev, len(items), sum(_local(p).numel() for _, p, _, _, _ in items))
         step.sumsq_chunks(table, out.data_ptr(), torch.cuda.current_stream(dev).cuda_stream)
         return dict(zip((p for _, p, _, _, _ in items), _split(out.cpu().tolist(), nbs)))
 
     def _one_device(self, items):
         """Whether every tensor of the step is a CUDA tensor of one device and no all_reduce joins other
         ranks: then libcollage_cuda sums Σg² itself (the same chunks, added in the same order)."""
-        if not items or self.all_reduce is not None or items[0][4] != "cuda":
+        if not items or self._reduce() is not None or items[0][4] != "cuda":
             return False
         dev = items[0][2].device
         return all(it[4] == "cuda" and it[2].device == dev for it in items)
@@ -758,7 +858,7 @@ class _Optimizer(torch.optim.Optimizer):
             for _, p, _, st, _ in its:
                 if not st["synced"]:
                     self._sync_from_weights(p, st)
-            step = self._cuda_step_of(dev, len(its), sum(p.numel() for _, p, _, _, _ in its))
+            step = self._cuda_step_of(dev, len(its), sum(_local(p).numel() for _, p, _, _, _ in its))
             total = None
             if sumsq is not None:
                 total = torch.tensor([0.0 if math.isnan(sumsq) else sumsq], dtype=torch.float64, device=dev)
@@ -782,8 +882,9 @@ class _Optimizer(torch.optim.Optimizer):
             group = self.param_groups[gi]
             hp = self._hparams(group)
             nat = self._native.get(p)
-            if nat is None or nat.key != _Native.key_of(p, st, self.strategy, hp, *slab[p]):
-                nat = self._native[p] = _Native(self.strategy, p, st, hp, *slab[p])
+            lp = _local(p)
+            if nat is None or nat.key != _Native.key_of(lp, st, self.strategy, hp, *slab[p]):
+                nat = self._native[p] = _Native(self.strategy, lp, st, hp, *slab[p])
             _lib.lib.collage_adamw_set_edq(nat.handle, int(self.edq))
             handles[j], grads[j], lrs[j] = nat.handle, g.data_ptr(), float(group["lr"])
         stats = (_lib.StepStats * k)()
@@ -804,16 +905,53 @@ class _Optimizer(torch.optim.Optimizer):
         k = self._scalars.get(key)  # one set per device and group a step: each is a copy to the device
         if k is None:
             k = self._scalars[key] = _lines.Scalars(*key[:6], coef, self.seed, opt)
+        if _dtensor.is_dtensor(p):
+            p, st = p.to_local(), {key: _local(v) for key, v in st.items()}
         return _lines.step_tensor(self.strategy.name, p, g, st, k, k.lrwd(hp["weight_decay"]), self.edq, index0)
 
     # ------------------------------------------------------------ state dicts
     def state_dict(self):
+        """torch's state dict, every word as it is kept, plus the "collage" entry (the strategy, the seed,
+        the step's settings), also in each param group: torch.distributed.checkpoint's
+        get_optimizer_state_dict keeps the state and the groups only. A DTensor parameter's 8-bit word
+        is given as two DTensors placed as the parameter (_q8_split), which the checkpoint can reshard."""
         sd = super().state_dict()
         sd["collage"] = {"precision": self.strategy.name, "seed": self.seed, "max_grad_norm": self.max_grad_norm,
                          "edq": self.edq, "skip_nonfinite": self.skip_nonfinite, "version": 2}
         if self._opt_name != "adamw":  # an AdamW state dict stays as it was
             sd["collage"]["optimizer"] = {"name": self._opt_name}
+        for g in sd["param_groups"]:
+            g["collage"] = dict(sd["collage"])
+        q8 = [w for w in self._words if w.block]
+        params = [p for g in self.param_groups for p in g["params"]]
+        for i, p in enumerate(params):
+            if q8 and i in sd["state"] and _dtensor.is_dtensor(p):
+                st = dict(sd["state"][i])  # torch's dict is the live state's
+                for w in q8:
+                    st[w.key], st[w.key + "_scales"] = self._q8_split(st[w.key], w, p)
+                sd["state"][i] = st
         return sd
+
+    @staticmethod
+    def _q8_split(t, w, p):
+        """An 8-bit word of DTensor p (this rank's codes padded to 64 bytes, then its blocks' fp32 scales) as
+        two DTensors placed as p: the codes (uint8, shaped as p; a view of the word) and each element's
+        block scale (fp32, shaped as p). Every shard starts a block (_check_dtensor), so a checkpoint can
+        reshard both to any number of ranks and each rank finds its blocks' scales at its blocks' first
+        elements (_q8_join)."""
+        lp = _local(p)
+        n = lp.numel()
+        scales = t[(n + 63) // 64 * 64:].view(torch.float32)
+        each = scales.repeat_interleave(w.block)[:n].reshape(lp.shape)
+        return _dtensor.like(t[:n].view(lp.shape), p), _dtensor.like(each, p)
+
+    @staticmethod
+    def _q8_join(codes, each, w, n):
+        """_q8_split's inverse on one rank: the word of its n elements from its codes and elements' scales."""
+        t = torch.zeros(((n + 63) // 64 * 64 + -(-n // w.block) * 4,), dtype=torch.uint8, device=codes.device)
+        t[:n] = codes.reshape(-1)
+        t[(n + 63) // 64 * 64:].view(torch.float32).copy_(each.reshape(-1)[::w.block])
+        return t
 
     def _saved_groups(self, meta, groups):
         """The state dict's groups as this version's: version 1 kept SGD's momentum, dampening, nesterov
@@ -829,6 +967,8 @@ class _Optimizer(torch.optim.Optimizer):
         """Every word back bit for bit, onto each parameter's device, after checking that the dict is of
         this strategy and its groups and words fit the parameters (a ValueError naming what differs)."""
         meta = state_dict.get("collage")
+        if meta is None and state_dict.get("param_groups"):  # torch.distributed.checkpoint's keeps the groups'
+            meta = state_dict["param_groups"][0].get("collage")
         if meta is None:
             raise ValueError(f"the state dict is not a collage.torch.{type(self).__name__} state dict (no 'collage' "
                              "entry)")
@@ -847,7 +987,7 @@ class _Optimizer(torch.optim.Optimizer):
             if len(g["params"]) != len(sg["params"]):
                 raise ValueError(f"param group {k} has {len(g['params'])} parameters, the state dict's "
                                  f"{len(sg['params'])}")
-            self._check_hparams({**g, **{key: v for key, v in sg.items() if key != "params"}},
+            self._check_hparams({**g, **{key: v for key, v in sg.items() if key not in ("params", "collage")}},
                                 f"the state dict's param group {k}")
             params += g["params"]
             saved_ids += sg["params"]
@@ -857,7 +997,7 @@ class _Optimizer(torch.optim.Optimizer):
                 new_state[p] = self._load_param_state(p, state_dict["state"][sid])
         for g, sg in zip(self.param_groups, groups):
             for key, v in sg.items():
-                if key != "params":
+                if key not in ("params", "collage"):
                     g[key] = tuple(v) if key == "betas" else v
         self.state.clear()
         self.state.update(new_state)
@@ -868,20 +1008,50 @@ class _Optimizer(torch.optim.Optimizer):
         self._cuda_steps.clear()
         self._cuda_tables.clear()
 
+    def _part(self, p, v, dtype, key):
+        """This rank's part of a saved word v that is shaped as p (a DTensor placed as p, or the full tensor),
+        checked (a ValueError naming p and the word)."""
+        lp = _local(p)
+        if isinstance(v, torch.Tensor) and v.dtype == dtype and tuple(v.shape) == tuple(p.shape):
+            if _dtensor.is_dtensor(v) and _dtensor.is_dtensor(p) and tuple(v.placements) == tuple(p.placements):
+                return v.to_local()
+            if not _dtensor.is_dtensor(v):
+                return self._dt[p].rows_of(v) if p in self._dt else v
+        got = (f"{'a DTensor placed ' + str(tuple(v.placements)) + ' ' if _dtensor.is_dtensor(v) else ''}{v.dtype} of "
+               f"shape {tuple(v.shape)}") if isinstance(v, torch.Tensor) else type(v).__name__
+        placed = f" placed {tuple(p.placements)} (this rank's {tuple(lp.shape)})" if _dtensor.is_dtensor(p) else ""
+        raise ValueError(f"the state dict's '{key}' of {self._name(p)} is {got}; '{self.strategy.name}' keeps it as "
+                         f"{dtype} of shape {tuple(p.shape)}{placed}")
+
     def _load_param_state(self, p, saved):
+        """p's state from a saved entry: each word checked and copied onto p's device without a cast. A word
+        may be shaped as p and placed as p (a DTensor parameter's), or the full tensor (this rank takes
+        its rows); an 8-bit word is the library's layout of p's elements, or codes and elements' scales
+        (key + "_scales") shaped as p, the form state_dict() gives for DTensor parameters."""
         out = {"step": int(saved["step"]), "synced": bool(saved["synced"])}
+        lp = _local(p)
         for w in self._words:
             if w.key not in saved:
                 raise ValueError(f"the state dict's entry for {self._name(p)} has no '{w.key}' ({w.role_name})")
-            v, want, shape = saved[w.key], _dtype_of(w.format, self.strategy), _word_shape(w, p)
+            want = _dtype_of(w.format, self.strategy)
+            if w.block and w.key + "_scales" in saved:
+                codes = self._part(p, saved[w.key], torch.uint8, w.key)
+                each = self._part(p, saved[w.key + "_scales"], torch.float32, w.key + "_scales")
+                out[w.key] = self._q8_join(codes, each, w, lp.numel()).to(device=lp.device)
+                continue
+            if _dtensor.is_dtensor(p) and not w.block:
+                out[w.key] = _dtensor.like(self._part(p, saved[w.key], want, w.key).to(device=lp.device, copy=True)
+                                           .contiguous(), p)
+                continue
+            v, shape = saved[w.key], _word_shape(w, lp)
             count = math.prod(shape)
             if not isinstance(v, torch.Tensor) or v.dtype != want or v.numel() != count:
                 got = f"{v.dtype} with {v.numel()} elements" if isinstance(v, torch.Tensor) else type(v).__name__
-                layout = f" (the {p.numel()} codes padded to a multiple of 64, then {-(-p.numel() // w.block)} fp32 " \
+                layout = f" (the {lp.numel()} codes padded to a multiple of 64, then {-(-lp.numel() // w.block)} fp32 " \
                          "block scales)" if w.block else ""
                 raise ValueError(f"the state dict's '{w.key}' of {self._name(p)} is {got}; '{self.strategy.name}' "
                                  f"keeps it as {want} with {count} elements{layout}")
-            out[w.key] = v.detach().to(device=p.device, copy=True).reshape(shape).contiguous()
+            out[w.key] = v.detach().to(device=lp.device, copy=True).reshape(shape).contiguous()
         return out
 
 
@@ -916,6 +1086,8 @@ class AdamW(_Optimizer):
     torch.distributed.all_reduce), given the vector of every tensor's Σg² chunk sums and of the elements
     of chunks that ranks share, each rank's own filled in: the clipping factor and the non-finite skip of
     the unsharded step on every rank. Every rank's optimizer lists the same tensors in the same order.
+    FSDP2's DTensor parameters (fully_shard, HSDP) need neither: their placement says which rows a rank
+    holds, and the mesh's shard dimension is the group of the all-reduce (docs/python.md, "FSDP2").
 
     After each step ``optimizer.last_stats`` holds (read from the GPU when first asked for, where a step on
     one GPU without skip_nonfinite or EDQ was not waited for): step, skipped, grad_norm (NaN unless clipping or
