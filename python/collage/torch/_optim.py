@@ -55,6 +55,17 @@ QBLOCK = 256  # COLLAGE_QBLOCK: an 8-bit word's elements per fp32 scale
 _local = _dtensor.local
 
 
+def _eager_only(fn):
+    """fn run by Python as written, also when called from a function torch.compile compiles: TorchDynamo
+    stops its graph before the call and resumes after it (one graph break). The step's checks, its state
+    and its ctypes calls are not things Dynamo can trace: left to it, it traces the checks, guards on the
+    step count (a recompilation at every step) and breaks its graph at the first ctypes call. PyTorch 1.13
+    has no torch.compile, and fn is returned as it is."""
+    compiler = getattr(torch, "compiler", None)
+    disable = getattr(compiler, "disable", None)
+    return disable(fn) if disable is not None else fn
+
+
 def _supported_or_raise(strategy):
     """The package steps the bf16 and fp32 strategies of the table; the fp16 ones train with loss scaling
     (numerics.md §12), which lives in libcollage's training run and not here."""
@@ -619,6 +630,7 @@ class _Optimizer(torch.optim.Optimizer):
         return items
 
     # ------------------------------------------------------------ the step
+    @_eager_only
     @torch.no_grad()
     def step(self, closure=None):
         loss = None
