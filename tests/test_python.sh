@@ -24,6 +24,8 @@ if [ '@TORCH@' = 2 ]; then
     echo "FAIL no PyTorch 2 environment (scripts/setup.sh installs it; COLLAGE_TORCH2=0 skips this suite)"
     echo "0 passed, 1 failed"; exit 1
   fi
+  # torch.compile's kernels kept beside the environment, so that a later run does not compile them again
+  export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$(dirname "$(dirname "$PY")")/inductor-cache}
 else
   PY=${COLLAGE_PYTHON:-/usr/bin/python3}
 fi
