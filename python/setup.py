@@ -71,7 +71,7 @@ def build_library():
         tail = "make not found" if run is None else "\n".join(run.stdout.splitlines()[-30:])
         missing = missing_debs()
         hint = ("Debian packages missing: " + ", ".join(f"{d} ({BUILD_DEBS[d]})" for d in missing)
-                if missing else "the Debian packages it needs are build-essential, libopenblas-dev, libdnnl-dev")
+                if missing else "The Debian packages it needs are " + ", ".join(BUILD_DEBS))
         sys.stderr.write(f"{tail}\ncollage: building libcollage failed ({' '.join(cmd)}).\n{hint}; "
                          f"scripts/setup.sh installs them. Or set COLLAGE_LIB to a libcollage.so built "
                          "from this tree to install without building.\n")

@@ -68,3 +68,35 @@ def test_a_bundled_library_that_does_not_load_is_named(tmp_path, monkeypatch):
                                           r"libopenblas.so.0, libdnnl.so.2, libgomp.so.1 \(Debian 12: apt-get "
                                           r"install libopenblas0 libdnnl2 libgomp1\)"):
         _lib._load()
+
+
+def test_a_failed_build_shows_makes_tail_and_the_missing_packages(tmp_path):
+    """setup.py without $COLLAGE_LIB runs make; a `make` that fails (here a stand-in that cannot find
+    cblas.h, beside a dpkg-query saying libopenblas-dev is not installed) ends the build with the tail
+    of make's output, the command, and the Debian package to install."""
+    (tmp_path / "include").mkdir()
+    shutil.copy(REPO / "include" / "collage.h", tmp_path / "include")
+    shutil.copytree(PYTHON_DIR / "collage", tmp_path / "python" / "collage",
+                    ignore=shutil.ignore_patterns("__pycache__", "libcollage.so", "_libpath.py"))
+    shutil.copy(PYTHON_DIR / "setup.py", tmp_path / "python")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "make").write_text('#!/bin/sh\nfor i in $(seq 1 50); do echo "make line $i"; done\n'
+                                  'echo "src/nn/matmul.c:3:10: fatal error: cblas.h: No such file or directory"\n'
+                                  'exit 2\n')
+    (bin_dir / "dpkg-query").write_text('#!/bin/sh\nfor a; do name=$a; done\n'
+                                        'if [ "$name" = libopenblas-dev ]; then echo "unknown ok not-installed"; '
+                                        'else echo "install ok installed"; fi\n')
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "COLLAGE_LIB"}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    out = subprocess.run([sys.executable, "setup.py", "-q", "build_py"], cwd=tmp_path / "python", env=env,
+                         capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "fatal error: cblas.h" in out.stderr and "make line 50" in out.stderr
+    assert "make line 1\n" not in out.stderr   # the tail, not all of it
+    assert "collage: building libcollage failed (make -C " in out.stderr
+    assert "Debian packages missing: libopenblas-dev (OpenBLAS (cblas.h, -lopenblas)); scripts/setup.sh installs them" \
+        in out.stderr
+    assert not (tmp_path / "python" / "build" / "lib" / "collage" / "libcollage.so").exists()
