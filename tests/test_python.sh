@@ -30,7 +30,7 @@ if [ "$rc" -ne 0 ] && [ "$fail" -eq 0 ]; then fail=1; echo "FAIL pytest exited $
 # inside pip; the wheel installed into a new virtual environment (no COLLAGE_LIB, no PYTHONPATH, run from
 # an empty folder), where it must load its own library, say the library's version and step AdamW. Building
 # the library is most of this check's time, so the wheel is kept in BUILD/tests/wheel/ with a hash of the
-# sources it was built from: a run on the same sources (CI runs this script once per torch version)
+# sources it was built from: a run on the same sources (with another COLLAGE_PYTHON, another torch)
 # installs that wheel, built honestly from a clean copy by the run before, instead of building it again
 # (the wheel is py3-none-<platform>: the same file for every Python 3).
 wheel_fail() { fail=$((fail + 1)); echo "FAIL wheel: $*"; }
