@@ -6,15 +6,16 @@
 - ``collage.numerics``: bf16/fp16/fp8 conversions and the MCF operations over numpy arrays.
 - ``collage.export``: a collage checkpoint as model.safetensors + config.json (Hugging Face's layout).
 
-Importing ``collage`` loads libcollage.so (``$COLLAGE_LIB``, the source tree's build/, or an installed
-one found by pkg-config); ``collage.torch`` also needs torch.
+Importing ``collage`` loads libcollage.so: ``$COLLAGE_LIB``, else the package's own (``pip install
+./python`` builds it), else the one it was installed against, the source tree's build/ or an installed one
+found by pkg-config; ``collage.torch`` also needs torch.
 """
 
 import ctypes
 import os
 from dataclasses import dataclass
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"   # include/collage.h's COLLAGE_VERSION_STRING (setup.py and test_library check)
 
 from . import _lib  # noqa: E402
 from ._lib import CollageError  # noqa: E402

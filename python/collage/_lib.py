@@ -21,14 +21,23 @@ class CollageError(RuntimeError):
         self.status = status
 
 
+BUNDLED = pathlib.Path(__file__).resolve().parent / "libcollage.so"
+
+
 def _candidates():
-    """Where libcollage.so may be: $COLLAGE_LIB, the one the package was installed against, the source
-    tree's build/ (this file is python/collage/_lib.py), pkg-config's libdir, the loader's path."""
+    """Where libcollage.so may be: $COLLAGE_LIB; else the package's own (collage/libcollage.so, which
+    `pip install ./python` builds), and then nothing else: a package with its library inside loads that
+    one or fails saying why, never another one found further on. Without one: the library the package
+    was installed against ($COLLAGE_LIB at install time, collage/_libpath.py), the source tree's build/
+    (this file is python/collage/_lib.py), pkg-config's libdir, the loader's path."""
     env = os.environ.get("COLLAGE_LIB")
     if env:
         yield env
         return
-    try:  # written by setup.py when the package was installed
+    if BUNDLED.exists():
+        yield str(BUNDLED)
+        return
+    try:  # written by setup.py when the package was installed with $COLLAGE_LIB set
         from ._libpath import LIBRARY
         if LIBRARY:
             yield LIBRARY
@@ -48,6 +57,11 @@ def _candidates():
         yield found
 
 
+# What the bundled library needs at run time besides the C library (its NEEDED entries, which
+# tests/test_python.sh checks against this list), and Debian 12's packages that have them.
+RUNTIME_NEEDS = {"libopenblas.so.0": "libopenblas0", "libdnnl.so.2": "libdnnl2", "libgomp.so.1": "libgomp1"}
+
+
 def _load():
     tried = []
     for path in _candidates():
@@ -58,9 +72,14 @@ def _load():
             return ctypes.CDLL(path), path
         except OSError as e:
             tried.append(f"{path} ({e})")
+            if path == str(BUNDLED):
+                needs, debs = ", ".join(RUNTIME_NEEDS), " ".join(RUNTIME_NEEDS.values())
+                raise ImportError(f"collage: cannot load the package's own libcollage.so: {e}. It needs {needs} "
+                                  f"(Debian 12: apt-get install {debs}); or set COLLAGE_LIB to another build of "
+                                  "the same version") from None
     raise ImportError("collage: cannot load libcollage.so; tried " + "; ".join(tried or ["nothing"]) +
-                      ". Build it with `make` in the collage repository, or `make install` it, or set COLLAGE_LIB "
-                      "to its path")
+                      ". Install the package with `pip install ./python` (it builds the library), or build it "
+                      "with `make` in the collage repository, or `make install` it, or set COLLAGE_LIB to its path")
 
 
 lib, library_path = _load()
