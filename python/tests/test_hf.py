@@ -1,0 +1,107 @@
+"""Hugging Face transformers with collage: `collage export` folders load into GPT2LMHeadModel,
+LlamaForCausalLM and BertForMaskedLM (and through the Auto classes) as they are, and the loaded model's
+logits are the library's; transformers' own classes, with their parameters in bf16, train under
+collage.torch.AdamW in a plain loop and through transformers.Trainer, whose checkpoints resume bit for bit
+(model and every optimizer word). Offline: models come from small configs, never from the hub."""
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import ctypes  # noqa: E402
+import pathlib  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+transformers = pytest.importorskip(
+    "transformers", reason="Hugging Face transformers is not installed here (python/torch2-pin.txt pins it "
+    "in the PyTorch 2 environment of scripts/torch2-env.sh)")
+
+import collage  # noqa: E402
+import collage.torch as ct  # noqa: E402
+from collage import _lib  # noqa: E402
+from test_export import L, VOCAB, assert_next_logits, checkpoint, llama_checkpoint  # noqa: E402
+
+torch.set_num_threads(2)
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def load(cls, folder, **kw):
+    """cls.from_pretrained(folder) with its loading report: every tensor of the file used, none missing."""
+    model, info = cls.from_pretrained(folder, output_loading_info=True, **kw)
+    for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+        assert not info.get(k), f"{cls.__name__} from {folder}: {k} {info[k]}"
+    return model.eval()
+
+
+# ---------------------------------------------------------------- collage → Hugging Face
+# The tolerance of assert_next_logits (rtol 1e-4, atol 1e-4 · max |logit|): both sides are fp32 forwards
+# of the same fp32 weights that differ only in the order of their sums (the library's GEMMs and attention
+# against torch's), a few ulps per operation over two blocks; a wrong name, orientation or rotation moves
+# logits by O(1).
+@pytest.mark.parametrize("family", ["gpt2", "llama", "llama-untied"])
+def test_causal_export_loads_and_gives_collage_logits(tmp_path, family):
+    ck = tmp_path / "model.bin"
+    cfg = checkpoint(ck, bf16=False) if family == "gpt2" else llama_checkpoint(ck, untied=family.endswith("untied"))
+    collage.export(ck, tmp_path / "hf")
+    cls = transformers.GPT2LMHeadModel if family == "gpt2" else transformers.LlamaForCausalLM
+    tokens = np.random.default_rng(6).integers(0, VOCAB, 40).astype(np.int32)
+    for model in (load(cls, tmp_path / "hf"), load(transformers.AutoModelForCausalLM, tmp_path / "hf")):
+        assert type(model) is cls
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+        if family != "llama-untied":
+            assert model.lm_head.weight is model.get_input_embeddings().weight, "tied on load"
+        with torch.no_grad():
+            logits = model(torch.from_numpy(tokens).long()[None]).logits[0]
+        assert_next_logits(ck, cfg, tokens, logits)
+
+
+def test_bf16_export_loads_in_bf16(tmp_path):
+    """A bf16 export's config says bfloat16: from_pretrained keeps the weights' bits in bf16 (its default
+    dtype follows the config), and dtype=torch.float32 widens them exactly."""
+    checkpoint(tmp_path / "model.bin", bf16=True)
+    collage.export(tmp_path, tmp_path / "hf")
+    sd = ct.load(tmp_path / "hf")
+    m16 = load(transformers.GPT2LMHeadModel, tmp_path / "hf")
+    m32 = load(transformers.AutoModelForCausalLM, tmp_path / "hf", dtype=torch.float32)
+    s16, s32 = m16.state_dict(), m32.state_dict()
+    for k, v in sd.items():
+        assert v.dtype == torch.bfloat16
+        assert s16[k].dtype == torch.bfloat16 and torch.equal(s16[k].view(torch.int16), v.view(torch.int16)), k
+        assert s32[k].dtype == torch.float32 and torch.equal(s32[k], v.float()), k
+
+
+def test_bert_export_loads_and_gives_collage_logits(tmp_path):
+    cfg = _lib.ModelConfig()
+    _lib.check(L.collage_model_preset(b"bert-tiny", ctypes.byref(cfg)), "preset")
+    L.collage_model_config_set_vocab(ctypes.byref(cfg), VOCAB)
+    V = cfg.vocab_size
+    w = (np.random.default_rng(8).standard_normal(L.collage_model_num_params(ctypes.byref(cfg))) * 0.1).astype(np.float32)
+    ck, err = tmp_path / "model.bin", ctypes.create_string_buffer(512)
+    _lib.check(L.collage_model_save_file(str(ck).encode(), ctypes.byref(cfg), w.ctypes.data, 0, err, 512), "save",
+               err.value)
+    collage.export(ck, tmp_path / "hf")
+    tokens = np.random.default_rng(2).integers(0, V, 48).astype(np.int32)
+    tokens[[3, 20]] = V - 1  # the mask token
+    pos = np.array([0, 3, 20, 47], dtype=np.int32)
+    m = ctypes.c_void_p()
+    _lib.check(L.collage_model_create(ctypes.byref(cfg), 0, 1, len(tokens), ctypes.byref(m)), "create")
+    try:
+        want = np.empty((len(pos), V), dtype=np.float32)
+        _lib.check(L.collage_model_logits_at(m, w.ctypes.data, tokens.ctypes.data, len(tokens), pos.ctypes.data,
+                                             len(pos), want.ctypes.data), "logits_at")
+    finally:
+        L.collage_model_free(m)
+    for model in (load(transformers.BertForMaskedLM, tmp_path / "hf"),
+                  load(transformers.AutoModelForMaskedLM, tmp_path / "hf")):
+        assert type(model) is transformers.BertForMaskedLM
+        assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight, "tied on load"
+        with torch.no_grad():
+            got = model(torch.from_numpy(tokens).long()[None]).logits[0, pos].numpy()
+        assert np.allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max()), f"max |diff| {np.abs(got - want).max()}"
