@@ -28,7 +28,7 @@ import collage.torch as ct  # noqa: E402
 from collage import _lib  # noqa: E402
 from test_export import L, VOCAB, assert_next_logits, checkpoint, llama_checkpoint  # noqa: E402
 
-torch.set_num_threads(2)
+torch.set_num_threads(1)  # tiny models: a second thread only waits (and spins on a busy machine)
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -105,3 +105,55 @@ def test_bert_export_loads_and_gives_collage_logits(tmp_path):
         with torch.no_grad():
             got = model(torch.from_numpy(tokens).long()[None]).logits[0, pos].numpy()
         assert np.allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max()), f"max |diff| {np.abs(got - want).max()}"
+
+
+# ---------------------------------------------------------------- transformers' classes trained by collage.torch
+def tiny(family, seed=0):
+    """A freshly initialised transformers model of a tiny config, its parameters in bf16 (no fp32 copy
+    anywhere: the optimizer's words are the rest of each weight)."""
+    torch.manual_seed(seed)
+    common = dict(vocab_size=256, max_position_embeddings=32)
+    if family == "gpt2":
+        cfg = transformers.GPT2Config(vocab_size=256, n_positions=32, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0,
+                                      embd_pdrop=0.0, attn_pdrop=0.0)
+        model = transformers.GPT2LMHeadModel(cfg)
+    elif family == "llama":
+        cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                       num_key_value_heads=2, **common)
+        model = transformers.LlamaForCausalLM(cfg)
+    else:
+        cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **common)
+        model = transformers.BertForMaskedLM(cfg)
+    return model.to(torch.bfloat16).train()
+
+
+def batch(family, n=4, T=16, seed=1):
+    """Model inputs of n sequences of T byte tokens; for BERT every fourth token replaced by the mask token
+    (255) and only those predicted."""
+    x = torch.randint(0, 255, (n, T), generator=torch.Generator().manual_seed(seed))
+    if family != "bert":
+        return dict(input_ids=x, labels=x.clone())
+    masked = torch.zeros(n, T, dtype=torch.bool)
+    masked[:, ::4] = True
+    return dict(input_ids=x.masked_fill(masked, 255), labels=x.masked_fill(~masked, -100))
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert"])
+def test_plain_loop_trains_a_bf16_model(family):
+    model = tiny(family)
+    opt = ct.AdamW(model.named_parameters(), precision="collage-light", lr=1e-2, weight_decay=0.0)
+    data, losses = batch(family), []
+    for _ in range(15):
+        out = model(**data)
+        assert out.logits.dtype == torch.bfloat16, "no autocast: the forward runs in bf16"
+        loss = out.loss  # transformers takes the cross-entropy of the logits widened to fp32
+        losses.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert losses[-1] < 0.8 * losses[0], f"{family}: losses {losses}"
+    for p in model.parameters():
+        assert p.dtype == torch.bfloat16 and p.grad.dtype == torch.bfloat16
+        for k, w in opt.state[p].items():
+            assert not torch.is_tensor(w) or w.dtype == torch.bfloat16 or w.ndim == 0, f"{k}: {w.dtype}"
