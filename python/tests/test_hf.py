@@ -157,3 +157,84 @@ def test_plain_loop_trains_a_bf16_model(family):
         assert p.dtype == torch.bfloat16 and p.grad.dtype == torch.bfloat16
         for k, w in opt.state[p].items():
             assert not torch.is_tensor(w) or w.dtype == torch.bfloat16 or w.ndim == 0, f"{k}: {w.dtype}"
+
+
+# ---------------------------------------------------------------- transformers.Trainer
+def hf_trainer_example():
+    """python/examples/hf_trainer.py as a module (its run() is what the tests drive)."""
+    pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate (python/torch2-pin.txt pins it)")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("hf_trainer", ROOT / "python" / "examples" / "hf_trainer.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def bits(t):
+    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t.view(torch.int32) if t.dtype == torch.float32 else t
+
+
+def assert_same_state(a, b, where):
+    """Two optimizer state dicts (or model state dicts) hold the same words: same keys, dtypes, bits."""
+    if torch.is_tensor(a):
+        assert torch.is_tensor(b) and a.dtype == b.dtype and a.shape == b.shape, f"{where}: {a.dtype} vs {b.dtype}"
+        assert torch.equal(bits(a), bits(b)), f"{where}: values differ"
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), f"{where}: keys {sorted(a)} vs {sorted(b)}"
+        for k in a:
+            assert_same_state(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_state(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, f"{where}: {a} vs {b}"
+
+
+def test_trainer_checkpoint_resumes_bit_for_bit(tmp_path):
+    """Trainer with collage.torch.AdamW and a scheduler handed in: 6 steps unbroken, and 3 steps from its
+    checkpoint-3 in a fresh process's worth of objects (new model, optimizer, Trainer), end with the same
+    model bits and every optimizer word the same. The checkpoint's optimizer.pt keeps each word's dtype."""
+    ex = hf_trainer_example()
+    whole = ex.run(tmp_path / "whole", steps=6, save_steps=3)
+    losses = [r["loss"] for r in whole.state.log_history if "loss" in r]
+    assert len(losses) == 6 and losses[-1] < losses[0], losses
+    ck = tmp_path / "whole" / "checkpoint-3"
+    saved = torch.load(ck / "optimizer.pt", weights_only=False)
+    live = whole.optimizer.state_dict()
+    assert saved["collage"]["precision"] == live["collage"]["precision"] == "collage-light"
+    words = [(k, w.dtype) for s in saved["state"].values() for k, w in s.items() if torch.is_tensor(w) and w.ndim]
+    assert {k for k, _ in words} >= {"exp_avg", "exp_avg_sq", "compensation"} and all(
+        d == torch.bfloat16 for _, d in words), words
+    resumed = ex.run(tmp_path / "resumed", steps=6, save_steps=3, resume=str(ck))
+    assert resumed.state.global_step == 6
+    # steps 1-3 from the checkpoint's trainer_state.json, steps 4-6 run anew
+    assert [r["loss"] for r in resumed.state.log_history if "loss" in r] == losses
+    assert_same_state(whole.model.state_dict(), resumed.model.state_dict(), "model")
+    assert_same_state(live, resumed.optimizer.state_dict(), "optimizer")
+    assert_same_state(whole.lr_scheduler.state_dict(), resumed.lr_scheduler.state_dict(), "scheduler")
+
+
+def test_trainer_builds_the_optimizer_from_cls_and_kwargs(tmp_path):
+    """optimizer_cls_and_kwargs=(collage.torch.AdamW, kwargs): Trainer makes its two param groups (weight
+    decay, and none for biases and norms) as collage.torch.AdamW groups and trains the bf16 model."""
+    ex = hf_trainer_example()
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=4,
+                                          weight_decay=0.1, max_grad_norm=0.0, use_cpu=True, report_to="none",
+                                          save_strategy="no", logging_steps=1, disable_tqdm=True)
+    tr = transformers.Trainer(model=ex.model(), args=args, train_dataset=ex.dataset(),
+                              optimizer_cls_and_kwargs=(ct.AdamW, dict(precision="collage-light", lr=3e-3)))
+    tr.train()
+    opt = tr.optimizer.optimizer  # inside accelerate's AcceleratedOptimizer
+    assert isinstance(opt, ct.AdamW) and opt.strategy.name == "collage-light"
+    assert sorted(g["weight_decay"] for g in opt.param_groups) == [0.0, 0.1]
+    losses = [r["loss"] for r in tr.state.log_history if "loss" in r]
+    assert len(losses) == 4 and losses[-1] < losses[0], losses
+    assert all(p.dtype == torch.bfloat16 for p in tr.model.parameters())
+
+
+def test_example_refuses_a_missing_checkpoint(tmp_path):
+    hf_trainer_example()
+    r = subprocess.run([sys.executable, str(ROOT / "python" / "examples" / "hf_trainer.py"), "--out", str(tmp_path),
+                        "--resume", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert r.returncode == 1 and f"--resume '{tmp_path}/nope' is not a folder" in r.stderr
