@@ -238,3 +238,30 @@ def test_example_refuses_a_missing_checkpoint(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "python" / "examples" / "hf_trainer.py"), "--out", str(tmp_path),
                         "--resume", str(tmp_path / "nope")], capture_output=True, text=True)
     assert r.returncode == 1 and f"--resume '{tmp_path}/nope' is not a folder" in r.stderr
+
+
+# ---------------------------------------------------------------- greedy text: collage sample and generate
+@pytest.mark.parametrize("preset", ["tiny", "llama-tiny"])
+def test_greedy_generate_writes_collage_samples_text(tmp_path, preset):
+    """A byte-level model (256 tokens, random weights): `collage sample --temperature 0` and transformers'
+    greedy generate over its export continue a prompt with the same bytes."""
+    exe = os.environ.get("COLLAGE_BIN") or str(ROOT / "build" / "collage")
+    if not os.path.exists(exe):
+        pytest.skip(f"no collage command at {exe}")
+    cfg = _lib.ModelConfig()
+    _lib.check(L.collage_model_preset(preset.encode(), ctypes.byref(cfg)), "preset")
+    L.collage_model_config_set_vocab(ctypes.byref(cfg), 256)
+    w = (np.random.default_rng(1).standard_normal(L.collage_model_num_params(ctypes.byref(cfg))) * 0.1).astype(np.float32)
+    ck, err = tmp_path / "model.bin", ctypes.create_string_buffer(512)
+    _lib.check(L.collage_model_save_file(str(ck).encode(), ctypes.byref(cfg), w.ctypes.data, 0, err, 512), "save",
+               err.value)
+    prompt, n = b"Hello", 16
+    r = subprocess.run([exe, "sample", "--checkpoint", str(ck), "--prompt", prompt.decode(), "--tokens", str(n),
+                        "--temperature", "0", "--tokenizer", "byte", "--threads", "1"], capture_output=True)
+    assert r.returncode == 0, r.stderr.decode()
+    collage.export(ck, tmp_path / "hf")
+    model = load(transformers.AutoModelForCausalLM, tmp_path / "hf")
+    with torch.no_grad():
+        out = model.generate(torch.tensor([list(prompt)]), max_new_tokens=n, do_sample=False, pad_token_id=0)
+    assert len(out[0]) == len(prompt) + n
+    assert r.stdout == bytes(out[0].tolist()) + b"\n"
