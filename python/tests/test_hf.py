@@ -1,0 +1,267 @@
+"""Hugging Face transformers with collage: `collage export` folders load into GPT2LMHeadModel,
+LlamaForCausalLM and BertForMaskedLM (and through the Auto classes) as they are, and the loaded model's
+logits are the library's; transformers' own classes, with their parameters in bf16, train under
+collage.torch.AdamW in a plain loop and through transformers.Trainer, whose checkpoints resume bit for bit
+(model and every optimizer word). Offline: models come from small configs, never from the hub."""
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import ctypes  # noqa: E402
+import pathlib  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+transformers = pytest.importorskip(
+    "transformers", reason="Hugging Face transformers is not installed here (python/torch2-pin.txt pins it "
+    "in the PyTorch 2 environment of scripts/torch2-env.sh)")
+
+import collage  # noqa: E402
+import collage.torch as ct  # noqa: E402
+from collage import _lib  # noqa: E402
+from test_export import L, VOCAB, assert_next_logits, checkpoint, llama_checkpoint  # noqa: E402
+
+torch.set_num_threads(1)  # tiny models: a second thread only waits (and spins on a busy machine)
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def load(cls, folder, **kw):
+    """cls.from_pretrained(folder) with its loading report: every tensor of the file used, none missing."""
+    model, info = cls.from_pretrained(folder, output_loading_info=True, **kw)
+    for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+        assert not info.get(k), f"{cls.__name__} from {folder}: {k} {info[k]}"
+    return model.eval()
+
+
+# ---------------------------------------------------------------- collage → Hugging Face
+# The tolerance of assert_next_logits (rtol 1e-4, atol 1e-4 · max |logit|): both sides are fp32 forwards
+# of the same fp32 weights that differ only in the order of their sums (the library's GEMMs and attention
+# against torch's), a few ulps per operation over two blocks; a wrong name, orientation or rotation moves
+# logits by O(1).
+@pytest.mark.parametrize("family", ["gpt2", "llama", "llama-untied"])
+def test_causal_export_loads_and_gives_collage_logits(tmp_path, family):
+    ck = tmp_path / "model.bin"
+    cfg = checkpoint(ck, bf16=False) if family == "gpt2" else llama_checkpoint(ck, untied=family.endswith("untied"))
+    collage.export(ck, tmp_path / "hf")
+    cls = transformers.GPT2LMHeadModel if family == "gpt2" else transformers.LlamaForCausalLM
+    tokens = np.random.default_rng(6).integers(0, VOCAB, 40).astype(np.int32)
+    for model in (load(cls, tmp_path / "hf"), load(transformers.AutoModelForCausalLM, tmp_path / "hf")):
+        assert type(model) is cls
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+        if family != "llama-untied":
+            assert model.lm_head.weight is model.get_input_embeddings().weight, "tied on load"
+        with torch.no_grad():
+            logits = model(torch.from_numpy(tokens).long()[None]).logits[0]
+        assert_next_logits(ck, cfg, tokens, logits)
+
+
+def test_bf16_export_loads_in_bf16(tmp_path):
+    """A bf16 export's config says bfloat16: from_pretrained keeps the weights' bits in bf16 (its default
+    dtype follows the config), and dtype=torch.float32 widens them exactly."""
+    checkpoint(tmp_path / "model.bin", bf16=True)
+    collage.export(tmp_path, tmp_path / "hf")
+    sd = ct.load(tmp_path / "hf")
+    m16 = load(transformers.GPT2LMHeadModel, tmp_path / "hf")
+    m32 = load(transformers.AutoModelForCausalLM, tmp_path / "hf", dtype=torch.float32)
+    s16, s32 = m16.state_dict(), m32.state_dict()
+    for k, v in sd.items():
+        assert v.dtype == torch.bfloat16
+        assert s16[k].dtype == torch.bfloat16 and torch.equal(s16[k].view(torch.int16), v.view(torch.int16)), k
+        assert s32[k].dtype == torch.float32 and torch.equal(s32[k], v.float()), k
+
+
+def test_bert_export_loads_and_gives_collage_logits(tmp_path):
+    cfg = _lib.ModelConfig()
+    _lib.check(L.collage_model_preset(b"bert-tiny", ctypes.byref(cfg)), "preset")
+    L.collage_model_config_set_vocab(ctypes.byref(cfg), VOCAB)
+    V = cfg.vocab_size
+    w = (np.random.default_rng(8).standard_normal(L.collage_model_num_params(ctypes.byref(cfg))) * 0.1).astype(np.float32)
+    ck, err = tmp_path / "model.bin", ctypes.create_string_buffer(512)
+    _lib.check(L.collage_model_save_file(str(ck).encode(), ctypes.byref(cfg), w.ctypes.data, 0, err, 512), "save",
+               err.value)
+    collage.export(ck, tmp_path / "hf")
+    tokens = np.random.default_rng(2).integers(0, V, 48).astype(np.int32)
+    tokens[[3, 20]] = V - 1  # the mask token
+    pos = np.array([0, 3, 20, 47], dtype=np.int32)
+    m = ctypes.c_void_p()
+    _lib.check(L.collage_model_create(ctypes.byref(cfg), 0, 1, len(tokens), ctypes.byref(m)), "create")
+    try:
+        want = np.empty((len(pos), V), dtype=np.float32)
+        _lib.check(L.collage_model_logits_at(m, w.ctypes.data, tokens.ctypes.data, len(tokens), pos.ctypes.data,
+                                             len(pos), want.ctypes.data), "logits_at")
+    finally:
+        L.collage_model_free(m)
+    for model in (load(transformers.BertForMaskedLM, tmp_path / "hf"),
+                  load(transformers.AutoModelForMaskedLM, tmp_path / "hf")):
+        assert type(model) is transformers.BertForMaskedLM
+        assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight, "tied on load"
+        with torch.no_grad():
+            got = model(torch.from_numpy(tokens).long()[None]).logits[0, pos].numpy()
+        assert np.allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max()), f"max |diff| {np.abs(got - want).max()}"
+
+
+# ---------------------------------------------------------------- transformers' classes trained by collage.torch
+def tiny(family, seed=0):
+    """A freshly initialised transformers model of a tiny config, its parameters in bf16 (no fp32 copy
+    anywhere: the optimizer's words are the rest of each weight)."""
+    torch.manual_seed(seed)
+    common = dict(vocab_size=256, max_position_embeddings=32)
+    if family == "gpt2":
+        cfg = transformers.GPT2Config(vocab_size=256, n_positions=32, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0,
+                                      embd_pdrop=0.0, attn_pdrop=0.0)
+        model = transformers.GPT2LMHeadModel(cfg)
+    elif family == "llama":
+        cfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                       num_key_value_heads=2, **common)
+        model = transformers.LlamaForCausalLM(cfg)
+    else:
+        cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **common)
+        model = transformers.BertForMaskedLM(cfg)
+    return model.to(torch.bfloat16).train()
+
+
+def batch(family, n=4, T=16, seed=1):
+    """Model inputs of n sequences of T byte tokens; for BERT every fourth token replaced by the mask token
+    (255) and only those predicted."""
+    x = torch.randint(0, 255, (n, T), generator=torch.Generator().manual_seed(seed))
+    if family != "bert":
+        return dict(input_ids=x, labels=x.clone())
+    masked = torch.zeros(n, T, dtype=torch.bool)
+    masked[:, ::4] = True
+    return dict(input_ids=x.masked_fill(masked, 255), labels=x.masked_fill(~masked, -100))
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert"])
+def test_plain_loop_trains_a_bf16_model(family):
+    model = tiny(family)
+    opt = ct.AdamW(model.named_parameters(), precision="collage-light", lr=1e-2, weight_decay=0.0)
+    data, losses = batch(family), []
+    for _ in range(15):
+        out = model(**data)
+        assert out.logits.dtype == torch.bfloat16, "no autocast: the forward runs in bf16"
+        loss = out.loss  # transformers takes the cross-entropy of the logits widened to fp32
+        losses.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert losses[-1] < 0.8 * losses[0], f"{family}: losses {losses}"
+    for p in model.parameters():
+        assert p.dtype == torch.bfloat16 and p.grad.dtype == torch.bfloat16
+        for k, w in opt.state[p].items():
+            assert not torch.is_tensor(w) or w.dtype == torch.bfloat16 or w.ndim == 0, f"{k}: {w.dtype}"
+
+
+# ---------------------------------------------------------------- transformers.Trainer
+def hf_trainer_example():
+    """python/examples/hf_trainer.py as a module (its run() is what the tests drive)."""
+    pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate (python/torch2-pin.txt pins it)")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("hf_trainer", ROOT / "python" / "examples" / "hf_trainer.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def bits(t):
+    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t.view(torch.int32) if t.dtype == torch.float32 else t
+
+
+def assert_same_state(a, b, where):
+    """Two optimizer state dicts (or model state dicts) hold the same words: same keys, dtypes, bits."""
+    if torch.is_tensor(a):
+        assert torch.is_tensor(b) and a.dtype == b.dtype and a.shape == b.shape, f"{where}: {a.dtype} vs {b.dtype}"
+        assert torch.equal(bits(a), bits(b)), f"{where}: values differ"
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), f"{where}: keys {sorted(a)} vs {sorted(b)}"
+        for k in a:
+            assert_same_state(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_state(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, f"{where}: {a} vs {b}"
+
+
+def test_trainer_checkpoint_resumes_bit_for_bit(tmp_path):
+    """Trainer with collage.torch.AdamW and a scheduler handed in: 6 steps unbroken, and 3 steps from its
+    checkpoint-3 in a fresh process's worth of objects (new model, optimizer, Trainer), end with the same
+    model bits and every optimizer word the same. The checkpoint's optimizer.pt keeps each word's dtype."""
+    ex = hf_trainer_example()
+    whole = ex.run(tmp_path / "whole", steps=6, save_steps=3)
+    losses = [r["loss"] for r in whole.state.log_history if "loss" in r]
+    assert len(losses) == 6 and losses[-1] < losses[0], losses
+    ck = tmp_path / "whole" / "checkpoint-3"
+    saved = torch.load(ck / "optimizer.pt", weights_only=False)
+    live = whole.optimizer.state_dict()
+    assert saved["collage"]["precision"] == live["collage"]["precision"] == "collage-light"
+    words = [(k, w.dtype) for s in saved["state"].values() for k, w in s.items() if torch.is_tensor(w) and w.ndim]
+    assert {k for k, _ in words} >= {"exp_avg", "exp_avg_sq", "compensation"} and all(
+        d == torch.bfloat16 for _, d in words), words
+    resumed = ex.run(tmp_path / "resumed", steps=6, save_steps=3, resume=str(ck))
+    assert resumed.state.global_step == 6
+    # steps 1-3 from the checkpoint's trainer_state.json, steps 4-6 run anew
+    assert [r["loss"] for r in resumed.state.log_history if "loss" in r] == losses
+    assert_same_state(whole.model.state_dict(), resumed.model.state_dict(), "model")
+    assert_same_state(live, resumed.optimizer.state_dict(), "optimizer")
+    assert_same_state(whole.lr_scheduler.state_dict(), resumed.lr_scheduler.state_dict(), "scheduler")
+
+
+def test_trainer_builds_the_optimizer_from_cls_and_kwargs(tmp_path):
+    """optimizer_cls_and_kwargs=(collage.torch.AdamW, kwargs): Trainer makes its two param groups (weight
+    decay, and none for biases and norms) as collage.torch.AdamW groups and trains the bf16 model."""
+    ex = hf_trainer_example()
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=4,
+                                          weight_decay=0.1, max_grad_norm=0.0, use_cpu=True, report_to="none",
+                                          save_strategy="no", logging_steps=1, disable_tqdm=True)
+    tr = transformers.Trainer(model=ex.model(), args=args, train_dataset=ex.dataset(),
+                              optimizer_cls_and_kwargs=(ct.AdamW, dict(precision="collage-light", lr=3e-3)))
+    tr.train()
+    opt = tr.optimizer.optimizer  # inside accelerate's AcceleratedOptimizer
+    assert isinstance(opt, ct.AdamW) and opt.strategy.name == "collage-light"
+    assert sorted(g["weight_decay"] for g in opt.param_groups) == [0.0, 0.1]
+    losses = [r["loss"] for r in tr.state.log_history if "loss" in r]
+    assert len(losses) == 4 and losses[-1] < losses[0], losses
+    assert all(p.dtype == torch.bfloat16 for p in tr.model.parameters())
+
+
+def test_example_refuses_a_missing_checkpoint(tmp_path):
+    hf_trainer_example()
+    r = subprocess.run([sys.executable, str(ROOT / "python" / "examples" / "hf_trainer.py"), "--out", str(tmp_path),
+                        "--resume", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert r.returncode == 1 and f"--resume '{tmp_path}/nope' is not a folder" in r.stderr
+
+
+# ---------------------------------------------------------------- greedy text: collage sample and generate
+@pytest.mark.parametrize("preset", ["tiny", "llama-tiny"])
+def test_greedy_generate_writes_collage_samples_text(tmp_path, preset):
+    """A byte-level model (256 tokens, random weights): `collage sample --temperature 0` and transformers'
+    greedy generate over its export continue a prompt with the same bytes."""
+    exe = os.environ.get("COLLAGE_BIN") or str(ROOT / "build" / "collage")
+    if not os.path.exists(exe):
+        pytest.skip(f"no collage command at {exe}")
+    cfg = _lib.ModelConfig()
+    _lib.check(L.collage_model_preset(preset.encode(), ctypes.byref(cfg)), "preset")
+    L.collage_model_config_set_vocab(ctypes.byref(cfg), 256)
+    w = (np.random.default_rng(1).standard_normal(L.collage_model_num_params(ctypes.byref(cfg))) * 0.1).astype(np.float32)
+    ck, err = tmp_path / "model.bin", ctypes.create_string_buffer(512)
+    _lib.check(L.collage_model_save_file(str(ck).encode(), ctypes.byref(cfg), w.ctypes.data, 0, err, 512), "save",
+               err.value)
+    prompt, n = b"Hello", 16
+    r = subprocess.run([exe, "sample", "--checkpoint", str(ck), "--prompt", prompt.decode(), "--tokens", str(n),
+                        "--temperature", "0", "--tokenizer", "byte", "--threads", "1"], capture_output=True)
+    assert r.returncode == 0, r.stderr.decode()
+    collage.export(ck, tmp_path / "hf")
+    model = load(transformers.AutoModelForCausalLM, tmp_path / "hf")
+    with torch.no_grad():
+        out = model.generate(torch.tensor([list(prompt)]), max_new_tokens=n, do_sample=False, pad_token_id=0)
+    assert len(out[0]) == len(prompt) + n
+    assert r.stdout == bytes(out[0].tolist()) + b"\n"
