@@ -14,7 +14,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 pin=$root/python/torch2-pin.txt
 [ -f "$pin" ] || { echo "torch2-env: $pin is missing" >&2; exit 1; }
 hash=$(sha256sum "$pin" | cut -c1-12)
-env_dir=${COLLAGE_TORCH2_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/collage/torch2-$hash}
+home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}   # a job runner may start it without HOME
+env_dir=${COLLAGE_TORCH2_ENV:-${XDG_CACHE_HOME:-$home/.cache}/collage/torch2-$hash}
 py=$env_dir/bin/python
 want=$(sed -n 's/^torch==//p' "$pin")
 # the environment is complete once this file is written, after the pinned torch imported and added two
