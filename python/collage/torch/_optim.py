@@ -91,7 +91,12 @@ def _word_shape(w, p):
     if not w.block:
         return p.shape
     n = p.numel()
-    return ((n + 63) // 64 * 64 + -(-n // w.block) * 4,)
+    return (_codes_bytes(n) + -(-n // w.block) * 4,)
+
+
+def _codes_bytes(n):
+    """Where an 8-bit word's block scales start: after its n codes padded to a multiple of 64 bytes."""
+    return (n + 63) // 64 * 64
 
 
 _ZERO_CODES = {}
@@ -953,16 +958,16 @@ class _Optimizer(torch.optim.Optimizer):
         elements (_q8_join)."""
         lp = _local(p)
         n = lp.numel()
-        scales = t[(n + 63) // 64 * 64:].view(torch.float32)
+        scales = t[_codes_bytes(n):].view(torch.float32)
         each = scales.repeat_interleave(w.block)[:n].reshape(lp.shape)
         return _dtensor.like(t[:n].view(lp.shape), p), _dtensor.like(each, p)
 
     @staticmethod
     def _q8_join(codes, each, w, n):
         """_q8_split's inverse on one rank: the word of its n elements from its codes and elements' scales."""
-        t = torch.zeros(((n + 63) // 64 * 64 + -(-n // w.block) * 4,), dtype=torch.uint8, device=codes.device)
+        t = torch.zeros(_word_shape(w, codes), dtype=torch.uint8, device=codes.device)
         t[:n] = codes.reshape(-1)
-        t[(n + 63) // 64 * 64:].view(torch.float32).copy_(each.reshape(-1)[::w.block])
+        t[_codes_bytes(n):].view(torch.float32).copy_(each.reshape(-1)[::w.block])
         return t
 
     def _saved_groups(self, meta, groups):
