@@ -23,6 +23,9 @@ ifeq ($(SAN),1)
 CFLAGS_BASE += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LDSAN = -fsanitize=address,undefined
 endif
+# CCACHE=ccache: each unit compiled through a compiler cache (CI sets it; a unit whose preprocessed text
+# and flags were compiled before, in any folder, is not compiled again).
+CCACHE ?=
 # MPI is the CLI's only (libcollage stays MPI-free): its headers as system headers (no warnings of theirs).
 MPI ?= auto
 ifeq ($(MPI),auto)
@@ -44,6 +47,10 @@ CFLAGS_BASE += -DCOLLAGE_DNNL
 LDDNNL = -ldnnl
 endif
 CFLAGS_ALL = $(CFLAGS_BASE) $(CFLAGS)
+# A unit's flags: CFLAGS_ALL, or for the units built without sanitizer instrumentation (below) the same
+# flags less the sanitizers' (so that such a unit is the same object in a SAN=1 build as in the plain one).
+UNIT_CFLAGS = $(CFLAGS_ALL)
+CFLAGS_NOSAN = $(filter-out -fsanitize=% -fno-sanitize-recover=% -fno-omit-frame-pointer,$(CFLAGS_ALL))
 LDLIBS_ALL = $(LDOMP) $(LDSAN) $(LDDNNL) -lopenblas -lm $(LDLIBS)
 
 # CUDA=1: also libcollage_cuda (src/cuda/, include/collage_cuda.h: the AdamW step on NVIDIA GPUs, linked
@@ -92,7 +99,7 @@ tests: $(TEST_BIN)
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS) $(BUILD)/dnnl.flag | $(BUILD)/obj
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(SRC_INC) $(ISA_FLAGS) -c $< -o $@
+	$(CCACHE) $(CC) $(UNIT_CFLAGS) $(SRC_INC) $(ISA_FLAGS) -c $< -o $@
 # Vector kernels: one translation unit per instruction set, entered only after a run-time CPU check.
 # The fused AdamW loops are long dependency chains of emulated roundings; scheduling before register
 # allocation interleaves the vectors of an iteration (10-20% faster, same instructions).
@@ -101,14 +108,12 @@ KERNEL_FLAGS = -fschedule-insns -fsched-pressure --param=sched-pressure-algorith
 ifneq ($(findstring clang,$(shell $(CC) --version 2>/dev/null | head -n 1)),)
 KERNEL_FLAGS =
 endif
-ifeq ($(SAN),1)
-# Under SAN=1 the two vector-kernel units are built without sanitizer instrumentation: with it GCC 12
-# takes over 6 minutes and 4 GB on adamw_avx512.c at any -O level (measured; -O0, -O1, call-threshold
-# instrumentation and no use-after-scope did not help), which alone would break the 10-minute CI. The
-# kernels are still run by the SAN suite (uninstrumented, bit for bit against the instrumented _ref)
-# and every other unit, their callers and the slabs they work on included, stays instrumented.
-KERNEL_FLAGS = -fno-sanitize=all
-endif
+# Under SAN=1 the two vector-kernel units are built without sanitizer instrumentation, with the plain
+# build's flags: instrumented, GCC 12 takes over 6 minutes and 4 GB on adamw_avx512.c at any -O level
+# (measured; -O0, -O1, call-threshold instrumentation and no use-after-scope did not help). The kernels
+# are still run by the SAN suite (the shipped code, bit for bit against the instrumented _ref) and every
+# other unit, their callers and the slabs they work on included, stays instrumented.
+$(SLOW_OBJ): UNIT_CFLAGS = $(CFLAGS_NOSAN)
 $(BUILD)/obj/optim/adamw_avx512.o: ISA_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c $(KERNEL_FLAGS)
 $(BUILD)/obj/optim/adamw_avx2.o: ISA_FLAGS = -mavx2 -mfma -mf16c $(KERNEL_FLAGS)
 # The bf16 model's ops and graph, 16 lanes wide (the same values: -ffp-contract=off, no sums vectorised).
@@ -127,7 +132,7 @@ ifeq ($(SAN),1)
 # The reference sgemm runs every product of the golden runs (COLLAGE_GEMM=ref): instrumented, test_golden
 # took 244 s instead of 20 (measured). Like the vector kernels it is built without instrumentation under
 # SAN=1: it touches only the ranges the door hands it, and its bits are checked by every suite.
-$(BUILD)/obj/nn/gemm_ref.o $(BUILD)/obj/nn/gemm_ref_avx512.o: ISA_FLAGS += -fno-sanitize=all
+$(BUILD)/obj/nn/gemm_ref.o $(BUILD)/obj/nn/gemm_ref_avx512.o: UNIT_CFLAGS = $(CFLAGS_NOSAN)
 endif
 $(BUILD)/obj/nn/matmul_bf16_avx512.o: src/nn/matmul_bf16.c
 $(BUILD)/obj/models/gpt2_bf16_avx512.o: src/models/gpt2_bf16.c
@@ -137,7 +142,7 @@ $(BUILD)/obj/models/bert_bf16_avx512.o: src/models/bert_bf16.c
 $(BUILD)/obj/models/llama_bf16_avx512.o: src/models/llama_bf16.c
 # The CLI sees include/ only (make check-headers).
 $(BUILD)/obj/cli_%.o: cli/%.c $(HDRS) $(BUILD)/mpi.flag | $(BUILD)/obj
-	$(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -c $< -o $@
+	$(CCACHE) $(CC) $(CFLAGS_ALL) $(MPI_CFLAGS) -c $< -o $@
 # Rebuild the CLI when MPI is switched on or off for this folder.
 $(BUILD)/mpi.flag: FORCE | $(BUILD)/obj
 	@echo "$(MPI)" | cmp -s - $@ || echo "$(MPI)" > $@

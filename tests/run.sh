@@ -13,14 +13,17 @@ fi
 # leaks of the sanitizer runtime and Open MPI, not collage's (tests/lsan.supp), suppressed silently;
 # other LSAN_OPTIONS are kept
 export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+cpu_file=$(mktemp); TIMEFORMAT='%U %S'
+trap 'rm -f "$cpu_file"' EXIT
 for t in "$build"/tests/test_*; do
   [ -x "$t" ] || continue
   if [ -n "${TESTS:-}" ] && [[ " $TESTS " != *" $(basename "$t") "* ]]; then continue; fi
   echo "== $(basename "$t")"
   t0=$SECONDS
-  out=$(COLLAGE_BIN="$build/collage" "$t" 2>&1); rc=$?
+  # its CPU time (user + system, its processes together) beside the wall time
+  { time { out=$(COLLAGE_BIN="$build/collage" "$t" 2>&1); rc=$?; }; } 2>"$cpu_file"
   printf '%s\n' "$out"
-  echo "== $(basename "$t"): $((SECONDS - t0)) s"
+  echo "== $(basename "$t"): $((SECONDS - t0)) s, CPU $(awk '{printf "%.0f", $1 + $2}' "$cpu_file") s"
   last=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
   if [ -n "$last" ]; then
     p=${last%% passed*}; f=${last#*, }; f=${f%% failed*}
