@@ -70,26 +70,37 @@ double       collage_mcf_to_f64(collage_mcf x);                    /* hi + lo, e
 
 /* ---------------------------------------------------------------- generic formats */
 /* One descriptor per format; every generic routine takes one, values travel as raw bits (uint16_t,
- * fp8 in the low byte). The bf16 functions above are the same arithmetic specialised for speed. */
+ * fp8 in the low byte, e2m1 in the low nibble). The bf16 functions above are the same arithmetic
+ * specialised for speed. */
 typedef enum {
     COLLAGE_FMT_BF16 = 0,  /* 1-8-7,  bias 127, p = 8,  IEEE-like */
     COLLAGE_FMT_FP16,      /* 1-5-10, bias 15,  p = 11, IEEE binary16 */
     COLLAGE_FMT_E4M3,      /* 1-4-3,  bias 7,   p = 4,  OCP "FN": no Inf, NaN = S.1111.111, max 448 */
     COLLAGE_FMT_E5M2,      /* 1-5-2,  bias 15,  p = 3,  IEEE-like, max 57344 */
+    COLLAGE_FMT_E2M1,      /* 1-2-1,  bias 1,   p = 2,  OCP FP4: ±{0, 0.5, 1, 1.5, 2, 3, 4, 6}, no Inf, no NaN */
     COLLAGE_FMT_COUNT
 } collage_format;
 
 typedef struct {
-    const char *name;     /* "bf16", "fp16", "e4m3", "e5m2" */
-    int bits;             /* total width: 16 or 8 */
+    const char *name;     /* "bf16", "fp16", "e4m3", "e5m2", "e2m1" */
+    int bits;             /* total width: 16, 8 or 4 */
     int exp_bits;         /* exponent field width */
     int man_bits;         /* stored fraction bits (precision p = man_bits + 1) */
     int bias;             /* exponent bias */
     int has_inf;          /* 1: exponent all-ones with zero fraction is ±Inf (IEEE-like) */
     uint16_t max_bits;    /* bit pattern of the largest finite positive value */
-    uint16_t nan_bits;    /* canonical positive quiet NaN */
+    uint16_t nan_bits;    /* canonical positive quiet NaN; e2m1: COLLAGE_E2M1_NAN, a marker, not a code */
     float max_value;      /* largest finite value */
+    int has_nan;          /* 0: no code is a NaN (e2m1), so overflow, ±Inf and NaN get the rules below */
 } collage_format_info;
+
+/* e2m1 has neither Inf nor NaN. Every conversion to it saturates: a finite value beyond ±6 and ±Inf
+ * become ±6 (RN, _sat and SR alike: the OCP MX conversion). A NaN has no code: it converts to
+ * COLLAGE_E2M1_NAN, a value outside the 16 codes that no 4-bit field can hold; collage_lp_to_f32 and
+ * collage_lp_isnan read every value above 0xF as NaN, so a NaN stays visible through the operations
+ * (0/0 and the √ of a negative give it too; x/0 for x ≠ 0 gives ±6). Callers that store codes check
+ * collage_lp_isnan first, as the fp4 block quantizers do (they refuse NaN and ±Inf with a status). */
+#define COLLAGE_E2M1_NAN 0x10u
 
 const collage_format_info *collage_format_get(collage_format f); /* NULL for an unknown format */
 collage_status collage_format_parse(const char *name, collage_format *out);
@@ -97,7 +108,8 @@ collage_status collage_format_parse(const char *name, collage_format *out);
 typedef struct { uint16_t hi, lo; } collage_lp_pair;  /* generic MCF: value hi + lo */
 
 float    collage_lp_to_f32(collage_format f, uint16_t x);                   /* exact */
-uint16_t collage_lp_from_f32(collage_format f, float x);                    /* RN; overflow → Inf (e4m3: NaN) */
+uint16_t collage_lp_from_f32(collage_format f, float x);                    /* RN; overflow → Inf (e4m3: NaN,
+                                                                               e2m1: ±6) */
 uint16_t collage_lp_from_f32_sat(collage_format f, float x);                /* RN; overflow → ±max */
 uint16_t collage_lp_from_f32_sr(collage_format f, float x, uint32_t r);     /* SR */
 uint16_t collage_lp_from_f64(collage_format f, double x);                   /* RN, one rounding */

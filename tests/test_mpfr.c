@@ -1,9 +1,10 @@
 /* test_mpfr.c — MPFR oracle tests for the low-precision core (docs/numerics.md §1-5, §9): conversions from
  * fp32 and double, decoding, the single operations + − × ÷ √ fma and the error-free transforms of
- * bf16, fp16, e4m3 and e5m2, each against MPFR emulating the format exactly (precision p, subnormals
- * by mpfr_subnormalize, overflow per numerics.md §1-3). fp8 is tested exhaustively (fma: every triple), bf16
- * and fp16 on large random samples mixed with edge classes, plus the numerics.md §9 vectors; the 8-bit
- * dynamic code's values and thresholds (§11). */
+ * bf16, fp16, e4m3, e5m2 and e2m1, each against MPFR emulating the format exactly (precision p, subnormals
+ * by mpfr_subnormalize, overflow per numerics.md §1-3). fp8 and e2m1 are tested exhaustively (fma: every
+ * triple), bf16 and fp16 on large random samples mixed with edge classes, plus the numerics.md §9 vectors;
+ * e2m1's RN from every bf16 pattern and its SR's probabilities exactly (§15); the 8-bit dynamic code's
+ * values and thresholds (§11). */
 #include "collage.h"
 #include "harness.h"
 
@@ -46,20 +47,22 @@ static unsigned g_div = 1; /* COLLAGE_TEST_QUICK divides the random sample count
 typedef struct {
     collage_format f;
     const char *name;
-    int bits, exp_bits, man_bits, bias, has_inf;
+    int bits, exp_bits, man_bits, bias, has_inf, has_nan;
     /* derived by fmt_init */
     int p;                   /* precision in bits */
     mpfr_exp_t emin;         /* MPFR exponent (significand in [1/2, 1)) of the smallest subnormal */
     uint16_t mask, sign_bit, man_mask, exp_field_max, min_normal, one, max_bits, inf_bits, qnan_bits,
         quiet_bit;
     double max_value;
+    unsigned top;            /* the last carrier value the exhaustive loops take: the mask, or e2m1's NaN marker */
 } fmt_spec;
 
 static fmt_spec SPECS[COLLAGE_FMT_COUNT] = {
-    {.f = COLLAGE_FMT_BF16, .name = "bf16", .bits = 16, .exp_bits = 8, .man_bits = 7, .bias = 127, .has_inf = 1},
-    {.f = COLLAGE_FMT_FP16, .name = "fp16", .bits = 16, .exp_bits = 5, .man_bits = 10, .bias = 15, .has_inf = 1},
-    {.f = COLLAGE_FMT_E4M3, .name = "e4m3", .bits = 8, .exp_bits = 4, .man_bits = 3, .bias = 7, .has_inf = 0},
-    {.f = COLLAGE_FMT_E5M2, .name = "e5m2", .bits = 8, .exp_bits = 5, .man_bits = 2, .bias = 15, .has_inf = 1},
+    {.f = COLLAGE_FMT_BF16, .name = "bf16", .bits = 16, .exp_bits = 8, .man_bits = 7, .bias = 127, .has_inf = 1, .has_nan = 1},
+    {.f = COLLAGE_FMT_FP16, .name = "fp16", .bits = 16, .exp_bits = 5, .man_bits = 10, .bias = 15, .has_inf = 1, .has_nan = 1},
+    {.f = COLLAGE_FMT_E4M3, .name = "e4m3", .bits = 8, .exp_bits = 4, .man_bits = 3, .bias = 7, .has_inf = 0, .has_nan = 1},
+    {.f = COLLAGE_FMT_E5M2, .name = "e5m2", .bits = 8, .exp_bits = 5, .man_bits = 2, .bias = 15, .has_inf = 1, .has_nan = 1},
+    {.f = COLLAGE_FMT_E2M1, .name = "e2m1", .bits = 4, .exp_bits = 2, .man_bits = 1, .bias = 1, .has_inf = 0, .has_nan = 0},
 };
 
 static double enc_value(const fmt_spec *S, uint16_t x);
@@ -79,16 +82,23 @@ static void fmt_init(fmt_spec *S) {
         S->max_bits = (uint16_t)(S->inf_bits - 1u);
         S->quiet_bit = (uint16_t)(1u << (S->man_bits - 1));
         S->qnan_bits = (uint16_t)(S->inf_bits | S->quiet_bit);
-    } else { /* OCP FN: the all-ones pattern is the NaN, everything below it is finite */
+    } else if (S->has_nan) { /* OCP FN: the all-ones pattern is the NaN, everything below it is finite */
         S->inf_bits = 0;
         S->qnan_bits = (uint16_t)(S->mask >> 1);
         S->max_bits = (uint16_t)(S->qnan_bits - 1u);
         S->quiet_bit = 0;
+    } else { /* e2m1: every code finite; a NaN converts to the marker, the first value above the codes */
+        S->inf_bits = 0;
+        S->qnan_bits = (uint16_t)(S->mask + 1u);
+        S->max_bits = (uint16_t)(S->mask >> 1);
+        S->quiet_bit = 0;
     }
+    S->top = S->has_nan ? S->mask : S->qnan_bits;
     S->max_value = enc_value(S, S->max_bits);
 }
 
 static int enc_isnan(const fmt_spec *S, uint16_t x) {
+    if (!S->has_nan) return x > S->mask;
     uint16_t mag = (uint16_t)(x & (S->mask >> 1));
     if (!S->has_inf) return mag == S->qnan_bits;
     return mag > S->inf_bits;
@@ -142,27 +152,31 @@ static void enc_to_mpfr(const fmt_spec *S, mpfr_ptr out, uint16_t x) {
 }
 
 typedef struct {
-    uint16_t rn;  /* RN: nearest, ties to even; overflow → ±Inf (e4m3: NaN) */
+    uint16_t rn;  /* RN: nearest, ties to even; overflow → ±Inf (e4m3: NaN, e2m1: ±max) */
     uint16_t sat; /* the same with overflow (and ±Inf) → ±max */
     int inexact;  /* the rounded value differs from the exact one (overflow included) */
+    int overflow; /* the value rounded with an unbounded exponent exceeds max (e2m1 then saturates) */
 } rounded;
+
+/* What overflow and ±Inf give under RN: Inf, the NaN of a format without Inf, or ±max without either. */
+static uint16_t rn_overflow(const fmt_spec *S) {
+    return S->has_inf ? S->inf_bits : S->has_nan ? S->qnan_bits : S->max_bits;
+}
 
 /* Contract: the encoding of r, a p-bit value already rounded with the format's subnormal grid and an
  * unbounded exponent above, t its ternary value. Overflow (IEEE rule) iff |r| > max. */
 static rounded finish(const fmt_spec *S, mpfr_srcptr r, int t) {
-    rounded o;
+    rounded o = {0, 0, 0, 0};
     uint16_t sign = mpfr_signbit(r) ? S->sign_bit : 0;
     if (mpfr_nan_p(r)) {
-        o.rn = o.sat = (uint16_t)(sign | S->qnan_bits);
-        o.inexact = 0;
+        o.rn = o.sat = S->has_nan ? (uint16_t)(sign | S->qnan_bits) : S->qnan_bits; /* e2m1's marker: no sign */
     } else if (mpfr_inf_p(r)) {
-        o.rn = (uint16_t)(sign | (S->has_inf ? S->inf_bits : S->qnan_bits));
+        o.rn = (uint16_t)(sign | rn_overflow(S));
         o.sat = (uint16_t)(sign | S->max_bits);
-        o.inexact = 0;
     } else if (mpfr_cmpabs(r, g_max[S->f]) > 0) {
-        o.rn = (uint16_t)(sign | (S->has_inf ? S->inf_bits : S->qnan_bits));
+        o.rn = (uint16_t)(sign | rn_overflow(S));
         o.sat = (uint16_t)(sign | S->max_bits);
-        o.inexact = 1;
+        o.inexact = o.overflow = 1;
     } else {
         o.rn = o.sat = enc_from_exact(S, mpfr_get_d(r, MPFR_RNDN)); /* p bits: exact in double */
         o.inexact = t != 0;
@@ -174,18 +188,20 @@ static rounded finish(const fmt_spec *S, mpfr_srcptr r, int t) {
  * nearest with ties to even on the p-bit grid, subnormals on their fixed grid (no flush), overflow iff
  * the value rounded with an unbounded exponent exceeds max. One rounding: mpfr_set rounds to p bits,
  * then check_range/subnormalize re-round with the ternary value, which MPFR defines to avoid double
- * rounding. NaN → canonical NaN with x's sign. */
-static rounded oracle_round(const fmt_spec *S, mpfr_srcptr x) {
+ * rounding. NaN → canonical NaN with x's sign. oracle_round_mode rounds with rnd instead (RNDZ: the
+ * neighbour toward zero). */
+static rounded oracle_round_mode(const fmt_spec *S, mpfr_srcptr x, mpfr_rnd_t rnd) {
     mpfr_ptr r = g_r[S->f];
-    int t = mpfr_set(r, x, MPFR_RNDN);
+    int t = mpfr_set(r, x, rnd);
     if (mpfr_regular_p(r)) {
         mpfr_set_emin(S->emin);
-        t = mpfr_check_range(r, t, MPFR_RNDN);
-        t = mpfr_subnormalize(r, t, MPFR_RNDN);
+        t = mpfr_check_range(r, t, rnd);
+        t = mpfr_subnormalize(r, t, rnd);
         mpfr_set_emin(g_emin_wide);
     }
     return finish(S, r, t);
 }
+static rounded oracle_round(const fmt_spec *S, mpfr_srcptr x) { return oracle_round_mode(S, x, MPFR_RNDN); }
 
 /* Contract: RN(a / b) and RN(√a) for format values a, b, computed by MPFR directly at precision p
  * under the format's emin with subnormalize (a correctly rounded oracle; the quotient and the root
@@ -338,6 +354,20 @@ static void test_oracle_selfcheck(void) {
         {COLLAGE_FMT_E5M2, 0x1p-16, 0x01},
         {COLLAGE_FMT_E5M2, 0x1p-17, 0x00},
         {COLLAGE_FMT_E5M2, 1.0, 0x3c},
+        {COLLAGE_FMT_E2M1, 0.25, 0x0},  /* the ties of ±{0, 0.5, 1, 1.5, 2, 3, 4, 6}: to the even code */
+        {COLLAGE_FMT_E2M1, 0.75, 0x2},
+        {COLLAGE_FMT_E2M1, 1.25, 0x2},
+        {COLLAGE_FMT_E2M1, 1.75, 0x4},
+        {COLLAGE_FMT_E2M1, 2.5, 0x4},
+        {COLLAGE_FMT_E2M1, 3.5, 0x6},
+        {COLLAGE_FMT_E2M1, 5.0, 0x6},
+        {COLLAGE_FMT_E2M1, 0x1.000002p-2, 0x1}, /* just above a tie */
+        {COLLAGE_FMT_E2M1, 6.0, 0x7},
+        {COLLAGE_FMT_E2M1, 6.9, 0x7},
+        {COLLAGE_FMT_E2M1, 7.0, 0x7},   /* the tie with 8 overflows: saturates */
+        {COLLAGE_FMT_E2M1, -1e30, 0xf},
+        {COLLAGE_FMT_E2M1, -0.1, 0x8},
+        {COLLAGE_FMT_E2M1, 0x1p-149, 0x0},
     };
     for (size_t i = 0; i < sizeof K / sizeof K[0]; i++) {
         const fmt_spec *S = &SPECS[K[i].f];
@@ -349,6 +379,8 @@ static void test_oracle_selfcheck(void) {
     CHECK(SPECS[COLLAGE_FMT_E4M3].max_value == 448.0, "e4m3 max %a", SPECS[2].max_value);
     CHECK(SPECS[COLLAGE_FMT_E5M2].max_value == 57344.0, "e5m2 max %a", SPECS[3].max_value);
     CHECK(SPECS[COLLAGE_FMT_FP16].max_value == 65504.0, "fp16 max %a", SPECS[1].max_value);
+    CHECK(SPECS[COLLAGE_FMT_E2M1].max_value == 6.0 && SPECS[COLLAGE_FMT_E2M1].qnan_bits == COLLAGE_E2M1_NAN,
+          "e2m1 max %a, NaN marker 0x%x", SPECS[COLLAGE_FMT_E2M1].max_value, SPECS[COLLAGE_FMT_E2M1].qnan_bits);
     /* Every finite encoding rounds to itself, exactly; every midpoint to its even neighbour. */
     for (int f = 0; f < COLLAGE_FMT_COUNT; f++) {
         const fmt_spec *S = &SPECS[f];
@@ -362,7 +394,7 @@ static void test_oracle_selfcheck(void) {
             mpfr_set_d(g_x, mid, MPFR_RNDN);
             o = oracle_round(S, g_x);
             uint16_t want = (x & 1u) ? (uint16_t)(x + 1u) : (uint16_t)x;
-            if (want > S->max_bits) want = S->has_inf ? S->inf_bits : S->qnan_bits;
+            if (want > S->max_bits) want = rn_overflow(S);
             CHECK(o.rn == want && o.inexact, "%s oracle midpoint above 0x%04x -> 0x%04x", S->name, x, o.rn);
         }
     }
@@ -375,7 +407,8 @@ static void test_format_descriptors(void) {
         CHECK(I != NULL, "%s: no descriptor", S->name);
         if (!I) continue;
         CHECK(strcmp(I->name, S->name) == 0 && I->bits == S->bits && I->exp_bits == S->exp_bits &&
-                  I->man_bits == S->man_bits && I->bias == S->bias && I->has_inf == S->has_inf,
+                  I->man_bits == S->man_bits && I->bias == S->bias && I->has_inf == S->has_inf &&
+                  I->has_nan == S->has_nan,
               "%s: descriptor fields differ", S->name);
         CHECK(I->max_bits == S->max_bits && I->nan_bits == S->qnan_bits, "%s: max 0x%04x nan 0x%04x", S->name,
               I->max_bits, I->nan_bits);
@@ -392,6 +425,13 @@ static void check_f32(const fmt_spec *S, float x) {
     if (S->f == COLLAGE_FMT_BF16)
         CHECK(collage_bf16_from_f32(x).bits == rn, "bf16_from_f32(0x%08x) = 0x%04x, lp gives 0x%04x", u,
               collage_bf16_from_f32(x).bits, rn);
+    if (isnan(x) && !S->has_nan) {
+        uint16_t sr = collage_lp_from_f32_sr(S->f, x, h_rand32());
+        CHECK(rn == S->qnan_bits && sat == S->qnan_bits && sr == S->qnan_bits,
+              "%s from_f32(NaN 0x%08x) = 0x%04x, _sat 0x%04x, _sr 0x%04x: want the marker 0x%04x", S->name, u, rn, sat,
+              sr, S->qnan_bits);
+        return;
+    }
     if (isnan(x)) {
         int neg = (int)(u >> 31);
         CHECK(collage_lp_isnan(S->f, rn) && enc_neg(S, rn) == neg && (rn & S->quiet_bit) == S->quiet_bit,
@@ -412,6 +452,11 @@ static void check_f64(const fmt_spec *S, double x) {
     if (S->f == COLLAGE_FMT_BF16)
         CHECK(collage_bf16_from_f64(x).bits == rn, "bf16_from_f64(0x%016llx) differs from lp",
               (unsigned long long)u);
+    if (isnan(x) && !S->has_nan) {
+        CHECK(rn == S->qnan_bits, "%s from_f64(NaN 0x%016llx) = 0x%04x: want the marker", S->name,
+              (unsigned long long)u, rn);
+        return;
+    }
     if (isnan(x)) {
         CHECK(collage_lp_isnan(S->f, rn) && enc_neg(S, rn) == (int)(u >> 63) && (rn & S->quiet_bit) == S->quiet_bit,
               "%s from_f64(NaN 0x%016llx) = 0x%04x: not a quiet NaN of the same sign", S->name,
@@ -538,7 +583,8 @@ static void test_decode(void) {
             float got = collage_lp_to_f32(S->f, (uint16_t)x);
             int neg = enc_neg(S, (uint16_t)x);
             unsigned e = (x >> S->man_bits) & S->exp_field_max, m = x & S->man_mask;
-            int is_nan = S->has_inf ? (e == S->exp_field_max && m) : (e == S->exp_field_max && m == S->man_mask);
+            int is_nan = S->has_inf ? (e == S->exp_field_max && m)
+                                    : S->has_nan && e == S->exp_field_max && m == S->man_mask;
             CHECK(collage_lp_isnan(S->f, (uint16_t)x) == is_nan, "%s isnan(0x%04x)", S->name, x);
             if (S->f == COLLAGE_FMT_BF16)
                 CHECK(f32u(collage_bf16_to_f32((collage_bf16){(uint16_t)x})) == f32u(got),
@@ -558,6 +604,15 @@ static void test_decode(void) {
                   (double)got, mpfr_get_d(v, MPFR_RNDN));
             CHECK(mpfr_cmp_d(v, enc_value(S, (uint16_t)x)) == 0, "oracle: enc_value(0x%04x) disagrees", x);
         }
+    }
+    /* a format without NaN codes (e2m1) reads every carrier value above its codes as NaN */
+    for (int f = 0; f < COLLAGE_FMT_COUNT; f++) {
+        const fmt_spec *S = &SPECS[f];
+        if (S->has_nan) continue;
+        int bad = 0;
+        for (unsigned x = S->mask + 1u; x <= 0xffffu; x++)
+            bad += !isnan(collage_lp_to_f32(S->f, (uint16_t)x)) || !collage_lp_isnan(S->f, (uint16_t)x);
+        CHECK(bad == 0, "%s: %d carrier values above the codes not read as NaN", S->name, bad);
     }
     mpfr_clear(v);
 }
@@ -631,33 +686,38 @@ static void check_fma(const fmt_spec *S, uint16_t a, uint16_t b, uint16_t c) {
               "bf16_fma(0x%04x, 0x%04x, 0x%04x) != lp", a, b, c);
 }
 
-static void test_ops_fp8_exhaustive(void) {
+/* The formats small enough to take every operand (fp8, and e2m1 with its NaN marker as an operand too). */
+static int exhaustive_format(int f) { return SPECS[f].bits <= 8; }
+
+static void test_ops_small_exhaustive(void) {
     seed_test(3);
-    for (int f = COLLAGE_FMT_E4M3; f <= COLLAGE_FMT_E5M2; f++) {
+    for (int f = 0; f < COLLAGE_FMT_COUNT; f++) {
+        if (!exhaustive_format(f)) continue;
         const fmt_spec *S = &SPECS[f];
-        for (unsigned a = 0; a <= S->mask; a++) {
+        for (unsigned a = 0; a <= S->top; a++) {
             check_sqrt(S, (uint16_t)a);
-            for (unsigned b = 0; b <= S->mask; b++) check_binops(S, (uint16_t)a, (uint16_t)b);
+            for (unsigned b = 0; b <= S->top; b++) check_binops(S, (uint16_t)a, (uint16_t)b);
         }
     }
 }
 
-static void test_fma_fp8(void) {
+static void test_fma_small(void) {
     seed_test(4);
-    for (int f = COLLAGE_FMT_E4M3; f <= COLLAGE_FMT_E5M2; f++) {
+    for (int f = 0; f < COLLAGE_FMT_COUNT; f++) {
+        if (!exhaustive_format(f)) continue;
         const fmt_spec *S = &SPECS[f];
-        for (unsigned a = 0; a <= S->mask; a++)
-            for (unsigned b = 0; b <= S->mask; b++) {
+        for (unsigned a = 0; a <= S->top; a++)
+            for (unsigned b = 0; b <= S->top; b++) {
                 enc_to_mpfr(S, g_a, (uint16_t)a);
                 enc_to_mpfr(S, g_b, (uint16_t)b);
-                if (g_div > 1)
+                if (g_div > 1 && S->bits == 8)
                     for (unsigned k = 0; k < FMA_C_QUICK; k++) {
                         uint16_t c = (k & 1u) ? rnd_addend(S, (uint16_t)a, (uint16_t)b)
                                               : (uint16_t)(h_rand32() & S->mask);
                         check_fma(S, (uint16_t)a, (uint16_t)b, c);
                     }
                 else
-                    for (unsigned c = 0; c <= S->mask; c++) check_fma(S, (uint16_t)a, (uint16_t)b, (uint16_t)c);
+                    for (unsigned c = 0; c <= S->top; c++) check_fma(S, (uint16_t)a, (uint16_t)b, (uint16_t)c);
             }
     }
 }
@@ -714,24 +774,27 @@ static int pair_is_exact(const fmt_spec *S, collage_lp_pair r) {
     return mpfr_equal_p(g_y, g_x);
 }
 
-/* Contract: the bits of RN(x + sy·y) for format values x, y (sy = ±1), by the oracle; uses g_u, g_v. */
-static uint16_t oracle_addsub(const fmt_spec *S, uint16_t x, uint16_t y, int sy) {
+/* Contract: RN(x + sy·y) for format values x, y (sy = ±1), by the oracle; uses g_u, g_v. */
+static rounded oracle_addsub(const fmt_spec *S, uint16_t x, uint16_t y, int sy) {
     enc_to_mpfr(S, g_u, x);
     enc_to_mpfr(S, g_v, y);
     if (sy < 0) exact_sub(g_u, g_u, g_v);
     else exact_add(g_u, g_u, g_v);
-    return oracle_round(S, g_u).rn;
+    return oracle_round(S, g_u);
 }
+
+/* A result that overflowed: ±Inf or NaN, or e2m1's saturated ±max. */
+static int overflowed(const fmt_spec *S, rounded r) { return !finite_enc(S, r.rn) || r.overflow; }
 
 /* Whether one of TwoSum's intermediates (numerics.md §4-5: b' = s ⊖ a, a' = s ⊖ b', a ⊖ a', b ⊖ b')
  * overflows although s = a ⊕ b is finite: 2Sum's known spurious overflow (Boldo, Graillat, Muller
  * 2017), e.g. s ⊖ a rounding up past max when |a| is small and s is near −max. */
 static int two_sum_intermediate_overflows(const fmt_spec *S, uint16_t a, uint16_t b, uint16_t s) {
-    uint16_t bv = oracle_addsub(S, s, a, -1);
-    if (!finite_enc(S, bv)) return 1;
-    uint16_t av = oracle_addsub(S, s, bv, -1);
-    if (!finite_enc(S, av)) return 1;
-    return !finite_enc(S, oracle_addsub(S, a, av, -1)) || !finite_enc(S, oracle_addsub(S, b, bv, -1));
+    rounded bv = oracle_addsub(S, s, a, -1);
+    if (overflowed(S, bv)) return 1;
+    rounded av = oracle_addsub(S, s, bv.rn, -1);
+    if (overflowed(S, av)) return 1;
+    return overflowed(S, oracle_addsub(S, a, av.rn, -1)) || overflowed(S, oracle_addsub(S, b, bv.rn, -1));
 }
 
 /* TwoSum: hi = RN(a + b) always; when that does not overflow, hi + lo = a + b exactly, unless an
@@ -748,7 +811,7 @@ static void check_two_sum(const fmt_spec *S, uint16_t a, uint16_t b, eft_counts 
     exact_add(g_x, g_a, g_b);
     rounded hi = oracle_round(S, g_x);
     check_result(S, "two_sum.hi", r.hi, hi, a, b, 0);
-    if (!finite_enc(S, a) || !finite_enc(S, b) || !finite_enc(S, hi.rn)) return;
+    if (!finite_enc(S, a) || !finite_enc(S, b) || overflowed(S, hi)) return;
     if (pair_is_exact(S, r)) return;
     if (two_sum_intermediate_overflows(S, a, b, hi.rn)) {
         if (n->sum_spurious_overflow++ < 3)
@@ -774,7 +837,7 @@ static void check_two_prod(const fmt_spec *S, uint16_t a, uint16_t b, eft_counts
     exact_mul(g_x, g_a, g_b);
     rounded hi = oracle_round(S, g_x);
     check_result(S, "two_prod.hi", r.hi, hi, a, b, 0);
-    if (!finite_enc(S, a) || !finite_enc(S, b) || !finite_enc(S, hi.rn)) return;
+    if (!finite_enc(S, a) || !finite_enc(S, b) || overflowed(S, hi)) return;
     enc_to_mpfr(S, g_y, hi.rn);
     round_f32(g_u, g_x);
     exact_sub(g_z, g_u, g_y); /* fp32(a·b) − hi */
@@ -807,7 +870,7 @@ static void check_fast_two_sum(const fmt_spec *S, uint16_t a, uint16_t b, eft_co
     exact_add(g_x, g_a, g_b);
     rounded hi = oracle_round(S, g_x);
     check_result(S, "fast_two_sum.hi", r.hi, hi, a, b, 0);
-    if (!finite_enc(S, hi.rn)) return;
+    if (overflowed(S, hi)) return;
     if (mpfr_zero_p(g_a) || mpfr_cmpabs(g_a, g_b) >= 0) {
         n->f2s_exact_checked++;
         CHECK(pair_is_exact(S, r), "%s fast_two_sum(0x%04x, 0x%04x) = (0x%04x, 0x%04x): hi + lo != a + b", S->name,
@@ -833,12 +896,13 @@ static void report_eft(const fmt_spec *S, const eft_counts *n) {
     CHECK(n->f2s_broken_inexact >= MIN_FAST2SUM_INEXACT, "%s: broken Fast2Sum precondition never inexact", S->name);
 }
 
-static void test_eft_fp8_exhaustive(void) {
-    for (int f = COLLAGE_FMT_E4M3; f <= COLLAGE_FMT_E5M2; f++) {
+static void test_eft_small_exhaustive(void) {
+    for (int f = 0; f < COLLAGE_FMT_COUNT; f++) {
+        if (!exhaustive_format(f)) continue;
         const fmt_spec *S = &SPECS[f];
         eft_counts n = {0, 0, 0, 0, 0, 0};
-        for (unsigned a = 0; a <= S->mask; a++)
-            for (unsigned b = 0; b <= S->mask; b++) check_eft_pair(S, (uint16_t)a, (uint16_t)b, &n);
+        for (unsigned a = 0; a <= S->top; a++)
+            for (unsigned b = 0; b <= S->top; b++) check_eft_pair(S, (uint16_t)a, (uint16_t)b, &n);
         report_eft(S, &n);
     }
     report_wrapper_nans();
@@ -859,7 +923,94 @@ static void test_eft_random_16(void) {
     report_wrapper_nans();
 }
 
-/* ------------------------------------------------------------------ 5. numerics.md §9 vectors */
+/* ------------------------------------------------------------------ 5. e2m1 (numerics.md §15) */
+#define N_SR_RANDOM_R   6u         /* random words checked on either side of each SR threshold */
+#define N_E2M1_SR_F32   (1u << 17) /* random fp32 inputs of e2m1's SR, around its range */
+
+/* SR of a finite fp32 x to e2m1 against its exact probability (numerics.md §2): lo the e2m1 value toward
+ * zero from x, hi its neighbour away from zero, F = floor(2^32 · (|x| − |lo|) / (|hi| − |lo|)); SR gives
+ * hi iff r ≥ T = 2^32 − F, and ±6 for |x| ≥ 6 (saturation). The rounding is that threshold on r, so over
+ * all 2^32 words exactly F give hi: the probability is F / 2^32. Checked on r = 0, 1, 2^31 − 1, 2^32 − 1,
+ * T − 1, T, T + 1 and random words; returns whether the probability lies strictly between 0 and 1. */
+static int check_sr_exact(const fmt_spec *S, float x) {
+    const uint16_t sign = signbit(x) ? S->sign_bit : 0;
+    uint16_t lo, hi;
+    uint64_t F = 0;
+    mpfr_set_flt(g_x, x, MPFR_RNDN);
+    rounded rz = oracle_round_mode(S, g_x, MPFR_RNDZ);
+    if (rz.overflow || (rz.rn & ~S->sign_bit) == S->max_bits) {
+        lo = hi = (uint16_t)(sign | S->max_bits);
+    } else {
+        lo = rz.rn, hi = (uint16_t)(lo + 1u);
+        const double gap = enc_value(S, (uint16_t)(hi & ~S->sign_bit)) - enc_value(S, (uint16_t)(lo & ~S->sign_bit));
+        ORACLE_ASSERT(mpfr_abs(g_y, g_x, MPFR_RNDN) == 0 && mpfr_sub_d(g_y, g_y, fabs(enc_value(S, lo)), MPFR_RNDN) == 0);
+        ORACLE_ASSERT(mpfr_div_d(g_y, g_y, gap, MPFR_RNDN) == 0); /* gap is a power of two */
+        mpfr_mul_2ui(g_y, g_y, 32, MPFR_RNDN);
+        F = mpfr_get_ui(g_y, MPFR_RNDZ);
+    }
+    const uint64_t T = (1ull << 32) - F;
+    uint64_t rs[7 + 2 * N_SR_RANDOM_R] = {0, 1, 0x7fffffffu, 0xffffffffu, T - 1, T, T + 1};
+    for (unsigned k = 0; k < N_SR_RANDOM_R; k++) { /* random words below and at or above T */
+        rs[7 + 2 * k] = T ? (uint64_t)h_rand32() % T : 0;
+        rs[8 + 2 * k] = T + (F ? (uint64_t)h_rand32() % F : 0);
+    }
+    for (size_t k = 0; k < sizeof rs / sizeof rs[0]; k++) {
+        if (rs[k] > 0xffffffffull) continue;
+        const uint16_t got = collage_lp_from_f32_sr(S->f, x, (uint32_t)rs[k]), want = rs[k] >= T ? hi : lo;
+        CHECK(got == want, "%s SR(%a, r 0x%08x) = 0x%x want 0x%x (P(away) = %llu / 2^32)", S->name, (double)x,
+              (unsigned)rs[k], got, want, (unsigned long long)F);
+    }
+    return F != 0;
+}
+
+/* Every bf16 pattern widened to fp32 (exactly: a 16-bit shift) and rounded to e2m1: RN and saturating RN
+ * against MPFR, NaN to the marker, and SR's probability exact. bf16 → e2m1 is this composition: one
+ * rounding, since the widening is exact. */
+static void test_e2m1_from_bf16(void) {
+    seed_test(7);
+    const fmt_spec *S = &SPECS[COLLAGE_FMT_E2M1];
+    unsigned long inexact_sr = 0;
+    for (uint32_t b = 0; b <= 0xffffu; b++) {
+        const float x = collage_bf16_to_f32((collage_bf16){(uint16_t)b});
+        CHECK(f32u(x) == b << 16, "bf16 0x%04x widened to 0x%08x", b, f32u(x));
+        check_f32(S, x);
+        if (isfinite(x)) inexact_sr += (unsigned long)check_sr_exact(S, x);
+    }
+    printf("    %lu bf16 inputs with an SR probability strictly between 0 and 1\n", inexact_sr);
+    CHECK(inexact_sr > 1000, "only %lu inputs between two e2m1 values", inexact_sr);
+}
+
+/* SR from fp32 at every e2m1 value and midpoint, a quarter and three quarters of each gap, ±1 and ±2 fp32
+ * ulps around each, both signs; fp32 subnormals and random inputs around e2m1's range; ±Inf saturates. */
+static void test_e2m1_sr_f32(void) {
+    seed_test(8);
+    const fmt_spec *S = &SPECS[COLLAGE_FMT_E2M1];
+    for (unsigned x = 0; x <= S->max_bits; x++) {
+        const double lo = enc_value(S, (uint16_t)x), gap = upper_neighbour(S, (uint16_t)x) - lo;
+        for (int q = 0; q < 4; q++) {
+            float v = (float)(lo + 0.25 * q * gap);
+            for (int s = 0; s < 2; s++, v = -v) {
+                float u = v, d = v;
+                for (int k = 0; k < 3; k++, u = nextafterf(u, INFINITY), d = nextafterf(d, -INFINITY)) {
+                    check_sr_exact(S, u);
+                    check_sr_exact(S, d);
+                }
+            }
+        }
+    }
+    for (unsigned i = 0; i < N_NAN_INPUTS; i++) check_sr_exact(S, u32f(h_rand32() & 0x807fffffu));
+    int elo, ehi;
+    f32_exp_window(S, &elo, &ehi);
+    for (unsigned i = 0; i < N_E2M1_SR_F32 / g_div; i++) {
+        uint32_t e = (uint32_t)elo + h_rand32() % (uint32_t)(ehi - elo + 1);
+        check_sr_exact(S, u32f((h_rand32() & 0x807fffffu) | (e << 23)));
+    }
+    CHECK(collage_lp_from_f32_sr(S->f, INFINITY, 0) == S->max_bits &&
+              collage_lp_from_f32_sr(S->f, -INFINITY, 0xffffffffu) == (S->sign_bit | S->max_bits),
+          "e2m1 SR(±Inf) does not saturate");
+}
+
+/* ------------------------------------------------------------------ 6. numerics.md §9 vectors */
 static void test_numerics_vectors(void) {
     collage_bf16 b200 = collage_bf16_from_f32(200.0f), b01 = collage_bf16_from_f32(0.1f);
     CHECK(b200.bits == 0x4348, "bf16(200) = 0x%04x", b200.bits);
@@ -971,11 +1122,13 @@ int main(void) {
     RUN(test_conv_f32);
     RUN(test_conv_f64);
     RUN(test_decode);
-    RUN(test_ops_fp8_exhaustive);
-    RUN(test_fma_fp8);
+    RUN(test_ops_small_exhaustive);
+    RUN(test_fma_small);
     RUN(test_ops_random_16);
-    RUN(test_eft_fp8_exhaustive);
+    RUN(test_eft_small_exhaustive);
     RUN(test_eft_random_16);
+    RUN(test_e2m1_from_bf16);
+    RUN(test_e2m1_sr_f32);
     RUN(test_numerics_vectors);
     RUN(test_qcode_values);
 

@@ -1,14 +1,16 @@
-/* lowp.c — the low-precision formats: descriptors, the one generic encoder (RN, saturating RN, SR)
- * and decoder, single operations with one rounding, fma by round-to-odd, counter-based random bits,
- * and the scalar `_ref` row kernels every vectorised row kernel is tested against. */
+/* lowp.c — the low-precision formats (bf16, fp16, e4m3, e5m2, e2m1): descriptors, the one generic
+ * encoder (RN, saturating RN, SR) and decoder, single operations with one rounding, fma by
+ * round-to-odd, counter-based random bits, and the scalar `_ref` row kernels every vectorised row
+ * kernel is tested against. */
 #include "internal.h"
 #include <math.h>
 
 static const collage_format_info FORMATS[COLLAGE_FMT_COUNT] = {
-    [COLLAGE_FMT_BF16] = {"bf16", 16, 8, 7, 127, 1, 0x7f7f, 0x7fc0, 3.3895313892515355e38f},
-    [COLLAGE_FMT_FP16] = {"fp16", 16, 5, 10, 15, 1, 0x7bff, 0x7e00, 65504.0f},
-    [COLLAGE_FMT_E4M3] = {"e4m3", 8, 4, 3, 7, 0, 0x7e, 0x7f, 448.0f},
-    [COLLAGE_FMT_E5M2] = {"e5m2", 8, 5, 2, 15, 1, 0x7b, 0x7e, 57344.0f},
+    [COLLAGE_FMT_BF16] = {"bf16", 16, 8, 7, 127, 1, 0x7f7f, 0x7fc0, 3.3895313892515355e38f, 1},
+    [COLLAGE_FMT_FP16] = {"fp16", 16, 5, 10, 15, 1, 0x7bff, 0x7e00, 65504.0f, 1},
+    [COLLAGE_FMT_E4M3] = {"e4m3", 8, 4, 3, 7, 0, 0x7e, 0x7f, 448.0f, 1},
+    [COLLAGE_FMT_E5M2] = {"e5m2", 8, 5, 2, 15, 1, 0x7b, 0x7e, 57344.0f, 1},
+    [COLLAGE_FMT_E2M1] = {"e2m1", 4, 2, 1, 1, 0, 0x7, COLLAGE_E2M1_NAN, 6.0f, 0},
 };
 
 const char *collage_version(void) { return COLLAGE_VERSION_STRING; }
@@ -42,8 +44,10 @@ collage_status collage_format_parse(const char *name, collage_format *out) {
 }
 
 /* NaN of format F keeping the sign and the top payload bits of a wider NaN whose fraction is
- * `frac` (frac_bits wide), quiet bit set, as x86's F16C conversions do. e4m3 has one NaN per sign. */
+ * `frac` (frac_bits wide), quiet bit set, as x86's F16C conversions do. e4m3 has one NaN per sign;
+ * e2m1 has none, and gives its marker (COLLAGE_E2M1_NAN), which carries no sign. */
 static uint16_t nan_from(const collage_format_info *F, int neg, uint64_t frac, int frac_bits) {
+    if (!F->has_nan) return F->nan_bits;
     uint16_t sign = (uint16_t)((unsigned)neg << (F->bits - 1));
     if (!F->has_inf) return (uint16_t)(sign | F->nan_bits);
     uint16_t expo = (uint16_t)(((1u << F->exp_bits) - 1u) << F->man_bits);
@@ -52,8 +56,10 @@ static uint16_t nan_from(const collage_format_info *F, int neg, uint64_t frac, i
     return (uint16_t)(sign | expo | quiet | pay);
 }
 
+/* What a result beyond max becomes: ±max when saturating or in a format with neither Inf nor NaN
+ * (e2m1), else Inf, or the NaN of a format without Inf (e4m3). */
 static uint16_t overflow_bits(const collage_format_info *F, int mode) {
-    if (mode == LP_SAT) return F->max_bits;
+    if (mode == LP_SAT || !F->has_nan) return F->max_bits;
     if (F->has_inf) return (uint16_t)(((1u << F->exp_bits) - 1u) << F->man_bits);
     return F->nan_bits;
 }
@@ -98,7 +104,7 @@ uint16_t collage__lp_enc_f32(collage_format f, float x, int mode, uint32_t r) {
     uint32_t ef = (u >> 23) & 0xffu, mf = u & 0x7fffffu;
     if (ef == 0xffu) {
         if (mf) return nan_from(F, neg, mf, 23);
-        /* ±Inf: Inf where the format has it, else NaN (e4m3); the saturating mode gives ±max */
+        /* ±Inf: Inf where the format has it, else NaN (e4m3) or ±max (e2m1); _sat gives ±max */
         uint16_t sign = (uint16_t)((unsigned)neg << (F->bits - 1));
         return (uint16_t)(sign | overflow_bits(F, mode == LP_SAT ? LP_SAT : LP_RN));
     }
@@ -126,15 +132,18 @@ uint16_t collage__lp_enc_f64(collage_format f, double x, int mode, uint32_t r) {
 }
 
 /* Exact widening. NaN keeps sign and payload; fp16 and fp8 NaNs come out quiet (as F16C does),
- * bf16 widening is the plain 16-bit shift (as PyTorch does), so bf16 NaN bits survive unchanged. */
+ * bf16 widening is the plain 16-bit shift (as PyTorch does), so bf16 NaN bits survive unchanged.
+ * In a format without NaN (e2m1) every value above the codes (COLLAGE_E2M1_NAN among them) is NaN. */
 float collage__lp_dec(collage_format f, uint16_t x) {
     const collage_format_info *F = &FORMATS[f];
     if (f == COLLAGE_FMT_BF16) return bf16_f32(x);
+    if (!F->has_nan && (x >> F->bits)) return NAN;
     uint32_t sign = (uint32_t)(x >> (F->bits - 1)) << 31;
     uint32_t e = (x >> F->man_bits) & ((1u << F->exp_bits) - 1u);
     uint32_t m = x & ((1u << F->man_bits) - 1u);
     uint32_t emax_field = (1u << F->exp_bits) - 1u;
-    int is_nan = F->has_inf ? (e == emax_field && m) : (e == emax_field && m == (1u << F->man_bits) - 1u);
+    int is_nan = F->has_inf ? (e == emax_field && m)
+                            : F->has_nan && e == emax_field && m == (1u << F->man_bits) - 1u;
     if (is_nan) return bits_f32(sign | 0x7fc00000u | (m << (23 - F->man_bits)));
     if (F->has_inf && e == emax_field) return bits_f32(sign | 0x7f800000u);
     if (e == 0) { /* zero or subnormal: m · 2^(emin - man), exact in fp32 */

@@ -1,0 +1,394 @@
+/* test_fp4.c — the 4-bit block formats (numerics.md §15): NVFP4 and MXFP4 quantization and dequantization
+ * against an independent float64 transcription of §15 (e2m1 and e4m3 rounding from their value tables,
+ * the tensor and block scales step by step), on random tensors of odd sizes for every role, K axis and
+ * rounding; values on the grid round-trip exactly; zeros, one huge value, saturation; NaN and Inf refused
+ * with nothing written, and bad codes and scales refused by the dequantizer; SR's mean over a fixed set of
+ * keys within a 6-sigma bound of x. */
+#include "harness.h"
+#include "fp4q.h"
+#include <float.h>
+
+#define SEED 51u
+#define SR_KEYS 4096      /* keys of the SR mean test */
+#define SR_SIGMAS 6.0     /* its bound, in standard errors of the mean (fixed keys: cannot flake) */
+#define SR_REL 0x1p-20    /* the mean's expectation is x up to the fp32 roundings of the scales */
+
+static uint64_t rng = SEED;
+static uint32_t rnd32(void) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng >> 32);
+}
+static double urand(void) { return (double)(rnd32() >> 8) * 0x1p-24; } /* [0, 1) */
+
+/* ---------------------------------------------------------------- the oracle: §15 in float64 */
+static double E2M1[8], E4M3[127]; /* the positive values by code, from the fields */
+
+static void tables_init(void) {
+    for (int c = 0; c < 8; c++) E2M1[c] = (c >> 1) ? ldexp(2 + (c & 1), (c >> 1) - 2) : 0.5 * (c & 1);
+    for (int c = 0; c < 127; c++) E4M3[c] = (c >> 3) ? ldexp(8 + (c & 7), (c >> 3) - 10) : ldexp(c & 7, -9);
+}
+
+/* The code of the value nearest |y| in the table vals[0 … n) (ascending), ties to the even code, the last
+ * one for anything beyond it (saturation); y is not a NaN. */
+static int o_nearest(const double *vals, int n, double y) {
+    const double a = fabs(y);
+    for (int c = 0; c + 1 < n; c++) {
+        const double mid = 0.5 * (vals[c] + vals[c + 1]);
+        if (a < mid || (a == mid && !(c & 1))) return c;
+    }
+    return n - 1;
+}
+static int o_e2m1(double y) { return o_nearest(E2M1, 8, y) | (signbit(y) ? 8 : 0); }
+static double o_e2m1_value(int code) { return (code & 8) ? -E2M1[code & 7] : E2M1[code & 7]; }
+
+static float f32(double x) { return (float)x; } /* one rounding to fp32 */
+
+typedef struct { float amax, enc, dec; } o_tensor;
+typedef struct { int byte; double d; float enc; } o_block;
+
+static o_tensor o_tensor_scale(collage_fp4_recipe r, double amax) {
+    o_tensor t = {f32(amax), 1.0f, 1.0f};
+    if (r == COLLAGE_FP4_MXFP4 || amax == 0) return t;
+    t.enc = f32(2688.0 / amax);
+    if (isinf(t.enc)) t.enc = FLT_MAX;
+    t.dec = f32(1.0 / (double)t.enc);
+    return t;
+}
+
+static o_block o_block_scale(collage_fp4_recipe r, const o_tensor *t, double a) {
+    o_block b;
+    if (r == COLLAGE_FP4_MXFP4) {
+        int e = -127;
+        if (a > 0) {
+            (void)frexp(a, &e); /* a in [2^(e−1), 2^e) */
+            e = e - 1 - 2;
+        }
+        e = e < -127 ? -127 : e > 125 ? 125 : e;
+        b.byte = e + 127, b.d = ldexp(1, e), b.enc = f32(ldexp(1, -e));
+        return b;
+    }
+    const float per = f32((double)t->enc * (double)f32(1.0 / 6.0));
+    b.byte = o_nearest(E4M3, 127, (double)f32(a * (double)per));
+    b.d = E4M3[b.byte];
+    b.enc = f32(1.0 / (double)f32(b.d * (double)t->dec));
+    if (isinf(b.enc)) b.enc = FLT_MAX;
+    return b;
+}
+
+static double o_dequant(collage_fp4_recipe r, const o_tensor *t, const o_block *b, int code) {
+    const double v = o_e2m1_value(code) * b->d; /* exact */
+    return r == COLLAGE_FP4_MXFP4 ? v : (double)f32(v * (double)t->dec);
+}
+
+static double o_max_abs(const float *x, int r0, int r1, int c0, int c1, int ld) {
+    double a = 0;
+    for (int r = r0; r < r1; r++)
+        for (int c = c0; c < c1; c++) a = fmax(a, fabs((double)x[(size_t)r * ld + c]));
+    return a;
+}
+
+/* The e2m1 code toward zero from y: the largest table value ≤ |y|, with y's sign. */
+static int o_floor(double y) {
+    const int n = o_nearest(E2M1, 8, y);
+    return (n - (E2M1[n] > fabs(y))) | (signbit(y) ? 8 : 0);
+}
+
+/* ---------------------------------------------------------------- checking one quantization */
+static const char *rname(collage_fp4_recipe r) { return collage__fp4_recipe_name(r); }
+
+/* The block shape §15 gives (independent of collage__fp4_block_shape). */
+static void o_shape(const collage_fp4_quant *q, int *br, int *bc) {
+    const int along = q->recipe == COLLAGE_FP4_NVFP4 ? 16 : 32;
+    const int across = q->recipe == COLLAGE_FP4_NVFP4 && q->role == COLLAGE_FP4_WEIGHT ? 16 : 1;
+    *br = q->k_axis ? across : along, *bc = q->k_axis ? along : across;
+}
+
+/* One element against the oracle: its code (RN; SR: the library's SR of the oracle's y with the element's
+ * bits, which must be one of y's two neighbours) and its dequantized value. Returns 1 on a mismatch. */
+static int check_elem(const collage_fp4_quant *q, const o_tensor *t, const o_block *b, float x, size_t i,
+                      int code, float deq) {
+    const float y = f32((double)x * (double)b->enc);
+    int want = o_e2m1(y);
+    if (q->sr) {
+        want = collage_lp_from_f32_sr(COLLAGE_FMT_E2M1, y, collage_rand32(q->key, q->index0 + i));
+        const int lo = o_floor(y);
+        CHECK(want == lo || want == ((lo & 7) < 7 ? lo + 1 : lo), "SR code 0x%x of y %a is not a neighbour", want,
+              (double)y);
+    }
+    const double wd = o_dequant(q->recipe, t, b, want);
+    const int bad = code != want || (double)deq != wd;
+    CHECK(!bad, "%s element %zu: x %a y %a: code 0x%x value %a, want 0x%x %a", rname(q->recipe), i, (double)x,
+          (double)y, code, (double)deq, want, wd);
+    return bad;
+}
+
+/* Quantizes x (rows, cols, row stride ld) with q, dequantizes, and checks the tensor scale, every block's
+ * scale byte and every element against the oracle; returns the mismatches. */
+static int check_quant(const collage_fp4_quant *q, const float *x, int rows, int cols, int ld) {
+    int br, bc, ebr, ebc, bad = 0;
+    o_shape(q, &br, &bc);
+    collage__fp4_block_shape(q, &ebr, &ebc);
+    CHECK(ebr == br && ebc == bc, "%s role %d k_axis %d: blocks %dx%d want %dx%d", rname(q->recipe), q->role,
+          q->k_axis, ebr, ebc, br, bc);
+    const int gr = (rows + br - 1) / br, gc = (cols + bc - 1) / bc;
+    CHECK(collage__fp4_blocks(q, rows, cols) == (size_t)gr * gc, "block count");
+    uint8_t *codes = malloc((size_t)rows * cols), *scales = malloc((size_t)gr * gc);
+    float *y = malloc((size_t)rows * cols * sizeof(float));
+    collage_fp4_tensor t;
+    CHECK(collage__fp4_quantize(q, x, rows, cols, ld, codes, scales, &t) == COLLAGE_OK, "quantize");
+    CHECK(collage__fp4_dequantize(q, codes, scales, &t, rows, cols, y, cols) == COLLAGE_OK, "dequantize");
+    const o_tensor ot = o_tensor_scale(q->recipe, o_max_abs(x, 0, rows, 0, cols, ld));
+    CHECK(t.amax == ot.amax && t.enc == ot.enc && t.dec == ot.dec, "%s tensor: amax %a enc %a dec %a, want %a %a %a",
+          rname(q->recipe), (double)t.amax, (double)t.enc, (double)t.dec, (double)ot.amax, (double)ot.enc,
+          (double)ot.dec);
+    for (int b = 0; b < gr * gc; b++) {
+        const int r0 = b / gc * br, c0 = b % gc * bc;
+        const int r1 = r0 + br < rows ? r0 + br : rows, c1 = c0 + bc < cols ? c0 + bc : cols;
+        const double a = o_max_abs(x, r0, r1, c0, c1, ld);
+        const o_block ob = o_block_scale(q->recipe, &ot, a);
+        bad += scales[b] != ob.byte;
+        CHECK(scales[b] == ob.byte, "%s block %d (amax %a): scale 0x%02x want 0x%02x", rname(q->recipe), b, a,
+              scales[b], ob.byte);
+        CHECK(collage__fp4_scale_value(q->recipe, scales[b]) == (float)ob.d, "block %d: scale value", b);
+        for (int r = r0; r < r1; r++)
+            for (int c = c0; c < c1; c++) {
+                const size_t i = (size_t)r * cols + c;
+                bad += check_elem(q, &ot, &ob, x[(size_t)r * ld + c], i, codes[i], y[i]);
+            }
+    }
+    free(codes), free(scales), free(y);
+    return bad;
+}
+
+/* x (n) with random signs and magnitudes 2^[lo, hi) with a random significand. */
+static void fill(float *x, size_t n, int lo, int hi) {
+    for (size_t i = 0; i < n; i++) {
+        const double m = ldexp(1.0 + urand(), lo + (int)(rnd32() % (uint32_t)(hi - lo)));
+        x[i] = (float)(rnd32() & 1 ? -m : m);
+    }
+}
+
+/* ---------------------------------------------------------------- tests */
+/* Every recipe, role, K axis and rounding on random tensors of odd sizes (partial last blocks both ways, a
+ * row stride wider than the row), values over 2^±12 (so blocks reach e2m1's subnormal and NVFP4's scales
+ * their small values). */
+static void test_random(void) {
+    const int shapes[6][3] = {{1, 1, 1}, {3, 300, 301}, {257, 5, 5}, {33, 47, 50}, {16, 16, 16}, {130, 129, 129}};
+    for (int si = 0; si < 6; si++) {
+        const int rows = shapes[si][0], cols = shapes[si][1], ld = shapes[si][2];
+        float *x = malloc((size_t)rows * ld * sizeof(float));
+        fill(x, (size_t)rows * ld, -12, 12);
+        for (int ri = 0; ri < COLLAGE_FP4_RECIPE_COUNT; ri++)
+            for (int role = 0; role <= COLLAGE_FP4_GRAD; role++)
+                for (int ka = 0; ka < 2; ka++)
+                    for (int sr = 0; sr < 2; sr++) {
+                        const collage_fp4_quant q = {.recipe = (collage_fp4_recipe)ri, .role = (collage_fp4_role)role,
+                                                     .k_axis = ka, .sr = sr, .key = 7u + (uint64_t)si, .index0 = 1000};
+                        CHECK(check_quant(&q, x, rows, cols, ld) == 0, "%s %dx%d role %d k_axis %d sr %d", rname(q.recipe),
+                              rows, cols, role, ka, sr);
+                    }
+        free(x);
+    }
+}
+
+/* Values on the grid come back exactly: NVFP4 blocks of e2m1 values times an e4m3 value d, each block
+ * holding ±6d, one block 6·448 = 2688 (so the tensor scale is 1); MXFP4 blocks of e2m1 values times 2^k
+ * holding ±6·2^k or ±4·2^k. */
+static void test_grid_roundtrip(void) {
+    enum { R = 5, C = 96 };
+    float x[R * C], y[R * C];
+    uint8_t codes[R * C], scales[R * C];
+    for (int ri = 0; ri < COLLAGE_FP4_RECIPE_COUNT; ri++)
+        for (int trial = 0; trial < 20; trial++) {
+            const collage_fp4_recipe r = (collage_fp4_recipe)ri;
+            const int len = r == COLLAGE_FP4_NVFP4 ? 16 : 32;
+            for (int b = 0; b < R * C / len; b++) {
+                const double d = r == COLLAGE_FP4_MXFP4 ? ldexp(1, (int)(rnd32() % 200) - 100)
+                                 : b == 0               ? 448.0
+                                                        : E4M3[1 + rnd32() % 126];
+                for (int k = 0; k < len; k++) x[b * len + k] = (float)(o_e2m1_value((int)(rnd32() % 16)) * d);
+                x[b * len + (int)(rnd32() % len)] = (float)((rnd32() & 1 ? -1 : 1) * (rnd32() & 1 ? 6 : 4) * d);
+                if (r == COLLAGE_FP4_NVFP4) x[b * len] = (float)(6 * d); /* amax 6d exactly */
+            }
+            const collage_fp4_quant q = {.recipe = r, .role = COLLAGE_FP4_ACT, .k_axis = 1};
+            collage_fp4_tensor t;
+            collage__fp4_quantize(&q, x, R, C, C, codes, scales, &t);
+            collage__fp4_dequantize(&q, codes, scales, &t, R, C, y, C);
+            int bad = 0;
+            for (int i = 0; i < R * C; i++) bad += memcmp(&x[i], &y[i], 4) != 0;
+            CHECK(bad == 0 && (r == COLLAGE_FP4_MXFP4 || (t.enc == 1.0f && t.dec == 1.0f)),
+                  "%s trial %d: %d values moved (tensor enc %a)", rname(r), trial, bad, (double)t.enc);
+            check_quant(&q, x, R, C, C);
+        }
+}
+
+/* Zeros (codes 0, MXFP4's smallest exponent, NVFP4's scale 0); one huge value among ones: per tensor
+ * NVFP4 flushes the ones' blocks to scale 0 (its range below the tensor's amax is 448·6/2^-9), MXFP4 keeps
+ * them; the huge value takes the largest code. */
+static void test_zeros_and_huge(void) {
+    enum { R = 2, C = 64 };
+    float x[R * C];
+    uint8_t codes[R * C], scales[R * C];
+    collage_fp4_tensor t;
+    memset(x, 0, sizeof x);
+    x[5] = -0.0f;
+    for (int ri = 0; ri < COLLAGE_FP4_RECIPE_COUNT; ri++) {
+        const collage_fp4_quant q = {.recipe = (collage_fp4_recipe)ri, .role = COLLAGE_FP4_WEIGHT, .k_axis = 1};
+        CHECK(check_quant(&q, x, R, C, C) == 0, "%s zeros", rname(q.recipe));
+        collage__fp4_quantize(&q, x, R, C, C, codes, scales, &t);
+        CHECK(codes[0] == 0 && codes[5] == 8 && scales[0] == 0 && t.amax == 0.0f && t.enc == 1.0f,
+              "%s zeros: code 0x%x, −0 0x%x, scale 0x%02x", rname(q.recipe), codes[0], codes[5], scales[0]);
+    }
+    for (int i = 0; i < R * C; i++) x[i] = 1.0f;
+    x[C + 40] = 1e30f;
+    for (int ri = 0; ri < COLLAGE_FP4_RECIPE_COUNT; ri++) {
+        const collage_fp4_quant q = {.recipe = (collage_fp4_recipe)ri, .role = COLLAGE_FP4_ACT, .k_axis = 1};
+        CHECK(check_quant(&q, x, R, C, C) == 0, "%s one huge value", rname(q.recipe));
+        float y[R * C];
+        collage__fp4_quantize(&q, x, R, C, C, codes, scales, &t);
+        collage__fp4_dequantize(&q, codes, scales, &t, R, C, y, C);
+        CHECK(codes[C + 40] == 7 && fabs((double)y[C + 40] / 1e30 - 1) < 0.25, "%s: the huge value's code 0x%x, %g",
+              rname(q.recipe), codes[C + 40], (double)y[C + 40]);
+        CHECK(ri == COLLAGE_FP4_NVFP4 ? y[0] == 0.0f && scales[0] == 0 : y[0] == 1.0f, "%s: a one far from it: %g",
+              rname(q.recipe), (double)y[0]);
+    }
+}
+
+/* Saturation: MXFP4's floor exponent puts a block's largest value in [4, 8), so 7·2^k (the tie with 8) and
+ * 7.9·2^k saturate to ±6·2^k, to nearest and stochastically; NVFP4 saturates its e4m3 scales at 448. */
+static void test_saturation(void) {
+    const float big[4] = {0x1.cp2f, -0x1.f99999p2f, 0x1.cp-100f, 1.0f};
+    for (int sr = 0; sr < 2; sr++) {
+        const collage_fp4_quant q = {.recipe = COLLAGE_FP4_MXFP4, .k_axis = 1, .sr = sr, .key = 3};
+        float x[32];
+        uint8_t codes[32], scale;
+        collage_fp4_tensor t;
+        for (int b = 0; b < 3; b++) {
+            for (int i = 0; i < 32; i++) x[i] = big[b] * (i ? 0.25f : 1.0f);
+            collage__fp4_quantize(&q, x, 1, 32, 32, codes, &scale, &t);
+            CHECK((codes[0] & 7) == 7 && collage__fp4_scale_value(q.recipe, scale) * 4 <= fabsf(big[b]),
+                  "mxfp4 sr %d: %a gives code 0x%x, scale 2^%d", sr, (double)big[b], codes[0], scale - 127);
+            CHECK(check_quant(&q, x, 1, 32, 32) == 0, "mxfp4 saturation");
+        }
+    }
+    /* NVFP4's block scale saturates at e4m3's 448 (a block amax above the tensor's, as a caller's own
+     * tensor scale may give: RN alone would give e4m3's NaN) */
+    const collage_fp4_tensor t = collage__fp4_tensor_scale(COLLAGE_FP4_NVFP4, 1.0f);
+    float enc;
+    const uint8_t byte = collage__fp4_block_scale(COLLAGE_FP4_NVFP4, &t, 2.0f, &enc);
+    CHECK(byte == 0x7e && enc == (float)(1.0 / (448.0 * (double)t.dec)), "nvfp4 block scale of amax 2 over a tensor's 1: "
+          "0x%02x, enc %a", byte, (double)enc);
+}
+
+/* NaN or ±Inf anywhere: COLLAGE_ERR_NONFINITE, codes, scales and the tensor scale untouched; bad arguments;
+ * the dequantizer refuses codes above 0xF and bytes that are no scale, writing nothing. */
+static void test_refusals(void) {
+    const float bad[4] = {NAN, -NAN, INFINITY, -INFINITY};
+    for (int ri = 0; ri < COLLAGE_FP4_RECIPE_COUNT; ri++)
+        for (int bi = 0; bi < 4; bi++)
+            for (int at = 0; at < 300; at += 149) {
+                float x[300];
+                fill(x, 300, -3, 3);
+                x[at] = bad[bi];
+                uint8_t codes[300], scales[300];
+                collage_fp4_tensor t = {-1.0f, -1.0f, -1.0f};
+                memset(codes, 0xa5, sizeof codes), memset(scales, 0xa5, sizeof scales);
+                const collage_fp4_quant q = {.recipe = (collage_fp4_recipe)ri, .k_axis = 1};
+                const collage_status st = collage__fp4_quantize(&q, x, 3, 100, 100, codes, scales, &t);
+                int touched = t.amax != -1.0f || t.enc != -1.0f || t.dec != -1.0f;
+                for (int i = 0; i < 300; i++) touched |= codes[i] != 0xa5 || scales[i] != 0xa5;
+                CHECK(st == COLLAGE_ERR_NONFINITE && !touched, "%s, %g at %d: status %d, outputs touched %d",
+                      rname(q.recipe), (double)bad[bi], at, st, touched);
+            }
+    float x[4] = {0}, y[4] = {0};
+    uint8_t codes[4] = {0}, scales[4] = {0};
+    collage_fp4_tensor t = {0, 1, 1};
+    collage_fp4_quant q = {.recipe = COLLAGE_FP4_RECIPE_COUNT, .k_axis = 1};
+    CHECK(collage__fp4_quantize(&q, x, 1, 4, 4, codes, scales, &t) == COLLAGE_ERR_ARG, "unknown recipe");
+    q.recipe = COLLAGE_FP4_NVFP4, q.k_axis = 2;
+    CHECK(collage__fp4_quantize(&q, x, 1, 4, 4, codes, scales, &t) == COLLAGE_ERR_ARG, "k_axis 2");
+    q.k_axis = 1, q.role = (collage_fp4_role)3;
+    CHECK(collage__fp4_quantize(&q, x, 1, 4, 4, codes, scales, &t) == COLLAGE_ERR_ARG, "role 3");
+    q.role = COLLAGE_FP4_ACT;
+    CHECK(collage__fp4_quantize(&q, x, 1, 4, 3, codes, scales, &t) == COLLAGE_ERR_SIZE, "ld < cols");
+    CHECK(collage__fp4_quantize(&q, x, 0, 4, 4, codes, scales, &t) == COLLAGE_ERR_SIZE, "no rows");
+    CHECK(collage__fp4_quantize(&q, x, 1, 4, 4, NULL, scales, &t) == COLLAGE_ERR_NULL, "NULL codes");
+    const struct { collage_fp4_recipe r; uint8_t code, scale; } DQ[] = {
+        {COLLAGE_FP4_NVFP4, 0x10, 0x38}, {COLLAGE_FP4_NVFP4, 0, 0x7f}, {COLLAGE_FP4_NVFP4, 0, 0x80},
+        {COLLAGE_FP4_MXFP4, 0, 0xff}, {COLLAGE_FP4_MXFP4, 0, 253}, {COLLAGE_FP4_MXFP4, COLLAGE_E2M1_NAN, 127}};
+    for (size_t i = 0; i < sizeof DQ / sizeof *DQ; i++) {
+        q.recipe = DQ[i].r;
+        codes[2] = DQ[i].code, scales[0] = DQ[i].scale, y[2] = 7.0f;
+        CHECK(collage__fp4_dequantize(&q, codes, scales, &t, 1, 4, y, 4) == COLLAGE_ERR_ARG && y[2] == 7.0f,
+              "%s: code 0x%x scale 0x%02x not refused", rname(q.recipe), DQ[i].code, DQ[i].scale);
+    }
+    collage_fp4_recipe r;
+    CHECK(collage__fp4_recipe_parse("nvfp4", &r) == COLLAGE_OK && r == COLLAGE_FP4_NVFP4 &&
+              collage__fp4_recipe_parse("mxfp4", &r) == COLLAGE_OK && r == COLLAGE_FP4_MXFP4 &&
+              collage__fp4_recipe_parse("fp4", &r) == COLLAGE_ERR_ARG,
+          "recipe names");
+}
+
+/* SR is unbiased: over SR_KEYS fixed keys the mean of each dequantized element lies within SR_SIGMAS
+ * standard errors (σ ≤ half the gap between its two dequantized neighbours) of x, plus the fp32 roundings
+ * of the scales (SR_REL·|x|); an element whose scaled value reaches ±6 saturates under every key (MXFP4's
+ * floor exponent puts a block's largest in [4, 8); NVFP4's rounded block scale can put it just above 6).
+ * Deterministic: the keys are fixed. */
+/* For element (r, c) of x (R, C), K along rows: the gap between the two dequantized values SR chooses
+ * from, or, where the scaled value reaches ±6 (saturation: SR is biased there by design), 0 and in *sat
+ * the ±6 code's dequantized value. */
+static double o_sr_gap(collage_fp4_recipe rc, const float *x, int R, int C, int r, int c, double *sat) {
+    const int len = rc == COLLAGE_FP4_NVFP4 ? 16 : 32, c0 = c / len * len;
+    const o_tensor ot = o_tensor_scale(rc, o_max_abs(x, 0, R, 0, C, C));
+    const o_block ob = o_block_scale(rc, &ot, o_max_abs(x, r, r + 1, c0, c0 + len < C ? c0 + len : C, C));
+    const int lo = o_floor(f32((double)x[r * C + c] * (double)ob.enc));
+    *sat = (lo & 7) == 7 ? o_dequant(rc, &ot, &ob, lo) : (double)NAN;
+    return (lo & 7) == 7 ? 0 : fabs(o_dequant(rc, &ot, &ob, lo + 1) - o_dequant(rc, &ot, &ob, lo));
+}
+
+static void test_sr_mean(void) {
+    enum { R = 2, C = 64 };
+    float x[R * C], y[R * C];
+    uint8_t codes[R * C], scales[R * C];
+    fill(x, R * C, -6, 6);
+    for (int ri = 0; ri < COLLAGE_FP4_RECIPE_COUNT; ri++) {
+        double sum[R * C] = {0};
+        for (int k = 0; k < SR_KEYS; k++) {
+            const collage_fp4_quant q = {.recipe = (collage_fp4_recipe)ri, .role = COLLAGE_FP4_GRAD, .k_axis = 1,
+                                         .sr = 1, .key = collage_rand_key(SEED, (uint64_t)k)};
+            collage_fp4_tensor t;
+            collage__fp4_quantize(&q, x, R, C, C, codes, scales, &t);
+            collage__fp4_dequantize(&q, codes, scales, &t, R, C, y, C);
+            for (int i = 0; i < R * C; i++) sum[i] += (double)y[i];
+        }
+        int bad = 0, saturated = 0;
+        for (int i = 0; i < R * C; i++) {
+            double sat;
+            const double mean = sum[i] / SR_KEYS, gap = o_sr_gap((collage_fp4_recipe)ri, x, R, C, i / C, i % C, &sat);
+            if (!isnan(sat)) {
+                saturated++;
+                CHECK(mean == sat, "%s element %d: x %a saturates to %a, SR mean %a", rname((collage_fp4_recipe)ri), i,
+                      (double)x[i], sat, mean);
+                continue;
+            }
+            const double tol = SR_SIGMAS * 0.5 * gap / sqrt((double)SR_KEYS) + SR_REL * fabs((double)x[i]) + gap * 0x1p-30;
+            if (fabs(mean - (double)x[i]) > tol && bad++ < 5)
+                CHECK(0, "%s element %d: x %a, SR mean %a (tol %a)", rname((collage_fp4_recipe)ri), i, (double)x[i],
+                      mean, tol);
+        }
+        CHECK(bad == 0 && saturated < R * C / 4, "%s: %d biased elements, %d saturated", rname((collage_fp4_recipe)ri),
+              bad, saturated);
+    }
+}
+
+int main(void) {
+    tables_init();
+    printf("test_fp4: seed %u\n", SEED);
+    RUN(test_random);
+    RUN(test_grid_roundtrip);
+    RUN(test_zeros_and_huge);
+    RUN(test_saturation);
+    RUN(test_refusals);
+    RUN(test_sr_mean);
+    return h_end();
+}
