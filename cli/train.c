@@ -33,7 +33,11 @@ void train_usage(FILE *f) {
             "                      (%s), width (%s, a multiple of --heads)\n"
             "  --kv-heads N --hidden N   LLaMA presets only: key/value heads (%s, dividing --heads)\n"
             "                      and the MLP's width (%s)\n"
-            "  --init FILE         start from the weights (and shape) of a model file: llm.c GPT-2, llama2.c\n"
+            "  --init PATH         start from the weights (and shape) of a model file (llm.c GPT-2, llama2.c,\n"
+            "                      collbert) or of a folder transformers' save_pretrained wrote\n"
+            "                      (GPT2LMHeadModel, LlamaForCausalLM, BertForMaskedLM: config.json and\n"
+            "                      model.safetensors or its shards, BF16 or F32); a config collage cannot\n"
+            "                      compute exactly (another activation, biases, rope scaling) is refused\n"
             "  --precision S       collage-light (default) or any strategy of the table:\n"
             "                      %s\n"
             "                      or a composition PRESET+m=F,v=F[,q=sr]: the preset's weights with m and v\n"
@@ -269,7 +273,9 @@ static int create_failed(const train_opts *o, collage_status st, const char *err
         hint = "collage train --help lists the presets";
     } else if (o->cfg.init && strstr(err, o->cfg.init)) {
         snprintf(flag, sizeof flag, "--init: ");
-        hint = "--init takes a model file: llm.c GPT-2 or llama2.c";
+        hint = collage_model_is_hf_folder(o->cfg.init) ? CLI_HF_HINT
+                                                       : "--init takes a model file (llm.c GPT-2, llama2.c, collbert) or a "
+                                                         "Hugging Face folder (config.json, model.safetensors)";
     } else if (o->resume && strstr(err, o->resume)) {
         snprintf(flag, sizeof flag, "--resume: ");
         hint = "--resume takes a folder written by --save, or one of its step-N folders";

@@ -53,7 +53,7 @@ static int skip_value(hj_span *s, int depth) {
     if (c == '[') return skip_container(s, depth, ']');
     if (c == '"') return skip_string(s);
     const char *q = s->p;
-    while (q < s->end && (strchr("+-.eE", *q) || (*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'z'))) q++;
+    while (q < s->end && (strchr("+-.eE", *q) || (*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z'))) q++;
     if (q == s->p) return 0;
     s->p = q;
     return 1;
