@@ -49,7 +49,7 @@ const char *cli_preset_names(const char *sep);
 /* The hint after a Hugging Face folder collage cannot read (--checkpoint, --init). */
 #define CLI_HF_HINT "collage reads the folders save_pretrained writes for GPT2LMHeadModel, LlamaForCausalLM and " \
                     "BertForMaskedLM, in BF16 or F32, whose config.json describes a model collage computes exactly " \
-                    "(docs/python.md, \"Hugging Face checkpoints\")"
+                    "(docs/python.md, \"Hugging Face transformers\")"
 /* The hint after a checkpoint argument that cannot be read: CLI_HF_HINT for a Hugging Face folder. */
 const char *cli_checkpoint_hint(const char *arg);
 /* A flag of `collage train` (compare passes them on): 1 when it takes a value, 0 when bare, -1 unknown. */
