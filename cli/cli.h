@@ -43,8 +43,15 @@ const char *cli_strategy_names(const char *sep, int indent);
 /* The model presets of every family, in table order, parted by sep. */
 const char *cli_preset_names(const char *sep);
 /* The hint after a checkpoint that cannot be read (export, eval, sample, fill). */
-#define CLI_CHECKPOINT_HINT "--checkpoint takes a model file (llm.c GPT-2, llama2.c, collbert) or a folder written by " \
-                            "train --save; a damaged checkpoint's older one is in the same run folder (step-N)"
+#define CLI_CHECKPOINT_HINT "--checkpoint takes a model file (llm.c GPT-2, llama2.c, collbert), a folder written by " \
+                            "train --save (a damaged checkpoint's older one is in the same run folder, step-N) or a " \
+                            "Hugging Face folder (config.json, model.safetensors)"
+/* The hint after a Hugging Face folder collage cannot read (--checkpoint, --init). */
+#define CLI_HF_HINT "collage reads the folders save_pretrained writes for GPT2LMHeadModel, LlamaForCausalLM and " \
+                    "BertForMaskedLM, in BF16 or F32, whose config.json describes a model collage computes exactly " \
+                    "(docs/python.md, \"Hugging Face transformers\")"
+/* The hint after a checkpoint argument that cannot be read: CLI_HF_HINT for a Hugging Face folder. */
+const char *cli_checkpoint_hint(const char *arg);
 /* A flag of `collage train` (compare passes them on): 1 when it takes a value, 0 when bare, -1 unknown. */
 int cli_train_flag(const char *flag);
 /* Whether optimizer o reads train flag `flag`: 0 for an update rule's flag it does not read (--beta1 --beta2

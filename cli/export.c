@@ -18,8 +18,8 @@ static int parse_export(int argc, char **argv, export_opts *o) {
         int bad = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf(EXPORT_USAGE
-                   "  --checkpoint PATH   a model file (llm.c GPT-2, llama2.c, collbert) or a folder written by\n"
-                   "                      train --save (its newest checkpoint)\n"
+                   "  --checkpoint PATH   a model file (llm.c GPT-2, llama2.c, collbert), a folder written by\n"
+                   "                      train --save (its newest checkpoint) or a Hugging Face folder\n"
                    "  --out DIR           where model.safetensors and config.json go (created if missing)\n"
                    "  --format F          safetensors (the only one; Hugging Face's names and layout: GPT2LMHeadModel,\n"
                    "                      LlamaForCausalLM, BertForMaskedLM)\n"
@@ -58,7 +58,7 @@ int cmd_export(int argc, char **argv) {
     collage_model_config c;
     int file_bf16 = 0;
     if (collage_model_read_header(path, &c, &file_bf16, err, sizeof err) != COLLAGE_OK) {
-        fprintf(stderr, "collage export: --checkpoint: %s\nhint: " CLI_CHECKPOINT_HINT "\n", err);
+        fprintf(stderr, "collage export: --checkpoint: %s\nhint: %s\n", err, cli_checkpoint_hint(o.ck));
         return 1;
     }
     const int bf16 = o.dtype ? !strcmp(o.dtype, "bf16") : file_bf16;

@@ -19,12 +19,12 @@ static collage_model *load_model(const char *cmd, const char *arg, int maxB, int
     char path[4096], err[1024] = "";
     *rc = 1;
     if (collage_checkpoint_model(arg, path, sizeof path, err, sizeof err) != COLLAGE_OK) {
-        fprintf(stderr, "collage %s: --checkpoint: %s\nhint: " CLI_CHECKPOINT_HINT "\n", cmd, err);
+        fprintf(stderr, "collage %s: --checkpoint: %s\nhint: %s\n", cmd, err, cli_checkpoint_hint(arg));
         return NULL;
     }
     int file_bf16;
     if (collage_model_read_header(path, c, &file_bf16, err, sizeof err) != COLLAGE_OK) {
-        fprintf(stderr, "collage %s: --checkpoint: %s\nhint: " CLI_CHECKPOINT_HINT "\n", cmd, err);
+        fprintf(stderr, "collage %s: --checkpoint: %s\nhint: %s\n", cmd, err, cli_checkpoint_hint(arg));
         return NULL;
     }
     if (maxT == 0) maxT = c->max_seq_len; /* the model's whole context */
@@ -84,7 +84,8 @@ typedef struct { const char *ck, *data, *tokname, *split; int B, T, batches, jso
 
 static void eval_usage(FILE *f) {
     fprintf(f, "usage: collage eval --checkpoint PATH [options]\n"
-               "  --checkpoint PATH   model.bin, a checkpoint folder, or a run folder (its newest checkpoint)\n"
+               "  --checkpoint PATH   model.bin, a checkpoint folder, a run folder (its newest checkpoint), or a\n"
+               "                      Hugging Face folder (config.json, model.safetensors: save_pretrained's)\n"
                "  --data PATH         the corpus (default: the fortunes), read as train reads it\n"
                "  --split S           val (default): the held-out last 10%% of the data, as train holds it out;\n"
                "                      train: the other 90%%; all: the whole corpus\n"
@@ -200,8 +201,9 @@ typedef struct { const char *ck, *prompt, *tokname; int ntok, threads; double te
 
 static void sample_usage(FILE *f) {
     fprintf(f, "usage: collage sample --checkpoint PATH [options]\n"
-               "  --checkpoint PATH   a decoder's (GPT-2 or LLaMA) model file, a checkpoint folder, or a run folder\n"
-               "                      (its newest checkpoint)\n"
+               "  --checkpoint PATH   a decoder's (GPT-2 or LLaMA) model file, a checkpoint folder, a run folder\n"
+               "                      (its newest checkpoint), or a Hugging Face folder (GPT2LMHeadModel,\n"
+               "                      LlamaForCausalLM)\n"
                "  --prompt TEXT       the text to continue (default: a new line)\n"
                "  --tokens N          tokens to generate (default 200)\n"
                "  --temperature X     0: the most likely token each time; higher: more varied (default 0.8)\n"

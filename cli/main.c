@@ -120,6 +120,10 @@ int cli_unknown(const char *cmd, const char *arg) {
     return -1;
 }
 
+const char *cli_checkpoint_hint(const char *arg) {
+    return collage_model_is_hf_folder(arg) ? CLI_HF_HINT : CLI_CHECKPOINT_HINT;
+}
+
 int cli_path(const char *cmd, const char *flag, const char *v) {
     if (!v) return cli_needs_value(cmd, flag);
     if (v[0]) return 0;

@@ -33,7 +33,11 @@ void train_usage(FILE *f) {
             "                      (%s), width (%s, a multiple of --heads)\n"
             "  --kv-heads N --hidden N   LLaMA presets only: key/value heads (%s, dividing --heads)\n"
             "                      and the MLP's width (%s)\n"
-            "  --init FILE         start from the weights (and shape) of a model file: llm.c GPT-2, llama2.c\n"
+            "  --init PATH         start from the weights (and shape) of a model file (llm.c GPT-2, llama2.c,\n"
+            "                      collbert) or of a folder transformers' save_pretrained wrote\n"
+            "                      (GPT2LMHeadModel, LlamaForCausalLM, BertForMaskedLM: config.json and\n"
+            "                      model.safetensors or its shards, BF16 or F32); a config collage cannot\n"
+            "                      compute exactly (another activation, biases, rope scaling) is refused\n"
             "  --precision S       collage-light (default) or any strategy of the table:\n"
             "                      %s\n"
             "                      or a composition PRESET+m=F,v=F[,q=sr]: the preset's weights with m and v\n"
@@ -269,7 +273,9 @@ static int create_failed(const train_opts *o, collage_status st, const char *err
         hint = "collage train --help lists the presets";
     } else if (o->cfg.init && strstr(err, o->cfg.init)) {
         snprintf(flag, sizeof flag, "--init: ");
-        hint = "--init takes a model file: llm.c GPT-2 or llama2.c";
+        hint = collage_model_is_hf_folder(o->cfg.init) ? CLI_HF_HINT
+                                                       : "--init takes a model file (llm.c GPT-2, llama2.c, collbert) or a "
+                                                         "Hugging Face folder (config.json, model.safetensors)";
     } else if (o->resume && strstr(err, o->resume)) {
         snprintf(flag, sizeof flag, "--resume: ");
         hint = "--resume takes a folder written by --save, or one of its step-N folders";
@@ -293,6 +299,15 @@ static int create_failed(const train_opts *o, collage_status st, const char *err
     return rc;
 }
 
+/* --init's model read before any output is made: a file or folder collage cannot read leaves no --save
+ * folder, log or summary behind. 0, or the exit status (message printed). */
+static int init_readable(const train_opts *o) {
+    char err[1024];
+    collage_model_config c;
+    const collage_status st = collage_model_read_header(o->cfg.init, &c, NULL, err, sizeof err);
+    return st == COLLAGE_OK ? 0 : create_failed(o, st, err);
+}
+
 /* Flags, a resumed run's settings, the output paths, the run: 0 with *run set, or the exit status with
  * *run NULL (0: --help, or a complete run resumed). *own: this rank printed a failure of its own. */
 static int train_setup(int argc, char **argv, train_opts *o, FILE **logf, collage_run **run, int *own) {
@@ -309,7 +324,7 @@ static int train_setup(int argc, char **argv, train_opts *o, FILE **logf, collag
         collage_checkpoint_check_folder(o->save, o->resume, o->overwrite, err, sizeof err);
     }
     if (dist_any(rc != 0)) return rc == NOTHING_TO_DO ? 0 : rc ? rc : 1;
-    if ((rc = settle(o)) != 0) { *own = 1; return rc; }
+    if ((rc = settle(o)) != 0 || (o->cfg.init && (rc = init_readable(o)) != 0)) { *own = 1; return rc; }
     if (dist_any(dist_rank() == 0 && check_outputs(o, logf, &rc))) {
         *own = dist_rank() == 0;
         return dist_rank() == 0 ? rc : 1;

@@ -335,6 +335,26 @@ collage_status collage_model_load_file(const char *path, const collage_model_con
 collage_status collage_model_export_safetensors(const char *dir, const collage_model_config *cfg, const void *params,
                                                 int bf16, char *err, size_t cap);
 
+/* ---------------------------------------------------------------- import */
+/* A folder transformers' save_pretrained wrote (GPT2LMHeadModel, LlamaForCausalLM, BertForMaskedLM):
+ * dir/config.json and dir/model.safetensors, or the shards dir/model.safetensors.index.json lists.
+ * The family's export table read backwards: the tensors found by name, their transposes and row orders
+ * undone, so that exporting the model again writes the same tensors bit for bit. A model collage
+ * cannot compute exactly is refused with COLLAGE_ERR_UNSUPPORTED and a message naming the file and the
+ * key or tensor (another activation, a bias, an untied output the family lacks, rope scaling, RoBERTa's
+ * positions); a missing, extra, misshapen or non-BF16/F32 tensor or a damaged file is COLLAGE_ERR_FORMAT.
+ * collage_model_read_header and collage_model_load_file read such a folder through these. */
+/* Whether path is a folder holding a config.json (a Hugging Face folder rather than a checkpoint). */
+int            collage_model_is_hf_folder(const char *path);
+/* The config of the folder's model (the family from model_type; the vocabulary as config.json states it,
+ * the family's added tokens included) and whether every tensor is BF16 (bf16 may be NULL). */
+collage_status collage_model_import_config(const char *dir, collage_model_config *cfg, int *bf16, char *err,
+                                           size_t cap);
+/* The weights into params, the family's slab (float when want_bf16 = 0, collage_bf16 when 1; F32 to bf16
+ * by RN, BF16 to float exactly; the embedding's padding rows 0). The folder's config must equal cfg. */
+collage_status collage_model_import_safetensors(const char *dir, const collage_model_config *cfg, void *params,
+                                                int want_bf16, char *err, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

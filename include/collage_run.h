@@ -139,10 +139,11 @@ collage_status collage_checkpoint_find(const char *path, collage_checkpoint *out
  * its train.state records; train.state's own checksum is checked too. The older layout records none:
  * only its train.state is read. COLLAGE_ERR_FORMAT names the damaged file. */
 collage_status collage_checkpoint_verify(const char *path, const char *name, char *err, size_t cap);
-/* The model file of a checkpoint argument, verified: the path itself for a file, else its checkpoint's
- * model.bin after collage_checkpoint_verify. */
+/* The model file of a checkpoint argument, verified: the path itself for a file or a Hugging Face folder
+ * (collage_model_is_hf_folder), else its checkpoint's model.bin after collage_checkpoint_verify. */
 collage_status collage_checkpoint_model(const char *arg, char *out, size_t cap, char *err, size_t ecap);
-/* The model file of a checkpoint argument without verification (its checkpoint's model.bin for a folder). */
+/* The model file of a checkpoint argument without verification (its checkpoint's model.bin for a folder
+ * other than a Hugging Face one). */
 void collage_checkpoint_model_path(const char *arg, char *out, size_t cap);
 /* Before a run saves into the run folder dir: create it when missing and write a file there (removed
  * again): COLLAGE_ERR_IO with the reason when that fails; remove the leftovers of killed saves (temporary

@@ -43,11 +43,16 @@ def model(seed=0):
     return transformers.GPT2LMHeadModel(cfg).to(torch.bfloat16)  # pure 16-bit: the weights themselves bf16
 
 
-def run(out, steps=8, save_steps=4, resume=None):
-    """Trains from a fresh model (or resumes from the checkpoint folder resume); returns the trainer."""
+def adamw(params):
+    return ct.AdamW(params, precision="collage-light", lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1,
+                    max_grad_norm=1.0)  # clipping by the library, on the fp32 norm of the bf16 gradients
+
+
+def run(out, steps=8, save_steps=4, resume=None, optimizer=adamw):
+    """Trains from a fresh model (or resumes from the checkpoint folder resume) with optimizer(named
+    parameters) (collage.torch.AdamW, Lion or SGD); returns the trainer."""
     m = model()
-    opt = ct.AdamW(m.named_parameters(), precision="collage-light", lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1,
-                   max_grad_norm=1.0)  # clipping by the library, on the fp32 norm of the bf16 gradients
+    opt = optimizer(m.named_parameters())
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 4))
     args = transformers.TrainingArguments(
         output_dir=str(out), max_steps=steps, save_steps=save_steps, per_device_train_batch_size=4,

@@ -1,8 +1,10 @@
 """Hugging Face transformers with collage: `collage export` folders load into GPT2LMHeadModel,
 LlamaForCausalLM and BertForMaskedLM (and through the Auto classes) as they are, and the loaded model's
 logits are the library's; transformers' own classes, with their parameters in bf16, train under
-collage.torch.AdamW in a plain loop and through transformers.Trainer, whose checkpoints resume bit for bit
-(model and every optimizer word). Offline: models come from small configs, never from the hub."""
+collage.torch.AdamW, Lion and SGD in a plain loop and through transformers.Trainer, whose checkpoints resume
+bit for bit (model and every optimizer word); save_pretrained folders read by collage (export, eval, train
+--init) keep every bf16 word and give transformers' loss, and what collage cannot compute is refused.
+Offline: models come from small configs, never from the hub."""
 
 import os
 
@@ -265,3 +267,170 @@ def test_greedy_generate_writes_collage_samples_text(tmp_path, preset):
         out = model.generate(torch.tensor([list(prompt)]), max_new_tokens=n, do_sample=False, pad_token_id=0)
     assert len(out[0]) == len(prompt) + n
     assert r.stdout == bytes(out[0].tolist()) + b"\n"
+
+
+# ---------------------------------------------------------------- collage.torch.Lion and SGD
+@pytest.mark.parametrize("opt_cls,kw", [(ct.Lion, dict(lr=3e-3)), (ct.SGD, dict(lr=0.2, momentum=0.9))],
+                         ids=["lion", "sgd"])
+def test_lion_and_sgd_train_a_bf16_gpt2(opt_cls, kw):
+    """The other update rules on transformers' GPT-2 with its parameters in bf16, in a plain loop."""
+    model, data, losses = tiny("gpt2"), batch("gpt2"), []
+    opt = opt_cls(model.named_parameters(), precision="collage-light", **kw)
+    for _ in range(15):
+        loss = model(**data).loss
+        losses.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert all(np.isfinite(losses)) and losses[-1] < 0.9 * losses[0], f"{opt_cls.__name__}: losses {losses}"
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+
+
+def test_trainer_resumes_lion_bit_for_bit(tmp_path):
+    """python/examples/hf_trainer.py's run with collage.torch.Lion handed to Trainer: resuming from
+    checkpoint-2 ends with the unbroken run's model bits and optimizer words."""
+    ex = hf_trainer_example()
+    lion = lambda params: ct.Lion(params, precision="collage-light", lr=1e-3, weight_decay=0.1)  # noqa: E731
+    whole = ex.run(tmp_path / "whole", steps=4, save_steps=2, optimizer=lion)
+    resumed = ex.run(tmp_path / "resumed", steps=4, save_steps=2, resume=str(tmp_path / "whole" / "checkpoint-2"),
+                     optimizer=lion)
+    assert resumed.state.global_step == 4 and isinstance(resumed.optimizer.optimizer, ct.Lion)
+    assert_same_state(whole.model.state_dict(), resumed.model.state_dict(), "model")
+    assert_same_state(whole.optimizer.state_dict(), resumed.optimizer.state_dict(), "optimizer")
+
+
+# ---------------------------------------------------------------- Hugging Face → collage
+def collage_exe():
+    exe = os.environ.get("COLLAGE_BIN") or str(ROOT / "build" / "collage")
+    if not os.path.exists(exe):
+        pytest.skip(f"no collage command at {exe}")
+    return exe
+
+
+def collage_cli(*args, ok=True):
+    r = subprocess.run([collage_exe(), *map(str, args)], capture_output=True, text=True)
+    assert (r.returncode == 0) == ok, f"collage {' '.join(map(str, args))}: exit {r.returncode}\n{r.stderr}"
+    return r
+
+
+def readable(family, seed=0, **over):
+    """A transformers model of a tiny config that collage computes exactly (GPT-2 as GPT2Config has it;
+    LLaMA untied, ε 1e-5; BERT with gelu_new, ε 1e-5 and one token type), every parameter drawn at random
+    (norms around 1) so that a misplaced element shows, in bf16."""
+    torch.manual_seed(seed)
+    if family == "gpt2":
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=256, n_positions=32, n_embd=32, n_layer=2, n_head=2, **over))
+    elif family.startswith("llama"):
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=32, rms_norm_eps=1e-5,
+            tie_word_embeddings=family == "llama-tied", **over))
+    else:
+        model = transformers.BertForMaskedLM(transformers.BertConfig(
+            vocab_size=257, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+            max_position_embeddings=32, hidden_act="gelu_new", layer_norm_eps=1e-5, type_vocab_size=1, **over))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.randn_like(p) * 0.1 + (1.0 if "norm" in name.lower() and "weight" in name else 0.0))
+    return model.to(torch.bfloat16).eval()
+
+
+def file_tensors(folder):
+    from safetensors.torch import load_file
+    return load_file(str(pathlib.Path(folder) / "model.safetensors"))
+
+
+def assert_same_tensors(a, b, where):
+    assert a.keys() == b.keys(), f"{where}: {sorted(a.keys() ^ b.keys())}"
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, f"{where}: {k}"
+        assert torch.equal(bits(a[k]), bits(b[k])), f"{where}: {k} differs"
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "llama-tied", "bert"])
+def test_save_pretrained_through_collage_keeps_every_word(tmp_path, family):
+    """save_pretrained (bf16) → collage export → the same tensors bit for bit, which from_pretrained loads
+    into the same state dict; and → collage train --init (2 steps at lr 0, saved) → export: the same again."""
+    model = readable(family)
+    model.save_pretrained(tmp_path / "hf")
+    collage_cli("export", "--checkpoint", tmp_path / "hf", "--out", tmp_path / "back")
+    assert_same_tensors(file_tensors(tmp_path / "hf"), file_tensors(tmp_path / "back"), "export")
+    cls = type(model)
+    again = load(cls, tmp_path / "back", dtype=torch.bfloat16)
+    assert_same_state(model.state_dict(), again.state_dict(), "from_pretrained")
+    data = tmp_path / "text.txt"
+    data.write_bytes(bytes(np.random.default_rng(2).integers(32, 127, 4096).astype(np.uint8)))
+    collage_cli("train", "--init", tmp_path / "hf", "--data", data, "--steps", 2, "--batch", 2, "--seq", 16,
+                "--lr", 0, "--wd", 0, "--precision", "bf16-master", "--save", tmp_path / "run", "--threads", 1)
+    collage_cli("export", "--checkpoint", tmp_path / "run", "--out", tmp_path / "trained", "--dtype", "bf16")
+    assert_same_tensors(file_tensors(tmp_path / "hf"), file_tensors(tmp_path / "trained"), "train --init at lr 0")
+
+
+def windows(data, B, T):
+    """collage eval --split all's first batch: B windows of T + 1 tokens in corpus order (the byte tokenizer)."""
+    x = torch.tensor(list(data[: B * T + 1]), dtype=torch.long)
+    return torch.stack([x[b * T: b * T + T + 1] for b in range(B)])
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_eval_of_a_saved_model_gives_transformers_loss(tmp_path, family):
+    """collage eval of a save_pretrained folder: the mean cross-entropy transformers' model computes in fp32
+    on the same windows (the weights are the bf16 ones, exact in fp32), within fp32 rounding of two
+    forwards whose sums go in different orders."""
+    model = readable(family)
+    model.save_pretrained(tmp_path / "hf")
+    data = bytes(np.random.default_rng(3).integers(32, 127, 2048).astype(np.uint8))
+    (tmp_path / "text.txt").write_bytes(data)
+    B, T = 4, 16
+    r = collage_cli("eval", "--checkpoint", tmp_path / "hf", "--data", tmp_path / "text.txt", "--split", "all",
+                    "--batch", B, "--seq", T, "--batches", 1, "--json", "--threads", 1)
+    import json
+    got = json.loads(r.stdout)["loss"]
+    w = windows(data, B, T)
+    with torch.no_grad():
+        logits = model.float()(w[:, :T]).logits
+    want = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), w[:, 1:].reshape(-1)).item()
+    assert abs(got - want) <= 2e-5 * want, f"collage eval {got}, transformers {want}"
+
+
+@pytest.mark.parametrize("family,precision", [("gpt2", "collage-light"), ("llama", "bf16-master"),
+                                              ("bert", "collage-light")])
+def test_train_continues_a_saved_model(tmp_path, family, precision):
+    """A save_pretrained folder continued by collage train: the run goes, its losses finite and falling."""
+    readable(family).save_pretrained(tmp_path / "hf")
+    data = tmp_path / "text.txt"
+    data.write_bytes(bytes(np.random.default_rng(4).integers(97, 123, 8192).astype(np.uint8)))
+    collage_cli("train", "--init", tmp_path / "hf", "--data", data, "--steps", 12, "--batch", 4, "--seq", 16,
+                "--lr", 3e-3, "--warmup", 0, "--precision", precision, "--log", tmp_path / "log.jsonl",
+                "--threads", 1)
+    import json
+    losses = [json.loads(line)["loss"] for line in (tmp_path / "log.jsonl").read_text().splitlines()
+              if '"loss"' in line]
+    assert len(losses) == 12 and all(np.isfinite(losses)), losses
+    assert np.mean(losses[-3:]) < np.mean(losses[:3]), losses
+
+
+@pytest.mark.parametrize("what,over,words", [
+    ("bert", {}, ["hidden_act", "gelu_new"]),  # BertConfig's own gelu (erf) and ε 1e-12
+    ("llama", dict(attention_bias=True), ["attention_bias"]),
+    ("llama", dict(hidden_act="gelu"), ["hidden_act"]),
+    ("gpt2", dict(activation_function="relu"), ["activation_function"]),
+    ("roberta", {}, ["RoBERTa"]),
+])
+def test_train_refuses_what_collage_cannot_compute(tmp_path, what, over, words):
+    """collage train --init of a folder collage cannot compute exactly: exit 1, a message naming config.json
+    and the key, and no run folder."""
+    if what == "bert":
+        model = transformers.BertForMaskedLM(transformers.BertConfig(
+            vocab_size=257, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=128))
+    elif what == "roberta":
+        model = transformers.RobertaForMaskedLM(transformers.RobertaConfig(
+            vocab_size=257, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=128,
+            max_position_embeddings=40, type_vocab_size=1, layer_norm_eps=1e-5, hidden_act="gelu_new"))
+    else:
+        model = readable(what, **over)
+    model.save_pretrained(tmp_path / "hf")
+    r = collage_cli("train", "--init", tmp_path / "hf", "--steps", 1, "--save", tmp_path / "run", ok=False)
+    assert r.returncode == 1 and "config.json" in r.stderr and all(w in r.stderr for w in words), r.stderr
+    assert "hint:" in r.stderr and not (tmp_path / "run").exists()

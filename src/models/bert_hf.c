@@ -4,6 +4,7 @@
  * this table. */
 #include "bert.h"
 #include "model.h"
+#include <stddef.h>
 #include <stdio.h>
 
 /* The blocks of qkv's rows (q, k, v stacked, C each). */
@@ -74,10 +75,52 @@ static int bert_config_json(const collage_model_config *c, const char *dtype, ch
                     c->vocab_size, c->channels, c->num_layers, c->num_heads, 4 * c->channels, c->max_seq_len, dtype);
 }
 
+/* Reading BertConfig (import.c): the sizes, and the settings collage's BERT computes one way only; the
+ * defaults are BertConfig's (its gelu and ε 1e-12 are refused: a config for collage says gelu_new, 1e-05). */
+#define F(x) offsetof(collage_hf_config, x)
+static const collage_hf_key BERT_KEYS[] = {
+    {"vocab_size", COLLAGE_HF_INT, F(vocab), "30522", 0, 0},
+    {"hidden_size", COLLAGE_HF_INT, F(channels), "768", 0, 0},
+    {"num_hidden_layers", COLLAGE_HF_INT, F(layers), "12", 0, 0},
+    {"num_attention_heads", COLLAGE_HF_INT, F(heads), "12", 0, 0},
+    {"intermediate_size", COLLAGE_HF_INT, F(inner), "3072", 0, 0},
+    {"max_position_embeddings", COLLAGE_HF_INT, F(ctx), "512", 0, 0},
+    {"type_vocab_size", COLLAGE_HF_INT, F(type_vocab), "2", 0, 0},
+    {"tie_word_embeddings", COLLAGE_HF_TIED, F(untied), "true", 0, 0},
+    {"hidden_act", COLLAGE_HF_FIXED, 0, "\"gelu\"", "\"gelu_new\"", "collage's BERT computes gelu_new (GELU's tanh form)"},
+    {"layer_norm_eps", COLLAGE_HF_FIXED, 0, "1e-12", "1e-05", "collage's BERT normalises with epsilon 1e-05"},
+    {"position_embedding_type", COLLAGE_HF_FIXED, 0, "\"absolute\"", "\"absolute\"",
+     "collage's BERT learns absolute positions"},
+    {"is_decoder", COLLAGE_HF_FIXED, 0, "false", "false", "collage's BERT is an encoder"},
+    {"add_cross_attention", COLLAGE_HF_FIXED, 0, "false", "false", "collage's BERT has no cross-attention"},
+};
+#undef F
+
+static int bert_from_hf(const collage_hf_config *h, collage_model_config *c, char *why, size_t cap) {
+    if (h->inner != 4 * h->channels)
+        return snprintf(why, cap, "intermediate_size is %d; collage's BERT MLP is 4 * hidden_size = %d wide", h->inner,
+                        4 * h->channels), 0;
+    if (h->type_vocab != 1) return snprintf(why, cap, "type_vocab_size is %d; collage's BERT has one token type", h->type_vocab), 0;
+    if (h->untied) return snprintf(why, cap, "tie_word_embeddings is false; collage's BERT ties its output to the word embeddings"), 0;
+    *c = (collage_model_config){.family = COLLAGE_FAMILY_BERT, .max_seq_len = h->ctx, .num_layers = h->layers,
+                                .num_heads = h->heads, .channels = h->channels};
+    return 1;
+}
+
+static const collage_hf_tie BERT_TIES[] = {{"cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight"},
+                                           {"cls.predictions.decoder.bias", "cls.predictions.bias"}};
+
 const collage_export_layout collage__bert_hf = {
     .what = "Hugging Face BertForMaskedLM",
     .tensors = BERT_HF,
     .n_tensors = (int)(sizeof BERT_HF / sizeof BERT_HF[0]),
     .config_json = bert_config_json,
     .rows = bert_rows,
+    .model_type = "bert",
+    .arch = "BertForMaskedLM",
+    .keys = BERT_KEYS,
+    .n_keys = (int)(sizeof BERT_KEYS / sizeof BERT_KEYS[0]),
+    .from_hf = bert_from_hf,
+    .ties = BERT_TIES,
+    .n_ties = 2,
 };

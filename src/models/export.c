@@ -9,17 +9,6 @@
 #include <stdarg.h>
 #include <sys/stat.h>
 
-/* One tensor of the file: where its elements come from and the shape it is written with. */
-typedef struct {
-    char name[128];
-    size_t src;        /* first element in the slab */
-    size_t rows, cols; /* the source matrix (cols = 1 for a vector): rows × cols elements from src */
-    int transpose;     /* written as cols × rows */
-    size_t rope_hs;    /* rows written from adjacent pairs to halves in heads of this many rows (0: in order) */
-    int ndim;          /* 1 or 2, as written */
-    size_t begin, end; /* byte range in the data section */
-} xtensor;
-
 typedef struct { char *p; size_t len, cap; int oom; } sbuf;
 
 static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -43,7 +32,7 @@ static int layered(const collage_export_tensor *e) { return strstr(e->name, "%d"
 
 /* Entry e of layout L for layer l (0 where e is not per layer) into *o; 0 when the tensor's shape does not
  * fit. */
-static int cut(xtensor *o, const collage_export_layout *L, const collage_export_tensor *e, const collage_tensor_info *ti,
+static int cut(collage_export_slice *o, const collage_export_layout *L, const collage_export_tensor *e, const collage_tensor_info *ti,
                int l, int layers, const collage_model_config *cfg) {
     const int d0 = layered(e); /* the layer dimension, if any, comes first */
     if (ti->ndim > d0 + 2 || ti->ndim <= d0 || (d0 && ti->shape[0] != (size_t)layers)) return 0;
@@ -67,10 +56,7 @@ static int cut(xtensor *o, const collage_export_layout *L, const collage_export_
     return 1;
 }
 
-/* The tensors of the file for layout L and cfg, per-layer entries expanded layer by layer where the
- * first of them stands, with their byte ranges; *n = count. NULL with a message where the table does
- * not fit the family's tensors. */
-static xtensor *expand(const collage_export_layout *L, const collage_model_config *cfg, size_t es, int *n, char *err,
+collage_export_slice *collage__export_expand(const collage_export_layout *L, const collage_model_config *cfg, size_t es, int *n, char *err,
                        size_t cap) {
     collage_tensor_info t[COLLAGE_MODEL_MAX_TENSORS];
     const int nt = collage_model_tensors(cfg, t, COLLAGE_MODEL_MAX_TENSORS);
@@ -84,7 +70,7 @@ static xtensor *expand(const collage_export_layout *L, const collage_model_confi
         }
         if (layered(&L->tensors[i]) && first < 0) { first = i; layers = (int)t[L->tensors[i].tensor].shape[0]; }
     }
-    xtensor *x = calloc((size_t)L->n_tensors * (size_t)(layers > 1 ? layers : 1), sizeof *x);
+    collage_export_slice *x = calloc((size_t)L->n_tensors * (size_t)(layers > 1 ? layers : 1), sizeof *x);
     if (!x) { collage__fail(err, cap, COLLAGE_ERR_NOMEM, "out of memory"); return NULL; }
     for (int i = 0; ok && i < L->n_tensors; i++) {
         const collage_export_tensor *e = &L->tensors[i];
@@ -108,7 +94,7 @@ static xtensor *expand(const collage_export_layout *L, const collage_model_confi
 }
 
 /* The JSON header, padded with spaces so that the data start at a multiple of 8 bytes. */
-static int header_json(sbuf *b, const xtensor *x, int n, int bf16) {
+static int header_json(sbuf *b, const collage_export_slice *x, int n, int bf16) {
     sb_printf(b, "{\"__metadata__\":{\"format\":\"pt\",\"producer\":\"collage %s\"}", collage_version());
     for (int i = 0; i < n; i++) {
         const size_t r = x[i].transpose ? x[i].cols : x[i].rows, c = x[i].transpose ? x[i].rows : x[i].cols;
@@ -122,20 +108,18 @@ static int header_json(sbuf *b, const xtensor *x, int n, int bf16) {
     return !b->oom;
 }
 
-/* The source row written as row r of a head-permuted tensor: within each head of hs rows, rows 0, 2, 4, …
- * first, then 1, 3, 5, … (pairs (2i, 2i + 1) become (i, i + hs/2)). */
-static size_t rope_row(size_t r, size_t hs) {
+size_t collage__rope_row(size_t r, size_t hs) {
     const size_t h = r / hs, j = r % hs, half = hs / 2;
     return h * hs + (j < half ? 2 * j : 2 * (j - half) + 1);
 }
 
 /* The elements of x in the order the file holds them: row by row, a transposed matrix through a
  * buffer of one written row. */
-static int write_tensor(FILE *f, const unsigned char *slab, size_t es, const xtensor *x, unsigned char *row) {
+static int write_tensor(FILE *f, const unsigned char *slab, size_t es, const collage_export_slice *x, unsigned char *row) {
     const unsigned char *src = slab + x->src * es;
     if (x->rope_hs) {
         for (size_t r = 0; r < x->rows; r++)
-            if (fwrite(src + rope_row(r, x->rope_hs) * x->cols * es, es, x->cols, f) != x->cols) return 0;
+            if (fwrite(src + collage__rope_row(r, x->rope_hs) * x->cols * es, es, x->cols, f) != x->cols) return 0;
         return 1;
     }
     if (!x->transpose) return fwrite(src, es, x->rows * x->cols, f) == x->rows * x->cols;
@@ -146,7 +130,7 @@ static int write_tensor(FILE *f, const unsigned char *slab, size_t es, const xte
     return 1;
 }
 
-static collage_status write_safetensors(const char *path, const xtensor *x, int n, const void *params, int bf16,
+static collage_status write_safetensors(const char *path, const collage_export_slice *x, int n, const void *params, int bf16,
                                         char *err, size_t cap) {
     const size_t es = bf16 ? 2 : 4;
     sbuf h = {0};
@@ -201,7 +185,7 @@ collage_status collage_model_export_safetensors(const char *dir, const collage_m
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return collage__fail(err, cap, COLLAGE_ERR_IO, "cannot create folder '%s': %s", dir, strerror(errno));
     int n = 0;
-    xtensor *x = expand(fam->hf, cfg, bf16 ? 2 : 4, &n, err, cap);
+    collage_export_slice *x = collage__export_expand(fam->hf, cfg, bf16 ? 2 : 4, &n, err, cap);
     if (!x) return COLLAGE_ERR_ARG;
     size_t plen = strlen(dir) + 32;
     char *path = malloc(plen), *json = NULL;

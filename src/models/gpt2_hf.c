@@ -4,6 +4,7 @@
 #include "collage_data.h"
 #include "gpt2.h"
 #include "model.h"
+#include <stddef.h>
 #include <stdio.h>
 
 /* In GPT2LMHeadModel.state_dict() order; lm_head.weight is tied to wte and not written (the class
@@ -60,9 +61,48 @@ static int gpt2_config_json(const collage_model_config *c, const char *dtype, ch
                     eot, dtype);
 }
 
+/* Reading GPT2Config (import.c): the sizes, and the settings collage's GPT-2 computes one way only; the
+ * defaults are GPT2Config's. */
+#define F(x) offsetof(collage_hf_config, x)
+static const collage_hf_key GPT2_KEYS[] = {
+    {"vocab_size", COLLAGE_HF_INT, F(vocab), "50257", 0, 0},
+    {"n_positions", COLLAGE_HF_INT, F(ctx), "1024", 0, 0},
+    {"n_embd", COLLAGE_HF_INT, F(channels), "768", 0, 0},
+    {"n_layer", COLLAGE_HF_INT, F(layers), "12", 0, 0},
+    {"n_head", COLLAGE_HF_INT, F(heads), "12", 0, 0},
+    {"n_inner", COLLAGE_HF_INT, F(inner), "null", 0, 0},
+    {"tie_word_embeddings", COLLAGE_HF_TIED, F(untied), "true", 0, 0},
+    {"activation_function", COLLAGE_HF_FIXED, 0, "\"gelu_new\"", "\"gelu_new\"",
+     "collage's GPT-2 computes gelu_new (GELU's tanh form)"},
+    {"layer_norm_epsilon", COLLAGE_HF_FIXED, 0, "1e-05", "1e-05", "collage's GPT-2 normalises with epsilon 1e-05"},
+    {"scale_attn_weights", COLLAGE_HF_FIXED, 0, "true", "true", "collage's GPT-2 scales attention by 1/sqrt(head size)"},
+    {"scale_attn_by_inverse_layer_idx", COLLAGE_HF_FIXED, 0, "false", "false",
+     "collage's GPT-2 does not scale attention by the layer"},
+    {"add_cross_attention", COLLAGE_HF_FIXED, 0, "false", "false", "collage's GPT-2 has no cross-attention"},
+};
+#undef F
+
+static int gpt2_from_hf(const collage_hf_config *h, collage_model_config *c, char *why, size_t cap) {
+    if (h->inner && h->inner != 4 * h->channels)
+        return snprintf(why, cap, "n_inner is %d; collage's GPT-2 MLP is 4 * n_embd = %d wide", h->inner, 4 * h->channels), 0;
+    if (h->untied) return snprintf(why, cap, "tie_word_embeddings is false; collage's GPT-2 ties its output to wte"), 0;
+    *c = (collage_model_config){.family = COLLAGE_FAMILY_GPT2, .max_seq_len = h->ctx, .num_layers = h->layers,
+                                .num_heads = h->heads, .channels = h->channels};
+    return 1;
+}
+
+static const collage_hf_tie GPT2_TIES[] = {{"lm_head.weight", "transformer.wte.weight"}};
+
 const collage_export_layout collage__gpt2_hf = {
     .what = "Hugging Face GPT2LMHeadModel",
     .tensors = GPT2_HF,
     .n_tensors = (int)(sizeof GPT2_HF / sizeof GPT2_HF[0]),
     .config_json = gpt2_config_json,
+    .model_type = "gpt2",
+    .arch = "GPT2LMHeadModel",
+    .keys = GPT2_KEYS,
+    .n_keys = (int)(sizeof GPT2_KEYS / sizeof GPT2_KEYS[0]),
+    .from_hf = gpt2_from_hf,
+    .ties = GPT2_TIES,
+    .n_ties = 1,
 };

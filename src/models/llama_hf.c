@@ -5,6 +5,7 @@
 #include "collage_data.h"
 #include "llama_plan.h"
 #include "model.h"
+#include <stddef.h>
 #include <stdio.h>
 
 /* The blocks of wqkv's and w13's rows (llama_tensors: q, k, v stacked; w1 (gate), w3 (up) stacked). */
@@ -73,10 +74,56 @@ static int llama_config_json(const collage_model_config *c, const char *dtype, c
                     c->max_seq_len, c->norm_eps, c->rope_theta, c->untied ? "false" : "true", eot, eot, dtype);
 }
 
+/* Reading LlamaConfig (import.c): the sizes, ε, θ and the tie, and the settings collage's LLaMA computes
+ * one way only; the defaults are LlamaConfig's. transformers 5 keeps θ in rope_parameters, earlier ones
+ * beside rope_scaling at the top. */
+#define F(x) offsetof(collage_hf_config, x)
+static const char NO_SCALING[] = "collage's LLaMA rotates by rope_theta alone (no rope scaling)";
+static const collage_hf_key LLAMA_KEYS[] = {
+    {"vocab_size", COLLAGE_HF_INT, F(vocab), "32000", 0, 0},
+    {"hidden_size", COLLAGE_HF_INT, F(channels), "4096", 0, 0},
+    {"intermediate_size", COLLAGE_HF_INT, F(inner), "11008", 0, 0},
+    {"num_hidden_layers", COLLAGE_HF_INT, F(layers), "32", 0, 0},
+    {"num_attention_heads", COLLAGE_HF_INT, F(heads), "32", 0, 0},
+    {"num_key_value_heads", COLLAGE_HF_INT, F(kv_heads), "null", 0, 0},
+    {"head_dim", COLLAGE_HF_INT, F(head_dim), "null", 0, 0},
+    {"max_position_embeddings", COLLAGE_HF_INT, F(ctx), "2048", 0, 0},
+    {"rms_norm_eps", COLLAGE_HF_REAL, F(eps), "1e-06", 0, 0},
+    {"rope_theta", COLLAGE_HF_REAL, F(theta), "10000", 0, 0},
+    {"rope_parameters.rope_theta", COLLAGE_HF_REAL, F(theta), "", 0, 0},
+    {"rope_parameters.rope_type", COLLAGE_HF_FIXED, 0, "\"default\"", "\"default\"", NO_SCALING},
+    {"rope_scaling", COLLAGE_HF_FIXED, 0, "null", "null", NO_SCALING},
+    {"tie_word_embeddings", COLLAGE_HF_TIED, F(untied), "false", 0, 0},
+    {"hidden_act", COLLAGE_HF_FIXED, 0, "\"silu\"", "\"silu\"", "collage's LLaMA gates its MLP with silu"},
+    {"attention_bias", COLLAGE_HF_FIXED, 0, "false", "false", "collage's LLaMA has no attention biases"},
+    {"mlp_bias", COLLAGE_HF_FIXED, 0, "false", "false", "collage's LLaMA has no MLP biases"},
+};
+#undef F
+
+static int llama_from_hf(const collage_hf_config *h, collage_model_config *c, char *why, size_t cap) {
+    if (h->head_dim && h->head_dim * h->heads != h->channels)
+        return snprintf(why, cap, "head_dim is %d; collage's LLaMA heads are hidden_size / num_attention_heads = %d wide",
+                        h->head_dim, h->heads ? h->channels / h->heads : 0), 0;
+    *c = (collage_model_config){.family = COLLAGE_FAMILY_LLAMA, .max_seq_len = h->ctx, .num_layers = h->layers,
+                                .num_heads = h->heads, .channels = h->channels,
+                                .num_kv_heads = h->kv_heads ? h->kv_heads : h->heads, .hidden_dim = h->inner,
+                                .untied = h->untied, .norm_eps = h->eps, .rope_theta = h->theta};
+    return 1;
+}
+
+static const collage_hf_tie LLAMA_TIES[] = {{"lm_head.weight", "model.embed_tokens.weight"}};
+
 const collage_export_layout collage__llama_hf = {
     .what = "Hugging Face LlamaForCausalLM",
     .tensors = LLAMA_HF,
     .n_tensors = (int)(sizeof LLAMA_HF / sizeof LLAMA_HF[0]),
     .config_json = llama_config_json,
     .rows = llama_rows,
+    .model_type = "llama",
+    .arch = "LlamaForCausalLM",
+    .keys = LLAMA_KEYS,
+    .n_keys = (int)(sizeof LLAMA_KEYS / sizeof LLAMA_KEYS[0]),
+    .from_hf = llama_from_hf,
+    .ties = LLAMA_TIES,
+    .n_ties = 1,
 };

@@ -570,6 +570,7 @@ static collage_status probe_file(const char *path, const collage_model_family **
 collage_status collage_model_read_header(const char *path, collage_model_config *cfg, int *bf16, char *err,
                                          size_t cap) {
     if (!path) return collage__fail(err, cap, COLLAGE_ERR_NULL, "no checkpoint path");
+    if (collage_model_is_hf_folder(path)) return collage_model_import_config(path, cfg, bf16, err, cap);
     const collage_model_family *fam = NULL;
     collage_status st = collage__checkpoint_check_file(path, err, cap);
     if (st == COLLAGE_OK) st = probe_file(path, &fam, err, cap);
@@ -580,6 +581,7 @@ collage_status collage_model_read_header(const char *path, collage_model_config 
 collage_status collage_model_load_file(const char *path, const collage_model_config *cfg, void *params, int want_bf16,
                                        char *err, size_t cap) {
     if (!path || !cfg || !params) return collage__fail(err, cap, COLLAGE_ERR_NULL, "no path, config or parameters");
+    if (collage_model_is_hf_folder(path)) return collage_model_import_safetensors(path, cfg, params, want_bf16, err, cap);
     const collage_model_family *fam = NULL;
     collage_status st = collage__checkpoint_check_file(path, err, cap);
     if (st == COLLAGE_OK) st = probe_file(path, &fam, err, cap);

@@ -34,6 +34,32 @@ typedef struct {
     int optional;
 } collage_export_tensor;
 
+/* What import.c reads from the other program's config.json before the family turns it into a
+ * collage_model_config (from_hf): the sizes as that program states them, 0 for a key that is null. */
+typedef struct {
+    int vocab, ctx, layers, heads, kv_heads, channels, inner, head_dim, untied, type_vocab;
+    double eps, theta;
+} collage_hf_config;
+
+/* One key of config.json (import.c): key ("a.b": member b of object a); kind: COLLAGE_HF_INT (a
+ * positive integer, or null where dflt is "null", into the int at field, an offsetof in
+ * collage_hf_config), COLLAGE_HF_REAL (a positive finite number into the double at field),
+ * COLLAGE_HF_TIED (a bool; 1 − it into the int at field: tie_word_embeddings into untied) or
+ * COLLAGE_HF_FIXED (what collage computes has no setting: the value must equal fixed, as JSON text,
+ * else the folder is refused with why, what collage computes instead); dflt: the value transformers
+ * takes when the key is absent, as JSON text ("": absent leaves the field as it is; NULL: required). */
+enum { COLLAGE_HF_INT = 1, COLLAGE_HF_REAL, COLLAGE_HF_TIED, COLLAGE_HF_FIXED };
+typedef struct {
+    const char *key;
+    int kind;
+    size_t field;
+    const char *dflt, *fixed, *why;
+} collage_hf_key;
+
+/* A tensor the other program may save beside its twin, tied to it (lm_head.weight beside the embedding):
+ * accepted on import where its bits equal the twin's, refused as an untied tensor otherwise. */
+typedef struct { const char *alias, *twin; } collage_hf_tie;
+
 /* A family's layout in another program's classes (Hugging Face's for safetensors). The file lists the
  * tensors in table order, except that the entries with %d are written layer by layer where the first
  * of them stands. config_json writes the other program's config for cfg with weights of dtype
@@ -45,7 +71,37 @@ typedef struct {
     int (*config_json)(const collage_model_config *cfg, const char *dtype, char *buf, size_t cap);
     /* Part k's first row and row count within a slice of the entries with that part (NULL: no parts). */
     void (*rows)(const collage_model_config *cfg, int part, size_t *row0, size_t *nrows);
+    /* Reading (import.c): config.json's model_type and the class its architectures must name; the keys
+     * read or checked, in order; from_hf: the family's config from what they said (sizes, the vocabulary
+     * left to the caller), or 0 with why (naming the key) where collage cannot compute that model; the
+     * tensors the class may save tied to another. */
+    const char *model_type, *arch;
+    const collage_hf_key *keys;
+    int n_keys;
+    int (*from_hf)(const collage_hf_config *h, collage_model_config *c, char *why, size_t cap);
+    const collage_hf_tie *ties;
+    int n_ties;
 } collage_export_layout;
+
+/* One tensor of the other program's file, cut from the slab by a layout entry: its name, where its
+ * elements come from and the shape it is written with. */
+typedef struct {
+    char name[128];
+    size_t src;        /* first element in the slab */
+    size_t rows, cols; /* the source matrix (cols = 1 for a vector): rows × cols elements from src */
+    int transpose;     /* written as cols × rows */
+    size_t rope_hs;    /* rows written from adjacent pairs to halves in heads of this many rows (0: in order) */
+    int ndim;          /* 1 or 2, as written */
+    size_t begin, end; /* byte range in the data section, es bytes an element */
+} collage_export_slice;
+/* The tensors of the file for layout L and cfg, per-layer entries expanded layer by layer where the first
+ * of them stands, with their byte ranges; *n = count. NULL with a message where the table does not fit
+ * the family's tensors. The caller frees it (export.c). */
+collage_export_slice *collage__export_expand(const collage_export_layout *L, const collage_model_config *cfg, size_t es,
+                                             int *n, char *err, size_t cap);
+/* The source row written as row r of a head-permuted tensor: within each head of hs rows, rows 0, 2, 4, …
+ * first, then 1, 3, 5, … (pairs (2i, 2i + 1) become (i, i + hs/2)). */
+size_t collage__rope_row(size_t r, size_t hs);
 
 typedef struct {
     const char *name;                       /* "gpt2": collage_family_name */

@@ -224,7 +224,10 @@ collage_status collage_checkpoint_find(const char *path, collage_checkpoint *out
 collage_status collage_checkpoint_model(const char *arg, char *out, size_t cap, char *err, size_t ecap) {
     struct stat sb;
     if (!arg || !out) return collage__fail(err, ecap, COLLAGE_ERR_NULL, "no checkpoint given");
-    if (stat(arg, &sb) == 0 && !S_ISDIR(sb.st_mode)) { snprintf(out, cap, "%s", arg); return COLLAGE_OK; }
+    if ((stat(arg, &sb) == 0 && !S_ISDIR(sb.st_mode)) || collage_model_is_hf_folder(arg)) {
+        snprintf(out, cap, "%s", arg);
+        return COLLAGE_OK;
+    }
     collage_checkpoint ck;
     collage_status st = collage_checkpoint_find(arg, &ck, err, ecap);
     if (st) return st;
@@ -235,7 +238,8 @@ collage_status collage_checkpoint_model(const char *arg, char *out, size_t cap, 
 void collage_checkpoint_model_path(const char *arg, char *out, size_t cap) {
     collage_checkpoint ck;
     struct stat sb;
-    if (stat(arg, &sb) == 0 && S_ISDIR(sb.st_mode) && collage_checkpoint_find(arg, &ck, NULL, 0) == COLLAGE_OK)
+    if (collage_model_is_hf_folder(arg)) snprintf(out, cap, "%s", arg);
+    else if (stat(arg, &sb) == 0 && S_ISDIR(sb.st_mode) && collage_checkpoint_find(arg, &ck, NULL, 0) == COLLAGE_OK)
         snprintf(out, cap, "%s/model.bin", ck.dir);
     else if (stat(arg, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(out, cap, "%s/model.bin", arg);
     else snprintf(out, cap, "%s", arg);
