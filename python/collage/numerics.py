@@ -1,9 +1,10 @@
 """collage.numerics: libcollage's low-precision arithmetic over numpy arrays, for checking one's own
-kernels against it: bf16, fp16 and fp8 (e4m3, e5m2) conversions, the single operations (evaluated in
+kernels against it: bf16, fp16, fp8 (e4m3, e5m2) and fp4 (e2m1) conversions, the single operations (evaluated in
 fp32, rounded once: docs/numerics.md §3), fma, the error-free transforms and the MCF updates (§4-5),
 and the counter-based random bits (§2).
 
-Values travel as their bits in uint16 arrays (fp8 in the low byte), as in the C API. Conversions to a
+Values travel as their bits in uint16 arrays (fp8 in the low byte, e2m1 in the low nibble, its NaN
+marker 0x10 above the codes), as in the C API. Conversions to a
 format go through the library's scalar reference rows (collage_lp_from_f32_row_ref, ...); the
 operations are the same fp32 expressions in numpy (IEEE binary32, one operation at a time) rounded by
 those rows, so every result is the C library's bit for bit (python/tests/test_numerics.py checks them
@@ -24,13 +25,14 @@ __all__ = ["FORMATS", "format_info", "to_f32", "from_f32", "from_f32_sr", "from_
            "sqrt", "fma", "two_sum", "fast_two_sum", "two_prod", "grow", "grow_addcmul", "mcf_mul", "mcf_mul_v1",
            "split", "rand32", "rand_key"]
 
-FORMATS = ("bf16", "fp16", "e4m3", "e5m2")
+FORMATS = ("bf16", "fp16", "e4m3", "e5m2", "e2m1")
 
 
 class _FormatInfo(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("bits", ctypes.c_int), ("exp_bits", ctypes.c_int),
                 ("man_bits", ctypes.c_int), ("bias", ctypes.c_int), ("has_inf", ctypes.c_int),
-                ("max_bits", ctypes.c_uint16), ("nan_bits", ctypes.c_uint16), ("max_value", ctypes.c_float)]
+                ("max_bits", ctypes.c_uint16), ("nan_bits", ctypes.c_uint16), ("max_value", ctypes.c_float),
+                ("has_nan", ctypes.c_int)]
 
 
 _lib.lib.collage_format_get.restype = ctypes.POINTER(_FormatInfo)
@@ -63,7 +65,7 @@ def to_f32(bits, fmt="bf16"):
 
 
 def from_f32(x, fmt="bf16", saturate=False):
-    """RN of fp32 values to the format (ties to even; overflow to ±Inf, e4m3's NaN; saturate: to ±max)."""
+    """RN of fp32 values to the format (ties to even; overflow to ±Inf, e4m3's NaN, e2m1's ±6; saturate: to ±max)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty(x.shape, dtype=np.uint16)
     f = _fmt(fmt)

@@ -10,7 +10,7 @@ import collage.numerics as cn
 from collage import _lib
 
 L = _lib.lib
-N = 4000  # operand sets per format and operation (fp8: conversions of all 256 values too)
+N = 4000  # operand sets per format and operation (fp8 and fp4: conversions of all their values too)
 
 
 def operands(fmt, k, seed):
@@ -47,7 +47,7 @@ def test_conversions(fmt):
     d = rng.standard_normal(N) * np.exp2(rng.integers(-140, 130, N))
     d[:4] = [np.inf, np.nan, 1e300, 2.0 ** -1100]
     assert np.array_equal(cn.from_f64(d, fmt), np.array([L.collage_lp_from_f64(f, float(v)) for v in d], dtype=np.uint16))
-    allbits = np.arange(1 << cn.format_info(fmt)["bits"], dtype=np.uint16) if fmt in ("e4m3", "e5m2") else \
+    allbits = np.arange(1 << cn.format_info(fmt)["bits"], dtype=np.uint16) if fmt in ("e4m3", "e5m2", "e2m1") else \
         operands(fmt, N, 2)
     back = cn.to_f32(allbits, fmt)
     assert np.array_equal(back.view(np.uint32), np.array([np.float32(_to_f32(f, b)).view(np.uint32) for b in allbits]))
