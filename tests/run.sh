@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test program in BUILD/tests (or those named in TESTS, e.g. TESTS="test_model test_cli"),
-# prints their output, and one combined closing line.
+# Runs every test program in BUILD/tests (or those named in TESTS, e.g. TESTS="test_model test_cli"; less
+# those named in TESTS_SKIP), prints their output, and one combined closing line.
 # A program that crashes or exits non-zero without counting a failure counts as one failure.
 build=${1:-build}
 pass=0; fail=0
@@ -18,6 +18,7 @@ trap 'rm -f "$cpu_file"' EXIT
 for t in "$build"/tests/test_*; do
   [ -x "$t" ] || continue
   if [ -n "${TESTS:-}" ] && [[ " $TESTS " != *" $(basename "$t") "* ]]; then continue; fi
+  if [[ " ${TESTS_SKIP:-} " == *" $(basename "$t") "* ]]; then continue; fi
   echo "== $(basename "$t")"
   t0=$SECONDS
   # its CPU time (user + system, its processes together) beside the wall time
