@@ -108,10 +108,10 @@ static void o_shape(const collage_fp4_quant *q, int *br, int *bc) {
 static int check_elem(const collage_fp4_quant *q, const o_tensor *t, const o_block *b, float x, size_t i,
                       int code, float deq) {
     const float y = f32((double)x * (double)b->enc);
-    int want = o_e2m1(y);
+    int want = o_e2m1((double)y);
     if (q->sr) {
         want = collage_lp_from_f32_sr(COLLAGE_FMT_E2M1, y, collage_rand32(q->key, q->index0 + i));
-        const int lo = o_floor(y);
+        const int lo = o_floor((double)y);
         CHECK(want == lo || want == ((lo & 7) < 7 ? lo + 1 : lo), "SR code 0x%x of y %a is not a neighbour", want,
               (double)y);
     }
@@ -341,7 +341,7 @@ static double o_sr_gap(collage_fp4_recipe rc, const float *x, int R, int C, int 
     const int len = rc == COLLAGE_FP4_NVFP4 ? 16 : 32, c0 = c / len * len;
     const o_tensor ot = o_tensor_scale(rc, o_max_abs(x, 0, R, 0, C, C));
     const o_block ob = o_block_scale(rc, &ot, o_max_abs(x, r, r + 1, c0, c0 + len < C ? c0 + len : C, C));
-    const int lo = o_floor(f32((double)x[r * C + c] * (double)ob.enc));
+    const int lo = o_floor((double)f32((double)x[r * C + c] * (double)ob.enc));
     *sat = (lo & 7) == 7 ? o_dequant(rc, &ot, &ob, lo) : (double)NAN;
     return (lo & 7) == 7 ? 0 : fabs(o_dequant(rc, &ot, &ob, lo + 1) - o_dequant(rc, &ot, &ob, lo));
 }
