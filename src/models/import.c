@@ -204,7 +204,7 @@ static collage_status load_header(sf_set *S, int fi, char *err, size_t cap) {
     uint64_t hlen = 0, size = 0;
     collage_status st = read_header(f, path, &text, &hlen, &size, err, cap);
     fclose(f);
-    hj_span s = {text, text + hlen}, obj, it, v;
+    hj_span s = {text, st == COLLAGE_OK ? text + hlen : text}, obj, it, v; /* text is NULL when the header was refused */
     if (st == COLLAGE_OK && (!hj_value(&s, &obj) || !hj_enter(obj, '{', &it)))
         st = collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s': the header is not a JSON object", path);
     int r = 1;

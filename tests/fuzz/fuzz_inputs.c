@@ -3,7 +3,8 @@
  * (collage_model_read_header, collage_model_load_file), the llm.c token shard (collage_shard_read), the
  * GPT-2 vocabulary files (collage_tokenizer_create), a corpus folder of text files or shards
  * (collage_corpus_tokens, collage_corpus_text), a checkpoint's train.state (collage_run_read_saved,
- * collage_checkpoint_verify), and encode/decode on arbitrary bytes and ids.
+ * collage_checkpoint_verify), a Hugging Face folder (collage_model_import_config, _import_safetensors),
+ * and encode/decode on arbitrary bytes and ids.
  * Built with clang under ASan + UBSan (`make fuzz`); run e.g. `build-fuzz/fuzz_inputs -max_total_time=60`.
  *
  * Besides "no crash, no out-of-bounds access, no leak", each target checks the contracts of
@@ -19,7 +20,9 @@
  * checksum recomputed), so that mutations get past the magic and the checksum to the later checks;
  * so is the train.state target (a valid manifest, edited, its checksum line optionally recomputed).
  * The checkpoint target edits a GPT-2 (llm.c format, fp32 or bf16), a BERT (collbert, fp32 or bf16) or
- * a LLaMA (llama2.c's fp32) file. Input: byte 0 picks the target (mod 7), the rest is its payload. */
+ * a LLaMA (llama2.c's fp32) file; the Hugging Face target edits config.json or model.safetensors of a
+ * folder the export wrote (GPT-2 bf16, BERT fp32, LLaMA). Input: byte 0 picks the target (mod 8), the
+ * rest is its payload. */
 #include "collage.h"
 #include "collage_data.h"
 #include "collage_model.h"
@@ -52,6 +55,9 @@ static const collage_model_config g_llama = {.family = COLLAGE_FAMILY_LLAMA, .vo
                                              .channels = 8, .hidden_dim = 12, .untied = 1, .norm_eps = 1e-5,
                                              .rope_theta = 10000.0};
 static collage_tokenizer *g_tok[2];           /* byte, gpt2 (NULL when its files are not installed) */
+static unsigned char *g_hf[3][2];             /* gpt2 bf16, bert fp32, llama: config.json, model.safetensors */
+static size_t g_hf_len[3][2];
+static const char *const HF_FILES[2] = {"config.json", "model.safetensors"};
 
 enum { N_ELEM = 40 };
 static const collage_param_group g_groups[2] = {{"matrices", 0, 16, 0.1}, {"norms", 16, 24, 0.0}};
@@ -198,6 +204,41 @@ static void fuzz_ckpt(const uint8_t *d, size_t n) {
         err[0] = 0;
         if (collage_model_load_file(path, &c, w, want, err, sizeof err) != COLLAGE_OK && !strstr(err, path))
             FAIL("a failed checkpoint load does not name the file: '%s'", err);
+    }
+    free(w);
+}
+
+/* A Hugging Face folder: one of its two files edited, the other as exported; a failed read names the
+ * folder's file, and a folder read whole has the model's shape. */
+static void fuzz_hf(const uint8_t *d, size_t n) {
+    if (n < 1) return;
+    const int fam = d[0] % 3, which = (d[0] / 3) & 1;
+    char dir[300], path[320], err[COLLAGE_ERR_LEN];
+    snprintf(dir, sizeof dir, "%s/hf", g_dir);
+    mkdir(dir, 0755);
+    for (int i = 0; i < 2; i++) {
+        size_t len = g_hf_len[fam][i];
+        unsigned char *b = i == which ? edit(g_hf[fam][i], len, d + 1, n - 1, &len, 0) : NULL;
+        snprintf(path, sizeof path, "%s/%s", dir, HF_FILES[i]);
+        spit(path, b ? b : g_hf[fam][i], len);
+        free(b);
+    }
+    collage_model_config c;
+    int bf16 = 0;
+    err[0] = 0;
+    if (collage_model_import_config(dir, &c, &bf16, err, sizeof err) != COLLAGE_OK) {
+        if (!strstr(err, dir)) FAIL("a failed config.json read does not name the file: '%s'", err);
+        return;
+    }
+    size_t np = collage_model_num_params(&c);
+    if (np == 0) FAIL("import_config accepted a model of no parameters");
+    if (np > ((size_t)1 << 20)) return;
+    float *w = malloc(np * sizeof(float));
+    if (!w) FAIL("out of memory");
+    for (int want = 0; want < 2; want++) {
+        err[0] = 0;
+        if (collage_model_import_safetensors(dir, &c, w, want, err, sizeof err) != COLLAGE_OK && !strstr(err, dir))
+            FAIL("a failed import does not name the folder's file: '%s'", err);
     }
     free(w);
 }
@@ -408,6 +449,30 @@ static void fuzz_corpus(const uint8_t *d, size_t n) {
     }
 }
 
+/* The Hugging Face folders the HF target edits: the micro GPT-2 in bf16, the BERT in fp32 and the LLaMA
+ * (its weights wl), as collage_model_export_safetensors writes them. */
+static void hf_bases(const float *wl) {
+    const collage_model_config *cfg[3] = {&g_cfg[0], &g_cfg[1], &g_llama};
+    char dir[300], path[320], err[COLLAGE_ERR_LEN];
+    for (int f = 0; f < 3; f++) {
+        const size_t np = collage_model_num_params(cfg[f]);
+        float *w = malloc(np * sizeof *w);
+        collage_bf16 *wb = malloc(np * sizeof *wb);
+        if (!w || !wb) FAIL("out of memory");
+        for (size_t i = 0; i < np; i++) { w[i] = f == 2 ? wl[i] : 0.01f * (float)(i % 13); wb[i].bits = (uint16_t)(0x3c00 + i % 256); }
+        snprintf(dir, sizeof dir, "%s/base_hf%d", g_dir, f);
+        if (collage_model_export_safetensors(dir, cfg[f], f == 0 ? (const void *)wb : (const void *)w, f == 0, err,
+                                             sizeof err) != COLLAGE_OK)
+            FAIL("cannot export a folder: %s", err);
+        for (int i = 0; i < 2; i++) {
+            snprintf(path, sizeof path, "%s/%s", dir, HF_FILES[i]);
+            g_hf[f][i] = slurp(path, &g_hf_len[f][i]);
+        }
+        free(w);
+        free(wb);
+    }
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc; (void)argv;
     collage_set_threads(1);
@@ -456,6 +521,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     snprintf(path, sizeof path, "%s/base_model.bin", g_dir);
     if (collage_model_save_file(path, &g_llama, wl, 0, err, sizeof err) != COLLAGE_OK) FAIL("cannot save a llama: %s", err);
     g_ckpt[4] = slurp(path, &g_ckpt_len[4]);
+    hf_bases(wl);
     free(wl);
     if (collage_tokenizer_create(COLLAGE_TOKENIZER_BYTE, NULL, &g_tok[0], err, sizeof err) != COLLAGE_OK)
         FAIL("no byte tokenizer: %s", err);
@@ -468,14 +534,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) {
     if (n < 1) return 0;
-    switch (d[0] % 7) {
+    switch (d[0] % 8) {
     case 0: fuzz_state(d + 1, n - 1); break;
     case 1: fuzz_ckpt(d + 1, n - 1); break;
     case 2: fuzz_shard(d + 1, n - 1); break;
     case 3: fuzz_tokens(d + 1, n - 1); break;
     case 4: fuzz_vocab(d + 1, n - 1); break;
     case 5: fuzz_corpus(d + 1, n - 1); break;
-    default: fuzz_manifest(d + 1, n - 1); break;
+    case 6: fuzz_manifest(d + 1, n - 1); break;
+    default: fuzz_hf(d + 1, n - 1); break;
     }
     return 0;
 }
