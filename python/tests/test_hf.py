@@ -4,6 +4,7 @@ logits are the library's; transformers' own classes, with their parameters in bf
 collage.torch.AdamW, Lion and SGD in a plain loop and through transformers.Trainer, whose checkpoints resume
 bit for bit (model and every optimizer word); save_pretrained folders read by collage (export, eval, train
 --init) keep every bf16 word and give transformers' loss, and what collage cannot compute is refused.
+`collage tokenize --tokenizer gpt2` gives the ids of transformers' fast GPT-2 tokenizer.
 Offline: models come from small configs, never from the hub."""
 
 import os
@@ -491,3 +492,148 @@ def test_train_refuses_what_collage_cannot_compute(tmp_path, what, over, words):
     r = collage_cli("train", "--init", tmp_path / "hf", "--steps", 1, "--save", tmp_path / "run", ok=False)
     assert r.returncode == 1 and "config.json" in r.stderr and all(w in r.stderr for w in words), r.stderr
     assert "hint:" in r.stderr and not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------- GPT-2's tokenizer: collage tokenize and transformers'
+def gpt2_vocab_dir():
+    """The folder `collage tokenize --tokenizer gpt2` reads (its order: $COLLAGE_GPT2_VOCAB_DIR, then the
+    two installed places), or skip."""
+    env = os.environ.get("COLLAGE_GPT2_VOCAB_DIR")
+    for d in [env] if env else ["/usr/local/share/collage/gpt2", "/usr/share/collage/gpt2"]:
+        d = pathlib.Path(d)
+        if (d / "encoder.json").is_file() and (d / "vocab.bpe").is_file():
+            return d
+    pytest.skip("GPT-2's vocabulary (encoder.json, vocab.bpe) is not installed: scripts/gpt2-vocab.sh installs it")
+
+
+@pytest.fixture(scope="module")
+def hf_gpt2(tmp_path_factory):
+    """transformers' GPT-2 tokenizer (its fast one: the Rust tokenizers BPE with the ByteLevel
+    pre-tokenizer) made offline from collage's vocabulary files: encoder.json is what Hugging Face names
+    vocab.json and vocab.bpe its merges.txt, the same files under other names."""
+    src = gpt2_vocab_dir()
+    d = tmp_path_factory.mktemp("gpt2-tokenizer")
+    (d / "vocab.json").symlink_to(src / "encoder.json")
+    (d / "merges.txt").symlink_to(src / "vocab.bpe")
+    tok = transformers.GPT2TokenizerFast.from_pretrained(d)
+    assert tok.is_fast and len(tok) == 50257 and tok.eos_token_id == 50256
+    return tok
+
+
+def collage_tokenize(tmp_path, src=None):
+    """`collage tokenize --tokenizer gpt2` of src (None: the default corpus, the English fortunes), read back
+    from its llm.c shard (a 1024-byte header of int32: magic 20240520, version 1, the token count, the
+    vocabulary size; then the tokens as little-endian uint16); returns (ids, the command's stdout)."""
+    out = tmp_path / "tokens.bin"
+    r = collage_cli("tokenize", "--tokenizer", "gpt2", "--vocab-dir", gpt2_vocab_dir(), "--out", out,
+                    *(["--in", src] if src else []))
+    raw = out.read_bytes()
+    header = np.frombuffer(raw[:1024], dtype="<i4")
+    assert list(header[:4]) == [20240520, 1, (len(raw) - 1024) // 2, 50257] and not header[4:].any(), header[:4]
+    return np.frombuffer(raw[1024:], dtype="<u2").astype(np.int64).tolist(), r.stdout
+
+
+def assert_same_ids(got, want, tok, where):
+    """Equal id lists; else the first position where they part, with the tokens around it."""
+    if got == want:
+        return
+    i = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    pieces = lambda ids: tok.convert_ids_to_tokens(ids[max(0, i - 3): i + 4])  # noqa: E731
+    pytest.fail(f"{where}: {len(got)} ids from collage, {len(want)} from transformers; first difference at {i}: "
+                f"collage {pieces(got)}, transformers {pieces(want)}")
+
+
+def fortune_text(raw):
+    """A fortune file as collage's corpus reader gives it: each line that is only '%' (the separator
+    between fortunes) becomes an empty line."""
+    return b"".join(b"\n" if line in (b"%\n", b"%") else line for line in raw.splitlines(keepends=True))
+
+
+def test_gpt2_tokenizer_ids_equal_transformers_on_the_fortunes(tmp_path, hf_gpt2):
+    """The whole default corpus: collage encodes each English fortune file by itself and joins the ids in
+    file-name order, with nothing between files; transformers' tokenizer, given each file's text the same
+    way, gives the same ids."""
+    folder = pathlib.Path("/usr/share/games/fortunes")
+    if not folder.is_dir():
+        pytest.skip("no fortunes corpus here (Debian's package 'fortunes')")
+    got, said = collage_tokenize(tmp_path)
+    # the corpus's files: plain files without a '.' in the name (art, not art.dat or the art.u8 link)
+    files = sorted((f for f in folder.iterdir() if "." not in f.name and f.is_file() and not f.is_symlink()),
+                   key=lambda f: os.fsencode(f.name))
+    texts = [fortune_text(f.read_bytes()) for f in files]
+    assert f"{sum(map(len, texts))} bytes in {len(files)} files" in said, said
+    want = [i for t in texts for i in hf_gpt2(t.decode("utf-8"))["input_ids"]]
+    assert len(got) > 100_000
+    assert_same_ids(got, want, hf_gpt2, "the fortunes")
+
+
+UNUSUAL = "".join([
+    "\ufeffA byte-order mark first. ",
+    "Combining marks: e\u0301 a\u0308\u0323 Z\u0351\u0334\u0315a\u0337\u0358l\u0335g\u0361o\u0327 n\u0303\u0303\u0303.\n",
+    "Emoji: \U0001F469\u200D\U0001F469\u200D\U0001F467\u200D\U0001F466 \U0001F3F3\uFE0F\u200D\U0001F308 "
+    "\U0001F44D\U0001F3FD \U0001F1EF\U0001F1F5\U0001F1EB\U0001F1F7 \u2764\ufe0f\U0001F525x\U0001F600\U0001F600\n",
+    "CJK: 日本語のテキスト、中文，한국어 漢字かなカナ｡ ＦＵＬＬＷＩＤＴＨ １２３\n",
+    "RTL: مرحبا بالعالم ١٢٣ שָׁלוֹם \u200fעולם\u200e \u202eevil\u202c فارسی ۴۵۶\n",
+    "Astral: 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𐍈𐌰 𝟘𝟙𝟚 🀄 𠀀𠀁 𓀀 \U0001D11E\n",
+    "Indic and Thai: नमस्ते ਸਤਿ ਸ੍ਰੀ สวัสดีครับ\n",
+    "Windows lines\r\nend\r\n\r\n",
+    "\ttabs\t\tand\t \tmixed \t\n",
+    "spaces:" + " " * 40 + "then text,   three,  two\n",
+    "Unicode spaces:\u00a0nbsp\u3000ideographic\u2009thin\u2028line sep\u0085next line\u200bzero-width\n",
+    "Numbers: 3.14159 1,000,000 -42 1e-10 0x1F 2024-11-29 ⅷ Ⅻ ²³ ½ ٣ 12345678901234567890\n",
+    "Contractions: it's don't we're I've I'm you'll he'd they'RE IT'S 'tis rock'n'roll o'clock it’s\n",
+    "Punctuation runs: ...!!!??? --- *** ((( ))) <<>> @#$%^&* ''' \"\"\" `code` ~~ \\\\ //\n",
+    "Replacement char \ufffd and a private-use char \ue000 and a tag character \U000E0041 (plane 14).\n",
+    "Ends in spaces and a newline   \n   ",
+])
+
+
+def test_gpt2_tokenizer_ids_equal_transformers_on_unusual_unicode(tmp_path, hf_gpt2):
+    """A file of unusual but valid UTF-8 (combining marks, ZWJ emoji, CJK, right-to-left text with its
+    controls, astral characters, \\r\\n, tabs, long runs of spaces, Unicode spaces, numbers, contractions):
+    collage's ids are transformers'. Each line alone too, so a difference points at its line."""
+    path = tmp_path / "unusual.txt"
+    path.write_bytes(UNUSUAL.encode("utf-8"))
+    got, _ = collage_tokenize(tmp_path, path)
+    assert_same_ids(got, hf_gpt2(UNUSUAL)["input_ids"], hf_gpt2, "the unusual file")
+    for k, line in enumerate(UNUSUAL.splitlines(keepends=True)):
+        path.write_bytes(line.encode("utf-8"))
+        assert_same_ids(collage_tokenize(tmp_path, path)[0], hf_gpt2(line)["input_ids"], hf_gpt2, f"line {k}: {line!r}")
+    # '<|endoftext|>' written in the text is text to collage; transformers makes it the special token
+    # unless told to split special tokens
+    path.write_bytes(b"one<|endoftext|>two")
+    got, _ = collage_tokenize(tmp_path, path)
+    assert_same_ids(got, hf_gpt2("one<|endoftext|>two", split_special_tokens=True)["input_ids"], hf_gpt2, "eot text")
+    assert 50256 not in got and hf_gpt2("one<|endoftext|>two")["input_ids"].count(50256) == 1
+
+
+def byte_decoder():
+    """GPT-2's bytes_to_unicode() inverted: the vocabulary's characters → the bytes they stand for."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def test_gpt2_tokenizer_on_invalid_utf8(tmp_path, hf_gpt2):
+    """Bytes that are not UTF-8 (a stray continuation byte, 0xff, a cut sequence, an overlong form, an
+    encoded surrogate, a code point past U+10FFFF). collage takes them: each invalid byte is a character
+    of its own, of the punctuation class, and its ids give back the file's bytes exactly. transformers'
+    tokenizer takes text only, so the bytes must be decoded first; decoded with errors="replace" each
+    invalid sequence is U+FFFD, whose ids both sides agree on, and transformers' decoding of collage's
+    ids is that same text."""
+    raw = (b"caf\xc3\xa9 \x80stray \xff\xfe ok \xc3 cut, overlong \xc0\xaf, surrogate \xed\xa0\x80, "
+           b"past U+10FFFF \xf4\x90\x80\x80, a\xffb and the end \xe2\x82")
+    path = tmp_path / "invalid.txt"
+    path.write_bytes(raw)
+    got, _ = collage_tokenize(tmp_path, path)
+    dec = byte_decoder()
+    assert bytes(dec[c] for t in hf_gpt2.convert_ids_to_tokens(got) for c in t) == raw
+    text = raw.decode("utf-8", errors="replace")
+    assert hf_gpt2.decode(got) == text
+    path.write_bytes(text.encode("utf-8"))
+    assert_same_ids(collage_tokenize(tmp_path, path)[0], hf_gpt2(text)["input_ids"], hf_gpt2, "U+FFFD in place")
