@@ -147,6 +147,7 @@ def main():
                         for k in ("step_ms", "fwd_bwd_ms", "opt_ms", "peak_mib", "imports_mib")},
                      "rounds_step_ms": [round(r["step_ms"], 1) for r in rs],
                      "rounds_peak_mib": [round(r["peak_mib"], 1) for r in rs],
+                     "rounds_steps_ms": [r["steps_ms"] for r in rs], "rounds_stages_mib": [r["stages_mib"] for r in rs],
                      "losses": rs[0]["losses"]})
     for r in rows:
         r["above_imports_mib"] = r["peak_mib"] - r["imports_mib"]
