@@ -4,7 +4,8 @@ logits are the library's; transformers' own classes, with their parameters in bf
 collage.torch.AdamW, Lion and SGD in a plain loop and through transformers.Trainer, whose checkpoints resume
 bit for bit (model and every optimizer word); save_pretrained folders read by collage (export, eval, train
 --init) keep every bf16 word and give transformers' loss, and what collage cannot compute is refused.
-`collage tokenize --tokenizer gpt2` gives the ids of transformers' fast GPT-2 tokenizer.
+`collage tokenize --tokenizer gpt2` gives the ids of transformers' fast GPT-2 tokenizer, and `python -m
+collage.compare` writes `collage compare`'s results.csv and report tables.
 Offline: models come from small configs, never from the hub."""
 
 import os
@@ -637,3 +638,47 @@ def test_gpt2_tokenizer_on_invalid_utf8(tmp_path, hf_gpt2):
     assert hf_gpt2.decode(got) == text
     path.write_bytes(text.encode("utf-8"))
     assert_same_ids(collage_tokenize(tmp_path, path)[0], hf_gpt2(text)["input_ids"], hf_gpt2, "U+FFFD in place")
+
+
+# ---------------------------------------------------------------- python -m collage.compare beside collage compare
+def table_head(report):
+    return [line for line in report.splitlines() if line.startswith("| strategy |")]
+
+
+@pytest.mark.parametrize("model", ["gpt2", "bert"])
+def test_python_compare_writes_collage_compares_report(tmp_path, model):
+    """python -m collage.compare and `collage compare` over the same small grid: the same results.csv header
+    and rows (strategy, β2, seed), the same table columns in report.md; the runs of a seed start from the
+    same weights and batches (bf16 and bf16-master hold the same bf16 weights: equal first losses), each
+    run's bytes per parameter is its strategy's, and a rerun keeps the finished runs."""
+    if not os.path.isdir("/usr/share/games/fortunes"):
+        pytest.skip("no fortunes corpus here (Debian's package 'fortunes'): both grids train on it")
+    grid = ["--precision", "bf16,bf16-master", "--beta2", "0.95", "--steps", "4", "--batch", "2", "--seq", "16",
+            "--threads", "1"]
+    collage_cli("compare", *grid, "--jobs", "1", "--out", tmp_path / "c",
+                *(["--model", "bert-tiny"] if model == "bert" else []))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    r = subprocess.run([sys.executable, "-m", "collage.compare", "--model", model, *grid, "--out", str(tmp_path / "p")],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    import csv
+    c_rows, p_rows = (list(csv.DictReader(open(tmp_path / d / "results.csv"))) for d in ("c", "p"))
+    assert (tmp_path / "p" / "results.csv").read_text().splitlines()[0] == \
+        (tmp_path / "c" / "results.csv").read_text().splitlines()[0]
+    key = lambda rows: sorted((x["strategy"], float(x["beta2"]), x["seed"], x["steps"]) for x in rows)  # noqa: E731
+    assert key(p_rows) == key(c_rows) and len(p_rows) == 2
+    for x in p_rows:
+        assert float(x["bytes_per_param"]) == collage.strategy(x["strategy"]).bytes_per_param
+        assert all(np.isfinite(float(x[k])) for k in ("train_loss", "val_loss", "edq_ratio", "lost")), x
+        assert (x["val_accuracy"] == "") == (model == "gpt2"), x
+    c_rep, p_rep = ((tmp_path / d / "report.md").read_text() for d in ("c", "p"))
+    assert table_head(p_rep) == table_head(c_rep) and len(table_head(p_rep)) == 1, (table_head(p_rep), table_head(c_rep))
+    assert "| bf16-master | " in p_rep and "(reference)" in p_rep and "**bf16** " in p_rep
+    runs = sorted((tmp_path / "p" / "runs").glob("*/summary.json"))
+    import json
+    first = {json.loads(f.read_text())["strategy"]: json.loads(f.read_text())["losses"][0] for f in runs}
+    assert first["bf16"] == first["bf16-master"], first
+    stamps = [f.stat().st_mtime_ns for f in runs]
+    r = subprocess.run([sys.executable, "-m", "collage.compare", "--model", model, *grid, "--out", str(tmp_path / "p")],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and [f.stat().st_mtime_ns for f in runs] == stamps, r.stderr
