@@ -171,6 +171,7 @@ def paired(runs, s, ref, b2):
 
 
 def report(a, runs, cmdline):
+    import collage
     ref, mlm = reference(a.precision), a.model == "bert"
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     out = [f"# python -m collage.compare: report\n\nMade {date} by `{cmdline}`. {len(runs)} runs: {len(a.precision)} "
@@ -220,7 +221,14 @@ def report(a, runs, cmdline):
             verdict = "matches it" if abs(d[0]) <= noise else "ends worse" if d[0] > 0 else "ends better"
             bpp = [x["bytes_per_param"] for x in rows if x["strategy"] == s][0]
             p.append(f"**{s}** {verdict} ({d[0]:+.4f}{f' ± {d[1]:.4f}' if d[2] > 1 else ''}) at {bpp:.4g} bytes per "
-                     "parameter. ")
+                     "parameter")
+            lost, e = (stat([x[k] for x in rows if x["strategy"] == s]) for k in ("lost", "edq_ratio"))
+            if lost and lost[0] > 0.001:
+                kept = collage.strategy(s).keeps_update_in  # None: the update is lost
+                p.append(f"; its bf16 weights stayed put on {100 * lost[0]:.1f}% of nonzero updates, which {kept} "
+                         "carried instead" if kept else f"; {100 * lost[0]:.1f}% of its nonzero weight updates were "
+                         f"lost to rounding (EDQ ratio {e[0]:.3f})")
+            p.append(". ")
         out.append("".join(p) + "\n")
     out.append("The β2, frontier and EDQ paragraphs and the plots of `collage compare` are not written by this "
                "command; results.csv holds what they are computed from.\n")
