@@ -48,10 +48,11 @@ def adamw(params):
                     max_grad_norm=1.0)  # clipping by the library, on the fp32 norm of the bf16 gradients
 
 
-def run(out, steps=8, save_steps=4, resume=None, optimizer=adamw):
-    """Trains from a fresh model (or resumes from the checkpoint folder resume) with optimizer(named
-    parameters) (collage.torch.AdamW, Lion or SGD); returns the trainer."""
-    m = model()
+def run(out, steps=8, save_steps=4, resume=None, optimizer=adamw, make_model=model, data=None):
+    """Trains a fresh make_model() (or resumes it from the checkpoint folder resume) on data (a list of
+    dicts of model inputs; default: dataset()) with optimizer(named parameters) (collage.torch.AdamW, Lion
+    or SGD); returns the trainer. A resumed run must build the same model and data as the run it continues."""
+    m = make_model()
     opt = optimizer(m.named_parameters())
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 4))
     args = transformers.TrainingArguments(
@@ -59,7 +60,8 @@ def run(out, steps=8, save_steps=4, resume=None, optimizer=adamw):
         max_grad_norm=0.0,  # Trainer's own clipping off: the optimizer clips
         bf16=False,  # no autocast: the model is bf16 already
         use_cpu=True, seed=0, logging_steps=1, report_to="none", disable_tqdm=True, dataloader_num_workers=0)
-    trainer = transformers.Trainer(model=m, args=args, train_dataset=dataset(), optimizers=(opt, sched))
+    trainer = transformers.Trainer(model=m, args=args, train_dataset=dataset() if data is None else data,
+                                   optimizers=(opt, sched))
     trainer.train(resume_from_checkpoint=resume)
     return trainer
 
