@@ -7,8 +7,11 @@
 #include "nn.h"
 #include <cpuid.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define PRODUCTS_MAGIC "collage-products 1"
 #define PRODUCTS_MEMO 64      /* shape sets remembered in the process */
@@ -138,6 +141,24 @@ static void file_store(const char *key, int bf16, const char *name, double gflop
     if (collage_atomic_commit(&af, err, sizeof err) != COLLAGE_OK) collage_atomic_abort(&af);
 }
 
+/* The products file's lock (PATH.lock, flock'd exclusively): processes that start together (the ranks of
+ * an MPI run) measure one at a time, and each looks in the file again once it holds the lock, so that the
+ * first one's choice is every one's. -1 when there is no file or the lock cannot be taken (the process
+ * then measures on its own, as without a file). */
+static int file_lock(void) {
+    char path[4096 + 8];
+    if (!products_path(path, sizeof path - 8)) return -1;
+    strcat(path, ".lock");
+    const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    while (flock(fd, LOCK_EX) != 0)
+        if (errno != EINTR) { close(fd); return -1; }
+    return fd;
+}
+static void file_unlock(int fd) {
+    if (fd >= 0) close(fd); /* closing the descriptor releases the flock */
+}
+
 /* ---------------------------------------------------------------- measuring */
 static int measure_f32(const nn_shape *s, int n, double *gflops) {
     int best = NN_SGEMM_OPENBLAS;
@@ -179,6 +200,12 @@ static void choose_kind(memo_entry *e, int kind, const nn_shape *s, int n) {
     if (e->have[kind]) return;
     if (file_lookup(e->key, kind, &e->chosen[kind], &e->gflops[kind])) {
         snprintf(e->how[kind], sizeof e->how[kind], "remembered");
+        e->have[kind] = 1;
+        return;
+    }
+    const int lock = file_lock();
+    if (file_lookup(e->key, kind, &e->chosen[kind], &e->gflops[kind])) { /* stored while this process waited */
+        snprintf(e->how[kind], sizeof e->how[kind], "remembered");
     } else {
         e->chosen[kind] = kind ? measure_bf16(s, n, (nn_sgemm)e->chosen[0], &e->gflops[kind])
                                : measure_f32(s, n, &e->gflops[kind]);
@@ -186,6 +213,7 @@ static void choose_kind(memo_entry *e, int kind, const nn_shape *s, int n) {
         file_store(e->key, kind, kind ? nn_bf16_name((nn_bf16_path)e->chosen[kind]) : nn_sgemm_name((nn_sgemm)e->chosen[kind]),
                    e->gflops[kind]);
     }
+    file_unlock(lock);
     e->have[kind] = 1;
 }
 
