@@ -32,7 +32,13 @@ static void snapshot(char *buf, size_t cap) {
     h_sh(buf, cap, "cd %s && find . -printf '%%p %%y %%s %%T@\\n' | sort; ls -A /", g_dir);
 }
 
-/* Replaces CK, BERT, FILE, DIR, MISSING and TEXT in args by the test's paths. */
+/* Replaces the words CK, BERT, FILE, DIR, MISSING and TEXT in args by the test's paths: whole words only
+ * (no letter or digit on either side), so that a path already in args is left alone even where its
+ * random mkdtemp part holds one of them ("...-sreVCK/sched"). */
+static int word_at(const char *args, const char *p, const char *key) {
+    const size_t k = strlen(key);
+    return !strncmp(p, key, k) && (p == args || !isalnum((unsigned char)p[-1])) && !isalnum((unsigned char)p[k]);
+}
 static void expand(const char *args, char *out, size_t cap) {
     static const char *const keys[] = {"CK", "BERT", "FILE", "DIR", "MISSING", "TEXT"};
     const char *vals[] = {g_ck, g_bert, g_file, g_folder, g_missing, g_text};
@@ -40,7 +46,7 @@ static void expand(const char *args, char *out, size_t cap) {
     out[0] = 0;
     for (const char *p = args; *p && n + 1 < cap;) {
         size_t k = 0;
-        while (k < 6 && strncmp(p, keys[k], strlen(keys[k]))) k++;
+        while (k < 6 && !word_at(args, p, keys[k])) k++;
         if (k < 6) {
             n += (size_t)snprintf(out + n, cap - n, "%s", vals[k]);
             p += strlen(keys[k]);
