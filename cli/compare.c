@@ -192,7 +192,8 @@ static int plan_runs(const compare_opts *o, run_t *runs, int *finished) {
                 char *av[MAX_ARGV], args[8192];
                 if (run_argv(o, r, av) < 0) return -1;
                 argv_line(av, args, sizeof args);
-                *finished += finished_before(r, args, o->steps);
+                /* --report-only trusts every summary that covers the steps: its runs may be python's */
+                *finished += o->report_only ? load_result(r, o->steps) : finished_before(r, args, o->steps);
             }
     return 0;
 }
@@ -303,6 +304,25 @@ static int prepare_out(const char *out) {
     return bad ? -1 : 0;
 }
 
+/* --report-only: the outputs of the finished runs of the grid (runs freed here). 0, or the exit status
+ * after a message when none has finished or an output cannot be written. */
+static int report_only(const compare_opts *o, run_t *runs, int nruns, int finished, const char *cmdline) {
+    char b2s[32], fn[160];
+    if (!finished) {
+        fprintf(stderr, "collage compare: --report-only: no run of this grid has finished in '%s/runs' (a run's folder is "
+                        "NAME-bBETA2-sK, e.g. %s-b%s-s1, with a summary.json of %d steps)\nhint: the same --precision, --beta2, "
+                        "--seeds and --steps as the command that made the runs\n", o->out,
+                cmp_file_name(o->strategies[0], fn, sizeof fn), cmp_b2str(o->beta2[0], b2s), o->steps);
+        free(runs);
+        return 1;
+    }
+    if (finished < nruns) printf("collage compare: --report-only: %d of the grid's %d runs have finished; the report covers those\n",
+                                 finished, nruns);
+    const int rc = write_outputs(o, runs, nruns, cmdline, cli_now());
+    free(runs);
+    return rc ? 1 : 0;
+}
+
 /* The grid of o: plan, run, results. The runs go to *keep (the caller frees them) when keep is not NULL. */
 int cmp_run_grid(const compare_opts *o, const char *cmdline, run_t **keep, int *nkeep) {
     int nruns = o->n_strategies * o->n_beta2 * o->seeds;
@@ -314,6 +334,7 @@ int cmp_run_grid(const compare_opts *o, const char *cmdline, run_t **keep, int *
         free(runs);
         return 2;
     }
+    if (o->report_only) return report_only(o, runs, nruns, S.finished, cmdline);
     if (prepare_out(o->out)) { free(runs); return 1; }
     printf("collage compare: %d runs (%d strategies x %d beta2 x %d seeds) on %s, %d steps each, %d side by side with %d "
            "thread%s each; %d already finished in %s/\n", nruns, o->n_strategies, o->n_beta2, o->seeds,

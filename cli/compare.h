@@ -51,6 +51,7 @@ typedef struct {
     cmp_compute computes[MAX_COMPUTES]; /* the compute axis; none: every run computes as --compute says (bf16) */
     int n_computes;
     collage_optimizer optimizer; /* --optimizer as passed (adamw when not): which of the flags its runs read */
+    int report_only; /* --report-only: the outputs of the runs already finished in --out/runs, nothing trained */
 } compare_opts;
 
 /* compare_opts.c: the options (0, or the exit status after a message), a run's file name, and a train

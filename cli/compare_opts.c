@@ -31,6 +31,10 @@ static void compare_usage(FILE *f) {
             "  --eval-every N      validation interval (default steps/20)\n"
             "  --seed N            the first run's --seed (default 1337): the same initial weights and batch\n"
             "                      order for every strategy and beta2\n"
+            "  --report-only       train nothing: results.csv, report.md and the plots of the runs already\n"
+            "                      finished in --out/runs (by compare, or by `python -m collage.compare`,\n"
+            "                      whose description in --out/about.md the report includes), for the grid\n"
+            "                      the other flags name\n"
             "Other flags go to `collage train` unchanged; the defaults, docs/training.md:\n"
             "  --model tiny (2 layers, width 128, 4 heads), --seq 64, --batch 16, --lr 3e-4, warm-up steps/20,\n"
             "  --wd 0.1, --clip 1.0, --eps 1e-8 (1e-4 for the strategies with fp16 arithmetic, which refuse an\n"
@@ -196,10 +200,11 @@ int cmp_parse_compare(int argc, char **argv, compare_opts *o) {
         const int own = !strcmp(a, "--precision") || !strcmp(a, "--beta2") || !strcmp(a, "--seeds") || !strcmp(a, "--steps") ||
                         !strcmp(a, "--jobs") || !strcmp(a, "--threads") || !strcmp(a, "--eval-every") ||
                         !strcmp(a, "--seed") || !strcmp(a, "--out") || !strcmp(a, "--compute") || !strcmp(a, "--fp8-recipe");
-        const int kind = own ? 1 : cli_train_flag(a);
+        const int kind = own ? 1 : !strcmp(a, "--report-only") ? 0 : cli_train_flag(a);
         if (kind < 0) return cli_unknown("compare", a);
         if (kind == 0) { /* --quiet, --overwrite: compare's children are quiet and write their own folders */
             if (!strcmp(a, "--fp8-e4m3-all")) e4m3_all = 1; /* the fp8 computes' */
+            else if (!strcmp(a, "--report-only")) o->report_only = 1;
             else if (strcmp(a, "--quiet") && strcmp(a, "--overwrite") && pass_bare(o, a)) return -1;
             continue;
         }
@@ -231,6 +236,12 @@ int cmp_parse_compare(int argc, char **argv, compare_opts *o) {
         }
         if (bad) return -1;
         i++;
+    }
+    if (o->report_only && (computes || recipes)) {
+        fprintf(stderr, "collage compare: --report-only makes one grid's report; %s asks for one grid per compute\nhint: "
+                        "--report-only --out DIR/NAME for each compute's folder, or drop --report-only\n",
+                computes ? "--compute" : "--fp8-recipe");
+        return -1;
     }
     if ((computes || recipes || e4m3_all) && cmp_parse_computes(computes, recipes, e4m3_all, o)) return -1;
     if (unread_flags(o, b2_given)) return -1;

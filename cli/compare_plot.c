@@ -64,7 +64,15 @@ static void plot_curves(sbuf *g, const compare_opts *o, const run_t *runs, int n
         for (int row = 0; row < rows; row++) {
             if (row == 1) cmp_sb_printf(g, "set xrange [%d:*]\nset autoscale y\nset key top right\n", o->steps / 2);
             for (int j = 0; j < o->n_beta2; j++) {
-                cmp_sb_printf(g, "set title 'beta2 = %s%s'\nplot ", cmp_b2str(o->beta2[j], b2s), row ? ", second half" : "");
+                cmp_sb_printf(g, "set title 'beta2 = %s%s'\n", cmp_b2str(o->beta2[j], b2s), row ? ", second half" : "");
+                int any = 0; /* a panel without a finished run (--report-only over part of a grid) says so */
+                for (int i = 0; i < nruns; i++) any |= !runs[i].seed_index && runs[i].beta2 == o->beta2[j] && runs[i].done;
+                if (!any) {
+                    cmp_sb_printf(g, "set label 9 'no finished run' at graph 0.5,0.5 center\nplot [0:1][0:1] -1 notitle\n"
+                                  "unset label 9\n");
+                    continue;
+                }
+                cmp_sb_printf(g, "plot ");
                 int first = 1;
                 for (int i = 0; i < nruns; i++) {
                     const run_t *r = &runs[i];
@@ -74,7 +82,7 @@ static void plot_curves(sbuf *g, const compare_opts *o, const run_t *runs, int n
                               collage_strategy_name(r->strategy));
                     first = 0;
                 }
-                cmp_sb_printf(g, "%s\n", first ? "NaN notitle" : "");
+                cmp_sb_printf(g, "\n");
             }
         }
         cmp_sb_printf(g, "unset multiplot\nset xrange [*:*]\n");
@@ -150,6 +158,11 @@ static void plot_frontier(sbuf *g, const compare_opts *o, const run_t *runs, int
             lo = fmin(lo, y[no] - sd[no]);
             hi = fmax(hi, y[no] + sd[no]);
             no++;
+        }
+        if (!no) {
+            cmp_sb_printf(g, "set title 'beta2 = %s'\nset label 9 'no finished run' at graph 0.5,0.5 center\nplot [0:1][0:1] -1 "
+                          "notitle\nunset label 9\n", cmp_b2str(b2, b2s));
+            continue;
         }
         const double step = (hi - lo > 0 ? hi - lo : 1e-3) / 14.0;
         cmp_sb_printf(g, "set title 'beta2 = %s: the gap to %s against bytes (mean +- sd over seeds; the Pareto set joined)'\n"

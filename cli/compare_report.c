@@ -236,25 +236,48 @@ static void edq_paragraph(sbuf *b, const compare_opts *o, const run_t *runs, int
     free(e);
 }
 
+/* --report-only's opening: what the report covers, then --out/about.md as it is, where the maker of the
+ * runs (python -m collage.compare) says how they were trained. */
+static void header_report_only(sbuf *b, const compare_opts *o, const run_t *runs, int nruns, const char *cmdline,
+                               const char *date) {
+    int done = 0;
+    for (int i = 0; i < nruns; i++) done += runs[i].done;
+    cmp_sb_printf(b, "# collage compare: report\n\nMade %s by `%s` (collage %s) from the finished runs in `runs/`: %d of the "
+                  "grid's %d (%d strategies × %d values of β2 × %d seed%s, %d steps each).\n\n", date, cmdline, collage_version(),
+                  done, nruns, o->n_strategies, o->n_beta2, o->seeds, o->seeds > 1 ? "s" : "", o->steps);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/about.md", o->out);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf - 1, f)) > 0) { buf[n] = 0; cmp_sb_printf(b, "%s", buf); }
+    fclose(f);
+    cmp_sb_printf(b, "\n");
+}
+
 int cmp_write_report(const compare_opts *o, const run_t *runs, int nruns, const char *cmdline, int plots_ok) {
     sbuf b = {malloc(4096), 0, 4096};
     if (!b.p) return -1;
     time_t now = time(NULL);
     char date[64];
     strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    cmp_sb_printf(&b, "# collage compare: report\n\nMade %s by `%s` (collage %s). %d runs: %d strategies × %d values of β2 × %d seed%s, "
-                  "%d steps each; every run starts from the same weights and sees the same batches (seed k trains with "
-                  "--seed %llu+k), so the runs of one seed differ only in precision. Each run's own files, including the exact "
-                  "`collage train` command (args.txt), are in `runs/`.\n\n",
-              date, cmdline, collage_version(), nruns, o->n_strategies, o->n_beta2, o->seeds, o->seeds > 1 ? "s" : "", o->steps,
-              (unsigned long long)o->seed);
+    if (o->report_only) header_report_only(&b, o, runs, nruns, cmdline, date);
+    else
+        cmp_sb_printf(&b, "# collage compare: report\n\nMade %s by `%s` (collage %s). %d runs: %d strategies × %d values of β2 × %d "
+                      "seed%s, %d steps each; every run starts from the same weights and sees the same batches (seed k trains "
+                      "with --seed %llu+k), so the runs of one seed differ only in precision. Each run's own files, including "
+                      "the exact `collage train` command (args.txt), are in `runs/`.\n\n",
+                  date, cmdline, collage_version(), nruns, o->n_strategies, o->n_beta2, o->seeds, o->seeds > 1 ? "s" : "",
+                  o->steps, (unsigned long long)o->seed);
     cmp_sb_printf(&b, "Columns: validation loss at the last step (8 held-out batches, the same for every run); train loss as the mean "
                   "of the last 5%% of steps; EDQ ratio ⟨Δ_eff, Δ⟩/‖Δ‖² averaged over steps (1 = every update applied in full); "
                   "lost = the fraction of nonzero intended updates that left the stored bf16 weight unchanged (a compensated "
                   "strategy keeps them in its compensation, master or remainder); Δ val = the validation loss minus the "
                   "reference's in the run of the same seed; bytes of training "
-                  "state per parameter; tokens/s of one run (runs go side by side, %d thread%s each). Values are mean ± standard "
-                  "deviation over seeds when there is more than one.\n\n", o->threads, o->threads > 1 ? "s" : "");
+                  "state per parameter; tokens/s of one run (%s%d thread%s each). Values are mean ± standard "
+                  "deviation over seeds when there is more than one.\n\n", o->report_only ? "" : "runs go side by side, ",
+                  o->threads, o->threads > 1 ? "s" : "");
     const char *opt = cmp_passed_value(o, "--optimizer");
     if (opt && strcmp(opt, "adamw"))
         cmp_sb_printf(&b, "The optimizer is %s (`--optimizer %s`, docs/numerics.md §14)%s.\n\n", opt, opt,

@@ -233,6 +233,46 @@ static void test_plot_axes_and_labels(void) {
           "a BERT's plots: rc %d: %.2000s", rc, gp);
 }
 
+/* --report-only over g_out's finished grid (test_rerun_redoes_only_deleted's, --lr 1e-3): nothing runs (the
+ * summaries keep their times), results.csv holds every run, and a wider grid (a third β2 never run) is
+ * reported over the runs it has, its panel saying so; about.md goes under the heading; refusals: no
+ * finished run (another --steps) and --compute. */
+static void test_report_only(void) {
+    static char out[65536], report[65536];
+    char path[800];
+    const long long before = summary_mtime("bf16", "0.95", 1);
+    snprintf(path, sizeof path, "%s/about.md", g_out);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL, "cannot write %s", path);
+    if (f) { fputs("These runs were made by hand.\n", f); fclose(f); }
+    snprintf(path, sizeof path, "%s/results.csv", g_out);
+    unlink(path);
+    int rc = h_sh(out, sizeof out, "%s compare --report-only --out %s --precision " LIST_P " --beta2 0.95,0.999 --seeds %d "
+                  "--steps 6", g_bin, g_out, NSEED);
+    CHECK(rc == 0 && strstr(out, "wrote ") && !strstr(out, "[start"), "report-only: rc %d: %s", rc, out);
+    CHECK(summary_mtime("bf16", "0.95", 1) == before, "--report-only ran a run again");
+    check_csv(NRUNS);
+    rc = h_sh(out, sizeof out, "%s compare --report-only --out %s --precision " LIST_P " --beta2 0.95,0.9,0.999 --seeds %d "
+              "--steps 6", g_bin, g_out, NSEED);
+    CHECK(rc == 0 && strstr(out, "12 of the grid's 18 runs have finished"), "a wider grid: rc %d: %s", rc, out);
+    snprintf(path, sizeof path, "%s/report.md", g_out);
+    f = fopen(path, "r");
+    if (f) { report[fread(report, 1, sizeof report - 1, f)] = 0; fclose(f); }
+    CHECK(f && strstr(report, "from the finished runs in `runs/`: 12 of the grid's 18") &&
+          strstr(report, "These runs were made by hand.") && strstr(report, "## β2 = 0.9\n") &&
+          strstr(report, "## The frontier") && strstr(report, "## Does EDQ predict the loss?"), "report: %.1500s", report);
+    if (h_sh(NULL, 0, "command -v gnuplot") == 0) {
+        snprintf(path, sizeof path, "%s/frontier.png", g_out);
+        CHECK(strstr(out, "frontier.png") && is_png(path), "plots of a wider grid: %s", out);
+    }
+    rc = h_sh(out, sizeof out, "%s compare --report-only --out %s --precision " LIST_P " --steps 7", g_bin, g_out);
+    CHECK(rc == 1 && strstr(out, "no run of this grid has finished") && strstr(out, "hint:"), "nothing finished: rc %d: %s", rc,
+          out);
+    rc = h_sh(out, sizeof out, "%s compare --report-only --out %s --compute bf16,fp8", g_bin, g_out);
+    CHECK(rc == 2 && strstr(out, "--compute"), "--compute: rc %d: %s", rc, out);
+    unlink(path);
+}
+
 /* The compute axis: one grid per compute in --out/NAME, the report and results.csv across them (a compute
  * column; every strategy under every compute once; the fp8 rows' runs made with their recipe's flags);
  * its refusals name the flag; a train flag without a value (--nesterov) reaches every run. */
@@ -296,6 +336,7 @@ int main(void) {
     printf("test_compare: %s, data in %s\n", g_bin, g_dir);
     RUN(test_compare_writes_everything);
     RUN(test_rerun_redoes_only_deleted);
+    RUN(test_report_only);
     RUN(test_compare_bad_input);
     RUN(test_frontier_report);
     RUN(test_all_presets);

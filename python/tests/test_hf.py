@@ -16,6 +16,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import ctypes  # noqa: E402
 import pathlib  # noqa: E402
+import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
@@ -674,6 +675,17 @@ def test_python_compare_writes_collage_compares_report(tmp_path, model):
     c_rep, p_rep = ((tmp_path / d / "report.md").read_text() for d in ("c", "p"))
     assert table_head(p_rep) == table_head(c_rep) and len(table_head(p_rep)) == 1, (table_head(p_rep), table_head(c_rep))
     assert "| bf16-master | " in p_rep and "(reference)" in p_rep and "**bf16** " in p_rep
+    # the report is collage compare's own (--report-only over the python runs): its other sections and
+    # plots, and about.md's account of how the runs were made
+    for part in ("## The frontier: bytes against quality", "## Does EDQ predict the loss?", "## Plots",
+                 "python -m collage.compare", "BertForMaskedLM" if model == "bert" else "GPT2LMHeadModel"):
+        assert part in p_rep, part
+    if shutil.which("gnuplot"):
+        for png in ("val_loss.png", "edq.png", "loss_vs_bytes.png", "frontier.png"):
+            assert (tmp_path / "p" / png).read_bytes()[:4] == b"\x89PNG", png
+    for d in ("bf16-b0.95-s1", "bf16-master-b0.95-s1"):  # collage compare's folders; a validation every step
+        for which in ("c", "p"):
+            assert len((tmp_path / which / "runs" / d / "val.dat").read_text().splitlines()) == 4, (which, d)
     runs = sorted((tmp_path / "p" / "runs").glob("*/summary.json"))
     import json
     first = {json.loads(f.read_text())["strategy"]: json.loads(f.read_text())["losses"][0] for f in runs}
