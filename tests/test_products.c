@@ -330,6 +330,39 @@ static void test_products_file(void) {
     (void)err;
 }
 
+/* Processes that start together against an empty products file (an MPI run's ranks on a fresh machine)
+ * measure one at a time: exactly one of three `collage train`s says "measured", the others take its choice
+ * ("remembered"), every one names the same kernel, and the file holds the shapes' line once. */
+static void test_products_file_shared(void) {
+    char out[16384], path[400], cmd[4096];
+    snprintf(path, sizeof path, "%s/products-shared", g_dir);
+    unlink(path);
+    snprintf(cmd, sizeof cmd, "env -u COLLAGE_GEMM COLLAGE_PRODUCTS_FILE=%s %s train --data %s --model tiny --layers 1 --dim 32 "
+             "--heads 2 --batch 4 --seq 16 --threads 1 --steps 1 --precision collage-light", path, g_bin, g_text);
+    int rc = h_sh(out, sizeof out, "for i in 1 2 3; do (%s > %s/shared-$i.out 2>&1; echo $? > %s/shared-$i.rc) & done; wait; "
+                  "cat %s/shared-[123].rc | tr -d '\n'; echo; grep -h 'products:' %s/shared-[123].out | sed 's/; memory.*//'",
+                  cmd, g_dir, g_dir, g_dir, g_dir);
+    CHECK(rc == 0 && !strncmp(out, "000\n", 4), "three trains: rc %d: %s", rc, out);
+    int measured = 0, lines = 0;
+    char first[512] = "";
+    for (char *l = strchr(out, '\n'); l && l[1]; l = strchr(l + 1, '\n')) {
+        char line[512];
+        snprintf(line, sizeof line, "%.*s", (int)strcspn(l + 1, "\n"), l + 1);
+        measured += strstr(line, "(measured") != NULL;
+        char *how = strstr(line, " (");
+        if (how) *how = 0; /* the kernel's name */
+        if (!lines++) snprintf(first, sizeof first, "%s", line);
+        else CHECK(!strcmp(line, first), "kernels differ: '%s' and '%s'", line, first);
+    }
+    CHECK(lines == 3 && measured == 1, "%d products lines, %d measured: %s", lines, measured, out);
+    size_t len = 0;
+    char *text = (char *)h_read_file(path, &len);
+    int bf16 = 0;
+    for (const char *t = text; t && (t = strstr(t, " bf16 ")); t++) bf16++;
+    CHECK(text && bf16 == 1, "%d bf16 lines in %s: %s", bf16, path, text ? text : "(none)");
+    free(text);
+}
+
 /* A run saved on pinned kernels resumes on them with nothing pinned; a pin given on resume wins. */
 static void test_resume_takes_recorded(void) {
     char out[16384], run[400], st[1200];
@@ -362,6 +395,7 @@ int main(void) {
     RUN(test_pin_and_parse);
     RUN(test_threads_every_kernel);
     RUN(test_products_file);
+    RUN(test_products_file_shared);
     RUN(test_resume_takes_recorded);
     h_rm_rf(g_dir);
     return h_end();
