@@ -381,6 +381,164 @@ static void test_sr_mean(void) {
     }
 }
 
+/* ---------------------------------------------------------------- the vector quantizer */
+static const collage_isa ISAS[3] = {COLLAGE_ISA_SCALAR, COLLAGE_ISA_AVX2, COLLAGE_ISA_AVX512};
+
+/* The rounding lanes of every ISA the CPU has against the generic encoder (collage_lp_from_f32_sat / _sr):
+ * every e2m1 value, midpoint and quarter point with four fp32 ulps either side, fp32 subnormals, values far
+ * beyond 6, ±Inf, ±0, and random fp32 values of every binade; SR with the threshold word 2^32 − F of each
+ * input, its neighbours, both ends and random words. */
+static void test_round_lanes(void) {
+    enum { MAXN = 8192 };
+    static float y[MAXN];
+    static uint32_t r[MAXN];
+    int n = 0;
+    const float pts[] = {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f,
+                         6.0f, 7.0f, 7.5f, 8.0f, 0.125f, 0.375f, 0.625f, 2.25f, 2.75f, 4.5f, 5.5f, 6.5f, 12.0f};
+    for (size_t i = 0; i < sizeof pts / sizeof *pts; i++)
+        for (int d = -4; d <= 4; d++)
+            for (int sg = 0; sg < 2; sg++) {
+                const uint32_t u = f32_bits(pts[i]);
+                if (d < 0 && u < (uint32_t)-d) continue;
+                const float v = bits_f32(u + (uint32_t)d);
+                y[n++] = sg ? -v : v;
+            }
+    const float special[] = {INFINITY, -INFINITY, FLT_MAX, -FLT_MAX, 0x1p-149f, -0x1p-149f, 0x1p-127f, 1e30f};
+    for (size_t i = 0; i < sizeof special / sizeof *special; i++) y[n++] = special[i];
+    while (n < MAXN / 4) y[n++] = bits_f32(rnd32() & 0xff7fffffu) * 1.0f; /* finite: exponent ≤ 254 */
+    for (int i = 0; i < n; i++)
+        if (isnan(y[i])) y[i] = 1.0f;
+    const int base = n;
+    /* SR copies: each input with its threshold word, the words either side, 0, 2^32 − 1 */
+    for (int i = 0; i < base && n + 4 <= MAXN; i++) {
+        const uint16_t lo = collage_lp_from_f32_sr(COLLAGE_FMT_E2M1, y[i], 0u);
+        uint32_t T = 0; /* the least word that rounds away from zero, found by bisection on the generic encoder */
+        uint64_t a = 0, b = (uint64_t)1 << 32;
+        while (a < b) {
+            const uint64_t m = (a + b) / 2;
+            if (collage_lp_from_f32_sr(COLLAGE_FMT_E2M1, y[i], (uint32_t)m) != lo) b = m; else a = m + 1;
+        }
+        T = (uint32_t)a;
+        const uint32_t w[4] = {T, T - 1u, T + 1u, rnd32()};
+        for (int j = 0; j < 4; j++) y[n] = y[i], r[n++] = w[j];
+    }
+    uint8_t got[MAXN];
+    for (int ii = 0; ii < 3; ii++) {
+        if (!collage_isa_supported(ISAS[ii])) {
+            printf("  %s: not on this CPU, skipped\n", collage_isa_name(ISAS[ii]));
+            continue;
+        }
+        int bad = 0;
+        collage__fp4q_round_row(ISAS[ii], 0, y, r, base, got);
+        for (int i = 0; i < base; i++) {
+            const int want = collage_lp_from_f32_sat(COLLAGE_FMT_E2M1, y[i]);
+            if (got[i] != want && bad++ < 5)
+                CHECK(0, "%s RN y %a: 0x%x, want 0x%x", collage_isa_name(ISAS[ii]), (double)y[i], got[i], want);
+        }
+        collage__fp4q_round_row(ISAS[ii], 1, y + base, r + base, n - base, got);
+        for (int i = base; i < n; i++) {
+            const int want = collage_lp_from_f32_sr(COLLAGE_FMT_E2M1, y[i], r[i]);
+            if (got[i - base] != want && bad++ < 10)
+                CHECK(0, "%s SR y %a r %u: 0x%x, want 0x%x", collage_isa_name(ISAS[ii]), (double)y[i], r[i],
+                      got[i - base], want);
+        }
+        CHECK(bad == 0, "%s: %d codes differ from the generic encoder", collage_isa_name(ISAS[ii]), bad);
+    }
+}
+
+/* One vector quantization (fp32 or bf16 input) against the scalar quantizer of the same values: the tensor
+ * scale, every scale byte and code equal, every value equal to fp32(v·d) in bf16 bits. */
+static int check_vector(collage_isa isa, const collage_fp4_quant *q, const float *x, const uint16_t *xb, int rows,
+                        int cols, int ld, int nt) {
+    const size_t n = (size_t)rows * cols, nb = collage__fp4_blocks(q, rows, cols);
+    uint8_t *c0 = malloc(n), *c1 = malloc(n), *s0 = malloc(nb), *s1 = malloc(nb);
+    uint16_t *v = malloc(n * 2);
+    float *enc = malloc(nb * 4), *d = malloc(nb * 4), *xf = malloc((size_t)rows * ld * 4);
+    for (size_t i = 0; i < (size_t)rows * ld; i++) xf[i] = xb ? bf16_f32(xb[i]) : x[i];
+    collage_fp4_tensor t0, t1;
+    int bad = collage__fp4_quantize(q, xf, rows, cols, ld, c0, s0, &t0) != COLLAGE_OK;
+    bad |= collage__fp4_quantize_isa(isa, q, xb ? NULL : x, xb, rows, cols, ld, c1, v, s1, enc, d, &t1, nt) != COLLAGE_OK;
+    if (!bad) {
+        bad |= memcmp(&t0, &t1, sizeof t0) != 0;
+        bad |= memcmp(s0, s1, nb) != 0;
+        int br, bc;
+        collage__fp4_block_shape(q, &br, &bc);
+        const int gc = (cols + bc - 1) / bc;
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) {
+                const size_t i = (size_t)r * cols + c;
+                const float dv = collage__fp4_scale_value(q->recipe, s0[(size_t)(r / br) * gc + c / bc]);
+                const float want = collage_lp_to_f32(COLLAGE_FMT_E2M1, c0[i]) * dv;
+                if ((c0[i] != c1[i] || f32_bits(want) != ((uint32_t)v[i] << 16)) && bad++ < 3)
+                    CHECK(0, "(%d,%d) x %a: code 0x%x value %a, scalar 0x%x %a", r, c, (double)xf[(size_t)r * ld + c],
+                          c1[i], (double)bf16_f32(v[i]), c0[i], (double)want);
+            }
+    }
+    free(c0), free(c1), free(s0), free(s1), free(v), free(enc), free(d), free(xf);
+    return bad;
+}
+
+/* Every ISA the CPU has, 1 to 3 threads, fp32 and bf16 input, every recipe, role, K axis and rounding on
+ * odd shapes (one large enough for the threads to share it), and SR with index0 just below 2^32 and 2^33
+ * (the runs cut where the index's high half changes): bit for bit the scalar quantizer. */
+static void test_vector(void) {
+    const int shapes[5][3] = {{1, 1, 1}, {3, 300, 301}, {257, 5, 5}, {33, 47, 50}, {300, 257, 260}};
+    const uint64_t idx0[3] = {1000, 0xfffffff0ull, 0x1ffffff00ull};
+    for (int si = 0; si < 5; si++) {
+        const int rows = shapes[si][0], cols = shapes[si][1], ld = shapes[si][2];
+        float *x = malloc((size_t)rows * ld * sizeof(float));
+        uint16_t *xb = malloc((size_t)rows * ld * 2);
+        fill(x, (size_t)rows * ld, -12, 12);
+        for (size_t i = 0; i < (size_t)rows * ld; i++) xb[i] = (uint16_t)(f32_bits(x[i] * 1.7f) >> 16);
+        for (int ii = 0; ii < 3; ii++) {
+            if (!collage_isa_supported(ISAS[ii])) continue;
+            for (int ri = 0; ri < COLLAGE_FP4_RECIPE_COUNT; ri++)
+                for (int role = 0; role <= COLLAGE_FP4_GRAD; role++)
+                    for (int ka = 0; ka < 2; ka++)
+                        for (int sr = 0; sr < 2; sr++)
+                            for (int nt = 1; nt <= 3; nt++) {
+                                const collage_fp4_quant q = {.recipe = (collage_fp4_recipe)ri,
+                                                             .role = (collage_fp4_role)role, .k_axis = ka, .sr = sr,
+                                                             .key = 9u + (uint64_t)si, .index0 = idx0[(si + nt) % 3]};
+                                for (int in = 0; in < 2; in++)
+                                    CHECK(check_vector(ISAS[ii], &q, x, in ? xb : NULL, rows, cols, ld, nt) == 0,
+                                          "%s %s %dx%d role %d k_axis %d sr %d nt %d %s", collage_isa_name(ISAS[ii]),
+                                          rname(q.recipe), rows, cols, role, ka, sr, nt, in ? "bf16" : "fp32");
+                            }
+        }
+        free(x), free(xb);
+    }
+}
+
+/* NaN or ±Inf anywhere: refused by every ISA with nothing written to codes, values, scales or the tensor. */
+static void test_vector_refusals(void) {
+    enum { R = 20, C = 70 };
+    float x[R * C];
+    fill(x, R * C, -3, 3);
+    const float bad_vals[3] = {NAN, INFINITY, -INFINITY};
+    for (int ii = 0; ii < 3; ii++) {
+        if (!collage_isa_supported(ISAS[ii])) continue;
+        for (int bi = 0; bi < 3; bi++)
+            for (int ka = 0; ka < 2; ka++) {
+                float y[R * C];
+                memcpy(y, x, sizeof y);
+                y[(size_t)(R - 1) * C + C - 2] = bad_vals[bi];
+                uint8_t codes[R * C], scales[R * C];
+                uint16_t vals[R * C];
+                float enc[R * C], d[R * C];
+                memset(codes, 0xAB, sizeof codes), memset(scales, 0xAB, sizeof scales), memset(vals, 0xAB, sizeof vals);
+                collage_fp4_tensor t = {-1.0f, -1.0f, -1.0f};
+                const collage_fp4_quant q = {.recipe = COLLAGE_FP4_NVFP4, .role = COLLAGE_FP4_ACT, .k_axis = ka};
+                const collage_status st =
+                    collage__fp4_quantize_isa(ISAS[ii], &q, y, NULL, R, C, C, codes, vals, scales, enc, d, &t, 2);
+                int touched = t.amax != -1.0f;
+                for (int i = 0; i < R * C; i++) touched |= codes[i] != 0xAB || scales[i] != 0xAB || vals[i] != 0xABAB;
+                CHECK(st == COLLAGE_ERR_NONFINITE && !touched, "%s %a k_axis %d: status %d, written %d",
+                      collage_isa_name(ISAS[ii]), (double)bad_vals[bi], ka, st, touched);
+            }
+    }
+}
+
 int main(void) {
     tables_init();
     printf("test_fp4: seed %u\n", SEED);
@@ -390,5 +548,8 @@ int main(void) {
     RUN(test_saturation);
     RUN(test_refusals);
     RUN(test_sr_mean);
+    RUN(test_round_lanes);
+    RUN(test_vector);
+    RUN(test_vector_refusals);
     return h_end();
 }
