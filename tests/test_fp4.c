@@ -539,6 +539,97 @@ static void test_vector_refusals(void) {
     }
 }
 
+/* ---------------------------------------------------------------- the random Hadamard transform */
+#define RHT_ERR 8.0 /* the bound on each output's error, in units of 2^-24 · Σ|x_j| / 4 (4 stages of sums) */
+
+/* (1/4)·H16·D·x in double for group element i (H_ij = (−1)^popcount(i & j)), and (1/4)·Σ|x_j|. */
+static double o_rht(uint16_t signs, const double *x, int i, double *mag) {
+    double s = 0, m = 0;
+    for (int j = 0; j < 16; j++) {
+        const double v = ((signs >> j & 1) ? -x[j] : x[j]) * (__builtin_popcount((unsigned)(i & j)) & 1 ? -1 : 1);
+        s += v, m += fabs(v);
+    }
+    *mag = m / 4;
+    return s / 4;
+}
+
+/* Against the transform in double on both K axes (partial groups copied), fp32 and bf16 input, 1-3 threads
+ * giving the same bits; the inverse returns x within twice the bound; inner products of two columns are
+ * kept (orthogonal up to fp32 rounding); a unit vector gives ±1/4 exactly; the signs are a function of the
+ * key. */
+static void test_rht(void) {
+    enum { R = 37, C = 70 }; /* two whole groups and 5 rows (6 columns) left over */
+    float x[R * C], y[R * C], z[R * C], y2[R * C];
+    uint16_t xb[R * C];
+    fill(x, R * C, -20, 10);
+    for (int i = 0; i < R * C; i++) xb[i] = (uint16_t)(f32_bits(x[i]) >> 16);
+    const uint16_t signs = collage__fp4_rht_signs(12345u);
+    CHECK(signs == collage__fp4_rht_signs(12345u) && signs != collage__fp4_rht_signs(12346u) && signs != 0 &&
+              signs != 0xffffu, "signs 0x%04x", signs);
+    for (int ka = 0; ka < 2; ka++)
+        for (int in = 0; in < 2; in++) {
+            collage__fp4_rht(signs, 0, in ? NULL : x, in ? xb : NULL, R, C, C, ka, y, C, 1);
+            int bad = 0;
+            const int groups = ka ? C / 16 : R / 16, lines = ka ? R : C;
+            for (int l = 0; l < lines; l++)
+                for (int g = 0; g < groups; g++) {
+                    double xv[16];
+                    for (int j = 0; j < 16; j++) {
+                        const size_t e = ka ? (size_t)l * C + 16 * g + j : (size_t)(16 * g + j) * C + l;
+                        xv[j] = in ? (double)bf16_f32(xb[e]) : (double)x[e];
+                    }
+                    for (int i = 0; i < 16; i++) {
+                        const size_t e = ka ? (size_t)l * C + 16 * g + i : (size_t)(16 * g + i) * C + l;
+                        double mag;
+                        const double want = o_rht(signs, xv, i, &mag);
+                        if (!(fabs((double)y[e] - want) <= RHT_ERR * 0x1p-24 * mag) && bad++ < 3)
+                            CHECK(0, "k_axis %d line %d group %d elem %d: %a, want %a", ka, l, g, i, (double)y[e], want);
+                    }
+                }
+            for (int r = 0; r < R; r++) /* the elements past the last group are copied */
+                for (int c = 0; c < C; c++)
+                    if ((ka ? c >= C / 16 * 16 : r >= R / 16 * 16) &&
+                        f32_bits(y[(size_t)r * C + c]) != f32_bits(in ? bf16_f32(xb[(size_t)r * C + c]) : x[(size_t)r * C + c]))
+                        bad++;
+            for (int nt = 2; nt <= 3; nt++) {
+                collage__fp4_rht(signs, 0, in ? NULL : x, in ? xb : NULL, R, C, C, ka, y2, C, nt);
+                bad += memcmp(y, y2, sizeof y) != 0;
+            }
+            CHECK(bad == 0, "k_axis %d %s: %d differences", ka, in ? "bf16" : "fp32", bad);
+            if (in) continue;
+            collage__fp4_rht(signs, 1, y, NULL, R, C, C, ka, z, C, 2);
+            bad = 0;
+            for (int i = 0; i < R * C; i++) {
+                const int r = i / C, c = i % C; /* the bound of the group holding element i: 2 transforms */
+                double mag = 0;
+                for (int j = 0; j < 16; j++) {
+                    const int rr = ka ? r : (r / 16) * 16 + j, cc = ka ? (c / 16) * 16 + j : c;
+                    if (rr < R && cc < C) mag += fabs((double)x[(size_t)rr * C + cc]) / 4;
+                }
+                if (!(fabs((double)z[i] - (double)x[i]) <= 2 * RHT_ERR * 0x1p-24 * mag) && bad++ < 3)
+                    CHECK(0, "k_axis %d inverse (%d,%d): %a, x %a", ka, r, c, (double)z[i], (double)x[i]);
+            }
+            CHECK(bad == 0, "k_axis %d: inverse off in %d elements", ka, bad);
+        }
+    /* inner products of columns 3 and 8 over the two whole groups, before and after (k_axis 0) */
+    collage__fp4_rht(signs, 0, x, NULL, R, C, C, 0, y, C, 1);
+    double ip_x = 0, ip_y = 0, n3 = 0, n8 = 0;
+    for (int r = 0; r < 32; r++) {
+        const double a = (double)x[r * C + 3], b = (double)x[r * C + 8];
+        ip_x += a * b, ip_y += (double)y[r * C + 3] * (double)y[r * C + 8], n3 += a * a, n8 += b * b;
+    }
+    CHECK(fabs(ip_y - ip_x) <= 4 * RHT_ERR * 0x1p-24 * sqrt(n3 * n8), "inner product %.9e, was %.9e", ip_y, ip_x);
+    float e[16 * 1], u[16];
+    for (int j = 0; j < 16; j++) {
+        for (int i = 0; i < 16; i++) e[i] = i == j ? 1.0f : 0.0f;
+        collage__fp4_rht(signs, 0, e, NULL, 16, 1, 1, 0, u, 1, 1);
+        for (int i = 0; i < 16; i++) {
+            const float want = ((signs >> j & 1) ^ (__builtin_popcount((unsigned)(i & j)) & 1)) ? -0.25f : 0.25f;
+            CHECK(f32_bits(u[i]) == f32_bits(want), "unit %d: element %d %a, want %a", j, i, (double)u[i], (double)want);
+        }
+    }
+}
+
 int main(void) {
     tables_init();
     printf("test_fp4: seed %u\n", SEED);
@@ -551,5 +642,6 @@ int main(void) {
     RUN(test_round_lanes);
     RUN(test_vector);
     RUN(test_vector_refusals);
+    RUN(test_rht);
     return h_end();
 }

@@ -118,4 +118,20 @@ FP4Q_DECLARE(_avx512)
  * words r[i] (for tests). */
 void collage__fp4q_round_row(collage_isa isa, int sr, const float *y, const uint32_t *r, int n, uint8_t *codes);
 
+/* ---------------------------------------------------------------- the 16×16 random Hadamard transform */
+#define COLLAGE_FP4_RHT 16 /* the transform's length along K */
+/* The transform's 16 signs as a mask (bit j set: s_j = −1): bit j is the top bit of collage_rand32(key, j). */
+uint16_t collage__fp4_rht_signs(uint64_t key);
+/* y = the random Hadamard transform of x along K (numerics.md §15 "The random Hadamard transform"): each
+ * group of 16 consecutive elements along K (k_axis 0: rows 16g … 16g + 15 of a column; 1: columns of a row)
+ * becomes (1/4)·H16·D·x (D = diag(s)), inverse = 1 its inverse (1/4)·D·H16·x, in fp32 in this order: the
+ * signs (exact), four butterfly stages h = 1, 2, 4, 8 each replacing (z_i, z_{i+h}) for i with bit h clear
+ * by (fp32(z_i + z_{i+h}), fp32(z_i − z_{i+h})), then fp32(0.25·z) (exact above 2^-124); the inverse takes
+ * the butterflies first and the signs last. Elements past the last whole group are copied. x is fp32 (xf)
+ * or bf16 bits (xb), exactly one non-NULL, (rows, cols, row stride ld); y (rows, cols, row stride ldy)
+ * may not alias x. Groups and column chunks are shared among nt threads; every element is computed by one
+ * thread in the order above, so any nt and any vector width give the same bits. */
+void collage__fp4_rht(uint16_t signs, int inverse, const float *xf, const uint16_t *xb, int rows, int cols, int ld,
+                      int k_axis, float *y, int ldy, int nt);
+
 #endif
