@@ -6,6 +6,7 @@
  * keys within a 6-sigma bound of x. */
 #include "harness.h"
 #include "fp4q.h"
+#include "nn.h"
 #include <float.h>
 
 #define SEED 51u
@@ -630,6 +631,150 @@ static void test_rht(void) {
     }
 }
 
+/* ---------------------------------------------------------------- the 4-bit product */
+typedef struct { float *C; int ldc; int calls; } keep_ctx;
+static void keep_tile(void *p, const float *t, int ldt, int i0, int i1, int j0, int j1) {
+    keep_ctx *c = p;
+#pragma omp atomic
+    c->calls++;
+    for (int i = i0; i < i1; i++) memcpy(c->C + (size_t)i * c->ldc + j0, t + (size_t)(i - i0) * ldt, (size_t)(j1 - j0) * 4);
+}
+
+/* bf16 values with random signs and magnitudes 2^[lo, hi). */
+static void fill_bf16(uint16_t *x, size_t n, int lo, int hi) {
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        fill(&v, 1, lo, hi);
+        x[i] = (uint16_t)(f32_bits(v) >> 16);
+    }
+}
+
+/* The double product of the operands dequantized by the scalar quantizer (value · dec, exact in double),
+ * and Σ|a·b| per element, for the error bound. */
+static void o_product(const nn_fp4_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, const uint16_t *B,
+                      double *D, double *S) {
+    const int rows[2] = {ta ? K : M, tb ? N : K}, cols[2] = {ta ? M : K, tb ? K : N};
+    const uint16_t *X[2] = {A, B};
+    double *dq[2];
+    for (int w = 0; w < 2; w++) {
+        const collage_fp4_quant q = nn_fp4_quant_of(p, w, w ? tb : ta);
+        const size_t n = (size_t)rows[w] * cols[w];
+        float *x = malloc(n * 4), *y = malloc(n * 4);
+        uint8_t *codes = malloc(n), *sc = malloc(collage__fp4_blocks(&q, rows[w], cols[w]));
+        if (p->hadamard) collage__fp4_rht(p->signs, 0, NULL, X[w], rows[w], cols[w], cols[w], q.k_axis, x, cols[w], 1);
+        else for (size_t i = 0; i < n; i++) x[i] = bf16_f32(X[w][i]);
+        collage_fp4_tensor t;
+        collage__fp4_quantize(&q, x, rows[w], cols[w], cols[w], codes, sc, &t);
+        collage__fp4_dequantize(&q, codes, sc, &t, rows[w], cols[w], y, cols[w]); /* fp32(fp32(v·d)·dec) */
+        int br, bc;
+        collage__fp4_block_shape(&q, &br, &bc);
+        dq[w] = malloc(n * sizeof(double));
+        for (int r = 0; r < rows[w]; r++)
+            for (int c = 0; c < cols[w]; c++) {
+                const size_t i = (size_t)r * cols[w] + c;
+                const double vd = (double)collage_lp_to_f32(COLLAGE_FMT_E2M1, codes[i]) *
+                                  (double)collage__fp4_scale_value(q.recipe, sc[(size_t)(r / br) * ((cols[w] + bc - 1) / bc) + c / bc]);
+                dq[w][i] = vd * (double)t.dec; /* y[i] is this rounded once to fp32 */
+                CHECK((double)y[i] == (double)f32(dq[w][i]), "dequantized value");
+            }
+        free(x), free(y), free(codes), free(sc);
+    }
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double d = 0, s2 = 0;
+            for (int k = 0; k < K; k++) {
+                const double a = ta ? dq[0][(size_t)k * M + i] : dq[0][(size_t)i * K + k];
+                const double b = tb ? dq[1][(size_t)j * K + k] : dq[1][(size_t)k * N + j];
+                d += a * b, s2 += fabs(a * b);
+            }
+            D[(size_t)i * N + j] = d, S[(size_t)i * N + j] = s2;
+        }
+    free(dq[0]), free(dq[1]);
+}
+
+typedef struct { int ta, tb; collage_fp4_role ra, rb; int sr_a, had; const char *name; } fp4_kind;
+static const fp4_kind FP4_KINDS[3] = {{0, 1, COLLAGE_FP4_ACT, COLLAGE_FP4_WEIGHT, 0, 0, "Y = X·Wᵀ"},
+                                      {0, 0, COLLAGE_FP4_GRAD, COLLAGE_FP4_WEIGHT, 1, 0, "dX = dY·W"},
+                                      {1, 0, COLLAGE_FP4_GRAD, COLLAGE_FP4_ACT, 1, 1, "dW = dYᵀ·X"}};
+
+/* For both recipes, with and without the Hadamard transform on dW, and each of a linear layer's three
+ * products at odd sizes (SR on the gradient): the door on the reference sgemm (widening path) equals the
+ * scalar twin bit for bit on 1, 2 and 3 threads; every available path is within fp32-sum error of the
+ * double product of the dequantized operands: |c − d| ≤ (K + 4)·2^-24·Σ|a·b|. */
+static void test_product(void) {
+    enum { NT = 300, OC = 70, CH = 260 }; /* tokens, outputs, inputs */
+    uint16_t *X = malloc(NT * CH * 2), *W = malloc(OC * CH * 2), *dY = malloc(NT * OC * 2);
+    fill_bf16(X, NT * CH, -4, 3), fill_bf16(W, OC * CH, -8, -2), fill_bf16(dY, NT * OC, -30, -22);
+    char err[160];
+    CHECK(nn_products_pin("ref", err, sizeof err) == 0, "pin: %s", err);
+    for (int ri = 0; ri < COLLAGE_FP4_RECIPE_COUNT; ri++)
+        for (int had = 0; had < 2; had++)
+            for (int ki = 0; ki < 3; ki++) {
+                const fp4_kind *pk = &FP4_KINDS[ki];
+                if (had && !pk->had) continue;
+                const int M = ki == 2 ? OC : NT, N = ki == 0 ? OC : CH, K = ki == 0 ? CH : ki == 1 ? OC : NT;
+                const uint16_t *A = ki == 0 ? X : dY, *B = ki == 0 ? W : ki == 1 ? W : X;
+                const int lda = ki == 0 ? CH : OC, ldb = CH;
+                const nn_fp4_spec p = {.recipe = (collage_fp4_recipe)ri, .ra = pk->ra, .rb = pk->rb, .sr_a = pk->sr_a,
+                                       .key = 77u, .hadamard = had, .signs = collage__fp4_rht_signs(5u)};
+                float *R = malloc((size_t)M * N * 4), *C = malloc((size_t)M * N * 4);
+                keep_ctx kr = {.C = R, .ldc = N};
+                CHECK(nn_gemm_fp4_ref(&p, pk->ta, pk->tb, M, N, K, A, lda, B, ldb, keep_tile, &kr) == COLLAGE_OK, "ref");
+                double *D = malloc((size_t)M * N * 8), *S = malloc((size_t)M * N * 8);
+                o_product(&p, pk->ta, pk->tb, M, N, K, A, B, D, S);
+                for (int path = 0; path < NN_BF16_COUNT; path++) {
+                    if (!nn_bf16_available((nn_bf16_path)path)) continue;
+                    for (int nt = 1; nt <= 3; nt++) {
+                        nn_fp4_ws ws = {0};
+                        CHECK(nn_gemm_fp4_reserve(&ws, &p, pk->ta, pk->tb, M, N, K, nt, (nn_bf16_path)path) == 0, "reserve");
+                        memset(C, 0xff, (size_t)M * N * 4);
+                        keep_ctx kc = {.C = C, .ldc = N};
+                        CHECK(nn_gemm_fp4(&p, pk->ta, pk->tb, M, N, K, A, lda, B, ldb, keep_tile, &kc, &ws,
+                                          (nn_bf16_path)path, nt) == COLLAGE_OK, "product");
+                        int diff = 0, over = 0;
+                        for (size_t e = 0; e < (size_t)M * N; e++) {
+                            diff += memcmp(&C[e], &R[e], 4) != 0;
+                            over += !(fabs((double)C[e] - D[e]) <= (K + 4) * 0x1p-24 * S[e]);
+                        }
+                        if (path == NN_BF16_WIDEN)
+                            CHECK(diff == 0, "%s%s %s nt %d: %d elements differ from the scalar twin", rname(p.recipe),
+                                  had ? ",hadamard" : "", pk->name, nt, diff);
+                        CHECK(over == 0, "%s%s %s %s nt %d: %d elements beyond the bound of the double product",
+                              rname(p.recipe), had ? ",hadamard" : "", pk->name, nn_bf16_name((nn_bf16_path)path), nt, over);
+                        nn_fp4_ws_free(&ws);
+                    }
+                }
+                free(R), free(C), free(D), free(S);
+            }
+    nn_products_pin(NULL, err, sizeof err);
+    free(X), free(W), free(dY);
+}
+
+/* NaN or Inf in either operand: COLLAGE_ERR_NONFINITE and ep never called, by the door and the twin. */
+static void test_product_nonfinite(void) {
+    enum { M = 40, N = 24, K = 130 };
+    uint16_t A[M * K], B[N * K];
+    fill_bf16(A, M * K, -2, 2), fill_bf16(B, N * K, -2, 2);
+    const uint16_t bad[2] = {0x7fc0, 0xff80};
+    for (int ri = 0; ri < COLLAGE_FP4_RECIPE_COUNT; ri++)
+        for (int which = 0; which < 2; which++)
+            for (int bi = 0; bi < 2; bi++) {
+                uint16_t *X = which ? B : A, keep = X[77];
+                X[77] = bad[bi];
+                const nn_fp4_spec p = {.recipe = (collage_fp4_recipe)ri, .ra = COLLAGE_FP4_ACT, .rb = COLLAGE_FP4_WEIGHT};
+                float C[M * N];
+                keep_ctx kc = {.C = C, .ldc = N};
+                nn_fp4_ws ws = {0};
+                CHECK(nn_gemm_fp4_reserve(&ws, &p, 0, 1, M, N, K, 2, NN_BF16_WIDEN) == 0, "reserve");
+                const collage_status s1 = nn_gemm_fp4(&p, 0, 1, M, N, K, A, K, B, K, keep_tile, &kc, &ws, NN_BF16_WIDEN, 2);
+                const collage_status s2 = nn_gemm_fp4_ref(&p, 0, 1, M, N, K, A, K, B, K, keep_tile, &kc);
+                CHECK(s1 == COLLAGE_ERR_NONFINITE && s2 == COLLAGE_ERR_NONFINITE && kc.calls == 0,
+                      "%s operand %d 0x%04x: %d %d, %d tiles", rname(p.recipe), which, bad[bi], s1, s2, kc.calls);
+                nn_fp4_ws_free(&ws);
+                X[77] = keep;
+            }
+}
+
 int main(void) {
     tables_init();
     printf("test_fp4: seed %u\n", SEED);
@@ -643,5 +788,7 @@ int main(void) {
     RUN(test_vector);
     RUN(test_vector_refusals);
     RUN(test_rht);
+    RUN(test_product);
+    RUN(test_product_nonfinite);
     return h_end();
 }
