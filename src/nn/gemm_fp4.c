@@ -108,6 +108,22 @@ collage_status nn_gemm_fp4(const nn_fp4_spec *p, int ta, int tb, int M, int N, i
     return COLLAGE_OK;
 }
 
+/* ---------------------------------------------------------------- a linear layer's products */
+nn_fp4_spec nn_fp4_layer_spec(const nn_fp4_layer *L, int product) {
+    nn_fp4_spec p = {.recipe = L->recipe, .ra = COLLAGE_FP4_ACT, .rb = COLLAGE_FP4_WEIGHT};
+    if (product == 0) return p;
+    p.ra = COLLAGE_FP4_GRAD, p.sr_a = 1, p.key = collage_rand_key(L->key, (uint64_t)(product - 1));
+    if (product == 2) p.rb = COLLAGE_FP4_ACT, p.hadamard = L->hadamard, p.signs = L->signs;
+    return p;
+}
+
+int nn_fp4_layer_reserve(nn_fp4_ws *ws, const nn_fp4_layer *L, int N, int C, int OC, int nt, nn_bf16_path path) {
+    const nn_fp4_spec f = nn_fp4_layer_spec(L, 0), dx = nn_fp4_layer_spec(L, 1), dw = nn_fp4_layer_spec(L, 2);
+    if (nn_gemm_fp4_reserve(ws, &f, 0, 1, N, OC, C, nt, path) || nn_gemm_fp4_reserve(ws, &dx, 0, 0, N, C, OC, nt, path))
+        return -1;
+    return nn_gemm_fp4_reserve(ws, &dw, 1, 0, OC, C, N, nt, path);
+}
+
 /* ---------------------------------------------------------------- the scalar twin */
 /* Operand w by the scalar quantizer: values fp32(v(code)·d) as fp32 (rows·cols), and *dec. */
 static collage_status ref_operand(const nn_fp4_spec *p, int w, int trans, const uint16_t *X, int rows, int cols,

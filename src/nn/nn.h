@@ -526,4 +526,38 @@ int  nn_fp8_layer_reserve(nn_fp8_ws *ws, const nn_fp8_layer *L, int N, int C, in
 NN_FP8_PRODUCTS()
 NN_FP8_PRODUCTS(_avx512)
 
+/* The same four ops on 4-bit products (numerics.md §15 "The model in fp4"): each quantizes its two operands
+ * by the layer's recipe (nn_gemm_fp4): the input and the weight to nearest, the incoming gradient
+ * stochastically (SR words from the layer's key: dX's with collage_rand_key(key, 0), dW's with
+ * collage_rand_key(key, 1)); dW's two inputs take the random Hadamard transform along the tokens when
+ * the layer's recipe asks. The backward is straight-through: dinp = rnd(Q(dout)·Q(w)), dw from
+ * Q(R·dout)ᵀ·Q(R·inp). ws: reserved by nn_fp4_layer_reserve. COLLAGE_ERR_NONFINITE: NaN or Inf in an
+ * operand, nothing stored (the step is to be skipped). */
+typedef struct {
+    collage_fp4_recipe recipe;
+    int hadamard;
+    uint16_t signs;
+    uint64_t key;
+} nn_fp4_layer;
+/* Grows ws for the three products of a linear layer of (N, C) → (N, OC) on nt threads; 0, or -1. */
+int  nn_fp4_layer_reserve(nn_fp4_ws *ws, const nn_fp4_layer *L, int N, int C, int OC, int nt, nn_bf16_path path);
+/* The spec of one of a layer's products: 0 forward (Y = X·Wᵀ), 1 dX = dY·W, 2 dW = dYᵀ·X. */
+nn_fp4_spec nn_fp4_layer_spec(const nn_fp4_layer *L, int product);
+#define NN_FP4_PRODUCTS(S)                                                                                    \
+    collage_status nn_matmul_forward_fp4##S(uint16_t *out, const uint16_t *inp, const uint16_t *w,              \
+                                            const uint16_t *bias, const uint16_t *res, int N, int C, int OC,    \
+                                            const nn_fp4_layer *L, nn_fp4_ws *ws, nn_bf16_path path, int nt);   \
+    collage_status nn_matmul_logits_fp4##S(float *out, const uint16_t *inp, const uint16_t *w, int N, int C,     \
+                                           int OC, const nn_fp4_layer *L, nn_fp4_ws *ws, nn_bf16_path path,     \
+                                           int nt);                                                             \
+    collage_status nn_matmul_backward_input_fp4##S(uint16_t *dinp, const uint16_t *dout, const uint16_t *w,     \
+                                                   int N, int C, int OC, const nn_fp4_layer *L, nn_fp4_ws *ws,  \
+                                                   nn_bf16_path path, int nt);                                  \
+    collage_status nn_matmul_backward_weight_fp4##S(uint16_t *dw, int add, const uint16_t *dout,                \
+                                                    const uint16_t *inp, int N, int C, int OC, const int *tok,  \
+                                                    const uint16_t *dtok, int ntok, const nn_fp4_layer *L,      \
+                                                    nn_fp4_ws *ws, nn_bf16_path path, int nt);
+NN_FP4_PRODUCTS()
+NN_FP4_PRODUCTS(_avx512)
+
 #endif

@@ -120,6 +120,7 @@ void collage__fp4q_round_row(collage_isa isa, int sr, const float *y, const uint
 
 /* ---------------------------------------------------------------- the 16×16 random Hadamard transform */
 #define COLLAGE_FP4_RHT 16 /* the transform's length along K */
+#define COLLAGE_FP4_RHT_STREAM 0x52485446ull /* collage_rand_key stream of a run seed's Hadamard signs ("RHTF") */
 /* The transform's 16 signs as a mask (bit j set: s_j = −1): bit j is the top bit of collage_rand32(key, j). */
 uint16_t collage__fp4_rht_signs(uint64_t key);
 /* y = the random Hadamard transform of x along K (numerics.md §15 "The random Hadamard transform"): each
