@@ -9,6 +9,9 @@
     uint32_t collage__fp4q_amax##SUF##_avx2(const T *x, int ld, int r0, int r1, int c0, int c1) {              \
         return collage__fp4q_amax##SUF##_ref(x, ld, r0, r1, c0, c1);                                         \
     }                                                                                                        \
+    void collage__fp4q_blockmax##SUF##_avx2(const T *x, int n, int bc, uint32_t *m) {                          \
+        collage__fp4q_blockmax##SUF##_ref(x, n, bc, m);                                                      \
+    }                                                                                                        \
     void collage__fp4q_colmax##SUF##_avx2(const T *x, int ld, int r0, int r1, int c0, int c1, uint32_t *m) {   \
         collage__fp4q_colmax##SUF##_ref(x, ld, r0, r1, c0, c1, m);                                           \
     }                                                                                                        \

@@ -10,6 +10,8 @@
 
 typedef struct {
     uint32_t (*amax_f)(const float *x, int ld, int r0, int r1, int c0, int c1);
+    void (*blockmax_f)(const float *x, int n, int bc, uint32_t *m);
+    void (*blockmax_b)(const uint16_t *x, int n, int bc, uint32_t *m);
     void (*colmax_f)(const float *x, int ld, int r0, int r1, int c0, int c1, uint32_t *m);
     void (*run_f)(int sr, const float *x, int n, float enc, float d, uint32_t k1, uint32_t k2, uint32_t lo0,
                   uint8_t *codes, uint16_t *vals);
@@ -24,7 +26,8 @@ typedef struct {
 } fp4q_kernels;
 
 #define FP4Q_KERNELS(S)                                                                                        \
-    (fp4q_kernels){collage__fp4q_amax_f32##S,  collage__fp4q_colmax_f32##S,  collage__fp4q_run_f32##S,          \
+    (fp4q_kernels){collage__fp4q_amax_f32##S,  collage__fp4q_blockmax_f32##S, collage__fp4q_blockmax_bf16##S,   \
+                   collage__fp4q_colmax_f32##S,  collage__fp4q_run_f32##S,                                      \
                    collage__fp4q_run_cols_f32##S, collage__fp4q_amax_bf16##S, collage__fp4q_colmax_bf16##S,      \
                    collage__fp4q_run_bf16##S, collage__fp4q_run_cols_bf16##S}
 static fp4q_kernels kernels_of(collage_isa isa) {
@@ -58,10 +61,25 @@ static void in_colmax(const fp4_in *in, int r0, int r1, int c0, int c1, uint32_t
 }
 
 /* Block row [r0, r1)'s amaxes into am[0 … gc) (as fp32 values); returns their largest bits. Blocks one
- * column wide are taken a row at a time over COLMAX_CHUNK columns. */
+ * column wide are taken a row at a time over COLMAX_CHUNK columns, blocks one row high along the row by
+ * the blockmax loop, COLMAX_CHUNK blocks at a time. */
 #define COLMAX_CHUNK 1024
+#define RUN_CHUNK 256
 static uint32_t amax_block_row(const fp4_in *in, int r0, int r1, int cols, int bc, float *am) {
     uint32_t top = 0;
+    if (r1 - r0 == 1 && bc > 1) {
+        uint32_t m[COLMAX_CHUNK];
+        const int gc = (cols + bc - 1) / bc;
+        for (int g0 = 0; g0 < gc; g0 += COLMAX_CHUNK) {
+            const int ng = gc - g0 < COLMAX_CHUNK ? gc - g0 : COLMAX_CHUNK, c0 = g0 * bc;
+            const int n = cols - c0 < ng * bc ? cols - c0 : ng * bc;
+            const size_t o = (size_t)r0 * in->ld + (size_t)c0;
+            if (in->b) in->k.blockmax_b(in->b + o, n, bc, m);
+            else in->k.blockmax_f(in->f + o, n, bc, m);
+            for (int g = 0; g < ng; g++) am[g0 + g] = bits_f32(m[g]), top = m[g] > top ? m[g] : top;
+        }
+        return top;
+    }
     if (bc == 1) {
         uint32_t m[COLMAX_CHUNK];
         for (int c0 = 0; c0 < cols; c0 += COLMAX_CHUNK) {
@@ -155,7 +173,7 @@ collage_status collage__fp4_quantize_isa(collage_isa isa, const collage_fp4_quan
         scales[b] = collage__fp4_block_scale(q->recipe, &ts, enc[b], &enc[b]);
         d[b] = collage__fp4_scale_value(q->recipe, scales[b]);
     }
-    const run_ctx rc = {&in, q->sr, bc == 1, q->key};
+    const run_ctx rc = {&in, q->sr, 1, q->key}; /* every run takes per-element factors */
     (void)nt;
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)rows * cols >= 32768)
     for (int r = 0; r < rows; r++) {
@@ -165,10 +183,13 @@ collage_status collage__fp4_quantize_isa(collage_isa isa, const collage_fp4_quan
             run_piece(&rc, (size_t)r * ld, cols, idx, enc + g0, d + g0, codes ? codes + o : NULL, vals ? vals + o : NULL);
             continue;
         }
-        for (int c0 = 0, g = 0; c0 < cols; c0 += bc, g++) {
-            const int n = cols - c0 < bc ? cols - c0 : bc;
-            run_piece(&rc, (size_t)r * ld + c0, n, idx + (uint64_t)c0, enc + g0 + g, d + g0 + g,
-                      codes ? codes + o + c0 : NULL, vals ? vals + o + c0 : NULL);
+        float ee[RUN_CHUNK], de[RUN_CHUNK]; /* the row's block factors spread over its elements, a chunk at a time */
+        for (int c0 = 0; c0 < cols; c0 += RUN_CHUNK) {
+            const int n = cols - c0 < RUN_CHUNK ? cols - c0 : RUN_CHUNK;
+            for (int c = 0, g = c0 / bc, e = bc - c0 % bc; c < n; g++, e = bc) /* block g's e elements */
+                for (const int end = c + e < n ? c + e : n; c < end; c++) ee[c] = enc[g0 + (size_t)g], de[c] = d[g0 + (size_t)g];
+            run_piece(&rc, (size_t)r * ld + c0, n, idx + (uint64_t)c0, ee, de, codes ? codes + o + c0 : NULL,
+                      vals ? vals + o + c0 : NULL);
         }
     }
     *t = ts;
