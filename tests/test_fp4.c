@@ -481,7 +481,8 @@ static int check_vector(collage_isa isa, const collage_fp4_quant *q, const float
 
 /* Every ISA the CPU has, 1 to 3 threads, fp32 and bf16 input, every recipe, role, K axis and rounding on
  * odd shapes (one large enough for the threads to share it), and SR with index0 just below 2^32 and 2^33
- * (the runs cut where the index's high half changes): bit for bit the scalar quantizer. */
+ * (the runs cut where the index's high half changes), with rows of zeros, subnormals and huge values: bit
+ * for bit the scalar quantizer. */
 static void test_vector(void) {
     const int shapes[5][3] = {{1, 1, 1}, {3, 300, 301}, {257, 5, 5}, {33, 47, 50}, {300, 257, 260}};
     const uint64_t idx0[3] = {1000, 0xfffffff0ull, 0x1ffffff00ull};
@@ -490,6 +491,9 @@ static void test_vector(void) {
         float *x = malloc((size_t)rows * ld * sizeof(float));
         uint16_t *xb = malloc((size_t)rows * ld * 2);
         fill(x, (size_t)rows * ld, -12, 12);
+        if (rows >= 33) /* rows of zeros, fp32 subnormals and huge values: MXFP4's clamps, NVFP4's flushed blocks */
+            for (int c = 0; c < cols; c++)
+                x[c] = 0.0f, x[ld + c] = (c & 1 ? 1e-40f : -3e-39f) * (float)(c % 7), x[2 * (size_t)ld + c] = c & 1 ? 1.5e38f : -1e37f;
         for (size_t i = 0; i < (size_t)rows * ld; i++) xb[i] = (uint16_t)(f32_bits(x[i] * 1.7f) >> 16);
         for (int ii = 0; ii < 3; ii++) {
             if (!collage_isa_supported(ISAS[ii])) continue;

@@ -3,6 +3,9 @@
  * scale, scale bytes and codes bit for bit, and each element's value times its block scale in bf16 for the
  * 4-bit products. */
 #include "fp4q.h"
+#include "fp8q.h" /* collage__fp8_sat */
+#include <float.h>
+#include <math.h>
 
 #define FP4Q_NAME(x) x##_ref
 #include "fp4q_kernel.inc"
@@ -130,6 +133,41 @@ static void run_piece(const run_ctx *rc, size_t off, int n, uint64_t idx, const 
     }
 }
 
+/* The value of an e4m3 code c (0 … 0x7E: a block scale is never negative nor NaN), from its fields. */
+static inline float e4m3_value(uint32_t c) {
+    const uint32_t e = c >> 3, m = c & 7u;
+    return e ? bits_f32(((e + 120u) << 23) | (m << 20)) : (float)m * 0x1p-9f;
+}
+
+/* Each block's scale byte, element factor (into enc, which holds the amaxes first) and scale value d:
+ * collage__fp4_block_scale's and collage__fp4_scale_value's results by a shorter road, blocks shared
+ * among the threads. NVFP4: the same fp32 operations, e4m3's rounding by collage__fp8_sat (collage_lp_
+ * from_f32_sat's code, test_fp8) and its value from the code's fields. MXFP4: floor(log2 a) from the
+ * exponent field, exact for a normal a; a subnormal or zero a gives a field of 0 and E = −129, clamped to
+ * −127 as ilogbf's (at most −127) would be. */
+static void block_scales(collage_fp4_recipe r, const collage_fp4_tensor *t, size_t nb, uint8_t *scales, float *enc,
+                         float *d, int nt) {
+    (void)nt; /* OpenMP off */
+    if (r == COLLAGE_FP4_MXFP4) {
+#pragma omp parallel for schedule(static) num_threads(nt) if (nb >= 16384)
+        for (size_t b = 0; b < nb; b++) {
+            int e = (int)((f32_bits(enc[b]) >> 23) & 0xffu) - 127 - COLLAGE_FP4_MX_EMAX;
+            e = e < -127 ? -127 : e > 125 ? 125 : e;
+            scales[b] = (uint8_t)(e + 127);
+            enc[b] = bits_f32((uint32_t)(127 - e) << 23);
+            d[b] = e == -127 ? bits_f32(0x00400000u) : bits_f32((uint32_t)(e + 127) << 23);
+        }
+        return;
+    }
+    const float per = t->enc * (1.0f / 6.0f), dec = t->dec;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nb >= 16384)
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t byte = collage__fp8_sat(COLLAGE_FMT_E4M3, enc[b] * per);
+        const float v = e4m3_value(byte), f = 1.0f / (v * dec);
+        scales[b] = byte, d[b] = v, enc[b] = isinf(f) ? FLT_MAX : f;
+    }
+}
+
 static collage_status check_v(const collage_fp4_quant *q, const float *xf, const uint16_t *xb, int rows, int cols,
                               int ld) {
     if ((unsigned)q->recipe >= COLLAGE_FP4_RECIPE_COUNT || (unsigned)q->role > COLLAGE_FP4_GRAD ||
@@ -169,10 +207,7 @@ collage_status collage__fp4_quantize_isa(collage_isa isa, const collage_fp4_quan
     const uint32_t top = amax_grid(&in, rows, cols, br, bc, enc, nt);
     if (top >= 0x7f800000u) return COLLAGE_ERR_NONFINITE;
     const collage_fp4_tensor ts = collage__fp4_tensor_scale(q->recipe, bits_f32(top));
-    for (size_t b = 0; b < nb; b++) {
-        scales[b] = collage__fp4_block_scale(q->recipe, &ts, enc[b], &enc[b]);
-        d[b] = collage__fp4_scale_value(q->recipe, scales[b]);
-    }
+    block_scales(q->recipe, &ts, nb, scales, enc, d, nt);
     const run_ctx rc = {&in, q->sr, 1, q->key}; /* every run takes per-element factors */
     (void)nt;
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)rows * cols >= 32768)
