@@ -368,10 +368,14 @@ int collage_run_conflict(const collage_run_saved *saved, const collage_run_confi
     const int fp4_differs = a->fp4 != s->fp4 || (a->fp4 && (a->fp4_bf16_last != s->fp4_bf16_last ||
                                                             strcmp(a->fp4_recipe ? a->fp4_recipe : "nvfp4", s->fp4_recipe)));
     if ((given & COLLAGE_RUN_COMPUTE) && (a->fp4 || s->fp4) && fp4_differs) { /* fp4 compute: another run's products */
-        snprintf(why, cap, "--compute %s%s --fp4-bf16-last %d", a->fp4 ? "fp4 --fp4-recipe " : a->fp8 ? "fp8" : "bf16",
-                 a->fp4 ? (a->fp4_recipe ? a->fp4_recipe : "nvfp4") : "", a->fp4_bf16_last);
-        snprintf(was, cap, "compute %s%s, %d last layers bf16", s->fp4 ? "fp4, recipe " : s->fp8 ? "fp8" : "bf16",
-                 s->fp4 ? s->fp4_recipe : "", s->fp4_bf16_last);
+        char last[32] = "";
+        if (a->fp4) snprintf(last, sizeof last, " --fp4-bf16-last %d", a->fp4_bf16_last);
+        snprintf(why, cap, "--compute %s%s%s", a->fp4 ? "fp4 --fp4-recipe " : a->fp8 ? "fp8" : "bf16",
+                 a->fp4 ? (a->fp4_recipe ? a->fp4_recipe : "nvfp4") : "", last);
+        last[0] = 0;
+        if (s->fp4) snprintf(last, sizeof last, ", %d last layers bf16", s->fp4_bf16_last);
+        snprintf(was, cap, "compute %s%s%s", s->fp4 ? "fp4, recipe " : s->fp8 ? "fp8" : "bf16", s->fp4 ? s->fp4_recipe : "",
+                 last);
         return 1;
     }
     if ((given & COLLAGE_RUN_COMPUTE) && fp8_differs) { /* fp8 compute: another run's products */
