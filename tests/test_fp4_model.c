@@ -203,6 +203,11 @@ static void test_fp4_flags(void) {
         const int rc = h_sh(out, sizeof out, "%s train %s --steps 2 --threads 1 --quiet", bin(), cases[i].args);
         CHECK(rc != 0 && strstr(out, cases[i].want) && strstr(out, "hint:"), "%s: rc %d: %s", cases[i].args, rc, out);
     }
+    /* bench model: the same flags */
+    int rc = h_sh(out, sizeof out, "%s bench model --model tiny --fp4-recipe nvfp4 --steps 1", bin());
+    CHECK(rc == 2 && strstr(out, "--fp4-recipe") && strstr(out, "without --compute fp4"), "bench: rc %d: %s", rc, out);
+    rc = h_sh(out, sizeof out, "%s bench model --model tiny --compute fp4 --fp4-recipe hadamard --steps 1", bin());
+    CHECK(rc == 2 && strstr(out, "--fp4-recipe hadamard") && strstr(out, "hint:"), "bench: rc %d: %s", rc, out);
     /* compare's compute axis: fp4 recipes by name, each once, only with fp4 in --compute */
     const struct { const char *args, *want; } cmp[] = {
         {"--compute bf16,fp4 --fp4-recipe 'nvfp4;bogus'", "'bogus' is not a recipe"},
@@ -212,7 +217,7 @@ static void test_fp4_flags(void) {
         {"--compute fp4 --precision fp32", "fp8 and fp4 run on bf16 weights"},
     };
     for (size_t i = 0; i < sizeof cmp / sizeof *cmp; i++) {
-        const int rc = h_sh(out, sizeof out, "%s compare %s --steps 1 --out /nonexistent/collage-fp4", bin(), cmp[i].args);
+        rc = h_sh(out, sizeof out, "%s compare %s --steps 1 --out /nonexistent/collage-fp4", bin(), cmp[i].args);
         CHECK(rc != 0 && strstr(out, cmp[i].want) && strstr(out, "hint:"), "compare %s: rc %d: %s", cmp[i].args, rc, out);
     }
 }
