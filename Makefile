@@ -127,6 +127,9 @@ $(BUILD)/obj/nn/gemm_fma.o: ISA_FLAGS = $(AVX512_FLAGS)
 # The fp8 quantizer's loops, one unit per instruction set (fp8q_kernel.inc).
 $(BUILD)/obj/numerics/fp8q_avx512.o: ISA_FLAGS = $(AVX512_FLAGS)
 $(BUILD)/obj/numerics/fp8q_avx2.o: ISA_FLAGS = -mavx2 -mfma -mf16c
+# The fp4 quantizer's loops, likewise (fp4q_kernel.inc).
+$(BUILD)/obj/numerics/fp4q_avx512.o: ISA_FLAGS = $(AVX512_FLAGS)
+$(BUILD)/obj/numerics/fp4q_avx2.o: ISA_FLAGS = -mavx2 -mfma -mf16c
 $(BUILD)/obj/nn/gemm_ref_avx512.o: src/nn/gemm_ref.c
 ifeq ($(SAN),1)
 # The reference sgemm runs every product of the golden runs (COLLAGE_GEMM=ref): instrumented, test_golden

@@ -129,8 +129,10 @@ static void bench_run_free(bench_run *r) {
     memset(r, 0, sizeof *r);
 }
 
-/* --compute fp8: the fp8 recipe of the strategies' models (NULL: bf16 products). */
-static const char *g_fp8;
+/* --compute fp8: the fp8 recipe of the strategies' models (NULL: bf16 products); --compute fp4: the fp4
+ * recipe (NULL: none) and its bf16 last layers. */
+static const char *g_fp8, *g_fp4;
+static int g_fp4_last;
 /* --optimizer: the update rule of every run, fp32's too; Lion at its own β2 (0.99), SGD with momentum 0.9
  * and L2 decay, as `bench optimizer` steps them. */
 static collage_optimizer g_opt = COLLAGE_OPTIM_ADAMW;
@@ -169,13 +171,16 @@ static int bench_run_make(bench_run *r, collage_strategy s, const collage_model_
                                .momentum = g_opt == COLLAGE_OPTIM_SGD ? 0.9 : 0};
     if (g_opt == COLLAGE_OPTIM_LION) ac.beta2 = collage_optimizer_get(g_opt)->beta2;
     r->t[0] = malloc(sizeof(double) * NPH * (size_t)samples);
-    const collage_real prec = s == COLLAGE_FP32 ? COLLAGE_REAL_FP32 : g_fp8 ? COLLAGE_REAL_FP8 : COLLAGE_REAL_BF16;
+    const collage_real prec = s == COLLAGE_FP32 ? COLLAGE_REAL_FP32 : g_fp8 ? COLLAGE_REAL_FP8
+                                                                    : g_fp4 ? COLLAGE_REAL_FP4 : COLLAGE_REAL_BF16;
     if (!r->t[0] || collage_model_create(c, prec, B, T, &r->m) != COLLAGE_OK ||
         (prec == COLLAGE_REAL_FP8 && collage_model_fp8_set(r->m, g_fp8, 0) != COLLAGE_OK) ||
+        (prec == COLLAGE_REAL_FP4 && collage_model_fp4_set(r->m, g_fp4, g_fp4_last, 1) != COLLAGE_OK) ||
         collage_adamw_create(&ac, &r->opt) != COLLAGE_OK) {
         fprintf(stderr, "collage bench model: cannot create the %s model%s (out of memory?)\nhint: a smaller --batch or --seq%s\n",
-                collage_strategy_name(s), g_fp8 ? " with fp8 compute" : "",
-                g_fp8 ? "; --compute fp8 takes --fp8-recipe delayed | current | block | mxfp8" : "");
+                collage_strategy_name(s), g_fp8 ? " with fp8 compute" : g_fp4 ? " with fp4 compute" : "",
+                g_fp8 ? "; --compute fp8 takes --fp8-recipe delayed | current | block | mxfp8"
+                : g_fp4 ? "; --fp4-bf16-last within the model's linear layers" : "");
         bench_run_free(r);
         return 1;
     }
@@ -201,7 +206,7 @@ static void bench_run_profiled(bench_run *r, const collage_model_profile *p0, do
 
 /* One training step as `collage train` takes it (EDQ on); its phase times into sample j (j < 0: not kept). */
 static void bench_run_step(bench_run *r, const int32_t *in, const int32_t *tg, int B, int T, int j) {
-    const double q0 = collage_model_fp8_quant_seconds(r->m);
+    const double q0 = collage_model_fp8_quant_seconds(r->m) + collage_model_fp4_quant_seconds(r->m);
     collage_model_profile p0;
     collage_model_profile_get(r->m, &p0);
     double t0 = cli_now(), loss;
@@ -214,7 +219,7 @@ static void bench_run_step(bench_run *r, const int32_t *in, const int32_t *tg, i
     if (collage_model_precision(r->m) == COLLAGE_REAL_FP8) collage_model_fp8_end_step(r->m, st != COLLAGE_OK);
     double t3 = cli_now();
     if (j >= 0) r->t[0][j] = t3 - t0, r->t[1][j] = t1 - t0, r->t[2][j] = t2 - t1, r->t[3][j] = t3 - t2;
-    if (j >= 0) r->t[4][j] = collage_model_fp8_quant_seconds(r->m) - q0;
+    if (j >= 0) r->t[4][j] = collage_model_fp8_quant_seconds(r->m) + collage_model_fp4_quant_seconds(r->m) - q0;
     bench_run_profiled(r, &p0, t2 - t0, j);
 }
 
@@ -480,10 +485,11 @@ static void model_rows(bench_model_set *m, const collage_strategy *chosen, int d
         if (!seen) printf("; %s on %s", si == 0 ? "bf16 strategies" : collage_strategy_name(chosen[si]), m->prod[si]);
     }
     if (g_fp8) printf("; the bf16 strategies' products on fp8 operands (%s scaling, e4m3/e5m2)", g_fp8);
+    if (g_fp4) printf("; the bf16 strategies' products on 4-bit operands (%s, last %d layers bf16)", g_fp4, g_fp4_last);
     printf("\n");
-    for (int si = 0; g_fp8 && si < done; si++) /* the quantizer's share of the products' phases */
-        printf("%s: fp8 quantization %.1f ms of the forward and backward's %.1f ms (%.0f%% of the step)\n",
-               collage_strategy_name(chosen[si]), m->med[si][4], m->med[si][1] + m->med[si][2],
+    for (int si = 0; (g_fp8 || g_fp4) && si < done; si++) /* the quantizer's share of the products' phases */
+        printf("%s: %s quantization %.1f ms of the forward and backward's %.1f ms (%.0f%% of the step)\n",
+               collage_strategy_name(chosen[si]), g_fp8 ? "fp8" : "fp4", m->med[si][4], m->med[si][1] + m->med[si][2],
                100 * m->med[si][4] / m->med[si][0]);
     phase_table(m, chosen, done, fall, ph);
 }
@@ -560,7 +566,7 @@ static int split_models(const char *arg, char *buf, size_t cap, const char **out
 /* `collage bench model --help`. */
 static void bench_model_usage(void) {
     printf("usage: collage bench model [--model PRESET[,PRESET...]] [--batch B] [--seq T] [--steps N] [--warmup W] "
-           "[--precision S] [--optimizer O] [--compute bf16|fp8] [--fp8-recipe R] [--threads N] [--json]\n"
+           "[--precision S] [--optimizer O] [--compute bf16|fp8|fp4] [--fp8-recipe R] [--fp4-recipe R] [--fp4-bf16-last N] [--threads N] [--json]\n"
            "each strategy is stepped in alternation with an fp32 model\n"
            "  --model P[,P]   presets (default gpt2); several (up to %d): stepped in alternation, their FLOP/s\n"
            "                  compared with the first's; presets: %s\n"
@@ -571,8 +577,10 @@ static void bench_model_usage(void) {
            "  --precision S   fp32 and this strategy only (default: every strategy)\n"
            "  --optimizer O   adamw (default), lion (beta2 0.99) or sgd (momentum 0.9), for every run, fp32's\n"
            "                  too (lion and sgd: no collage-plus, whose v is a pair)\n"
-           "  --compute C     the strategies' products: bf16 (default) or fp8 (every family; fp32 stays fp32)\n"
+           "  --compute C     the strategies' products: bf16 (default), fp8 or fp4 (every family; fp32 stays fp32)\n"
            "  --fp8-recipe R  fp8 scaling: delayed (default) | current | block | mxfp8\n"
+           "  --fp4-recipe R  fp4: nvfp4 (default) | mxfp4, each optionally ,hadamard (docs/numerics.md §15)\n"
+           "  --fp4-bf16-last N  fp4: the last N linear layers keep bf16 products\n"
            "  --threads N     threads (1 to 4 x the cores; default: all cores)\n"
            "  --json          one JSON object per line\n"
            "per model, two tables (the same figures as fields of each --json line):\n"
@@ -590,8 +598,8 @@ static void bench_model_usage(void) {
 }
 
 int cmd_bench_model(int argc, char **argv) {
-    const char *preset = "gpt2", *only = NULL, *recipe = "delayed", *recipe_given = NULL;
-    int fp8 = 0;
+    const char *preset = "gpt2", *only = NULL, *recipe = "delayed", *recipe_given = NULL, *recipe4 = NULL;
+    int fp8 = 0, fp4 = 0, last_given = 0;
     int B = 4, T = 64, steps = 5, warmup = 3, json = 0, threads = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -607,12 +615,15 @@ int cmd_bench_model(int argc, char **argv) {
         } else if (!strcmp(a, "--threads")) bad = cli_parse_threads("bench model", v, &threads);
         else if (!strcmp(a, "--json")) { json = 1; continue; }
         else if (!strcmp(a, "--compute")) {
-            if (v && strcmp(v, "bf16") && strcmp(v, "fp8")) {
-                fprintf(stderr, "collage bench model: --compute %s: unknown\nhint: --compute takes bf16 or fp8\n", v);
+            if (v && strcmp(v, "bf16") && strcmp(v, "fp8") && strcmp(v, "fp4")) {
+                fprintf(stderr, "collage bench model: --compute %s: unknown\nhint: --compute takes bf16, fp8 or fp4\n", v);
                 return 2;
             }
             fp8 = v && !strcmp(v, "fp8");
+            fp4 = v && !strcmp(v, "fp4");
         } else if (!strcmp(a, "--fp8-recipe")) recipe = recipe_given = v;
+        else if (!strcmp(a, "--fp4-recipe")) bad = v && cli_check_fp4_recipe("bench model", recipe4 = v);
+        else if (!strcmp(a, "--fp4-bf16-last")) last_given = 1, bad = cli_parse_range("bench model", a, v, 0, 1 << 20, &g_fp4_last);
         else if (!strcmp(a, "--optimizer")) bad = v && cli_parse_optimizer("bench model", a, v, &g_opt);
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             bench_model_usage();
@@ -638,8 +649,14 @@ int cmd_bench_model(int argc, char **argv) {
         fprintf(stderr, "collage bench model: --model '%s' names no preset\nhint: one of %s\n", preset, cli_preset_names(", "));
         return 2;
     }
+    if ((recipe4 || last_given) && !fp4) {
+        fprintf(stderr, "collage bench model: %s: an fp4 compute setting without --compute fp4\nhint: add --compute fp4 "
+                        "(bf16 strategies)\n", recipe4 ? "--fp4-recipe" : "--fp4-bf16-last");
+        return 2;
+    }
     cli_set_threads(threads);
     g_fp8 = fp8 ? recipe : NULL;
+    g_fp4 = fp4 ? (recipe4 ? recipe4 : "nvfp4") : NULL;
     return bench_model(presets, nm, B, T, steps, warmup, only, json);
 }
 

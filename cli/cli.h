@@ -21,6 +21,8 @@ int cli_parse_double(const char *cmd, const char *flag, const char *s, double *o
 /* "FLAG needs a value" / "unknown option ARG", with the hint; both return -1. */
 int cli_needs_value(const char *cmd, const char *flag);
 int cli_unknown(const char *cmd, const char *arg);
+/* --fp4-recipe's value: nvfp4 or mxfp4, optionally followed by ",hadamard"; -1 after a message. */
+int cli_check_fp4_recipe(const char *cmd, const char *v);
 /* A path given to flag: -1 after a message when it is missing or empty (an unset variable must not
  * mean the current folder, the root or the default corpus). */
 int cli_path(const char *cmd, const char *flag, const char *v);

@@ -12,7 +12,7 @@
 #define MAX_SEEDS 32
 #define MAX_PASS 64
 #define MAX_BARE 8
-#define MAX_COMPUTES 8
+#define MAX_COMPUTES 12
 #define REF_NOISE 0.01 /* with one seed, a val-loss difference below this is reported as a match */
 
 typedef struct {
@@ -100,10 +100,10 @@ void cmp_csv_lines(sbuf *b, const compare_opts *o, const run_t *runs, int nruns,
                        "peak_rss_mb,val_accuracy"
 #define VAL_LOSS(mlm) ((mlm) ? "masked-LM validation loss" : "validation loss")
 
-/* compare_compute.c: the compute axis — --compute and --fp8-recipe lists into o->computes (0, or -1 after a
+/* compare_compute.c: the compute axis — --compute, --fp8-recipe and --fp4-recipe lists into o->computes (0, or -1 after a
  * message), and the command over it: one grid per compute in --out/NAME, then report.md, results.csv and
  * compute.png across them in --out (0, or the exit status). */
-int cmp_parse_computes(const char *computes, const char *recipes, int e4m3_all, compare_opts *o);
+int cmp_parse_computes(const char *computes, const char *recipes, const char *recipes4, int e4m3_all, compare_opts *o);
 int cmp_compare_computes(const compare_opts *o, const char *cmdline);
 
 /* compare_plot.c: the plots' data files and the four PNGs through gnuplot (0: drawn; else not). */

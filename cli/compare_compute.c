@@ -13,12 +13,53 @@
 
 static const char *const RECIPES[] = {"delayed", "current", "block", "mxfp8"};
 #define N_RECIPES (int)(sizeof RECIPES / sizeof *RECIPES)
+static const char *const RECIPES4[] = {"nvfp4", "nvfp4,hadamard", "mxfp4", "mxfp4,hadamard"};
+#define N_RECIPES4 (int)(sizeof RECIPES4 / sizeof *RECIPES4)
 
 /* The recipe named t (the table's own string), NULL when there is none. */
 static const char *recipe_of(const char *t) {
     for (int r = 0; r < N_RECIPES; r++)
         if (!strcmp(t, RECIPES[r])) return RECIPES[r];
     return NULL;
+}
+
+/* An fp4 compute of the axis: fp4-RECIPE (its comma a dash in the name), --compute fp4 --fp4-recipe R. */
+static int add_compute4(compare_opts *o, const char *recipe) {
+    if (o->n_computes == MAX_COMPUTES) {
+        fprintf(stderr, "collage compare: --compute: at most %d computes\nhint: fewer recipes\n", MAX_COMPUTES);
+        return -1;
+    }
+    cmp_compute *c = &o->computes[o->n_computes++];
+    *c = (cmp_compute){.flags = {"--compute", "fp4", "--fp4-recipe", recipe}, .n_flags = 4};
+    snprintf(c->name, sizeof c->name, "fp4-%s", recipe);
+    for (char *p = c->name; *p; p++) *p = *p == ',' ? '-' : *p;
+    return 0;
+}
+
+/* The fp4 recipes of --fp4-recipe LIST ("all": every one; a list separated by ';' or spaces, as each recipe
+ * may hold a comma, or the single recipe) into out; their count, or -1 after a message. */
+static int parse_recipes4(const char *v, const char **out) {
+    int n = 0;
+    if (!strcmp(v, "all")) {
+        for (int r = 0; r < N_RECIPES4; r++) out[n++] = RECIPES4[r];
+        return n;
+    }
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *save = NULL, *t = strtok_r(buf, "; ", &save); t; t = strtok_r(NULL, "; ", &save)) {
+        const char *r = NULL;
+        for (int k = 0; k < N_RECIPES4 && !r; k++) r = strcmp(t, RECIPES4[k]) ? NULL : RECIPES4[k];
+        for (int k = 0; k < n && r; k++)
+            if (out[k] == r) r = NULL;
+        if (!r) {
+            fprintf(stderr, "collage compare: --fp4-recipe: '%s' is not a recipe or appears twice\nhint: nvfp4, "
+                            "nvfp4,hadamard, mxfp4, mxfp4,hadamard (separated by ';') or all\n", t);
+            return -1;
+        }
+        out[n++] = r;
+    }
+    if (!n) fprintf(stderr, "collage compare: --fp4-recipe lists no recipe\nhint: e.g. --fp4-recipe 'nvfp4;mxfp4'\n");
+    return n ? n : -1;
 }
 
 /* A compute of the axis: bf16 when recipe is NULL, else fp8 with that recipe. */
@@ -68,7 +109,7 @@ static int check_fp8_strategies(const compare_opts *o) {
     for (int i = 0; i < o->n_strategies; i++) {
         const collage_strategy s = o->strategies[i];
         if (!collage_strategy_is_fp32(s) && !collage_strategy_is_fp16(s)) continue;
-        fprintf(stderr, "collage compare: --compute fp8 runs on bf16 weights: %s keeps %s ones\nhint: drop it from "
+        fprintf(stderr, "collage compare: --compute fp8 and fp4 run on bf16 weights: %s keeps %s ones\nhint: drop it from "
                         "--precision, or compare it with --compute bf16 alone\n", collage_strategy_name(s),
                 collage_strategy_is_fp32(s) ? "fp32" : "fp16");
         return -1;
@@ -76,24 +117,32 @@ static int check_fp8_strategies(const compare_opts *o) {
     return 0;
 }
 
-int cmp_parse_computes(const char *computes, const char *recipes, int e4m3_all, compare_opts *o) {
-    const char *rs[N_RECIPES] = {"delayed"};
-    int nr = 1, fp8 = 0;
+int cmp_parse_computes(const char *computes, const char *recipes, const char *recipes4, int e4m3_all, compare_opts *o) {
+    const char *rs[N_RECIPES] = {"delayed"}, *rs4[N_RECIPES4] = {"nvfp4"};
+    int nr = 1, nr4 = 1, fp8 = 0, fp4 = 0;
     char buf[256];
     if (!computes) {
         fprintf(stderr, "collage compare: %s without --compute\nhint: add --compute fp8 (or bf16,fp8)\n",
-                recipes ? "--fp8-recipe" : "--fp8-e4m3-all");
+                recipes ? "--fp8-recipe" : recipes4 ? "--fp4-recipe" : "--fp8-e4m3-all");
         return -1;
     }
     if (recipes && (nr = parse_recipes(recipes, rs)) < 0) return -1;
+    if (recipes4 && (nr4 = parse_recipes4(recipes4, rs4)) < 0) return -1;
     o->n_computes = 0;
     snprintf(buf, sizeof buf, "%s", computes);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        const int is_fp8 = !strcmp(t, "fp8"), is_bf16 = !strcmp(t, "bf16");
-        if ((!is_fp8 && !is_bf16) || (is_fp8 && fp8)) {
-            fprintf(stderr, "collage compare: --compute: '%s' %s\nhint: --compute bf16, fp8 or bf16,fp8 (the recipes: "
-                            "--fp8-recipe)\n", t, is_fp8 ? "appears twice" : "is not bf16 or fp8");
+        const int is_fp8 = !strcmp(t, "fp8"), is_bf16 = !strcmp(t, "bf16"), is_fp4 = !strcmp(t, "fp4");
+        if ((!is_fp8 && !is_bf16 && !is_fp4) || (is_fp8 && fp8) || (is_fp4 && fp4)) {
+            fprintf(stderr, "collage compare: --compute: '%s' %s\nhint: --compute bf16, fp8, fp4 or a list such as "
+                            "bf16,fp8,fp4 (the recipes: --fp8-recipe, --fp4-recipe)\n", t,
+                    is_fp8 || is_fp4 ? "appears twice" : "is not bf16, fp8 or fp4");
             return -1;
+        }
+        if (is_fp4) {
+            fp4 = 1;
+            for (int k = 0; k < nr4; k++)
+                if (add_compute4(o, rs4[k])) return -1;
+            continue;
         }
         for (int k = 0; k < o->n_computes && is_bf16; k++)
             if (!strcmp(o->computes[k].name, "bf16")) { fprintf(stderr, "collage compare: --compute: 'bf16' appears twice\nhint: name it once\n"); return -1; }
@@ -106,7 +155,11 @@ int cmp_parse_computes(const char *computes, const char *recipes, int e4m3_all, 
         fprintf(stderr, "collage compare: %s without fp8 in --compute\nhint: --compute bf16,fp8\n", recipes ? "--fp8-recipe" : "--fp8-e4m3-all");
         return -1;
     }
-    return fp8 ? check_fp8_strategies(o) : 0;
+    if (!fp4 && recipes4) {
+        fprintf(stderr, "collage compare: --fp4-recipe without fp4 in --compute\nhint: --compute bf16,fp4\n");
+        return -1;
+    }
+    return fp8 || fp4 ? check_fp8_strategies(o) : 0;
 }
 
 /* ------------------------------------------------------------------ across the computes */

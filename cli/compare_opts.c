@@ -49,7 +49,8 @@ static void compare_usage(FILE *f) {
             "  … — in --out/NAME (each with its own report), then writes report.md, results.csv and compute.png\n"
             "  across them in --out: every strategy's gap to the reference strategy with bf16 compute, e.g.\n"
             "  --compute bf16,fp8 --fp8-recipe all --precision bf16-master,collage-light,collage-plus,bf16-sr,bf16;\n"
-            "  --fp8-e4m3-all goes to the fp8 computes.\n");
+            "  --fp8-e4m3-all goes to the fp8 computes. fp4 (docs/numerics.md §15) with --fp4-recipe LIST (nvfp4,\n"
+            "  nvfp4,hadamard, mxfp4, mxfp4,hadamard separated by ';', or all; default nvfp4): fp4-nvfp4, ….\n");
 }
 
 /* The frontier: the fewest bytes at bf16-master's quality. The 16-bit strategies the paper compares, and
@@ -181,7 +182,7 @@ int cmp_parse_compare(int argc, char **argv, compare_opts *o) {
     parse_strategies("fp32,bf16,collage-light,collage-plus,bf16-master", o);
     parse_beta2("0.95,0.999", o);
     int b2_given = 0, e4m3_all = 0;
-    const char *computes = NULL, *recipes = NULL;
+    const char *computes = NULL, *recipes = NULL, *recipes4 = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -199,7 +200,8 @@ int cmp_parse_compare(int argc, char **argv, compare_opts *o) {
         }
         const int own = !strcmp(a, "--precision") || !strcmp(a, "--beta2") || !strcmp(a, "--seeds") || !strcmp(a, "--steps") ||
                         !strcmp(a, "--jobs") || !strcmp(a, "--threads") || !strcmp(a, "--eval-every") ||
-                        !strcmp(a, "--seed") || !strcmp(a, "--out") || !strcmp(a, "--compute") || !strcmp(a, "--fp8-recipe");
+                        !strcmp(a, "--seed") || !strcmp(a, "--out") || !strcmp(a, "--compute") || !strcmp(a, "--fp8-recipe") ||
+                        !strcmp(a, "--fp4-recipe");
         const int kind = own ? 1 : !strcmp(a, "--report-only") ? 0 : cli_train_flag(a);
         if (kind < 0) return cli_unknown("compare", a);
         if (kind == 0) { /* --quiet, --overwrite: compare's children are quiet and write their own folders */
@@ -226,6 +228,7 @@ int cmp_parse_compare(int argc, char **argv, compare_opts *o) {
         else if (!strcmp(a, "--out")) o->out = v;
         else if (!strcmp(a, "--compute")) computes = v;
         else if (!strcmp(a, "--fp8-recipe")) recipes = v;
+        else if (!strcmp(a, "--fp4-recipe")) recipes4 = v;
         else {
             if (o->n_pass + 2 > MAX_PASS) {
                 fprintf(stderr, "collage compare: %s: too many flags for train (at most %d)\nhint: fewer flags\n", a, MAX_PASS / 2);
@@ -237,13 +240,14 @@ int cmp_parse_compare(int argc, char **argv, compare_opts *o) {
         if (bad) return -1;
         i++;
     }
-    if (o->report_only && (computes || recipes)) {
+    if (o->report_only && (computes || recipes || recipes4)) {
         fprintf(stderr, "collage compare: --report-only makes one grid's report; %s asks for one grid per compute\nhint: "
                         "--report-only --out DIR/NAME for each compute's folder, or drop --report-only\n",
-                computes ? "--compute" : "--fp8-recipe");
+                computes ? "--compute" : recipes ? "--fp8-recipe" : "--fp4-recipe");
         return -1;
     }
-    if ((computes || recipes || e4m3_all) && cmp_parse_computes(computes, recipes, e4m3_all, o)) return -1;
+    if ((computes || recipes || recipes4 || e4m3_all) && cmp_parse_computes(computes, recipes, recipes4, e4m3_all, o))
+        return -1;
     if (unread_flags(o, b2_given)) return -1;
     /* Lion's β2 is its own (0.99); SGD reads none: one run per strategy and seed, no --beta2 passed */
     if (o->optimizer == COLLAGE_OPTIM_LION && !b2_given) parse_beta2("0.99", o);

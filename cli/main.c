@@ -115,6 +115,15 @@ int cli_needs_value(const char *cmd, const char *flag) {
     return -1;
 }
 
+int cli_check_fp4_recipe(const char *cmd, const char *v) {
+    static const char *const OK[] = {"nvfp4", "mxfp4", "nvfp4,hadamard", "mxfp4,hadamard"};
+    for (size_t i = 0; i < sizeof OK / sizeof *OK; i++)
+        if (!strcmp(v, OK[i])) return 0;
+    fprintf(stderr, "collage %s: --fp4-recipe %s: unknown\nhint: --fp4-recipe takes nvfp4 or mxfp4, each optionally "
+                    "followed by ,hadamard (e.g. nvfp4,hadamard)\n", cmd, v);
+    return -1;
+}
+
 int cli_unknown(const char *cmd, const char *arg) {
     fprintf(stderr, "collage %s: unknown option '%s'\nhint: collage %s --help lists its flags\n", cmd, arg, cmd);
     return -1;

@@ -49,6 +49,7 @@ static const flag_spec FLAGS[] = {
     FD("--momentum", cfg.momentum, COLLAGE_RUN_MOMENTUM, 0, 1, 0, 1),
     {"--nesterov", F_BARE, O(cfg.nesterov), COLLAGE_RUN_NESTEROV, 0, 0, 0, 0, 0, 0},
     FS("--fp8-recipe", cfg.fp8_recipe, 0), {"--fp8-e4m3-all", F_BARE, O(cfg.fp8_e4m3_all), 0, 0, 0, 0, 0, 0, 0},
+    FS("--fp4-recipe", cfg.fp4_recipe, COLLAGE_RUN_COMPUTE), FI("--fp4-bf16-last", cfg.fp4_bf16_last, COLLAGE_RUN_COMPUTE, 0, 1 << 20),
     {"--overwrite", F_BARE, O(overwrite), 0, 0, 0, 0, 0, 0, 0}, {"--quiet", F_BARE, O(quiet), 0, 0, 0, 0, 0, 0, 0},
 };
 #undef O
@@ -223,11 +224,12 @@ int train_parse(int argc, char **argv, train_opts *o) {
             i++;
         } else if (!strcmp(a, "--compute")) {
             if (!v) return cli_needs_value("train", a);
-            if (strcmp(v, "bf16") && strcmp(v, "fp8")) {
-                fprintf(stderr, "collage train: --compute %s: unknown\nhint: --compute takes bf16 or fp8\n", v);
+            if (strcmp(v, "bf16") && strcmp(v, "fp8") && strcmp(v, "fp4")) {
+                fprintf(stderr, "collage train: --compute %s: unknown\nhint: --compute takes bf16, fp8 or fp4\n", v);
                 return -1;
             }
             o->cfg.fp8 = !strcmp(v, "fp8");
+            o->cfg.fp4 = !strcmp(v, "fp4");
             o->given |= COLLAGE_RUN_COMPUTE;
             i++;
         } else if (!strcmp(a, "--optimizer")) {
@@ -242,6 +244,12 @@ int train_parse(int argc, char **argv, train_opts *o) {
                         "strategies)\n", o->cfg.fp8_recipe ? "--fp8-recipe" : "--fp8-e4m3-all");
         return -1;
     }
+    if (!o->cfg.fp4 && (o->cfg.fp4_recipe || o->cfg.fp4_bf16_last)) {
+        fprintf(stderr, "collage train: %s: an fp4 compute setting without --compute fp4\nhint: add --compute fp4 (bf16 "
+                        "strategies)\n", o->cfg.fp4_recipe ? "--fp4-recipe" : "--fp4-bf16-last");
+        return -1;
+    }
+    if (o->cfg.fp4_recipe && cli_check_fp4_recipe("train", o->cfg.fp4_recipe)) return -1;
     /* a resumed run's optimizer and strategy are its checkpoint's: checked in train_resume_config */
     if ((!o->resume || (o->given & COLLAGE_RUN_OPTIMIZER)) && unread_by_optimizer(o, o->cfg.optimizer, NULL)) return -1;
     if ((!o->resume || (o->given & COLLAGE_RUN_STRATEGY)) && unread_loss_scale(o, o->cfg.strategy, NULL, 0)) return -1;

@@ -75,6 +75,13 @@ static const char *optimizer_words(const train_opts *o) {
     return buf;
 }
 
+/* fp4 compute's closing words: how many last layers keep bf16 products. */
+static const char *fp4_last(const train_opts *o) {
+    static char w[48];
+    snprintf(w, sizeof w, o->cfg.fp4_bf16_last ? ", last %d layers bf16)" : ")", o->cfg.fp4_bf16_last);
+    return w;
+}
+
 void print_header(const train_opts *o, const collage_run_info *in) {
     const collage_model_config *c = &in->model;
     const int th = collage_get_threads();
@@ -82,9 +89,10 @@ void print_header(const train_opts *o, const collage_run_info *in) {
            "  precision %s%s%s%s (%.4g bytes/param of training state), batch %d x %d, %d thread%s\n",
            o->cfg.model ? o->cfg.model : collage_family_name(c->family), in->params, c->num_layers, c->num_heads, c->channels,
            c->max_seq_len, c->vocab_size, o->cfg.tokenizer, in->train_tokens, cli_data_name(o->cfg.data),
-           collage_strategy_name(o->cfg.strategy), o->cfg.fp8 ? ", fp8 compute (" : "",
-           o->cfg.fp8 ? (o->cfg.fp8_recipe ? o->cfg.fp8_recipe : "delayed") : "",
-           o->cfg.fp8 ? (o->cfg.fp8_e4m3_all ? ", e4m3)" : ", e4m3/e5m2)") : "", in->memory.total, o->cfg.batch, o->cfg.seq, th, th == 1 ? "" : "s");
+           collage_strategy_name(o->cfg.strategy), o->cfg.fp8 ? ", fp8 compute (" : o->cfg.fp4 ? ", fp4 compute (" : "",
+           o->cfg.fp8 ? (o->cfg.fp8_recipe ? o->cfg.fp8_recipe : "delayed")
+                      : o->cfg.fp4 ? (o->cfg.fp4_recipe ? o->cfg.fp4_recipe : "nvfp4") : "",
+           o->cfg.fp8 ? (o->cfg.fp8_e4m3_all ? ", e4m3)" : ", e4m3/e5m2)") : o->cfg.fp4 ? fp4_last(o) : "", in->memory.total, o->cfg.batch, o->cfg.seq, th, th == 1 ? "" : "s");
     printf("  schedule: %d step%s%s, lr %g after %d warm-up step%s, cosine to %g at step %d; %s\n", o->cfg.steps,
            o->cfg.steps == 1 ? "" : "s", stop_words(o, in->step), o->cfg.lr, o->cfg.warmup, o->cfg.warmup == 1 ? "" : "s",
            o->cfg.lr / 10, o->cfg.steps, optimizer_words(o));

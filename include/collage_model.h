@@ -119,9 +119,11 @@ typedef enum {
     COLLAGE_REAL_FP8,      /* COLLAGE_REAL_BF16's model (bf16 weights, gradients, activations) with every matrix
                               product on fp8 operands quantized by a recipe, fp32 sums (docs/numerics.md §13,
                               collage_model_fp8_set); every family */
+    COLLAGE_REAL_FP4,      /* the same with 4-bit products: NVFP4 or MXFP4 operands (docs/numerics.md §15,
+                              collage_model_fp4_set); every family */
     COLLAGE_REAL_COUNT
 } collage_real;
-const char    *collage_real_name(collage_real r);                      /* "fp32", "bf16", "fp64", "fp16", "fp8" */
+const char    *collage_real_name(collage_real r);                      /* "fp32", "bf16", "fp64", "fp16", "fp8", "fp4" */
 collage_status collage_real_parse(const char *name, collage_real *out);
 size_t         collage_real_size(collage_real r);                      /* bytes per element: 4, 2, 8, 2, 2 */
 
@@ -195,6 +197,20 @@ collage_status collage_model_fp8_state_load(collage_model *m, const void *buf, s
 /* Seconds the fp8 products have spent quantizing their operands (amaxes, scales, rounding) since the model
  * was made, on the calling thread's clock: a benchmark's phase. 0 for a model of another precision or NULL. */
 double         collage_model_fp8_quant_seconds(const collage_model *m);
+/* ---- fp4 compute (COLLAGE_REAL_FP4, docs/numerics.md §15 "The model in fp4")
+ * set: the recipe by name, "nvfp4" (the default) or "mxfp4", optionally followed by ",hadamard" (the 16×16
+ * random Hadamard transform on the weight-gradient product's inputs, its signs drawn from seed);
+ * bf16_last: how many of the last linear layers (counted from the output: the logits' layer first, then
+ * the blocks' in reverse) keep bf16 products, 0 … collage_model_fp4_layers. Between steps only.
+ * COLLAGE_ERR_ARG for another name or bf16_last out of range. key: the stochastic rounding key of the
+ * gradients' quantization in the backwards that follow (a run sets one per micro-batch). A forward or
+ * backward whose 4-bit operand holds NaN or Inf fails with COLLAGE_ERR_NONFINITE (skip the step).
+ * COLLAGE_ERR_UNSUPPORTED on a model of another precision. layers: the model's linear layers (0 for
+ * another precision). quant_seconds: as collage_model_fp8_quant_seconds, for the 4-bit products. */
+collage_status collage_model_fp4_set(collage_model *m, const char *recipe, int bf16_last, uint64_t seed);
+collage_status collage_model_fp4_key(collage_model *m, uint64_t key);
+int            collage_model_fp4_layers(const collage_model *m);
+double         collage_model_fp4_quant_seconds(const collage_model *m);
 /* ---- profiling: where the forward and backward spend their time (`collage bench model`'s phases)
  * set: on = 1 starts counting from zero, on = 0 stops (the counts stay readable); off by default, and
  * then no clock is read. While on, each call that runs the model's graph (forward, forward_batch,

@@ -68,6 +68,11 @@ typedef struct {
                                    gradient with NaN is; the delayed scaling's amaxes max-reduced over the ranks */
     const char *fp8_recipe;     /* fp8: "delayed" (NULL), "current", "block" or "mxfp8" (collage_model_fp8_set) */
     int fp8_e4m3_all;           /* fp8: e4m3 for the gradients too (0: e5m2) */
+    int fp4;                    /* 1: 4-bit compute (COLLAGE_REAL_FP4; a strategy with bf16 weights): every matrix
+                                   product on NVFP4 or MXFP4 operands, the gradients rounded stochastically with a key
+                                   per micro-batch; a step whose operand holds NaN or Inf is skipped */
+    const char *fp4_recipe;     /* fp4: "nvfp4" (NULL), "mxfp4", either with ",hadamard" (collage_model_fp4_set) */
+    int fp4_bf16_last;          /* fp4: the last linear layers that keep bf16 products */
     /* what the run does, not what it computes (not saved; may differ on resume) */
     int keep;                   /* checkpoints of this run kept in a run folder by collage_run_save (0: 2) */
     int max_skips;              /* skipped steps in a row that mean divergence (0: 10) */
@@ -97,7 +102,7 @@ enum {
     COLLAGE_RUN_WD = 1u << 12, COLLAGE_RUN_CLIP = 1u << 13, COLLAGE_RUN_SEED = 1u << 14,
     COLLAGE_RUN_STRATEGY = 1u << 15, COLLAGE_RUN_STEPS = 1u << 16, COLLAGE_RUN_KV_HEADS = 1u << 17,
     COLLAGE_RUN_HIDDEN = 1u << 18, COLLAGE_RUN_OPTIMIZER = 1u << 19, COLLAGE_RUN_MOMENTUM = 1u << 20,
-    COLLAGE_RUN_NESTEROV = 1u << 21, COLLAGE_RUN_COMPUTE = 1u << 22 /* fp8, fp8_recipe, fp8_e4m3_all */
+    COLLAGE_RUN_NESTEROV = 1u << 21, COLLAGE_RUN_COMPUTE = 1u << 22 /* fp8, fp8_recipe, fp8_e4m3_all, fp4, fp4_recipe, fp4_bf16_last */
 };
 
 /* ---------------------------------------------------------------- checkpoints */
@@ -125,6 +130,7 @@ typedef struct {
     char products[48];          /* the kernels its model's products ran on, as a pin (collage_products_pin):
                                    a resume takes them unless the process pins others; "" in older runs */
     char fp8_recipe[16];        /* cfg.fp8_recipe's storage (fp8 compute) */
+    char fp4_recipe[24];        /* cfg.fp4_recipe's storage (fp4 compute) */
 } collage_run_saved;
 /* The checkpoint a path names: a checkpoint folder itself, or a run folder's newest checkpoint (by
  * step). Errors name the path and say what it holds. */

@@ -6,6 +6,7 @@
  * keys within a 6-sigma bound of x. */
 #include "harness.h"
 #include "fp4q.h"
+#include "nn.h"
 #include <float.h>
 
 #define SEED 51u
@@ -381,6 +382,403 @@ static void test_sr_mean(void) {
     }
 }
 
+/* ---------------------------------------------------------------- the vector quantizer */
+static const collage_isa ISAS[3] = {COLLAGE_ISA_SCALAR, COLLAGE_ISA_AVX2, COLLAGE_ISA_AVX512};
+
+/* The rounding lanes of every ISA the CPU has against the generic encoder (collage_lp_from_f32_sat / _sr):
+ * every e2m1 value, midpoint and quarter point with four fp32 ulps either side, fp32 subnormals, values far
+ * beyond 6, ±Inf, ±0, and random fp32 values of every binade; SR with the threshold word 2^32 − F of each
+ * input, its neighbours, both ends and random words. */
+static void test_round_lanes(void) {
+    enum { MAXN = 8192 };
+    static float y[MAXN];
+    static uint32_t r[MAXN];
+    int n = 0;
+    const float pts[] = {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f,
+                         6.0f, 7.0f, 7.5f, 8.0f, 0.125f, 0.375f, 0.625f, 2.25f, 2.75f, 4.5f, 5.5f, 6.5f, 12.0f};
+    for (size_t i = 0; i < sizeof pts / sizeof *pts; i++)
+        for (int d = -4; d <= 4; d++)
+            for (int sg = 0; sg < 2; sg++) {
+                const uint32_t u = f32_bits(pts[i]);
+                if (d < 0 && u < (uint32_t)-d) continue;
+                const float v = bits_f32(u + (uint32_t)d);
+                y[n++] = sg ? -v : v;
+            }
+    const float special[] = {INFINITY, -INFINITY, FLT_MAX, -FLT_MAX, 0x1p-149f, -0x1p-149f, 0x1p-127f, 1e30f};
+    for (size_t i = 0; i < sizeof special / sizeof *special; i++) y[n++] = special[i];
+    while (n < MAXN / 4) y[n++] = bits_f32(rnd32() & 0xff7fffffu) * 1.0f; /* finite: exponent ≤ 254 */
+    for (int i = 0; i < n; i++)
+        if (isnan(y[i])) y[i] = 1.0f;
+    const int base = n;
+    /* SR copies: each input with its threshold word, the words either side, 0, 2^32 − 1 */
+    for (int i = 0; i < base && n + 4 <= MAXN; i++) {
+        const uint16_t lo = collage_lp_from_f32_sr(COLLAGE_FMT_E2M1, y[i], 0u);
+        uint32_t T = 0; /* the least word that rounds away from zero, found by bisection on the generic encoder */
+        uint64_t a = 0, b = (uint64_t)1 << 32;
+        while (a < b) {
+            const uint64_t m = (a + b) / 2;
+            if (collage_lp_from_f32_sr(COLLAGE_FMT_E2M1, y[i], (uint32_t)m) != lo) b = m; else a = m + 1;
+        }
+        T = (uint32_t)a;
+        const uint32_t w[4] = {T, T - 1u, T + 1u, rnd32()};
+        for (int j = 0; j < 4; j++) y[n] = y[i], r[n++] = w[j];
+    }
+    uint8_t got[MAXN];
+    for (int ii = 0; ii < 3; ii++) {
+        if (!collage_isa_supported(ISAS[ii])) {
+            printf("  %s: not on this CPU, skipped\n", collage_isa_name(ISAS[ii]));
+            continue;
+        }
+        int bad = 0;
+        collage__fp4q_round_row(ISAS[ii], 0, y, r, base, got);
+        for (int i = 0; i < base; i++) {
+            const int want = collage_lp_from_f32_sat(COLLAGE_FMT_E2M1, y[i]);
+            if (got[i] != want && bad++ < 5)
+                CHECK(0, "%s RN y %a: 0x%x, want 0x%x", collage_isa_name(ISAS[ii]), (double)y[i], got[i], want);
+        }
+        collage__fp4q_round_row(ISAS[ii], 1, y + base, r + base, n - base, got);
+        for (int i = base; i < n; i++) {
+            const int want = collage_lp_from_f32_sr(COLLAGE_FMT_E2M1, y[i], r[i]);
+            if (got[i - base] != want && bad++ < 10)
+                CHECK(0, "%s SR y %a r %u: 0x%x, want 0x%x", collage_isa_name(ISAS[ii]), (double)y[i], r[i],
+                      got[i - base], want);
+        }
+        CHECK(bad == 0, "%s: %d codes differ from the generic encoder", collage_isa_name(ISAS[ii]), bad);
+    }
+}
+
+/* One vector quantization (fp32 or bf16 input) against the scalar quantizer of the same values: the tensor
+ * scale, every scale byte and code equal, every value equal to fp32(v·d) in bf16 bits. */
+static int check_vector(collage_isa isa, const collage_fp4_quant *q, const float *x, const uint16_t *xb, int rows,
+                        int cols, int ld, int nt) {
+    const size_t n = (size_t)rows * cols, nb = collage__fp4_blocks(q, rows, cols);
+    uint8_t *c0 = malloc(n), *c1 = malloc(n), *s0 = malloc(nb), *s1 = malloc(nb);
+    uint16_t *v = malloc(n * 2);
+    float *enc = malloc(nb * 4), *d = malloc(nb * 4), *xf = malloc((size_t)rows * ld * 4);
+    for (size_t i = 0; i < (size_t)rows * ld; i++) xf[i] = xb ? bf16_f32(xb[i]) : x[i];
+    collage_fp4_tensor t0, t1;
+    int bad = collage__fp4_quantize(q, xf, rows, cols, ld, c0, s0, &t0) != COLLAGE_OK;
+    bad |= collage__fp4_quantize_isa(isa, q, xb ? NULL : x, xb, rows, cols, ld, c1, v, s1, enc, d, &t1, nt) != COLLAGE_OK;
+    if (!bad) {
+        bad |= memcmp(&t0, &t1, sizeof t0) != 0;
+        bad |= memcmp(s0, s1, nb) != 0;
+        int br, bc;
+        collage__fp4_block_shape(q, &br, &bc);
+        const int gc = (cols + bc - 1) / bc;
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) {
+                const size_t i = (size_t)r * cols + c;
+                const float dv = collage__fp4_scale_value(q->recipe, s0[(size_t)(r / br) * gc + c / bc]);
+                const float want = collage_lp_to_f32(COLLAGE_FMT_E2M1, c0[i]) * dv;
+                if ((c0[i] != c1[i] || f32_bits(want) != ((uint32_t)v[i] << 16)) && bad++ < 3)
+                    CHECK(0, "(%d,%d) x %a: code 0x%x value %a, scalar 0x%x %a", r, c, (double)xf[(size_t)r * ld + c],
+                          c1[i], (double)bf16_f32(v[i]), c0[i], (double)want);
+            }
+    }
+    free(c0), free(c1), free(s0), free(s1), free(v), free(enc), free(d), free(xf);
+    return bad;
+}
+
+/* Every ISA the CPU has, 1 to 3 threads, fp32 and bf16 input, every recipe, role, K axis and rounding on
+ * odd shapes (one large enough for the threads to share it), and SR with index0 just below 2^32 and 2^33
+ * (the runs cut where the index's high half changes), with rows of zeros, subnormals and huge values: bit
+ * for bit the scalar quantizer. */
+static void test_vector(void) {
+    const int shapes[5][3] = {{1, 1, 1}, {3, 300, 301}, {257, 5, 5}, {33, 47, 50}, {300, 257, 260}};
+    const uint64_t idx0[3] = {1000, 0xfffffff0ull, 0x1ffffff00ull};
+    for (int si = 0; si < 5; si++) {
+        const int rows = shapes[si][0], cols = shapes[si][1], ld = shapes[si][2];
+        float *x = malloc((size_t)rows * ld * sizeof(float));
+        uint16_t *xb = malloc((size_t)rows * ld * 2);
+        fill(x, (size_t)rows * ld, -12, 12);
+        if (rows >= 33) /* rows of zeros, fp32 subnormals and huge values: MXFP4's clamps, NVFP4's flushed blocks */
+            for (int c = 0; c < cols; c++)
+                x[c] = 0.0f, x[ld + c] = (c & 1 ? 1e-40f : -3e-39f) * (float)(c % 7), x[2 * (size_t)ld + c] = c & 1 ? 1.5e38f : -1e37f;
+        for (size_t i = 0; i < (size_t)rows * ld; i++) xb[i] = (uint16_t)(f32_bits(x[i] * 1.7f) >> 16);
+        for (int ii = 0; ii < 3; ii++) {
+            if (!collage_isa_supported(ISAS[ii])) continue;
+            for (int ri = 0; ri < COLLAGE_FP4_RECIPE_COUNT; ri++)
+                for (int role = 0; role <= COLLAGE_FP4_GRAD; role++)
+                    for (int ka = 0; ka < 2; ka++)
+                        for (int sr = 0; sr < 2; sr++)
+                            for (int nt = 1; nt <= 3; nt++) {
+                                const collage_fp4_quant q = {.recipe = (collage_fp4_recipe)ri,
+                                                             .role = (collage_fp4_role)role, .k_axis = ka, .sr = sr,
+                                                             .key = 9u + (uint64_t)si, .index0 = idx0[(si + nt) % 3]};
+                                for (int in = 0; in < 2; in++)
+                                    CHECK(check_vector(ISAS[ii], &q, x, in ? xb : NULL, rows, cols, ld, nt) == 0,
+                                          "%s %s %dx%d role %d k_axis %d sr %d nt %d %s", collage_isa_name(ISAS[ii]),
+                                          rname(q.recipe), rows, cols, role, ka, sr, nt, in ? "bf16" : "fp32");
+                            }
+        }
+        free(x), free(xb);
+    }
+}
+
+/* NaN or ±Inf anywhere: refused by every ISA with nothing written to codes, values, scales or the tensor. */
+static void test_vector_refusals(void) {
+    enum { R = 20, C = 70 };
+    float x[R * C];
+    fill(x, R * C, -3, 3);
+    const float bad_vals[3] = {NAN, INFINITY, -INFINITY};
+    for (int ii = 0; ii < 3; ii++) {
+        if (!collage_isa_supported(ISAS[ii])) continue;
+        for (int bi = 0; bi < 3; bi++)
+            for (int ka = 0; ka < 2; ka++) {
+                float y[R * C];
+                memcpy(y, x, sizeof y);
+                y[(size_t)(R - 1) * C + C - 2] = bad_vals[bi];
+                uint8_t codes[R * C], scales[R * C];
+                uint16_t vals[R * C];
+                float enc[R * C], d[R * C];
+                memset(codes, 0xAB, sizeof codes), memset(scales, 0xAB, sizeof scales), memset(vals, 0xAB, sizeof vals);
+                collage_fp4_tensor t = {-1.0f, -1.0f, -1.0f};
+                const collage_fp4_quant q = {.recipe = COLLAGE_FP4_NVFP4, .role = COLLAGE_FP4_ACT, .k_axis = ka};
+                const collage_status st =
+                    collage__fp4_quantize_isa(ISAS[ii], &q, y, NULL, R, C, C, codes, vals, scales, enc, d, &t, 2);
+                int touched = t.amax != -1.0f;
+                for (int i = 0; i < R * C; i++) touched |= codes[i] != 0xAB || scales[i] != 0xAB || vals[i] != 0xABAB;
+                CHECK(st == COLLAGE_ERR_NONFINITE && !touched, "%s %a k_axis %d: status %d, written %d",
+                      collage_isa_name(ISAS[ii]), (double)bad_vals[bi], ka, st, touched);
+            }
+    }
+}
+
+/* ---------------------------------------------------------------- the random Hadamard transform */
+#define RHT_ERR 8.0 /* the bound on each output's error, in units of 2^-24 · Σ|x_j| / 4 (4 stages of sums) */
+
+/* (1/4)·H16·D·x in double for group element i (H_ij = (−1)^popcount(i & j)), and (1/4)·Σ|x_j|. */
+static double o_rht(uint16_t signs, const double *x, int i, double *mag) {
+    double s = 0, m = 0;
+    for (int j = 0; j < 16; j++) {
+        const double v = ((signs >> j & 1) ? -x[j] : x[j]) * (__builtin_popcount((unsigned)(i & j)) & 1 ? -1 : 1);
+        s += v, m += fabs(v);
+    }
+    *mag = m / 4;
+    return s / 4;
+}
+
+/* Against the transform in double on both K axes (partial groups copied), fp32 and bf16 input, 1-3 threads
+ * giving the same bits; the inverse returns x within twice the bound; inner products of two columns are
+ * kept (orthogonal up to fp32 rounding); a unit vector gives ±1/4 exactly; the signs are a function of the
+ * key. */
+static void test_rht(void) {
+    enum { R = 37, C = 70 }; /* two whole groups and 5 rows (6 columns) left over */
+    float x[R * C], y[R * C], z[R * C], y2[R * C];
+    uint16_t xb[R * C];
+    fill(x, R * C, -20, 10);
+    for (int i = 0; i < R * C; i++) xb[i] = (uint16_t)(f32_bits(x[i]) >> 16);
+    const uint16_t signs = collage__fp4_rht_signs(12345u);
+    CHECK(signs == collage__fp4_rht_signs(12345u) && signs != collage__fp4_rht_signs(12346u) && signs != 0 &&
+              signs != 0xffffu, "signs 0x%04x", signs);
+    for (int ka = 0; ka < 2; ka++)
+        for (int in = 0; in < 2; in++) {
+            collage__fp4_rht(signs, 0, in ? NULL : x, in ? xb : NULL, R, C, C, ka, y, C, 1);
+            int bad = 0;
+            const int groups = ka ? C / 16 : R / 16, lines = ka ? R : C;
+            for (int l = 0; l < lines; l++)
+                for (int g = 0; g < groups; g++) {
+                    double xv[16];
+                    for (int j = 0; j < 16; j++) {
+                        const size_t e = ka ? (size_t)l * C + 16 * g + j : (size_t)(16 * g + j) * C + l;
+                        xv[j] = in ? (double)bf16_f32(xb[e]) : (double)x[e];
+                    }
+                    for (int i = 0; i < 16; i++) {
+                        const size_t e = ka ? (size_t)l * C + 16 * g + i : (size_t)(16 * g + i) * C + l;
+                        double mag;
+                        const double want = o_rht(signs, xv, i, &mag);
+                        if (!(fabs((double)y[e] - want) <= RHT_ERR * 0x1p-24 * mag) && bad++ < 3)
+                            CHECK(0, "k_axis %d line %d group %d elem %d: %a, want %a", ka, l, g, i, (double)y[e], want);
+                    }
+                }
+            for (int r = 0; r < R; r++) /* the elements past the last group are copied */
+                for (int c = 0; c < C; c++)
+                    if ((ka ? c >= C / 16 * 16 : r >= R / 16 * 16) &&
+                        f32_bits(y[(size_t)r * C + c]) != f32_bits(in ? bf16_f32(xb[(size_t)r * C + c]) : x[(size_t)r * C + c]))
+                        bad++;
+            for (int nt = 2; nt <= 3; nt++) {
+                collage__fp4_rht(signs, 0, in ? NULL : x, in ? xb : NULL, R, C, C, ka, y2, C, nt);
+                bad += memcmp(y, y2, sizeof y) != 0;
+            }
+            CHECK(bad == 0, "k_axis %d %s: %d differences", ka, in ? "bf16" : "fp32", bad);
+            if (in) continue;
+            collage__fp4_rht(signs, 1, y, NULL, R, C, C, ka, z, C, 2);
+            bad = 0;
+            for (int i = 0; i < R * C; i++) {
+                const int r = i / C, c = i % C; /* the bound of the group holding element i: 2 transforms */
+                double mag = 0;
+                for (int j = 0; j < 16; j++) {
+                    const int rr = ka ? r : (r / 16) * 16 + j, cc = ka ? (c / 16) * 16 + j : c;
+                    if (rr < R && cc < C) mag += fabs((double)x[(size_t)rr * C + cc]) / 4;
+                }
+                if (!(fabs((double)z[i] - (double)x[i]) <= 2 * RHT_ERR * 0x1p-24 * mag) && bad++ < 3)
+                    CHECK(0, "k_axis %d inverse (%d,%d): %a, x %a", ka, r, c, (double)z[i], (double)x[i]);
+            }
+            CHECK(bad == 0, "k_axis %d: inverse off in %d elements", ka, bad);
+        }
+    /* inner products of columns 3 and 8 over the two whole groups, before and after (k_axis 0) */
+    collage__fp4_rht(signs, 0, x, NULL, R, C, C, 0, y, C, 1);
+    double ip_x = 0, ip_y = 0, n3 = 0, n8 = 0;
+    for (int r = 0; r < 32; r++) {
+        const double a = (double)x[r * C + 3], b = (double)x[r * C + 8];
+        ip_x += a * b, ip_y += (double)y[r * C + 3] * (double)y[r * C + 8], n3 += a * a, n8 += b * b;
+    }
+    CHECK(fabs(ip_y - ip_x) <= 4 * RHT_ERR * 0x1p-24 * sqrt(n3 * n8), "inner product %.9e, was %.9e", ip_y, ip_x);
+    float e[16 * 1], u[16];
+    for (int j = 0; j < 16; j++) {
+        for (int i = 0; i < 16; i++) e[i] = i == j ? 1.0f : 0.0f;
+        collage__fp4_rht(signs, 0, e, NULL, 16, 1, 1, 0, u, 1, 1);
+        for (int i = 0; i < 16; i++) {
+            const float want = ((signs >> j & 1) ^ (__builtin_popcount((unsigned)(i & j)) & 1)) ? -0.25f : 0.25f;
+            CHECK(f32_bits(u[i]) == f32_bits(want), "unit %d: element %d %a, want %a", j, i, (double)u[i], (double)want);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- the 4-bit product */
+typedef struct { float *C; int ldc; int calls; } keep_ctx;
+static void keep_tile(void *p, const float *t, int ldt, int i0, int i1, int j0, int j1) {
+    keep_ctx *c = p;
+#pragma omp atomic
+    c->calls++;
+    for (int i = i0; i < i1; i++) memcpy(c->C + (size_t)i * c->ldc + j0, t + (size_t)(i - i0) * ldt, (size_t)(j1 - j0) * 4);
+}
+
+/* bf16 values with random signs and magnitudes 2^[lo, hi). */
+static void fill_bf16(uint16_t *x, size_t n, int lo, int hi) {
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        fill(&v, 1, lo, hi);
+        x[i] = (uint16_t)(f32_bits(v) >> 16);
+    }
+}
+
+/* The double product of the operands dequantized by the scalar quantizer (value · dec, exact in double),
+ * and Σ|a·b| per element, for the error bound. */
+static void o_product(const nn_fp4_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, const uint16_t *B,
+                      double *D, double *S) {
+    const int rows[2] = {ta ? K : M, tb ? N : K}, cols[2] = {ta ? M : K, tb ? K : N};
+    const uint16_t *X[2] = {A, B};
+    double *dq[2];
+    for (int w = 0; w < 2; w++) {
+        const collage_fp4_quant q = nn_fp4_quant_of(p, w, w ? tb : ta);
+        const size_t n = (size_t)rows[w] * cols[w];
+        float *x = malloc(n * 4), *y = malloc(n * 4);
+        uint8_t *codes = malloc(n), *sc = malloc(collage__fp4_blocks(&q, rows[w], cols[w]));
+        if (p->hadamard) collage__fp4_rht(p->signs, 0, NULL, X[w], rows[w], cols[w], cols[w], q.k_axis, x, cols[w], 1);
+        else for (size_t i = 0; i < n; i++) x[i] = bf16_f32(X[w][i]);
+        collage_fp4_tensor t;
+        collage__fp4_quantize(&q, x, rows[w], cols[w], cols[w], codes, sc, &t);
+        collage__fp4_dequantize(&q, codes, sc, &t, rows[w], cols[w], y, cols[w]); /* fp32(fp32(v·d)·dec) */
+        int br, bc;
+        collage__fp4_block_shape(&q, &br, &bc);
+        dq[w] = malloc(n * sizeof(double));
+        for (int r = 0; r < rows[w]; r++)
+            for (int c = 0; c < cols[w]; c++) {
+                const size_t i = (size_t)r * cols[w] + c;
+                const double vd = (double)collage_lp_to_f32(COLLAGE_FMT_E2M1, codes[i]) *
+                                  (double)collage__fp4_scale_value(q.recipe, sc[(size_t)(r / br) * ((cols[w] + bc - 1) / bc) + c / bc]);
+                dq[w][i] = vd * (double)t.dec; /* y[i] is this rounded once to fp32 */
+                CHECK((double)y[i] == (double)f32(dq[w][i]), "dequantized value");
+            }
+        free(x), free(y), free(codes), free(sc);
+    }
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double d = 0, s2 = 0;
+            for (int k = 0; k < K; k++) {
+                const double a = ta ? dq[0][(size_t)k * M + i] : dq[0][(size_t)i * K + k];
+                const double b = tb ? dq[1][(size_t)j * K + k] : dq[1][(size_t)k * N + j];
+                d += a * b, s2 += fabs(a * b);
+            }
+            D[(size_t)i * N + j] = d, S[(size_t)i * N + j] = s2;
+        }
+    free(dq[0]), free(dq[1]);
+}
+
+typedef struct { int ta, tb; collage_fp4_role ra, rb; int sr_a, had; const char *name; } fp4_kind;
+static const fp4_kind FP4_KINDS[3] = {{0, 1, COLLAGE_FP4_ACT, COLLAGE_FP4_WEIGHT, 0, 0, "Y = X·Wᵀ"},
+                                      {0, 0, COLLAGE_FP4_GRAD, COLLAGE_FP4_WEIGHT, 1, 0, "dX = dY·W"},
+                                      {1, 0, COLLAGE_FP4_GRAD, COLLAGE_FP4_ACT, 1, 1, "dW = dYᵀ·X"}};
+
+/* For both recipes, with and without the Hadamard transform on dW, and each of a linear layer's three
+ * products at odd sizes (SR on the gradient): the door on the reference sgemm (widening path) equals the
+ * scalar twin bit for bit on 1, 2 and 3 threads; every available path is within fp32-sum error of the
+ * double product of the dequantized operands: |c − d| ≤ (K + 4)·2^-24·Σ|a·b|. */
+static void test_product(void) {
+    enum { NT = 300, OC = 70, CH = 260 }; /* tokens, outputs, inputs */
+    uint16_t *X = malloc(NT * CH * 2), *W = malloc(OC * CH * 2), *dY = malloc(NT * OC * 2);
+    fill_bf16(X, NT * CH, -4, 3), fill_bf16(W, OC * CH, -8, -2), fill_bf16(dY, NT * OC, -30, -22);
+    char err[160];
+    CHECK(nn_products_pin("ref", err, sizeof err) == 0, "pin: %s", err);
+    for (int ri = 0; ri < COLLAGE_FP4_RECIPE_COUNT; ri++)
+        for (int had = 0; had < 2; had++)
+            for (int ki = 0; ki < 3; ki++) {
+                const fp4_kind *pk = &FP4_KINDS[ki];
+                if (had && !pk->had) continue;
+                const int M = ki == 2 ? OC : NT, N = ki == 0 ? OC : CH, K = ki == 0 ? CH : ki == 1 ? OC : NT;
+                const uint16_t *A = ki == 0 ? X : dY, *B = ki == 0 ? W : ki == 1 ? W : X;
+                const int lda = ki == 0 ? CH : OC, ldb = CH;
+                const nn_fp4_spec p = {.recipe = (collage_fp4_recipe)ri, .ra = pk->ra, .rb = pk->rb, .sr_a = pk->sr_a,
+                                       .key = 77u, .hadamard = had, .signs = collage__fp4_rht_signs(5u)};
+                float *R = malloc((size_t)M * N * 4), *C = malloc((size_t)M * N * 4);
+                keep_ctx kr = {.C = R, .ldc = N};
+                CHECK(nn_gemm_fp4_ref(&p, pk->ta, pk->tb, M, N, K, A, lda, B, ldb, keep_tile, &kr) == COLLAGE_OK, "ref");
+                double *D = malloc((size_t)M * N * 8), *S = malloc((size_t)M * N * 8);
+                o_product(&p, pk->ta, pk->tb, M, N, K, A, B, D, S);
+                for (int path = 0; path < NN_BF16_COUNT; path++) {
+                    if (!nn_bf16_available((nn_bf16_path)path)) continue;
+                    for (int nt = 1; nt <= 3; nt++) {
+                        nn_fp4_ws ws = {0};
+                        CHECK(nn_gemm_fp4_reserve(&ws, &p, pk->ta, pk->tb, M, N, K, nt, (nn_bf16_path)path) == 0, "reserve");
+                        memset(C, 0xff, (size_t)M * N * 4);
+                        keep_ctx kc = {.C = C, .ldc = N};
+                        CHECK(nn_gemm_fp4(&p, pk->ta, pk->tb, M, N, K, A, lda, B, ldb, keep_tile, &kc, &ws,
+                                          (nn_bf16_path)path, nt) == COLLAGE_OK, "product");
+                        int diff = 0, over = 0;
+                        for (size_t e = 0; e < (size_t)M * N; e++) {
+                            diff += memcmp(&C[e], &R[e], 4) != 0;
+                            over += !(fabs((double)C[e] - D[e]) <= (K + 4) * 0x1p-24 * S[e]);
+                        }
+                        if (path == NN_BF16_WIDEN)
+                            CHECK(diff == 0, "%s%s %s nt %d: %d elements differ from the scalar twin", rname(p.recipe),
+                                  had ? ",hadamard" : "", pk->name, nt, diff);
+                        CHECK(over == 0, "%s%s %s %s nt %d: %d elements beyond the bound of the double product",
+                              rname(p.recipe), had ? ",hadamard" : "", pk->name, nn_bf16_name((nn_bf16_path)path), nt, over);
+                        nn_fp4_ws_free(&ws);
+                    }
+                }
+                free(R), free(C), free(D), free(S);
+            }
+    nn_products_pin(NULL, err, sizeof err);
+    free(X), free(W), free(dY);
+}
+
+/* NaN or Inf in either operand: COLLAGE_ERR_NONFINITE and ep never called, by the door and the twin. */
+static void test_product_nonfinite(void) {
+    enum { M = 40, N = 24, K = 130 };
+    uint16_t A[M * K], B[N * K];
+    fill_bf16(A, M * K, -2, 2), fill_bf16(B, N * K, -2, 2);
+    const uint16_t bad[2] = {0x7fc0, 0xff80};
+    for (int ri = 0; ri < COLLAGE_FP4_RECIPE_COUNT; ri++)
+        for (int which = 0; which < 2; which++)
+            for (int bi = 0; bi < 2; bi++) {
+                uint16_t *X = which ? B : A, keep = X[77];
+                X[77] = bad[bi];
+                const nn_fp4_spec p = {.recipe = (collage_fp4_recipe)ri, .ra = COLLAGE_FP4_ACT, .rb = COLLAGE_FP4_WEIGHT};
+                float C[M * N];
+                keep_ctx kc = {.C = C, .ldc = N};
+                nn_fp4_ws ws = {0};
+                CHECK(nn_gemm_fp4_reserve(&ws, &p, 0, 1, M, N, K, 2, NN_BF16_WIDEN) == 0, "reserve");
+                const collage_status s1 = nn_gemm_fp4(&p, 0, 1, M, N, K, A, K, B, K, keep_tile, &kc, &ws, NN_BF16_WIDEN, 2);
+                const collage_status s2 = nn_gemm_fp4_ref(&p, 0, 1, M, N, K, A, K, B, K, keep_tile, &kc);
+                CHECK(s1 == COLLAGE_ERR_NONFINITE && s2 == COLLAGE_ERR_NONFINITE && kc.calls == 0,
+                      "%s operand %d 0x%04x: %d %d, %d tiles", rname(p.recipe), which, bad[bi], s1, s2, kc.calls);
+                nn_fp4_ws_free(&ws);
+                X[77] = keep;
+            }
+}
+
 int main(void) {
     tables_init();
     printf("test_fp4: seed %u\n", SEED);
@@ -390,5 +788,11 @@ int main(void) {
     RUN(test_saturation);
     RUN(test_refusals);
     RUN(test_sr_mean);
+    RUN(test_round_lanes);
+    RUN(test_vector);
+    RUN(test_vector_refusals);
+    RUN(test_rht);
+    RUN(test_product);
+    RUN(test_product_nonfinite);
     return h_end();
 }

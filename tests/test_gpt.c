@@ -640,7 +640,8 @@ static void test_bad_input(void) {
     collage_real pr;
     CHECK(collage_real_parse("bf16", &pr) == COLLAGE_OK && gm_precision_of(pr) == GM_BF16, "parse bf16");
     CHECK(collage_real_parse("fp8", &pr) == COLLAGE_OK && gm_precision_of(pr) == GM_FP8, "parse fp8");
-    CHECK(collage_real_parse("fp4", &pr) == COLLAGE_ERR_ARG, "parse fp4");
+    CHECK(collage_real_parse("fp4", &pr) == COLLAGE_OK && gm_precision_of(pr) == GM_FP4, "parse fp4");
+    CHECK(collage_real_parse("fp2", &pr) == COLLAGE_ERR_ARG, "parse fp2");
     c = small_cfg();
     CHECK(collage__model_object(&c, GM_FP32, 2, 4, &m) == COLLAGE_OK, "create");
     if (!m) return;

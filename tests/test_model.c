@@ -57,7 +57,8 @@ static void test_names_and_presets(void) {
               collage_real_size(COLLAGE_REAL_FP64) == 8 && collage_real_size(COLLAGE_REAL_FP16) == 2 &&
               collage_real_size(COLLAGE_REAL_FP8) == 2, "real sizes");
     CHECK(collage_real_parse("fp8", &r) == COLLAGE_OK && r == COLLAGE_REAL_FP8, "parse fp8");
-    CHECK(collage_real_parse("fp4", &r) == COLLAGE_ERR_ARG, "parse fp4");
+    CHECK(collage_real_parse("fp4", &r) == COLLAGE_OK && r == COLLAGE_REAL_FP4 && collage_real_size(r) == 2, "parse fp4");
+    CHECK(collage_real_parse("fp2", &r) == COLLAGE_ERR_ARG, "parse fp2");
     const char *const *names = collage_model_preset_names();
     static const char *want[] = {"tiny", "small", "gpt2", "llama-tiny", "llama-small", "llama-110m", "bert-tiny", "bert-base"};
     int n = 0;
@@ -189,7 +190,7 @@ static void *weights_in(collage_real p, const float *w, size_t n) {
     void *out = malloc(n * collage_real_size(p));
     if (!out) return NULL;
     if (p == COLLAGE_REAL_FP32) memcpy(out, w, n * sizeof(float));
-    else if (p == COLLAGE_REAL_BF16 || p == COLLAGE_REAL_FP8) collage_bf16_from_f32_row(out, w, n);
+    else if (p == COLLAGE_REAL_BF16 || p == COLLAGE_REAL_FP8 || p == COLLAGE_REAL_FP4) collage_bf16_from_f32_row(out, w, n);
     else if (p == COLLAGE_REAL_FP16) collage_fp16_from_f32_row(out, w, n);
     else for (size_t i = 0; i < n; i++) ((double *)out)[i] = (double)w[i];
     return out;
@@ -879,8 +880,8 @@ static void test_llama_checkpoint_and_products(void) {
  * writes (their float sums in the bf16 model): the slab, and in bf16 the sums, in fp16 the fp32
  * accumulator beside the fp16 slab. */
 static size_t grad_bytes(collage_real p, size_t n, size_t fs) {
-    return p == COLLAGE_REAL_FP32 ? 4 * n : p == COLLAGE_REAL_FP64 ? 8 * n : p == COLLAGE_REAL_BF16 || p == COLLAGE_REAL_FP8 ? 2 * n + 4 * fs
-                                                                                       : 6 * n;
+    const int bf16 = p == COLLAGE_REAL_BF16 || p == COLLAGE_REAL_FP8 || p == COLLAGE_REAL_FP4;
+    return p == COLLAGE_REAL_FP32 ? 4 * n : p == COLLAGE_REAL_FP64 ? 8 * n : bf16 ? 2 * n + 4 * fs : 6 * n;
 }
 
 /* The same configuration, field by field (the struct has padding). */
@@ -953,8 +954,8 @@ static void check_family_precision(const collage_model_config *c, collage_real p
     CHECK(nt > 0 && n == off && n == collage_model_num_params(c), "%s %s: %zu parameters, the table %zu", fam, pn, n, off);
     CHECK(collage_model_memory_get(m, &mem) == COLLAGE_OK && mem.gradients == grad_bytes(p, n, fs) && mem.activations > 0,
           "%s %s: gradients %zu bytes, the table implies %zu", fam, pn, mem.gradients, grad_bytes(p, n, fs));
-    CHECK(p == COLLAGE_REAL_BF16 || p == COLLAGE_REAL_FP8 ? mem.scratch > 0 : mem.scratch == scratch_bytes(p, n), "%s %s: scratch %zu bytes",
-          fam, pn, mem.scratch);
+    const int lowp = p == COLLAGE_REAL_BF16 || p == COLLAGE_REAL_FP8 || p == COLLAGE_REAL_FP4;
+    CHECK(lowp ? mem.scratch > 0 : mem.scratch == scratch_bytes(p, n), "%s %s: scratch %zu bytes", fam, pn, mem.scratch);
     if (p == COLLAGE_REAL_FP8) check_fp8_memory(c, m, fam);
     collage_model_free(m);
     if (p != COLLAGE_REAL_FP32 && p != COLLAGE_REAL_BF16) return;

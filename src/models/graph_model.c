@@ -29,6 +29,7 @@ struct gm_model {
     collage__products pp;   /* the kernels of its products, chosen at create */
     const gm_bf16_graph *graph; /* the bf16 build of the last call */
     gm_fp8 fp8;             /* fp8: the products' recipe, scaling state and scratch */
+    gm_fp4 fp4;             /* fp4: the products' recipe, options and scratch */
     const void *w_used;     /* the weights of the last forward (the caller's slab or w32) */
     int *tok, *tgt;         /* masked LM: tgt holds the K scored rows' targets */
     int *len, *rows;        /* masked LM: the rows' lengths, the scored positions */
@@ -49,8 +50,8 @@ static collage_status fail(gm_model *m, collage_status st, const char *fmt, ...)
 /* The bf16 build for this call (collage_get_isa) and its scratch grown for the current thread count. */
 static collage_status bf16_env(gm_model *m, gm_env *e) {
     *e = (gm_env){.ws = &m->ws, .path = m->pp.prod.bf16, .nt = collage__threads(),
-                  .fp8 = m->prec == GM_FP8 ? &m->fp8 : NULL};
-    m->fp8.st = COLLAGE_OK;
+                  .fp8 = m->prec == GM_FP8 ? &m->fp8 : NULL, .fp4 = m->prec == GM_FP4 ? &m->fp4 : NULL};
+    m->fp8.st = COLLAGE_OK, m->fp4.st = COLLAGE_OK;
     m->graph = &m->g->bf16[collage_get_isa() == COLLAGE_ISA_AVX512];
     if (m->graph->reserve(m->plan, m->maxB * m->maxT, e))
         return fail(m, COLLAGE_ERR_NOMEM, "out of memory for the products' scratch (%d threads)", e->nt);
@@ -79,6 +80,7 @@ static const struct {
     [GM_BF16_EMULATED] = {"bf16-emulated", -1, COLLAGE_REAL_FP32, RUN_F32, 1},
     [GM_FP16_EMULATED] = {"fp16-emulated", COLLAGE_REAL_FP16, COLLAGE_REAL_FP32, RUN_F32, 2},
     [GM_FP8] = {"fp8", COLLAGE_REAL_FP8, COLLAGE_REAL_BF16, RUN_BF16, 0},
+    [GM_FP4] = {"fp4", COLLAGE_REAL_FP4, COLLAGE_REAL_BF16, RUN_BF16, 0},
 };
 
 static gm_run run_of(const gm_model *m) { return PRECISIONS[m->prec].run; }
@@ -201,8 +203,36 @@ collage_status gm_fp8_state_load(gm_model *m, const void *buf, size_t len) {
     return collage__fp8_scaling_load(m->fp8.scaling, buf, len, m->err, sizeof m->err);
 }
 
-/* The fp8 products' status of the call just run: COLLAGE_ERR_NONFINITE with the message, or COLLAGE_OK. */
+/* ---------------------------------------------------------------- the fp4 precision */
+collage_status gm_fp4_set(gm_model *m, collage_fp4_recipe recipe, int hadamard, int bf16_last, uint64_t seed) {
+    if (!m) return COLLAGE_ERR_NULL;
+    if (m->prec != GM_FP4) return fail(m, COLLAGE_ERR_UNSUPPORTED, "fp4 settings on a %s model", PRECISIONS[m->prec].name);
+    if ((unsigned)recipe >= COLLAGE_FP4_RECIPE_COUNT) return fail(m, COLLAGE_ERR_ARG, "unknown fp4 recipe %d", (int)recipe);
+    if (bf16_last < 0 || bf16_last > m->fp4.layers)
+        return fail(m, COLLAGE_ERR_ARG, "bf16 last layers %d outside 0..%d (the model's linear layers)", bf16_last,
+                    m->fp4.layers);
+    m->fp4.recipe = recipe, m->fp4.hadamard = hadamard != 0, m->fp4.bf16_last = bf16_last;
+    m->fp4.signs = collage__fp4_rht_signs(collage_rand_key(seed, COLLAGE_FP4_RHT_STREAM));
+    gm_env e; /* the products' scratch for the new settings (the Hadamard inputs), now rather than in a step */
+    return bf16_env(m, &e);
+}
+
+collage_status gm_fp4_key(gm_model *m, uint64_t key) {
+    if (!m) return COLLAGE_ERR_NULL;
+    if (m->prec != GM_FP4) return fail(m, COLLAGE_ERR_UNSUPPORTED, "fp4 key on a %s model", PRECISIONS[m->prec].name);
+    m->fp4.key = key;
+    return COLLAGE_OK;
+}
+
+int gm_fp4_layers(const gm_model *m) { return m && m->prec == GM_FP4 ? m->fp4.layers : 0; }
+double gm_fp4_quant_seconds(const gm_model *m) { return m && m->prec == GM_FP4 ? m->fp4.ws.quant_s : 0.0; }
+
+/* The 8- or 4-bit products' status of the call just run: COLLAGE_ERR_NONFINITE with the message, or
+ * COLLAGE_OK. */
 static collage_status fp8_status(gm_model *m) {
+    if (m->prec == GM_FP4 && m->fp4.st != COLLAGE_OK)
+        return fail(m, m->fp4.st, "a 4-bit product's operand holds NaN or Inf (%s): skip this step",
+                    collage_status_str(m->fp4.st));
     if (m->prec != GM_FP8 || m->fp8.st == COLLAGE_OK) return COLLAGE_OK;
     return fail(m, m->fp8.st, "an fp8 product's operand holds NaN or Inf (%s): skip this step",
                 collage_status_str(m->fp8.st));
@@ -236,12 +266,13 @@ collage_status gm_create(const gm_graph *g, const collage_model_config *cfg, gm_
     if (!g || !cfg) return COLLAGE_ERR_NULL;
     if ((unsigned)prec >= GM_PRECISION_COUNT) return COLLAGE_ERR_ARG;
     if (maxB < 1 || maxT < 1) return COLLAGE_ERR_SIZE;
-    if (prec == GM_FP8 && !g->fp8_layers) return COLLAGE_ERR_UNSUPPORTED;
+    if ((prec == GM_FP8 || prec == GM_FP4) && !g->fp8_layers) return COLLAGE_ERR_UNSUPPORTED;
     gm_model *m = calloc(1, sizeof *m);
     if (!m) return COLLAGE_ERR_NOMEM;
     *m = (gm_model){.g = g, .cfg = *cfg, .prec = prec, .maxB = maxB, .maxT = maxT,
                     .esize = PRECISIONS[prec].run == RUN_F64 ? sizeof(double) : sizeof(float)};
     m->plan = g->plan_new(cfg, maxB, maxT, PRECISIONS[prec].run == RUN_BF16, &m->sz);
+    if (m->plan && prec == GM_FP4) m->fp4.layers = g->fp8_layers(m->plan, NULL, NULL);
     if (!m->plan || (prec == GM_FP8 && fp8_state_new(m) != COLLAGE_OK) || alloc_slabs(m) != COLLAGE_OK) {
         gm_free(m);
         return COLLAGE_ERR_NOMEM;
@@ -256,6 +287,7 @@ void gm_free(gm_model *m) {
     free(m->acts); free(m->grads); free(m->grads16); free(m->w32); free(m->tok); free(m->tgt);
     free(m->acts16); free(m->gsums); free(m->len); free(m->rows); nn_ws_free(&m->ws);
     collage__fp8_scaling_free(m->fp8.scaling); nn_fp8_ws_free(&m->fp8.ws); fp8_wcopies_free(&m->fp8);
+    nn_fp4_ws_free(&m->fp4.ws);
     free(m);
 }
 
@@ -272,6 +304,15 @@ static size_t fp8_scratch(const gm_fp8 *f) {
     return b;
 }
 
+/* The 4-bit products' scratch: per operand its values (bf16), Hadamard inputs (fp32), block scale bytes
+ * and two floats per block (element factor, scale value), and the tiles, in bytes. */
+static size_t fp4_scratch(const gm_fp4 *f) {
+    size_t b = f->ws.tiles.cap * sizeof(float);
+    for (int w = 0; w < 2; w++)
+        b += f->ws.cap_v[w] * sizeof(uint16_t) + f->ws.cap_h[w] * sizeof(float) + f->ws.cap_s[w] * (1 + 2 * sizeof(float));
+    return b;
+}
+
 collage_status gm_memory(const gm_model *m, collage_model_memory *out) {
     if (!m || !out) return COLLAGE_ERR_NULL;
     const size_t n = m->sz.nparams;
@@ -281,7 +322,8 @@ collage_status gm_memory(const gm_model *m, collage_model_memory *out) {
         .activations = m->sz.nacts * m->esize + (m->acts16 ? m->sz.nacts16 * sizeof(uint16_t) : 0) +
                        2 * (size_t)m->maxB * (size_t)m->maxT * sizeof(int) +
                        (m->rows ? ((size_t)m->maxB * (size_t)m->maxT + (size_t)m->maxB) * sizeof(int) : 0),
-        .scratch = m->ws.cap * sizeof(float) + (m->w32 ? n * sizeof(float) : 0) + fp8_scratch(&m->fp8)};
+        .scratch = m->ws.cap * sizeof(float) + (m->w32 ? n * sizeof(float) : 0) + fp8_scratch(&m->fp8) +
+                   fp4_scratch(&m->fp4)};
     return COLLAGE_OK;
 }
 

@@ -26,6 +26,7 @@ typedef enum {
                          CPU has no fp16 arithmetic: fp32 operations on fp16-rounded values) */
     GM_FP8,           /* the bf16 model with every matrix product on fp8 operands (numerics.md §13): the
                          family's bf16 graph with gm_env.fp8 set */
+    GM_FP4,           /* the same with 4-bit products (NVFP4, MXFP4: numerics.md §15): gm_env.fp4 set */
     GM_PRECISION_COUNT
 } gm_precision;
 
@@ -44,6 +45,19 @@ typedef struct {
     collage_status st;
 } gm_fp8;
 
+/* The 4-bit products of a GM_FP4 model (numerics.md §15, "The model in fp4"): the recipe, the Hadamard
+ * option and its signs, how many of the last linear layers keep bf16 products, the SR key of the
+ * backward under way (collage_model_fp4_key), the number of linear layers, the products' scratch, and
+ * the first status other than COLLAGE_OK a 4-bit product of the call under way returned. */
+typedef struct {
+    collage_fp4_recipe recipe;
+    int hadamard, bf16_last, layers;
+    uint16_t signs;
+    uint64_t key;
+    nn_fp4_ws ws;
+    collage_status st;
+} gm_fp4;
+
 /* The bf16 graph's environment: the products' scratch and path, the threads; fp8: the fp8 products
  * (NULL: bf16 products). */
 typedef struct {
@@ -51,6 +65,7 @@ typedef struct {
     nn_bf16_path path;
     int nt;
     gm_fp8 *fp8;
+    gm_fp4 *fp4;
 } gm_env;
 
 /* Slab sizes of a plan, in elements: parameters; the activation slab (float or double; in the bf16
@@ -203,5 +218,14 @@ double         gm_fp8_quant_seconds(const gm_model *m);
 size_t         gm_fp8_state_bytes(const gm_model *m);
 collage_status gm_fp8_state_save(const gm_model *m, void *buf, size_t cap);
 collage_status gm_fp8_state_load(gm_model *m, const void *buf, size_t len);
+
+/* The fp4 precision's controls (collage_model.h collage_model_fp4_*): COLLAGE_ERR_UNSUPPORTED on a model
+ * of another precision; COLLAGE_ERR_ARG for an unknown recipe or bf16_last outside [0, layers]. set: the
+ * recipe, the Hadamard option with its signs from seed, bf16_last. key: the SR key of the backwards that
+ * follow. */
+collage_status gm_fp4_set(gm_model *m, collage_fp4_recipe recipe, int hadamard, int bf16_last, uint64_t seed);
+collage_status gm_fp4_key(gm_model *m, uint64_t key);
+int            gm_fp4_layers(const gm_model *m);
+double         gm_fp4_quant_seconds(const gm_model *m);
 
 #endif

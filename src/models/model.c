@@ -241,8 +241,8 @@ void collage__fill_normal(float *x, size_t count, size_t live, double sd, uint64
 }
 
 /* ---------------------------------------------------------------- precisions */
-static const char *const REAL_NAMES[COLLAGE_REAL_COUNT] = {"fp32", "bf16", "fp64", "fp16", "fp8"};
-static const size_t REAL_SIZES[COLLAGE_REAL_COUNT] = {4, 2, 8, 2, 2};
+static const char *const REAL_NAMES[COLLAGE_REAL_COUNT] = {"fp32", "bf16", "fp64", "fp16", "fp8", "fp4"};
+static const size_t REAL_SIZES[COLLAGE_REAL_COUNT] = {4, 2, 8, 2, 2, 2};
 
 const char *collage_real_name(collage_real r) { return (unsigned)r < COLLAGE_REAL_COUNT ? REAL_NAMES[r] : "unknown"; }
 size_t collage_real_size(collage_real r) { return (unsigned)r < COLLAGE_REAL_COUNT ? REAL_SIZES[r] : 0; }
@@ -455,6 +455,20 @@ collage_status collage_model_fp8_set(collage_model *m, const char *recipe, int e
     if (collage__fp8_recipe_parse(recipe, &r) != COLLAGE_OK) return COLLAGE_ERR_ARG;
     return gm_fp8_set(m->impl, r, e4m3_all);
 }
+collage_status collage_model_fp4_set(collage_model *m, const char *recipe, int bf16_last, uint64_t seed) {
+    if (!m || !recipe) return COLLAGE_ERR_NULL;
+    char name[16];
+    const char *comma = strchr(recipe, ',');
+    const size_t n = comma ? (size_t)(comma - recipe) : strlen(recipe);
+    if (n >= sizeof name || (comma && strcmp(comma + 1, "hadamard"))) return COLLAGE_ERR_ARG;
+    memcpy(name, recipe, n), name[n] = 0;
+    collage_fp4_recipe r;
+    if (collage__fp4_recipe_parse(name, &r) != COLLAGE_OK) return COLLAGE_ERR_ARG;
+    return gm_fp4_set(m->impl, r, comma != NULL, bf16_last, seed);
+}
+collage_status collage_model_fp4_key(collage_model *m, uint64_t key) { return m ? gm_fp4_key(m->impl, key) : COLLAGE_ERR_NULL; }
+int collage_model_fp4_layers(const collage_model *m) { return m ? gm_fp4_layers(m->impl) : 0; }
+double collage_model_fp4_quant_seconds(const collage_model *m) { return m ? gm_fp4_quant_seconds(m->impl) : 0.0; }
 collage_status collage_model_fp8_end_step(collage_model *m, int skipped) {
     return m ? gm_fp8_end_step(m->impl, skipped) : COLLAGE_ERR_NULL;
 }

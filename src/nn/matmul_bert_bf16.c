@@ -73,3 +73,21 @@ collage_status NN_BF16_NAME(nn_matmul_backward_input_res_fp8)(uint16_t *dinp, co
     const nn_fp8_spec p = fp8_spec(L, COLLAGE_FP8_GRAD, 2, COLLAGE_FP8_WEIGHT, 1);
     return nn_gemm_fp8_w(&p, 0, 0, N, C, OC, dout, OC, w, C, ep_add_rounded, &c, ws, L->wc, 1, path, nt);
 }
+
+/* ---------------------------------------------------------------- the same ops on 4-bit products */
+collage_status NN_BF16_NAME(nn_matmul_logits_bias_fp4)(float *out, const uint16_t *inp, const uint16_t *w,
+                                                       const uint16_t *bias, int N, int C, int OC,
+                                                       const nn_fp4_layer *L, nn_fp4_ws *ws, nn_bf16_path path,
+                                                       int nt) {
+    bert_ep c = {.outf = out, .ldo = OC, .bias = bias};
+    const nn_fp4_spec p = nn_fp4_layer_spec(L, 0);
+    return nn_gemm_fp4(&p, 0, 1, N, OC, C, inp, C, w, C, ep_logits_bias, &c, ws, path, nt);
+}
+
+collage_status NN_BF16_NAME(nn_matmul_backward_input_res_fp4)(uint16_t *dinp, const uint16_t *dout, const uint16_t *w,
+                                                              int N, int C, int OC, const nn_fp4_layer *L,
+                                                              nn_fp4_ws *ws, nn_bf16_path path, int nt) {
+    bert_ep c = {.out = dinp, .ldo = C};
+    const nn_fp4_spec p = nn_fp4_layer_spec(L, 1);
+    return nn_gemm_fp4(&p, 0, 0, N, C, OC, dout, OC, w, C, ep_add_rounded, &c, ws, path, nt);
+}

@@ -152,3 +152,37 @@ collage_status NN_BF16_NAME(nn_matmul_backward_weight_fp8)(uint16_t *dw, int add
     const nn_fp8_spec p = layer_spec(L, COLLAGE_FP8_GRAD, 2, COLLAGE_FP8_ACT, 0);
     return nn_gemm_fp8(&p, 1, 0, OC, C, N, dout, OC, inp, C, ep_weight, &c, ws, path, nt);
 }
+
+/* ---------------------------------------------------------------- the same ops on 4-bit products */
+collage_status NN_BF16_NAME(nn_matmul_forward_fp4)(uint16_t *out, const uint16_t *inp, const uint16_t *w,
+                                                   const uint16_t *bias, const uint16_t *res, int N, int C, int OC,
+                                                   const nn_fp4_layer *L, nn_fp4_ws *ws, nn_bf16_path path, int nt) {
+    ep_ctx c = {.out = out, .ldo = OC, .bias = bias, .res = res};
+    const nn_fp4_spec p = nn_fp4_layer_spec(L, 0);
+    return nn_gemm_fp4(&p, 0, 1, N, OC, C, inp, C, w, C, ep_forward, &c, ws, path, nt);
+}
+
+collage_status NN_BF16_NAME(nn_matmul_logits_fp4)(float *out, const uint16_t *inp, const uint16_t *w, int N, int C,
+                                                  int OC, const nn_fp4_layer *L, nn_fp4_ws *ws, nn_bf16_path path,
+                                                  int nt) {
+    ep_ctx c = {.outf = out, .ldo = OC};
+    const nn_fp4_spec p = nn_fp4_layer_spec(L, 0);
+    return nn_gemm_fp4(&p, 0, 1, N, OC, C, inp, C, w, C, ep_round_f32, &c, ws, path, nt);
+}
+
+collage_status NN_BF16_NAME(nn_matmul_backward_input_fp4)(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N,
+                                                          int C, int OC, const nn_fp4_layer *L, nn_fp4_ws *ws,
+                                                          nn_bf16_path path, int nt) {
+    ep_ctx c = {.out = dinp, .ldo = C};
+    const nn_fp4_spec p = nn_fp4_layer_spec(L, 1);
+    return nn_gemm_fp4(&p, 0, 0, N, C, OC, dout, OC, w, C, ep_forward, &c, ws, path, nt);
+}
+
+collage_status NN_BF16_NAME(nn_matmul_backward_weight_fp4)(uint16_t *dw, int add, const uint16_t *dout,
+                                                           const uint16_t *inp, int N, int C, int OC, const int *tok,
+                                                           const uint16_t *dtok, int ntok, const nn_fp4_layer *L,
+                                                           nn_fp4_ws *ws, nn_bf16_path path, int nt) {
+    ep_ctx c = {.out = dw, .ldo = C, .add = add, .tok = tok, .dtok = dtok, .ntok = ntok};
+    const nn_fp4_spec p = nn_fp4_layer_spec(L, 2);
+    return nn_gemm_fp4(&p, 1, 0, OC, C, N, dout, OC, inp, C, ep_weight, &c, ws, path, nt);
+}

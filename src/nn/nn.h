@@ -18,6 +18,7 @@
 
 #include "internal.h"
 #include "fp8q.h"
+#include "fp4q.h"
 #include <math.h>
 /* The ops pass generic vectors (ops.inc: SUF(vec)) between static inline functions only, so no ABI is
  * involved; the compilers' note that an AVX-512-sized vector is passed differently without AVX-512 is
@@ -182,6 +183,60 @@ typedef void (*nn_fold_fn)(void *ctx, const float *part, int ldp, float *acc, in
 int  nn_gemm_bf16_kblocks_reserve(nn_ws *ws, int M, int N, int kb, int nt, nn_bf16_path path);
 void nn_gemm_bf16_kblocks(int ta, int tb, int M, int N, int K, int kb, const uint16_t *A, int lda, const uint16_t *B,
                           int ldb, nn_fold_fn fold, nn_tile_fn ep, void *ctx, nn_ws *ws, nn_bf16_path path, int nt);
+
+/* ---------------------------------------------------------------- fp4 products (gemm_fp4.c, numerics.md §15) */
+/* An operand quantized by a 4-bit recipe: each element's E2M1 value times its block's scale value (exact in
+ * bf16) in the operand's stored layout (row stride ld), and the tensor's factor dec (NVFP4: fp32(1/enc) of
+ * its tensor scale; MXFP4: 1). */
+typedef struct {
+    const uint16_t *v;
+    int ld;
+    float dec;
+} nn_fp4_operand;
+/* A 4-bit product's settings: the recipe, what A and B are to it (NVFP4 gives a weight 16×16 blocks),
+ * which of them are rounded stochastically (the gradients), the key of their SR words (A's element i uses
+ * collage_rand32(key, i), B's collage_rand32(key, 2^48 + i), i its index in the stored layout), and whether
+ * both operands take the random Hadamard transform along K first (signs: its mask). */
+typedef struct {
+    collage_fp4_recipe recipe;
+    collage_fp4_role ra, rb;
+    int sr_a, sr_b;
+    uint64_t key;
+    int hadamard;
+    uint16_t signs;
+} nn_fp4_spec;
+#define NN_FP4_SR_B ((uint64_t)1 << 48) /* operand B's first SR index */
+/* Scratch of a 4-bit product: both operands' values, block scales, factors, Hadamard-transformed inputs
+ * (fp32) and the tiles; the seconds its products spent quantizing (and transforming), summed. */
+typedef struct {
+    uint16_t *v[2];
+    uint8_t *sc[2];
+    float *enc[2], *d[2], *h[2];
+    size_t cap_v[2], cap_s[2], cap_h[2];
+    nn_ws tiles;
+    double quant_s;
+} nn_fp4_ws;
+void nn_fp4_ws_free(nn_fp4_ws *ws);
+/* Grows ws for op(A) (M,K) · op(B) (K,N) under p on nt threads; 0, or -1 when out of memory. */
+int  nn_gemm_fp4_reserve(nn_fp4_ws *ws, const nn_fp4_spec *p, int ta, int tb, int M, int N, int K, int nt,
+                         nn_bf16_path path);
+/* The quantization of operand `which` (0: A, 1: B; stored transposed when trans) under p. */
+collage_fp4_quant nn_fp4_quant_of(const nn_fp4_spec *p, int which, int trans);
+/* C = op(A)·op(B) (op(A) (M,K), op(B) (K,N), row-major bf16 bits) on 4-bit operands (numerics.md §15
+ * "The 4-bit product"): each operand transformed along K when p->hadamard (collage__fp4_rht), quantized
+ * by collage__fp4_quantize_v, its values v·d multiplied through the bf16 door's kblocks product with one K
+ * block (fp32 sums, the door's kernel and order), and each sum P scaled once: c = fp32(P · fp32(dec_a ·
+ * dec_b)); the tiles go to ep. Every element is the same for any nt. COLLAGE_ERR_NONFINITE: NaN or Inf in
+ * A or B, ep never called. ws: reserved by nn_gemm_fp4_reserve. */
+collage_status nn_gemm_fp4(const nn_fp4_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                           const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx, nn_fp4_ws *ws, nn_bf16_path path,
+                           int nt);
+/* nn_gemm_fp4's scalar twin: the scalar quantizer (fp4q.c) on the widened (or transformed, one thread)
+ * operands, each value fp32(v(code)·d) from its code and scale byte, each sum P = Σ fl(a·b) in k order from
+ * +0 (the reference sgemm's), c = fp32(P · fp32(dec_a · dec_b)); one call of ep with the whole result.
+ * Bit for bit nn_gemm_fp4 on the reference sgemm (widening path). Allocates its scratch (a reference). */
+collage_status nn_gemm_fp4_ref(const nn_fp4_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                               const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx);
 
 /* ---------------------------------------------------------------- fp8 products (gemm_fp8.c, numerics.md §13) */
 /* An operand quantized by a recipe: its fp8 values held in bf16 in the operand's stored layout (row
@@ -470,5 +525,39 @@ int  nn_fp8_layer_reserve(nn_fp8_ws *ws, const nn_fp8_layer *L, int N, int C, in
                                                     nn_fp8_ws *ws, nn_bf16_path path, int nt);
 NN_FP8_PRODUCTS()
 NN_FP8_PRODUCTS(_avx512)
+
+/* The same four ops on 4-bit products (numerics.md §15 "The model in fp4"): each quantizes its two operands
+ * by the layer's recipe (nn_gemm_fp4): the input and the weight to nearest, the incoming gradient
+ * stochastically (SR words from the layer's key: dX's with collage_rand_key(key, 0), dW's with
+ * collage_rand_key(key, 1)); dW's two inputs take the random Hadamard transform along the tokens when
+ * the layer's recipe asks. The backward is straight-through: dinp = rnd(Q(dout)·Q(w)), dw from
+ * Q(R·dout)ᵀ·Q(R·inp). ws: reserved by nn_fp4_layer_reserve. COLLAGE_ERR_NONFINITE: NaN or Inf in an
+ * operand, nothing stored (the step is to be skipped). */
+typedef struct {
+    collage_fp4_recipe recipe;
+    int hadamard;
+    uint16_t signs;
+    uint64_t key;
+} nn_fp4_layer;
+/* Grows ws for the three products of a linear layer of (N, C) → (N, OC) on nt threads; 0, or -1. */
+int  nn_fp4_layer_reserve(nn_fp4_ws *ws, const nn_fp4_layer *L, int N, int C, int OC, int nt, nn_bf16_path path);
+/* The spec of one of a layer's products: 0 forward (Y = X·Wᵀ), 1 dX = dY·W, 2 dW = dYᵀ·X. */
+nn_fp4_spec nn_fp4_layer_spec(const nn_fp4_layer *L, int product);
+#define NN_FP4_PRODUCTS(S)                                                                                    \
+    collage_status nn_matmul_forward_fp4##S(uint16_t *out, const uint16_t *inp, const uint16_t *w,              \
+                                            const uint16_t *bias, const uint16_t *res, int N, int C, int OC,    \
+                                            const nn_fp4_layer *L, nn_fp4_ws *ws, nn_bf16_path path, int nt);   \
+    collage_status nn_matmul_logits_fp4##S(float *out, const uint16_t *inp, const uint16_t *w, int N, int C,     \
+                                           int OC, const nn_fp4_layer *L, nn_fp4_ws *ws, nn_bf16_path path,     \
+                                           int nt);                                                             \
+    collage_status nn_matmul_backward_input_fp4##S(uint16_t *dinp, const uint16_t *dout, const uint16_t *w,     \
+                                                   int N, int C, int OC, const nn_fp4_layer *L, nn_fp4_ws *ws,  \
+                                                   nn_bf16_path path, int nt);                                  \
+    collage_status nn_matmul_backward_weight_fp4##S(uint16_t *dw, int add, const uint16_t *dout,                \
+                                                    const uint16_t *inp, int N, int C, int OC, const int *tok,  \
+                                                    const uint16_t *dtok, int ntok, const nn_fp4_layer *L,      \
+                                                    nn_fp4_ws *ws, nn_bf16_path path, int nt);
+NN_FP4_PRODUCTS()
+NN_FP4_PRODUCTS(_avx512)
 
 #endif

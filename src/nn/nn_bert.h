@@ -68,6 +68,17 @@ NN_BERT_REAL_PRODUCTS(_f64, double)
 NN_BERT_BF16_PRODUCTS()
 NN_BERT_BF16_PRODUCTS(_avx512)
 
+/* The same two products on 4-bit operands (nn.h's fp4 ops' rules, numerics.md §15 "The model in fp4"). */
+#define NN_BERT_FP4_PRODUCTS(S)                                                                                \
+    collage_status nn_matmul_logits_bias_fp4##S(float *out, const uint16_t *inp, const uint16_t *w,              \
+                                                const uint16_t *bias, int N, int C, int OC,                      \
+                                                const nn_fp4_layer *L, nn_fp4_ws *ws, nn_bf16_path path, int nt); \
+    collage_status nn_matmul_backward_input_res_fp4##S(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, \
+                                                       int N, int C, int OC, const nn_fp4_layer *L,             \
+                                                       nn_fp4_ws *ws, nn_bf16_path path, int nt);
+NN_BERT_FP4_PRODUCTS()
+NN_BERT_FP4_PRODUCTS(_avx512)
+
 /* The same two products on fp8 operands (numerics.md §13, "A linear layer in fp8"), nn.h's fp8 ops' rules:
  * the input and weight in e4m3, the incoming gradient in e5m2 (e4m3 with e4m3_all), quantized by the
  * layer's recipe and scaled by its delayed slots (slot: input, slot + 1: weight, slot + 2: gradient), the

@@ -3,6 +3,7 @@
  * the OCP Microscaling spec defines them, and each element rounded to E2M1 (to nearest or stochastically,
  * saturating at ±6) with lowp.c's encoder. */
 #include "fp4q.h"
+#include "fp8q.h" /* collage__fp8_sat: e4m3 rounding with saturation */
 #include <float.h>
 #include <math.h>
 
@@ -64,7 +65,7 @@ uint8_t collage__fp4_block_scale(collage_fp4_recipe r, const collage_fp4_tensor 
         return (uint8_t)(e + 127);
     }
     const float per = fp32_mul(t->enc, fp32_div(1.0f, E2M1_MAX));
-    const uint8_t byte = (uint8_t)collage_lp_from_f32_sat(COLLAGE_FMT_E4M3, fp32_mul(a, per));
+    const uint8_t byte = collage__fp8_sat(COLLAGE_FMT_E4M3, fp32_mul(a, per)); /* = collage_lp_from_f32_sat's (test_fp8) */
     *enc = fp32_div(1.0f, fp32_mul(collage_lp_to_f32(COLLAGE_FMT_E4M3, byte), t->dec));
     if (isinf(*enc)) *enc = FLT_MAX;
     return byte;

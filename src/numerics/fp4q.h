@@ -81,4 +81,59 @@ collage_status collage__fp4_quantize(const collage_fp4_quant *q, const float *x,
 collage_status collage__fp4_dequantize(const collage_fp4_quant *q, const uint8_t *codes, const uint8_t *scales,
                                        const collage_fp4_tensor *t, int rows, int cols, float *y, int ldy);
 
+/* ---------------------------------------------------------------- the vector quantizer */
+/* collage__fp4_quantize by loops built for the CPU's instruction set (fp4q_kernel.inc: the scalar reference,
+ * AVX2, AVX-512; collage_get_isa) and shared among nt threads: the same tensor scale, scale bytes and codes
+ * for any ISA and nt (test_fp4). The input is fp32 (xf) or bf16 bits (xb), exactly one of them non-NULL.
+ * Outputs (row stride cols): codes (one a byte), or NULL; vals, each element's E2M1 value times its block's
+ * scale value d (NVFP4: the e4m3 scale; MXFP4: 2^E) as bf16 bits, exact (numerics.md §15), or NULL;
+ * scales (required, collage__fp4_blocks bytes); enc, d: each block's element factor and scale value
+ * (required, collage__fp4_blocks floats each; scratch when the call fails); *t the tensor scale.
+ * Statuses as collage__fp4_quantize's (NaN or ±Inf: COLLAGE_ERR_NONFINITE, nothing written to codes, vals,
+ * scales or *t). Nothing is allocated. The input may not alias an output. */
+collage_status collage__fp4_quantize_v(const collage_fp4_quant *q, const float *xf, const uint16_t *xb, int rows,
+                                       int cols, int ld, uint8_t *codes, uint16_t *vals, uint8_t *scales, float *enc,
+                                       float *d, collage_fp4_tensor *t, int nt);
+/* The same with the loops of a given ISA (for tests; one the CPU lacks must not be asked for). */
+collage_status collage__fp4_quantize_isa(collage_isa isa, const collage_fp4_quant *q, const float *xf,
+                                         const uint16_t *xb, int rows, int cols, int ld, uint8_t *codes,
+                                         uint16_t *vals, uint8_t *scales, float *enc, float *d,
+                                         collage_fp4_tensor *t, int nt);
+
+#define FP4Q_DECLARE_T(S, SUF, T)                                                                              \
+    uint32_t collage__fp4q_amax##SUF##S(const T *x, int ld, int r0, int r1, int c0, int c1);                 \
+    void collage__fp4q_colmax##SUF##S(const T *x, int ld, int r0, int r1, int c0, int c1, uint32_t *m);      \
+    void collage__fp4q_blockmax##SUF##S(const T *x, int n, int bc, uint32_t *m);                              \
+    void collage__fp4q_run##SUF##S(int sr, const T *x, int n, float enc, float d, uint32_t k1, uint32_t k2,    \
+                                   uint32_t lo0, uint8_t *codes, uint16_t *vals);                            \
+    void collage__fp4q_run_cols##SUF##S(int sr, const T *x, int n, const float *enc, const float *d,          \
+                                        uint32_t k1, uint32_t k2, uint32_t lo0, uint8_t *codes, uint16_t *vals);
+#define FP4Q_DECLARE(S)                                                                                        \
+    FP4Q_DECLARE_T(S, _f32, float)                                                                             \
+    FP4Q_DECLARE_T(S, _bf16, uint16_t)                                                                         \
+    void collage__fp4q_round_row##S(int sr, const float *y, const uint32_t *r, int n, uint8_t *codes);
+FP4Q_DECLARE(_ref)
+FP4Q_DECLARE(_avx2)
+FP4Q_DECLARE(_avx512)
+/* E2M1 codes of n fp32 values (none a NaN) by the given ISA's rounding lanes: to nearest, or with sr the SR
+ * words r[i] (for tests). */
+void collage__fp4q_round_row(collage_isa isa, int sr, const float *y, const uint32_t *r, int n, uint8_t *codes);
+
+/* ---------------------------------------------------------------- the 16×16 random Hadamard transform */
+#define COLLAGE_FP4_RHT 16 /* the transform's length along K */
+#define COLLAGE_FP4_RHT_STREAM 0x52485446ull /* collage_rand_key stream of a run seed's Hadamard signs ("RHTF") */
+/* The transform's 16 signs as a mask (bit j set: s_j = −1): bit j is the top bit of collage_rand32(key, j). */
+uint16_t collage__fp4_rht_signs(uint64_t key);
+/* y = the random Hadamard transform of x along K (numerics.md §15 "The random Hadamard transform"): each
+ * group of 16 consecutive elements along K (k_axis 0: rows 16g … 16g + 15 of a column; 1: columns of a row)
+ * becomes (1/4)·H16·D·x (D = diag(s)), inverse = 1 its inverse (1/4)·D·H16·x, in fp32 in this order: the
+ * signs (exact), four butterfly stages h = 1, 2, 4, 8 each replacing (z_i, z_{i+h}) for i with bit h clear
+ * by (fp32(z_i + z_{i+h}), fp32(z_i − z_{i+h})), then fp32(0.25·z) (exact above 2^-124); the inverse takes
+ * the butterflies first and the signs last. Elements past the last whole group are copied. x is fp32 (xf)
+ * or bf16 bits (xb), exactly one non-NULL, (rows, cols, row stride ld); y (rows, cols, row stride ldy)
+ * may not alias x. Groups and column chunks are shared among nt threads; every element is computed by one
+ * thread in the order above, so any nt and any vector width give the same bits. */
+void collage__fp4_rht(uint16_t signs, int inverse, const float *xf, const uint16_t *xb, int rows, int cols, int ld,
+                      int k_axis, float *y, int ldy, int nt);
+
 #endif

@@ -190,8 +190,16 @@ static collage_status make_model(collage_run *r, const collage_run_saved *saved)
     if (c->fp8 && r->bf16 != 1)
         return run_fail(r, COLLAGE_ERR_ARG, "fp8 compute runs on bf16 weights: %s keeps %s ones (take a bf16 strategy, "
                         "e.g. collage-light)", collage_strategy_name(c->strategy), r->bf16 ? "fp16" : "fp32");
+    if (c->fp4 && (r->bf16 != 1 || c->fp8))
+        return run_fail(r, COLLAGE_ERR_ARG, c->fp8 ? "fp4 compute and fp8 compute at once: take one --compute"
+                        : "fp4 compute runs on bf16 weights: take a bf16 strategy, e.g. collage-light");
     if (c->fp8) prec = COLLAGE_REAL_FP8;
+    if (c->fp4) prec = COLLAGE_REAL_FP4;
     collage_status mst = create_model(r, prec, saved ? saved->products : NULL);
+    if (mst == COLLAGE_OK && c->fp4 && collage_model_fp4_set(r->m, r->fp4_recipe, c->fp4_bf16_last, c->seed) != COLLAGE_OK)
+        return run_fail(r, COLLAGE_ERR_ARG, "fp4: --fp4-recipe '%s' (nvfp4 | mxfp4, each optionally ,hadamard) or "
+                        "--fp4-bf16-last %d (0 … %d linear layers): %s", r->fp4_recipe, c->fp4_bf16_last,
+                        collage_model_fp4_layers(r->m), collage_model_error(r->m));
     if (mst == COLLAGE_OK && c->fp8 && collage_model_fp8_set(r->m, r->fp8_recipe, c->fp8_e4m3_all) != COLLAGE_OK)
         return run_fail(r, COLLAGE_ERR_ARG, "fp8 recipe '%s' is not one of delayed, current, block, mxfp8",
                         r->fp8_recipe);
@@ -281,6 +289,8 @@ static collage_status own_strings(collage_run *r, const collage_run_config *cfg)
     if (cfg->data && !(r->data = strdup(cfg->data))) return COLLAGE_ERR_NOMEM;
     snprintf(r->fp8_recipe, sizeof r->fp8_recipe, "%s", cfg->fp8_recipe ? cfg->fp8_recipe : "delayed");
     r->cfg.fp8_recipe = r->fp8_recipe;
+    snprintf(r->fp4_recipe, sizeof r->fp4_recipe, "%s", cfg->fp4_recipe ? cfg->fp4_recipe : "nvfp4");
+    r->cfg.fp4_recipe = r->fp4_recipe;
     r->cfg.data = r->data;
     if (r->cfg.accum < 1) r->cfg.accum = 1;
     if (r->cfg.warmup < 0) r->cfg.warmup = r->cfg.steps / 20;
@@ -465,9 +475,13 @@ static collage_status micro_batches(collage_run *r, double *mine) {
         run_micro_batch(r, COLLAGE_SPLIT_TRAIN, (uint64_t)r->step, r->R * r->A + a, &b.loss_divisor);
         collage_model_zero_grad(r->m);
         collage_forward_info fi = {.loss = (double)NAN};
+        if (r->cfg.fp4) /* the gradients' SR words: one key per micro-batch of the whole step, any rank count */
+            collage_model_fp4_key(r->m, collage_rand_key(collage_rand_key(r->cfg.seed, RUN_FP4_SR_STREAM),
+                                                         (uint64_t)r->step * (uint64_t)(r->P * r->A) +
+                                                             (uint64_t)(r->R * r->A + a)));
         collage_status st = collage_model_forward_batch(r->m, r->params, &b, &fi);
         if (st == COLLAGE_OK) st = collage_model_backward(r->m);
-        if (st == COLLAGE_ERR_NONFINITE && r->cfg.fp8) fp8_refused(r);
+        if (st == COLLAGE_ERR_NONFINITE && (r->cfg.fp8 || r->cfg.fp4)) fp8_refused(r);
         else if (st != COLLAGE_OK) return run_fail(r, COLLAGE_ERR_ARG, "step %d: %s", r->step + 1, collage_model_error(r->m));
         mine[a] = fi.loss;
         if (r->A > 1) shard_accumulate(r->gacc, r->grads, r->bf16, r->n, a > 0);

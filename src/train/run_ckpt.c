@@ -109,6 +109,9 @@ static char *manifest_text(const collage_run *r, const mfile *files, int nfiles)
     if (c->optimizer != COLLAGE_OPTIM_ADAMW) /* absent: AdamW, as every run before the others */
         fprintf(f, "optimizer %s\nmomentum %.17g\nnesterov %d\n", collage_optimizer_name(c->optimizer), c->momentum,
                 c->nesterov);
+    if (c->fp4)
+        fprintf(f, "compute fp4\nfp4_recipe %s\nfp4_bf16_last %d\n", c->fp4_recipe ? c->fp4_recipe : "nvfp4",
+                c->fp4_bf16_last);
     if (c->fp8) /* absent: bf16 compute */
         fprintf(f, "compute fp8\nfp8_recipe %s\nfp8_e4m3_all %d\n", c->fp8_recipe ? c->fp8_recipe : "delayed",
                 c->fp8_e4m3_all);
@@ -271,6 +274,15 @@ static collage_status saved_from(const manifest *m, collage_run_saved *s, char *
     if (opt && collage_optimizer_parse(opt, &c->optimizer) != COLLAGE_OK)
         return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s': unknown optimizer '%s'", path, opt);
     const char *compute = kv_get(m, "compute"), *recipe = kv_get(m, "fp8_recipe"); /* absent: bf16 compute */
+    const char *recipe4 = kv_get(m, "fp4_recipe"), *last4 = kv_get(m, "fp4_bf16_last");
+    if (compute && !strcmp(compute, "fp4")) {
+        if (!recipe4 || strlen(recipe4) >= sizeof s->fp4_recipe || !last4 || atoi(last4) < 0)
+            return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s': compute fp4 with fp4_recipe '%s', fp4_bf16_last '%s'",
+                                 path, recipe4 ? recipe4 : "(none)", last4 ? last4 : "(none)");
+        snprintf(s->fp4_recipe, sizeof s->fp4_recipe, "%s", recipe4);
+        c->fp4 = 1, c->fp4_recipe = s->fp4_recipe, c->fp4_bf16_last = atoi(last4);
+        compute = NULL;
+    }
     if (compute && (strcmp(compute, "fp8") || !recipe || strlen(recipe) >= sizeof s->fp8_recipe))
         return collage__fail(err, cap, COLLAGE_ERR_FORMAT, "'%s': compute '%s' with fp8_recipe '%s'", path, compute,
                              recipe ? recipe : "(none)");
@@ -353,6 +365,19 @@ int collage_run_conflict(const collage_run_saved *saved, const collage_run_confi
     }
     const int fp8_differs = a->fp8 != s->fp8 || (a->fp8 && (a->fp8_e4m3_all != s->fp8_e4m3_all ||
                                                             strcmp(a->fp8_recipe ? a->fp8_recipe : "delayed", s->fp8_recipe)));
+    const int fp4_differs = a->fp4 != s->fp4 || (a->fp4 && (a->fp4_bf16_last != s->fp4_bf16_last ||
+                                                            strcmp(a->fp4_recipe ? a->fp4_recipe : "nvfp4", s->fp4_recipe)));
+    if ((given & COLLAGE_RUN_COMPUTE) && (a->fp4 || s->fp4) && fp4_differs) { /* fp4 compute: another run's products */
+        char last[32] = "";
+        if (a->fp4) snprintf(last, sizeof last, " --fp4-bf16-last %d", a->fp4_bf16_last);
+        snprintf(why, cap, "--compute %s%s%s", a->fp4 ? "fp4 --fp4-recipe " : a->fp8 ? "fp8" : "bf16",
+                 a->fp4 ? (a->fp4_recipe ? a->fp4_recipe : "nvfp4") : "", last);
+        last[0] = 0;
+        if (s->fp4) snprintf(last, sizeof last, ", %d last layers bf16", s->fp4_bf16_last);
+        snprintf(was, cap, "compute %s%s%s", s->fp4 ? "fp4, recipe " : s->fp8 ? "fp8" : "bf16", s->fp4 ? s->fp4_recipe : "",
+                 last);
+        return 1;
+    }
     if ((given & COLLAGE_RUN_COMPUTE) && fp8_differs) { /* fp8 compute: another run's products */
         snprintf(why, cap, "--compute %s%s%s", a->fp8 ? "fp8 --fp8-recipe " : "bf16",
                  a->fp8 ? (a->fp8_recipe ? a->fp8_recipe : "delayed") : "", a->fp8 && a->fp8_e4m3_all ? " --fp8-e4m3-all" : "");

@@ -13,6 +13,8 @@ struct collage_run {
     collage_run_config cfg;       /* resolved: the preset's shape, seq, warmup filled in */
     char model_name[64], tokenizer_name[64], *data, *init;
     char fp8_recipe[16];          /* cfg.fp8_recipe's copy */
+    char fp4_recipe[24];          /* cfg.fp4_recipe's copy */
+#define RUN_FP4_SR_STREAM 0x46503453ull /* collage_rand_key stream of the fp4 gradients' SR keys ("FP4S") */
     float *amax_all;              /* fp8 on several ranks: every rank's delayed amaxes */
     collage_comm comm;            /* a copy; has_comm 0: one process */
     int has_comm;

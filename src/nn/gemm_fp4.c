@@ -1,0 +1,182 @@
+/* gemm_fp4.c — 4-bit matrix products (nn.h, numerics.md §15 "The 4-bit product"): both operands (after the
+ * random Hadamard transform along K when asked) quantized to NVFP4 or MXFP4 by the vector quantizer, their
+ * block-scaled values (exact in bf16) multiplied through the bf16 products' door with fp32 sums, and the
+ * two tensor factors applied once per sum; and the scalar reference twin of the whole. */
+#include "nn.h"
+
+void nn_fp4_ws_free(nn_fp4_ws *ws) {
+    for (int i = 0; i < 2; i++) free(ws->v[i]), free(ws->sc[i]), free(ws->enc[i]), free(ws->d[i]), free(ws->h[i]);
+    nn_ws_free(&ws->tiles);
+    *ws = (nn_fp4_ws){0};
+}
+
+collage_fp4_quant nn_fp4_quant_of(const nn_fp4_spec *p, int which, int trans) {
+    return (collage_fp4_quant){.recipe = p->recipe, .role = which ? p->rb : p->ra, .k_axis = which ? trans : !trans,
+                               .sr = which ? p->sr_b : p->sr_a, .key = p->key, .index0 = which ? NN_FP4_SR_B : 0};
+}
+
+static int grow(void **p, size_t *cap, size_t n, size_t size) {
+    if (n <= *cap) return 0;
+    void *q = realloc(*p, n * size);
+    if (!q) return -1;
+    *p = q;
+    return 0;
+}
+
+/* Operand w's buffers for `elems` elements in `blocks` blocks (h too with the transform). */
+static int grow_operand(nn_fp4_ws *ws, int w, size_t elems, size_t blocks, int hadamard) {
+    if (grow((void **)&ws->v[w], &ws->cap_v[w], elems, 2)) return -1;
+    ws->cap_v[w] = elems > ws->cap_v[w] ? elems : ws->cap_v[w];
+    if (grow((void **)&ws->sc[w], &ws->cap_s[w], blocks, 1) || grow((void **)&ws->enc[w], &ws->cap_s[w], blocks, 4) ||
+        grow((void **)&ws->d[w], &ws->cap_s[w], blocks, 4))
+        return -1;
+    ws->cap_s[w] = blocks > ws->cap_s[w] ? blocks : ws->cap_s[w];
+    if (hadamard) {
+        if (grow((void **)&ws->h[w], &ws->cap_h[w], elems, 4)) return -1;
+        ws->cap_h[w] = elems > ws->cap_h[w] ? elems : ws->cap_h[w];
+    }
+    return 0;
+}
+
+int nn_gemm_fp4_reserve(nn_fp4_ws *ws, const nn_fp4_spec *p, int ta, int tb, int M, int N, int K, int nt,
+                        nn_bf16_path path) {
+    const int rows[2] = {ta ? K : M, tb ? N : K}, cols[2] = {ta ? M : K, tb ? K : N};
+    for (int w = 0; w < 2; w++) {
+        const collage_fp4_quant q = nn_fp4_quant_of(p, w, w ? tb : ta);
+        if (grow_operand(ws, w, (size_t)rows[w] * cols[w], collage__fp4_blocks(&q, rows[w], cols[w]), p->hadamard))
+            return -1;
+    }
+    return nn_gemm_bf16_kblocks_reserve(&ws->tiles, M, N, K > 0 ? K : 1, nt, path);
+}
+
+/* Operand w of a product: transformed (p->hadamard) into ws->h[w], then quantized into ws->v[w]. */
+static collage_status make_operand(const nn_fp4_spec *p, int w, int trans, const uint16_t *X, int rows, int cols,
+                                   int ld, nn_fp4_ws *ws, nn_fp4_operand *op, int nt) {
+    const collage_fp4_quant q = nn_fp4_quant_of(p, w, trans);
+    const float *xf = NULL;
+    const uint16_t *xb = X;
+    if (p->hadamard) {
+        collage__fp4_rht(p->signs, 0, NULL, X, rows, cols, ld, q.k_axis, ws->h[w], cols, nt);
+        xf = ws->h[w], xb = NULL, ld = cols;
+    }
+    collage_fp4_tensor t;
+    const collage_status st = collage__fp4_quantize_v(&q, xf, xb, rows, cols, ld, NULL, ws->v[w], ws->sc[w],
+                                                      ws->enc[w], ws->d[w], &t, nt);
+    *op = (nn_fp4_operand){.v = ws->v[w], .ld = cols, .dec = t.dec};
+    return st;
+}
+
+typedef struct {
+    float s;
+    nn_tile_fn ep;
+    void *ctx;
+} scale_ctx;
+
+/* The one K block's fold: c = fp32(P · s). */
+static void fold_scale(void *p, const float *part, int ldp, float *acc, int lda, int i0, int i1, int j0, int j1,
+                       int k0) {
+    const scale_ctx *f = p;
+    (void)k0;
+    for (int i = i0; i < i1; i++) {
+        const float *pi = part + (size_t)(i - i0) * ldp;
+        float *ci = acc + (size_t)(i - i0) * lda;
+        for (int j = 0; j < j1 - j0; j++) ci[j] = pi[j] * f->s;
+    }
+}
+
+static void ep_pass(void *p, const float *t, int ldt, int i0, int i1, int j0, int j1) {
+    const scale_ctx *f = p;
+    f->ep(f->ctx, t, ldt, i0, i1, j0, j1);
+}
+
+collage_status nn_gemm_fp4(const nn_fp4_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                           const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx, nn_fp4_ws *ws, nn_bf16_path path,
+                           int nt) {
+    const double p0 = nn_prof_begin(), t0 = nn_now();
+    nn_fp4_operand oa, ob;
+    collage_status st = make_operand(p, 0, ta, A, ta ? K : M, ta ? M : K, lda, ws, &oa, nt);
+    if (st == COLLAGE_OK) st = make_operand(p, 1, tb, B, tb ? N : K, tb ? K : N, ldb, ws, &ob, nt);
+    ws->quant_s += nn_now() - t0;
+    if (st != COLLAGE_OK) {
+        nn_prof_end(NN_PROF_PRODUCTS, p0, 0.0);
+        return st;
+    }
+    scale_ctx f = {.s = oa.dec * ob.dec, .ep = ep, .ctx = ctx};
+    nn_gemm_bf16_kblocks(ta, tb, M, N, K, K > 0 ? K : 1, oa.v, oa.ld, ob.v, ob.ld, fold_scale, ep_pass, &f, &ws->tiles,
+                         path, nt);
+    nn_prof_end(NN_PROF_PRODUCTS, p0, 2.0 * M * N * K);
+    return COLLAGE_OK;
+}
+
+/* ---------------------------------------------------------------- a linear layer's products */
+nn_fp4_spec nn_fp4_layer_spec(const nn_fp4_layer *L, int product) {
+    nn_fp4_spec p = {.recipe = L->recipe, .ra = COLLAGE_FP4_ACT, .rb = COLLAGE_FP4_WEIGHT};
+    if (product == 0) return p;
+    p.ra = COLLAGE_FP4_GRAD, p.sr_a = 1, p.key = collage_rand_key(L->key, (uint64_t)(product - 1));
+    if (product == 2) p.rb = COLLAGE_FP4_ACT, p.hadamard = L->hadamard, p.signs = L->signs;
+    return p;
+}
+
+int nn_fp4_layer_reserve(nn_fp4_ws *ws, const nn_fp4_layer *L, int N, int C, int OC, int nt, nn_bf16_path path) {
+    const nn_fp4_spec f = nn_fp4_layer_spec(L, 0), dx = nn_fp4_layer_spec(L, 1), dw = nn_fp4_layer_spec(L, 2);
+    if (nn_gemm_fp4_reserve(ws, &f, 0, 1, N, OC, C, nt, path) || nn_gemm_fp4_reserve(ws, &dx, 0, 0, N, C, OC, nt, path))
+        return -1;
+    return nn_gemm_fp4_reserve(ws, &dw, 1, 0, OC, C, N, nt, path);
+}
+
+/* ---------------------------------------------------------------- the scalar twin */
+/* Operand w by the scalar quantizer: values fp32(v(code)·d) as fp32 (rows·cols), and *dec. */
+static collage_status ref_operand(const nn_fp4_spec *p, int w, int trans, const uint16_t *X, int rows, int cols,
+                                  int ld, float *val, float *dec) {
+    const collage_fp4_quant q = nn_fp4_quant_of(p, w, trans);
+    const size_t n = (size_t)rows * cols, nb = collage__fp4_blocks(&q, rows, cols);
+    float *x = malloc(n * 4);
+    uint8_t *codes = malloc(n), *sc = malloc(nb);
+    collage_status st = COLLAGE_ERR_NOMEM;
+    if (x && codes && sc) {
+        if (p->hadamard) {
+            collage__fp4_rht(p->signs, 0, NULL, X, rows, cols, ld, q.k_axis, x, cols, 1);
+        } else {
+            for (int r = 0; r < rows; r++)
+                for (int c = 0; c < cols; c++) x[(size_t)r * cols + c] = bf16_f32(X[(size_t)r * ld + c]);
+        }
+        collage_fp4_tensor t;
+        st = collage__fp4_quantize(&q, x, rows, cols, cols, codes, sc, &t);
+        int br, bc;
+        collage__fp4_block_shape(&q, &br, &bc);
+        const int gc = (cols + bc - 1) / bc;
+        for (int r = 0; st == COLLAGE_OK && r < rows; r++)
+            for (int c = 0; c < cols; c++) {
+                const float d = collage__fp4_scale_value(q.recipe, sc[(size_t)(r / br) * gc + c / bc]);
+                val[(size_t)r * cols + c] = collage_lp_to_f32(COLLAGE_FMT_E2M1, codes[(size_t)r * cols + c]) * d;
+            }
+        *dec = t.dec;
+    }
+    free(x), free(codes), free(sc);
+    return st;
+}
+
+collage_status nn_gemm_fp4_ref(const nn_fp4_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                               const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx) {
+    float *va = malloc((size_t)M * K * 4 + 4), *vb = malloc((size_t)K * N * 4 + 4), *C = malloc((size_t)M * N * 4);
+    float da = 1.0f, db = 1.0f;
+    collage_status st = COLLAGE_ERR_NOMEM;
+    if (va && vb && C) {
+        st = K > 0 ? ref_operand(p, 0, ta, A, ta ? K : M, ta ? M : K, lda, va, &da) : COLLAGE_OK;
+        if (st == COLLAGE_OK && K > 0) st = ref_operand(p, 1, tb, B, tb ? N : K, tb ? K : N, ldb, vb, &db);
+        if (st == COLLAGE_OK) {
+            const float s = da * db;
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) {
+                    float P = 0.0f;
+                    for (int k = 0; k < K; k++)
+                        P = P + (ta ? va[(size_t)k * M + i] : va[(size_t)i * K + k]) *
+                                    (tb ? vb[(size_t)j * K + k] : vb[(size_t)k * N + j]);
+                    C[(size_t)i * N + j] = P * s;
+                }
+            ep(ctx, C, N, 0, M, 0, N);
+        }
+    }
+    free(va), free(vb), free(C);
+    return st;
+}
