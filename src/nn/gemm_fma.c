@@ -1,12 +1,17 @@
-/* gemm_fma.c — collage's own product of bf16 operands (nn.h: nn_gemm_fma_tile): the operands widened to
- * fp32 (exactly) as they are packed into panels, then a 12 × 32 micro-kernel of fp32 fused multiply-adds.
- * On a core whose VDPBF16PS issues at half its FMA rate (Intel family 6 model 207: one every 2 cycles
- * against two FMAs a cycle), fp32 FMA on widened operands is the bf16 product's ceiling without AMX.
+/* gemm_fma.c — collage's own product of bf16 operands (nn.h: nn_gemm_fma, nn_gemm_fma_tile): the operands
+ * widened to fp32 (exactly) as they are packed into panels, then a 12 × 32 micro-kernel of fp32 fused
+ * multiply-adds. On a core whose VDPBF16PS issues at half its FMA rate (Intel family 6 model 207: one every
+ * 2 cycles against two FMAs a cycle), fp32 FMA on widened operands is the bf16 product's ceiling without AMX.
+ * nn_gemm_fma runs a whole product: each operand packed once into scratch the threads share (in bands that
+ * bound it), the threads over the band's panels; nn_gemm_fma_tile one tile, packing its own panels.
  * Contract (nn_gemm_fma_ref computes it in plain C): C[i][j] = fma(a(i,K-1), b(K-1,j), … fma(a(i,0),
  * b(0,j), +0)), one rounding per k in k order, whatever the blocking (a k-block's sums are stored and
  * reloaded as fp32, exactly); subnormals kept. Built for AVX-512 (Makefile); gemm.c enters it only there. */
 #include "nn.h"
 #include <immintrin.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define MR 12  /* rows of C a micro-kernel keeps: 12 × 2 accumulators, 2 B vectors, 1 broadcast */
 #define NR 32  /* columns: two vectors */
@@ -137,6 +142,152 @@ void nn_gemm_fma_tile(int ta, int tb, int m, int n, int K, const uint16_t *A, in
                 const float *a = ap + (size_t)p * MR * kc, *b = bp + (size_t)q * NR * kc;
                 if (mr == MR && nr == NR) micro(kc, a, b, c, (size_t)n, k0 == 0);
                 else micro_edge(kc, a, b, c, (size_t)n, k0 == 0, mr, nr);
+            }
+    }
+}
+
+/* ---------------------------------------------------------------- a whole product, each operand packed once */
+#define MG 264            /* rows of C a band holds (22 micro-kernel rows: GPT-2's 256 tokens in one) */
+#define NG 384            /* columns of a band (12 panels) */
+#define HOLD (384 * 768)  /* floats an operand's band may hold for all of k (1.1 MiB, within a core's L2) */
+#define FMA_PAR_MIN (1 << 21) /* multiply-adds below which a product runs on one thread */
+
+/* A product's plan: bands of mg × ng of C (the product's own size where smaller, padded to whole
+ * micro-kernel blocks), mbands × nbands of them, each over chunks of KC k's (one L1 block: a chunk's
+ * packed operands and the band's sums, about 1 MiB, stay in a core's L2, a B panel's chunk in L1).
+ * An operand whose band fits HOLD floats for all of K is held whole (ka or kb = K: packed once for the
+ * product where the band order allows), else one chunk at a time (ka or kb = KC). */
+typedef struct { int mg, ng, mbands, nbands, chunks, ka, kb; } fma_plan;
+
+static fma_plan plan_of(int M, int N, int K) {
+    fma_plan p = {.mg = round_up(M < MG ? M : MG, MR), .ng = round_up(N < NG ? N : NG, NR)};
+    if (p.mg == 0) p.mg = MR;
+    if (p.ng == 0) p.ng = NR;
+    p.mbands = (M + MG - 1) / MG;
+    p.nbands = (N + NG - 1) / NG;
+    p.chunks = K > 0 ? (K + KC - 1) / KC : 1;
+    const int kc = K < KC ? K : KC;
+    p.ka = (size_t)p.mg * (size_t)K <= HOLD ? K : kc;
+    p.kb = (size_t)p.ng * (size_t)K <= HOLD ? K : kc;
+    return p;
+}
+
+size_t nn_gemm_fma_floats(int M, int N, int K) {
+    const fma_plan p = plan_of(M, N, K);
+    return (size_t)p.ng * (size_t)p.kb + (size_t)p.mg * (size_t)p.ka + (size_t)p.mg * (size_t)p.ng + 1;
+}
+
+void nn_gemm_fma_band(int M, int N, int *m, int *n) {
+    *m = M < MG ? M : MG;
+    *n = N < NG ? N : NG;
+}
+
+/* One band's chunk: rows [i0, i0 + m), columns [j0, j0 + n), k in [k0, k0 + kc), kc ≤ KC. */
+typedef struct { int i0, m, j0, n, k0, kc; } fma_band;
+
+/* This thread's share of a band (units: a column panel × a group of micro-kernel rows, row groups
+ * outer), [u0, u1) of units = np × groups. */
+typedef struct { int np, mp, groups, u0, u1; } fma_share;
+
+static fma_share share_of(const fma_band *b, int me, int threads) {
+    fma_share s = {.np = (b->n + NR - 1) / NR, .mp = (b->m + MR - 1) / MR};
+    s.groups = (4 * threads + s.np - 1) / s.np; /* about 4 units a thread */
+    if (s.groups > s.mp) s.groups = s.mp;
+    const int units = s.np * s.groups;
+    s.u0 = (int)((long long)units * me / threads);
+    s.u1 = (int)((long long)units * (me + 1) / threads);
+    return s;
+}
+
+/* The micro-kernel rows [p0, p1) of row group g. */
+static void group_rows(const fma_share *s, int g, int *p0, int *p1) {
+    *p0 = (int)((long long)s->mp * g / s->groups);
+    *p1 = (int)((long long)s->mp * (g + 1) / s->groups);
+}
+
+/* The packed panels of a chunk: A's row block p, B's panel q. */
+static const float *a_chunk(const fma_plan *P, const float *ap, const fma_band *b, int p) {
+    return ap + (size_t)p * MR * P->ka + (size_t)(P->ka > KC ? b->k0 : 0) * MR;
+}
+static const float *b_chunk(const fma_plan *P, const float *bp, const fma_band *b, int q) {
+    return bp + (size_t)q * NR * P->kb + (size_t)(P->kb > KC ? b->k0 : 0) * NR;
+}
+
+/* This thread's units of a band's chunk: c (row stride ng; whole blocks, the band is padded) += the
+ * packed panels' products, from +0 on the product's first chunk. */
+static void band_compute(const fma_plan *P, const fma_band *b, const fma_share *s, const float *ap, const float *bp,
+                         float *c) {
+    for (int u = s->u0; u < s->u1; u++) {
+        const int g = u / s->np, q = u % s->np;
+        int p0, p1;
+        group_rows(s, g, &p0, &p1);
+        const float *bq = b_chunk(P, bp, b, q);
+        for (int p = p0; p < p1; p++)
+            micro(b->kc, a_chunk(P, ap, b, p), bq, c + (size_t)p * MR * P->ng + (size_t)q * NR, (size_t)P->ng, b->k0 == 0);
+    }
+}
+
+/* ep on this thread's units of a finished band: one call per row group and its run of panels. */
+static void band_epilogue(const fma_band *b, const fma_share *s, const float *c, int ldc, nn_tile_fn ep, void *ctx) {
+    for (int u = s->u0; u < s->u1;) {
+        const int g = u / s->np, qa = u % s->np, qb = (g + 1) * s->np < s->u1 ? s->np : s->u1 - g * s->np;
+        int p0, p1;
+        group_rows(s, g, &p0, &p1);
+        const int r0 = p0 * MR, r1 = p1 * MR < b->m ? p1 * MR : b->m, c0 = qa * NR, c1 = qb * NR < b->n ? qb * NR : b->n;
+        if (r1 > r0 && c1 > c0)
+            ep(ctx, c + (size_t)r0 * ldc + c0, ldc, b->i0 + r0, b->i0 + r1, b->j0 + c0, b->j0 + c1);
+        u = g * s->np + qb;
+    }
+}
+
+/* The chunk's operands packed, the threads splitting the panels; with_a, with_b: 0 where they are
+ * already there. */
+static void band_pack(const fma_plan *P, int ta, int tb, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                      const fma_band *b, int with_a, int with_b, float *ap, float *bp) {
+    const int np = (b->n + NR - 1) / NR, mp = (b->m + MR - 1) / MR;
+    if (with_b) {
+#pragma omp for schedule(static) nowait
+        for (int q = 0; q < np; q++)
+            pack_b(tb, B, ldb, b->j0 + q * NR, b->n - q * NR < NR ? b->n - q * NR : NR, b->k0, b->kc,
+                   (float *)b_chunk(P, bp, b, q));
+    }
+    if (with_a) {
+#pragma omp for schedule(static) nowait
+        for (int p = 0; p < mp; p++)
+            pack_a(ta, A, lda, b->i0 + p * MR, b->m - p * MR < MR ? b->m - p * MR : MR, b->k0, b->kc,
+                   (float *)a_chunk(P, ap, b, p));
+    }
+}
+
+/* The bands, column bands outer: a held op(B) band is packed on the first row band and kept for the
+ * others; a held op(A) band on the first column band when there is one row band. */
+void nn_gemm_fma(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                 nn_tile_fn ep, void *ctx, float *scratch, int nt) {
+    const fma_plan P = plan_of(M, N, K);
+    float *bp = scratch, *ap = bp + (size_t)P.ng * P.kb, *c = ap + (size_t)P.mg * P.ka;
+    const int hold_a = P.ka > KC || P.chunks == 1, hold_b = P.kb > KC || P.chunks == 1;
+    (void)nt; /* read by the OpenMP pragma only */
+#pragma omp parallel num_threads(nt) if (nt > 1 && (double)M * N * K >= FMA_PAR_MIN)
+    {
+        int me = 0, threads = 1;
+#ifdef _OPENMP
+        me = omp_get_thread_num(), threads = omp_get_num_threads();
+#endif
+        for (int jb = 0; jb < P.nbands; jb++)
+            for (int ib = 0; ib < P.mbands; ib++) {
+                const int with_a = !hold_a || P.mbands > 1 || jb == 0, with_b = !hold_b || ib == 0;
+                for (int ch = 0; ch < P.chunks; ch++) {
+                    fma_band b = {.i0 = ib * MG, .j0 = jb * NG, .k0 = ch * KC};
+                    b.m = M - b.i0 < MG ? M - b.i0 : MG;
+                    b.n = N - b.j0 < NG ? N - b.j0 : NG;
+                    b.kc = K - b.k0 < KC ? K - b.k0 : KC;
+                    const fma_share s = share_of(&b, me, threads);
+#pragma omp barrier
+                    band_pack(&P, ta, tb, A, lda, B, ldb, &b, with_a, with_b, ap, bp);
+#pragma omp barrier
+                    band_compute(&P, &b, &s, ap, bp, c);
+                    if (ch == P.chunks - 1) band_epilogue(&b, &s, c, P.ng, ep, ctx);
+                }
             }
     }
 }
