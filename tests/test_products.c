@@ -223,7 +223,7 @@ static void test_fma_product(void) {
             uint16_t *A = malloc(na * 2), *B = malloc(nb * 2);
             float *want = malloc((size_t)M * N * 4), *got = malloc((size_t)M * N * 4);
             unsigned char *seen = malloc((size_t)M * N);
-            float *scratch = malloc(nn_gemm_fma_floats(M, N, K) * 4);
+            float *scratch = malloc(nn_gemm_fma_floats(M, N, K, 3) * 4);
             for (size_t i = 0; i < na; i++) A[i] = bf16_value((int)i);
             for (size_t i = 0; i < nb; i++) B[i] = bf16_value((int)i + 1);
             nn_gemm_fma_ref(ta, tb, M, N, K, A, lda, B, ldb, want);

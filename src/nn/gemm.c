@@ -321,7 +321,7 @@ static size_t tile_floats(const tile_grid *t, int K, nn_bf16_path path) {
 }
 
 int nn_gemm_bf16_reserve(nn_ws *ws, int M, int N, int K, int nt, nn_bf16_path path) {
-    if (path == NN_BF16_FMA) return ws_reserve(ws, nn_gemm_fma_floats(M, N, K)); /* its threads share it */
+    if (path == NN_BF16_FMA) return ws_reserve(ws, nn_gemm_fma_floats(M, N, K, nt)); /* a band's for each thread */
     const tile_grid t = tiles_of(M, N, path);
     const int count = t.mb * t.nb;
     const size_t live = (size_t)(nt < count ? nt : count);
@@ -368,7 +368,7 @@ void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int ld
                   nn_tile_fn ep, void *ctx, nn_ws *ws, nn_bf16_path path, int nt) {
     const double p0 = nn_prof_begin(); /* the whole call, epilogues included (nn.h: profiling) */
     if (path == NN_BF16_FMA) { /* collage's own: the whole product, its operands packed once (gemm_fma.c) */
-        COLLAGE_ASSERT(ws->cap >= nn_gemm_fma_floats(M, N, K));
+        COLLAGE_ASSERT(ws->cap >= nn_gemm_fma_floats(M, N, K, nt));
         const tiles_guard guard = tiles_begin(kernel_in_use());
         nn_gemm_fma(ta, tb, M, N, K, A, lda, B, ldb, ep, ctx, ws->p, nt);
         tiles_end(guard);
@@ -502,7 +502,7 @@ double nn_products_seconds(const nn_shape *shapes, int n, int bf16, nn_sgemm f32
         if (K * N > bmax) bmax = K * N;
         if (M * N > cmax) cmax = M * N;
         const size_t pk = nn_gemm_fma_pack_floats(shapes[i].M, shapes[i].N, shapes[i].K); /* a tile's at most */
-        const size_t pf = nn_gemm_fma_floats(shapes[i].M, shapes[i].N, shapes[i].K);    /* a band's */
+        const size_t pf = nn_gemm_fma_floats(shapes[i].M, shapes[i].N, shapes[i].K, 1); /* a band's */
         if (pk > pmax) pmax = pk;
         if (pf > pmax) pmax = pf;
     }

@@ -153,18 +153,16 @@ void nn_gemm_fma_tile(int ta, int tb, int m, int n, int K, const uint16_t *A, in
 #define FMA_PAR_MIN (1 << 21) /* multiply-adds below which a product runs on one thread */
 
 /* A product's plan: bands of mg × ng of C (the product's own size where smaller, padded to whole
- * micro-kernel blocks), mbands × nbands of them, each over chunks of KC k's (one L1 block: a chunk's
- * packed operands and the band's sums, about 1 MiB, stay in a core's L2, a B panel's chunk in L1).
- * An operand whose band fits HOLD floats for all of K is held whole (ka or kb = K: packed once for the
- * product where the band order allows), else one chunk at a time (ka or kb = KC). */
-typedef struct { int mg, ng, mbands, nbands, chunks, ka, kb; } fma_plan;
+ * micro-kernel blocks), each over chunks of KC k's (one L1 block: a chunk's packed operands and the
+ * band's sums, about 1 MiB, stay in a core's L2, a B panel's chunk in L1). An operand whose band fits
+ * HOLD floats for all of K is held whole (ka or kb = K: packed once, and kept while the next bands
+ * need the same rows of op(A) or columns of op(B)), else one chunk at a time (ka or kb = KC). */
+typedef struct { int mg, ng, chunks, ka, kb; } fma_plan;
 
 static fma_plan plan_of(int M, int N, int K) {
     fma_plan p = {.mg = round_up(M < MG ? M : MG, MR), .ng = round_up(N < NG ? N : NG, NR)};
     if (p.mg == 0) p.mg = MR;
     if (p.ng == 0) p.ng = NR;
-    p.mbands = (M + MG - 1) / MG;
-    p.nbands = (N + NG - 1) / NG;
     p.chunks = K > 0 ? (K + KC - 1) / KC : 1;
     const int kc = K < KC ? K : KC;
     p.ka = (size_t)p.mg * (size_t)K <= HOLD ? K : kc;
@@ -172,9 +170,13 @@ static fma_plan plan_of(int M, int N, int K) {
     return p;
 }
 
-size_t nn_gemm_fma_floats(int M, int N, int K) {
+static size_t thread_floats(const fma_plan *p) {
+    return (size_t)p->ng * (size_t)p->kb + (size_t)p->mg * (size_t)p->ka + (size_t)p->mg * (size_t)p->ng + 1;
+}
+
+size_t nn_gemm_fma_floats(int M, int N, int K, int nt) {
     const fma_plan p = plan_of(M, N, K);
-    return (size_t)p.ng * (size_t)p.kb + (size_t)p.mg * (size_t)p.ka + (size_t)p.mg * (size_t)p.ng + 1;
+    return (size_t)(nt > 1 ? nt : 1) * thread_floats(&p);
 }
 
 void nn_gemm_fma_band(int M, int N, int *m, int *n) {
@@ -185,109 +187,73 @@ void nn_gemm_fma_band(int M, int N, int *m, int *n) {
 /* One band's chunk: rows [i0, i0 + m), columns [j0, j0 + n), k in [k0, k0 + kc), kc ≤ KC. */
 typedef struct { int i0, m, j0, n, k0, kc; } fma_band;
 
-/* This thread's share of a band (units: a column panel × a group of micro-kernel rows, row groups
- * outer), [u0, u1) of units = np × groups. */
-typedef struct { int np, mp, groups, u0, u1; } fma_share;
-
-static fma_share share_of(const fma_band *b, int me, int threads) {
-    fma_share s = {.np = (b->n + NR - 1) / NR, .mp = (b->m + MR - 1) / MR};
-    s.groups = (4 * threads + s.np - 1) / s.np; /* about 4 units a thread */
-    if (s.groups > s.mp) s.groups = s.mp;
-    const int units = s.np * s.groups;
-    s.u0 = (int)((long long)units * me / threads);
-    s.u1 = (int)((long long)units * (me + 1) / threads);
-    return s;
-}
-
-/* The micro-kernel rows [p0, p1) of row group g. */
-static void group_rows(const fma_share *s, int g, int *p0, int *p1) {
-    *p0 = (int)((long long)s->mp * g / s->groups);
-    *p1 = (int)((long long)s->mp * (g + 1) / s->groups);
-}
-
 /* The packed panels of a chunk: A's row block p, B's panel q. */
-static const float *a_chunk(const fma_plan *P, const float *ap, const fma_band *b, int p) {
+static float *a_chunk(const fma_plan *P, float *ap, const fma_band *b, int p) {
     return ap + (size_t)p * MR * P->ka + (size_t)(P->ka > KC ? b->k0 : 0) * MR;
 }
-static const float *b_chunk(const fma_plan *P, const float *bp, const fma_band *b, int q) {
+static float *b_chunk(const fma_plan *P, float *bp, const fma_band *b, int q) {
     return bp + (size_t)q * NR * P->kb + (size_t)(P->kb > KC ? b->k0 : 0) * NR;
 }
 
-/* This thread's units of a band's chunk: c (row stride ng; whole blocks, the band is padded) += the
- * packed panels' products, from +0 on the product's first chunk. */
-static void band_compute(const fma_plan *P, const fma_band *b, const fma_share *s, const float *ap, const float *bp,
-                         float *c) {
-    for (int u = s->u0; u < s->u1; u++) {
-        const int g = u / s->np, q = u % s->np;
-        int p0, p1;
-        group_rows(s, g, &p0, &p1);
+/* A band's chunk: its operands packed (with_a, with_b: 0 where they are already there), then c (row
+ * stride ng; whole blocks: the band is padded) += their products, from +0 on the first chunk. */
+static void band_chunk(const fma_plan *P, int ta, int tb, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                       const fma_band *b, int with_a, int with_b, float *ap, float *bp, float *c) {
+    const int np = (b->n + NR - 1) / NR, mp = (b->m + MR - 1) / MR;
+    for (int q = 0; q < np && with_b; q++)
+        pack_b(tb, B, ldb, b->j0 + q * NR, b->n - q * NR < NR ? b->n - q * NR : NR, b->k0, b->kc, b_chunk(P, bp, b, q));
+    for (int p = 0; p < mp && with_a; p++)
+        pack_a(ta, A, lda, b->i0 + p * MR, b->m - p * MR < MR ? b->m - p * MR : MR, b->k0, b->kc, a_chunk(P, ap, b, p));
+    for (int q = 0; q < np; q++) {
         const float *bq = b_chunk(P, bp, b, q);
-        for (int p = p0; p < p1; p++)
+        for (int p = 0; p < mp; p++)
             micro(b->kc, a_chunk(P, ap, b, p), bq, c + (size_t)p * MR * P->ng + (size_t)q * NR, (size_t)P->ng, b->k0 == 0);
     }
 }
 
-/* ep on this thread's units of a finished band: one call per row group and its run of panels. */
-static void band_epilogue(const fma_band *b, const fma_share *s, const float *c, int ldc, nn_tile_fn ep, void *ctx) {
-    for (int u = s->u0; u < s->u1;) {
-        const int g = u / s->np, qa = u % s->np, qb = (g + 1) * s->np < s->u1 ? s->np : s->u1 - g * s->np;
-        int p0, p1;
-        group_rows(s, g, &p0, &p1);
-        const int r0 = p0 * MR, r1 = p1 * MR < b->m ? p1 * MR : b->m, c0 = qa * NR, c1 = qb * NR < b->n ? qb * NR : b->n;
-        if (r1 > r0 && c1 > c0)
-            ep(ctx, c + (size_t)r0 * ldc + c0, ldc, b->i0 + r0, b->i0 + r1, b->j0 + c0, b->j0 + c1);
-        u = g * s->np + qb;
+/* C's rows [i0, i1) × columns [j0, j1) on this thread with its scratch: band by band (along the longer
+ * side first, as the threads split it), each band's chunks in k order, then ep on the band. */
+static void fma_part(const fma_plan *P, int ta, int tb, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                     int i0, int i1, int j0, int j1, int rows_outer, nn_tile_fn ep, void *ctx, float *scratch) {
+    float *bp = scratch, *ap = bp + (size_t)P->ng * P->kb, *c = ap + (size_t)P->mg * P->ka;
+    const int hold_a = P->ka > KC || P->chunks == 1, hold_b = P->kb > KC || P->chunks == 1;
+    const int mb = (i1 - i0 + MG - 1) / MG, nb = (j1 - j0 + NG - 1) / NG;
+    int packed_a = -1, packed_b = -1; /* the band of op(A) rows, op(B) columns held */
+    for (int x = 0; x < mb * nb; x++) {
+        const int ib = rows_outer ? x / nb : x % mb, jb = rows_outer ? x % nb : x / mb;
+        const int with_a = !hold_a || ib != packed_a, with_b = !hold_b || jb != packed_b;
+        fma_band b = {.i0 = i0 + ib * MG, .j0 = j0 + jb * NG};
+        b.m = i1 - b.i0 < MG ? i1 - b.i0 : MG;
+        b.n = j1 - b.j0 < NG ? j1 - b.j0 : NG;
+        for (int ch = 0; ch < P->chunks; ch++) {
+            b.k0 = ch * KC;
+            b.kc = K - b.k0 < KC ? K - b.k0 : KC;
+            band_chunk(P, ta, tb, A, lda, B, ldb, &b, with_a, with_b, ap, bp, c);
+        }
+        packed_a = ib, packed_b = jb;
+        ep(ctx, c, P->ng, b.i0, b.i0 + b.m, b.j0, b.j0 + b.n);
     }
 }
 
-/* The chunk's operands packed, the threads splitting the panels; with_a, with_b: 0 where they are
- * already there. */
-static void band_pack(const fma_plan *P, int ta, int tb, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                      const fma_band *b, int with_a, int with_b, float *ap, float *bp) {
-    const int np = (b->n + NR - 1) / NR, mp = (b->m + MR - 1) / MR;
-    if (with_b) {
-#pragma omp for schedule(static) nowait
-        for (int q = 0; q < np; q++)
-            pack_b(tb, B, ldb, b->j0 + q * NR, b->n - q * NR < NR ? b->n - q * NR : NR, b->k0, b->kc,
-                   (float *)b_chunk(P, bp, b, q));
-    }
-    if (with_a) {
-#pragma omp for schedule(static) nowait
-        for (int p = 0; p < mp; p++)
-            pack_a(ta, A, lda, b->i0 + p * MR, b->m - p * MR < MR ? b->m - p * MR : MR, b->k0, b->kc,
-                   (float *)a_chunk(P, ap, b, p));
-    }
-}
-
-/* The bands, column bands outer: a held op(B) band is packed on the first row band and kept for the
- * others; a held op(A) band on the first column band when there is one row band. */
+/* The threads split C along its longer side in whole panels or micro-kernel rows: each packs its own
+ * part of that side's operand (so that operand is packed once for the product) and the other operand
+ * once for itself where it holds it; they meet only at the end. */
 void nn_gemm_fma(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                  nn_tile_fn ep, void *ctx, float *scratch, int nt) {
     const fma_plan P = plan_of(M, N, K);
-    float *bp = scratch, *ap = bp + (size_t)P.ng * P.kb, *c = ap + (size_t)P.mg * P.ka;
-    const int hold_a = P.ka > KC || P.chunks == 1, hold_b = P.kb > KC || P.chunks == 1;
-    (void)nt; /* read by the OpenMP pragma only */
-#pragma omp parallel num_threads(nt) if (nt > 1 && (double)M * N * K >= FMA_PAR_MIN)
+    const int split_m = M > N, unit = split_m ? MR : NR, units = ((split_m ? M : N) + unit - 1) / unit;
+    const int par = nt > 1 && units > 1 && (double)M * N * K >= FMA_PAR_MIN;
+    (void)par; /* read by the OpenMP pragma only */
+#pragma omp parallel num_threads(nt) if (par)
     {
         int me = 0, threads = 1;
 #ifdef _OPENMP
         me = omp_get_thread_num(), threads = omp_get_num_threads();
 #endif
-        for (int jb = 0; jb < P.nbands; jb++)
-            for (int ib = 0; ib < P.mbands; ib++) {
-                const int with_a = !hold_a || P.mbands > 1 || jb == 0, with_b = !hold_b || ib == 0;
-                for (int ch = 0; ch < P.chunks; ch++) {
-                    fma_band b = {.i0 = ib * MG, .j0 = jb * NG, .k0 = ch * KC};
-                    b.m = M - b.i0 < MG ? M - b.i0 : MG;
-                    b.n = N - b.j0 < NG ? N - b.j0 : NG;
-                    b.kc = K - b.k0 < KC ? K - b.k0 : KC;
-                    const fma_share s = share_of(&b, me, threads);
-#pragma omp barrier
-                    band_pack(&P, ta, tb, A, lda, B, ldb, &b, with_a, with_b, ap, bp);
-#pragma omp barrier
-                    band_compute(&P, &b, &s, ap, bp, c);
-                    if (ch == P.chunks - 1) band_epilogue(&b, &s, c, P.ng, ep, ctx);
-                }
-            }
+        const int u0 = (int)((long long)units * me / threads), u1 = (int)((long long)units * (me + 1) / threads);
+        const int d = split_m ? M : N, a0 = u0 * unit, a1 = u1 * unit < d ? u1 * unit : d;
+        if (a1 > a0)
+            fma_part(&P, ta, tb, K, A, lda, B, ldb, split_m ? a0 : 0, split_m ? a1 : M, split_m ? 0 : a0,
+                     split_m ? N : a1, split_m, ep, ctx, scratch + (size_t)me * thread_floats(&P));
     }
 }

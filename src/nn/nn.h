@@ -287,12 +287,14 @@ double nn_products_seconds(const nn_shape *shapes, int n, int bf16, nn_sgemm f32
  * (gemm.c) computes the same values in plain C: its twin, for the tests. */
 size_t nn_gemm_fma_pack_floats(int m, int n, int K);
 /* The same product whole (gemm.c's door on the fma path): C (M,N) = op(A)·op(B), the same values for any
- * nt (the contract is blocking-free), ep called on parts of C (its rows and columns disjoint, together all
- * of it) from the thread that computed them, the part at its row stride. Each operand is widened and
- * packed once into scratch (nn_gemm_fma_floats(M, N, K) floats, bounded whatever the shape: the product
- * runs in bands of at most 264 rows × 384 columns, k in blocks of 256; an operand's band held for all of k
- * where it fits 384 × 768 floats, so packed once for the product). K ≥ 0. nn_gemm_fma_band gives a band's rows and columns (the measurement's). */
-size_t nn_gemm_fma_floats(int M, int N, int K);
+ * nt (the contract is blocking-free), ep called on parts of C (disjoint, together all of it) from the
+ * thread that computed them, each part at its row stride. The threads split C's longer side; each runs
+ * bands of at most 264 rows × 384 columns over k blocks of 256 in its own scratch, packing the operand
+ * of the split side once for the product and the other's band, where it fits 384 × 768 floats, once for
+ * itself (else a k block at a time); they meet only at the end. scratch: nn_gemm_fma_floats(M, N, K, nt)
+ * floats, bounded whatever the shape. K ≥ 0. nn_gemm_fma_band gives a band's rows and columns (what the
+ * products' measurement times). */
+size_t nn_gemm_fma_floats(int M, int N, int K, int nt);
 void   nn_gemm_fma(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                    nn_tile_fn ep, void *ctx, float *scratch, int nt);
 void   nn_gemm_fma_band(int M, int N, int *m, int *n);
