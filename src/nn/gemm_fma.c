@@ -148,7 +148,7 @@ void nn_gemm_fma_tile(int ta, int tb, int m, int n, int K, const uint16_t *A, in
 
 /* ---------------------------------------------------------------- a whole product, each operand packed once */
 #define MG 264            /* rows of C a band holds (22 micro-kernel rows: GPT-2's 256 tokens in one) */
-#define NG 384            /* columns of a band (12 panels) */
+#define NG 768            /* columns of a band (24 panels) */
 #define HOLD (384 * 768)  /* floats an operand's band may hold for all of k (1.1 MiB, within a core's L2) */
 #define FMA_PAR_MIN (1 << 21) /* multiply-adds below which a product runs on one thread */
 
@@ -211,49 +211,55 @@ static void band_chunk(const fma_plan *P, int ta, int tb, const uint16_t *A, int
     }
 }
 
-/* C's rows [i0, i1) × columns [j0, j1) on this thread with its scratch: band by band (along the longer
- * side first, as the threads split it), each band's chunks in k order, then ep on the band. */
+/* What a thread holds between its parts: its scratch and the bands of op(A) rows and op(B) columns
+ * packed there for all of k (-1: none). */
+typedef struct { float *scratch; int a_i0, b_j0; } fma_held;
+
+/* C's rows [i0, i1) × columns [j0, j1) on this thread: band by band (at most MG × NG), each band's chunks
+ * in k order, then ep on the band. */
 static void fma_part(const fma_plan *P, int ta, int tb, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                     int i0, int i1, int j0, int j1, int rows_outer, nn_tile_fn ep, void *ctx, float *scratch) {
-    float *bp = scratch, *ap = bp + (size_t)P->ng * P->kb, *c = ap + (size_t)P->mg * P->ka;
+                     int i0, int i1, int j0, int j1, nn_tile_fn ep, void *ctx, fma_held *h) {
+    float *bp = h->scratch, *ap = bp + (size_t)P->ng * P->kb, *c = ap + (size_t)P->mg * P->ka;
     const int hold_a = P->ka > KC || P->chunks == 1, hold_b = P->kb > KC || P->chunks == 1;
-    const int mb = (i1 - i0 + MG - 1) / MG, nb = (j1 - j0 + NG - 1) / NG;
-    int packed_a = -1, packed_b = -1; /* the band of op(A) rows, op(B) columns held */
-    for (int x = 0; x < mb * nb; x++) {
-        const int ib = rows_outer ? x / nb : x % mb, jb = rows_outer ? x % nb : x / mb;
-        const int with_a = !hold_a || ib != packed_a, with_b = !hold_b || jb != packed_b;
-        fma_band b = {.i0 = i0 + ib * MG, .j0 = j0 + jb * NG};
-        b.m = i1 - b.i0 < MG ? i1 - b.i0 : MG;
-        b.n = j1 - b.j0 < NG ? j1 - b.j0 : NG;
-        for (int ch = 0; ch < P->chunks; ch++) {
-            b.k0 = ch * KC;
-            b.kc = K - b.k0 < KC ? K - b.k0 : KC;
-            band_chunk(P, ta, tb, A, lda, B, ldb, &b, with_a, with_b, ap, bp, c);
+    for (int bi = i0; bi < i1; bi += MG)
+        for (int bj = j0; bj < j1; bj += NG) {
+            fma_band b = {.i0 = bi, .m = i1 - bi < MG ? i1 - bi : MG, .j0 = bj, .n = j1 - bj < NG ? j1 - bj : NG};
+            const int with_a = !hold_a || h->a_i0 != bi, with_b = !hold_b || h->b_j0 != bj;
+            for (int ch = 0; ch < P->chunks; ch++) {
+                b.k0 = ch * KC;
+                b.kc = K - b.k0 < KC ? K - b.k0 : KC;
+                band_chunk(P, ta, tb, A, lda, B, ldb, &b, with_a, with_b, ap, bp, c);
+            }
+            h->a_i0 = hold_a ? bi : -1, h->b_j0 = hold_b ? bj : -1;
+            ep(ctx, c, P->ng, b.i0, b.i0 + b.m, b.j0, b.j0 + b.n);
         }
-        packed_a = ib, packed_b = jb;
-        ep(ctx, c, P->ng, b.i0, b.i0 + b.m, b.j0, b.j0 + b.n);
-    }
 }
 
-/* The threads split C along its longer side in whole panels or micro-kernel rows: each packs its own
- * part of that side's operand (so that operand is packed once for the product) and the other operand
- * once for itself where it holds it; they meet only at the end. */
+/* The threads take C's longer side in parts of UNIT_N columns or UNIT_M rows, the next free part each
+ * (a thread slowed by others' load on a shared machine takes fewer), each part whole across the other
+ * side: the split side's operand is packed once for the product, the other's band, where it is held
+ * for all of k, once for each thread (the bands of a part start where the part does, so a thread's next
+ * part finds the same rows or columns of the other operand held). They meet only at the end. */
+#define UNIT_N (4 * NR)  /* 128 columns */
+#define UNIT_M (11 * MR) /* 132 rows */
 void nn_gemm_fma(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                  nn_tile_fn ep, void *ctx, float *scratch, int nt) {
     const fma_plan P = plan_of(M, N, K);
-    const int split_m = M > N, unit = split_m ? MR : NR, units = ((split_m ? M : N) + unit - 1) / unit;
-    const int par = nt > 1 && units > 1 && (double)M * N * K >= FMA_PAR_MIN;
-    (void)par; /* read by the OpenMP pragma only */
+    const int split_m = M > N, unit = split_m ? UNIT_M : UNIT_N, side = split_m ? M : N;
+    const int units = (side + unit - 1) / unit, par = nt > 1 && units > 1 && (double)M * N * K >= FMA_PAR_MIN;
+    (void)par; /* read by the OpenMP pragmas only */
 #pragma omp parallel num_threads(nt) if (par)
     {
-        int me = 0, threads = 1;
+        int me = 0;
 #ifdef _OPENMP
-        me = omp_get_thread_num(), threads = omp_get_num_threads();
+        me = omp_get_thread_num();
 #endif
-        const int u0 = (int)((long long)units * me / threads), u1 = (int)((long long)units * (me + 1) / threads);
-        const int d = split_m ? M : N, a0 = u0 * unit, a1 = u1 * unit < d ? u1 * unit : d;
-        if (a1 > a0)
+        fma_held h = {scratch + (size_t)me * thread_floats(&P), -1, -1};
+#pragma omp for schedule(dynamic) nowait
+        for (int u = 0; u < units; u++) {
+            const int a0 = u * unit, a1 = side - a0 < unit ? side : a0 + unit;
             fma_part(&P, ta, tb, K, A, lda, B, ldb, split_m ? a0 : 0, split_m ? a1 : M, split_m ? 0 : a0,
-                     split_m ? N : a1, split_m, ep, ctx, scratch + (size_t)me * thread_floats(&P));
+                     split_m ? N : a1, ep, ctx, &h);
+        }
     }
 }
