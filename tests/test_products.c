@@ -212,7 +212,7 @@ static void test_fma_product(void) {
     if (!nn_bf16_available(NN_BF16_FMA)) { printf("    skipped: collage's bf16 GEMM needs AVX-512\n"); return; }
     const int shapes[][3] = {{1, 1, 1}, {13, 33, 0}, {37, 47, 600}, {400, 40, 90}, {25, 800, 70}, {30, 70, 800},
                              {390, 790, 20}, {100, 200, 1537}, {300, 100, 600}, {50, 800, 600},
-                             {270, 400, 1200}};
+                             {270, 400, 1200}, {20, 800, 15000}};
     int bad = 0, cases = 0;
     h_seed(33);
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)

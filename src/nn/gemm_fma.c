@@ -239,13 +239,16 @@ static void fma_part(const fma_plan *P, int ta, int tb, int K, const uint16_t *A
  * (a thread slowed by others' load on a shared machine takes fewer), each part whole across the other
  * side: the split side's operand is packed once for the product, the other's band, where it is held
  * for all of k, once for each thread (the bands of a part start where the part does, so a thread's next
- * part finds the same rows or columns of the other operand held). They meet only at the end. */
+ * part finds the same rows or columns of the other operand held). Where the other operand is packed a
+ * k block at a time, for each part again, the parts are a whole band wide. They meet only at the end. */
 #define UNIT_N (4 * NR)  /* 128 columns */
 #define UNIT_M (11 * MR) /* 132 rows */
 void nn_gemm_fma(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                  nn_tile_fn ep, void *ctx, float *scratch, int nt) {
     const fma_plan P = plan_of(M, N, K);
-    const int split_m = M > N, unit = split_m ? UNIT_M : UNIT_N, side = split_m ? M : N;
+    const int split_m = M > N, side = split_m ? M : N;
+    const int held = split_m ? P.kb > KC || P.chunks == 1 : P.ka > KC || P.chunks == 1;
+    const int unit = split_m ? (held ? UNIT_M : MG) : (held ? UNIT_N : NG);
     const int units = (side + unit - 1) / unit, par = nt > 1 && units > 1 && (double)M * N * K >= FMA_PAR_MIN;
     (void)par; /* read by the OpenMP pragmas only */
 #pragma omp parallel num_threads(nt) if (par)
