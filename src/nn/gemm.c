@@ -321,6 +321,7 @@ static size_t tile_floats(const tile_grid *t, int K, nn_bf16_path path) {
 }
 
 int nn_gemm_bf16_reserve(nn_ws *ws, int M, int N, int K, int nt, nn_bf16_path path) {
+    if (path == NN_BF16_FMA) return ws_reserve(ws, nn_gemm_fma_floats(M, N, K, nt)); /* a band's for each thread */
     const tile_grid t = tiles_of(M, N, path);
     const int count = t.mb * t.nb;
     const size_t live = (size_t)(nt < count ? nt : count);
@@ -366,6 +367,14 @@ static void tile_product(int ta, int tb, int m, int n, int K, const uint16_t *A,
 void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                   nn_tile_fn ep, void *ctx, nn_ws *ws, nn_bf16_path path, int nt) {
     const double p0 = nn_prof_begin(); /* the whole call, epilogues included (nn.h: profiling) */
+    if (path == NN_BF16_FMA) { /* collage's own: the whole product, its operands packed once (gemm_fma.c) */
+        COLLAGE_ASSERT(ws->cap >= nn_gemm_fma_floats(M, N, K, nt));
+        const tiles_guard guard = tiles_begin(kernel_in_use());
+        nn_gemm_fma(ta, tb, M, N, K, A, lda, B, ldb, ep, ctx, ws->p, nt);
+        tiles_end(guard);
+        nn_prof_end(NN_PROF_PRODUCTS, p0, 2.0 * M * N * K);
+        return;
+    }
     const tile_grid g = tiles_of(M, N, path);
     const int count = g.mb * g.nb, par = count > 1 && (double)M * N * K >= GEMM_PAR_MIN;
     const size_t per = tile_floats(&g, K, path);
@@ -447,12 +456,21 @@ void nn_gemm_fma_ref(int ta, int tb, int m, int n, int K, const uint16_t *A, int
 }
 
 /* ---------------------------------------------------------------- timing a model's products */
+static void ep_none(void *ctx, const float *t, int ldt, int i0, int i1, int j0, int j1) {
+    (void)ctx, (void)t, (void)ldt, (void)i0, (void)i1, (void)j0, (void)j1;
+}
+
 /* The first tile of shape s, timed (best of reps) on this thread: fp32 operands at a, b, c (each large
- * enough), or bf16 ones at a16, b16 with ws for the result. Returns seconds × tiles. */
+ * enough), or bf16 ones at a16, b16 with ws for the result. Returns seconds × tiles. On collage's own
+ * bf16 path the "tile" is a band of the product (nn_gemm_fma_band), run whole with its packing, and the
+ * seconds are scaled by the product's area over the band's. */
 static double time_tile(const nn_shape *s, int bf16, nn_sgemm k, nn_bf16_path path, const float *a, const float *b,
                         float *c, const uint16_t *a16, const uint16_t *b16, float *t, int reps) {
     int m, n, tiles;
-    if (bf16) {
+    if (bf16 && path == NN_BF16_FMA) {
+        nn_gemm_fma_band(s->M, s->N, &m, &n);
+        tiles = 1;
+    } else if (bf16) {
         const tile_grid g = tiles_of(s->M, s->N, path);
         m = g.tm, n = g.tn, tiles = g.mb * g.nb;
     } else {
@@ -465,12 +483,14 @@ static double time_tile(const nn_shape *s, int bf16, nn_sgemm k, nn_bf16_path pa
     double best = HUGE_VAL;
     for (int r = 0; r <= reps; r++) { /* the first run warms the caches and the kernel's code */
         const double t0 = nn_now();
-        if (bf16) tile_product(s->ta, s->tb, m, n, s->K, a16, lda, b16, ldb, t, path, k);
+        if (bf16 && path == NN_BF16_FMA) nn_gemm_fma(s->ta, s->tb, m, n, s->K, a16, lda, b16, ldb, ep_none, NULL, t, 1);
+        else if (bf16) tile_product(s->ta, s->tb, m, n, s->K, a16, lda, b16, ldb, t, path, k);
         else k_sgemm[k].fn(s->ta, s->tb, m, n, s->K, a, lda, b, ldb, 0.0f, c, n);
         const double dt = nn_now() - t0;
         if (r > 0 && dt < best) best = dt;
     }
-    return best * tiles;
+    const double area = bf16 && path == NN_BF16_FMA ? (double)s->M * s->N / ((double)m * n) : 1.0;
+    return best * tiles * area;
 }
 
 double nn_products_seconds(const nn_shape *shapes, int n, int bf16, nn_sgemm f32, nn_bf16_path path, int reps,
@@ -482,7 +502,9 @@ double nn_products_seconds(const nn_shape *shapes, int n, int bf16, nn_sgemm f32
         if (K * N > bmax) bmax = K * N;
         if (M * N > cmax) cmax = M * N;
         const size_t pk = nn_gemm_fma_pack_floats(shapes[i].M, shapes[i].N, shapes[i].K); /* a tile's at most */
+        const size_t pf = nn_gemm_fma_floats(shapes[i].M, shapes[i].N, shapes[i].K, 1); /* a band's */
         if (pk > pmax) pmax = pk;
+        if (pf > pmax) pmax = pf;
     }
     float *a = malloc(amax * 4), *b = malloc(bmax * 4), *c = malloc((cmax + amax + bmax + pmax) * 4);
     uint16_t *a16 = malloc(amax * 2), *b16 = malloc(bmax * 2);

@@ -1,12 +1,17 @@
-/* gemm_fma.c — collage's own product of bf16 operands (nn.h: nn_gemm_fma_tile): the operands widened to
- * fp32 (exactly) as they are packed into panels, then a 12 × 32 micro-kernel of fp32 fused multiply-adds.
- * On a core whose VDPBF16PS issues at half its FMA rate (Intel family 6 model 207: one every 2 cycles
- * against two FMAs a cycle), fp32 FMA on widened operands is the bf16 product's ceiling without AMX.
+/* gemm_fma.c — collage's own product of bf16 operands (nn.h: nn_gemm_fma, nn_gemm_fma_tile): the operands
+ * widened to fp32 (exactly) as they are packed into panels, then a 12 × 32 micro-kernel of fp32 fused
+ * multiply-adds. On a core whose VDPBF16PS issues at half its FMA rate (Intel family 6 model 207: one every
+ * 2 cycles against two FMAs a cycle), fp32 FMA on widened operands is the bf16 product's ceiling without AMX.
+ * nn_gemm_fma runs a whole product: each operand packed once into scratch the threads share (in bands that
+ * bound it), the threads over the band's panels; nn_gemm_fma_tile one tile, packing its own panels.
  * Contract (nn_gemm_fma_ref computes it in plain C): C[i][j] = fma(a(i,K-1), b(K-1,j), … fma(a(i,0),
  * b(0,j), +0)), one rounding per k in k order, whatever the blocking (a k-block's sums are stored and
  * reloaded as fp32, exactly); subnormals kept. Built for AVX-512 (Makefile); gemm.c enters it only there. */
 #include "nn.h"
 #include <immintrin.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define MR 12  /* rows of C a micro-kernel keeps: 12 × 2 accumulators, 2 B vectors, 1 broadcast */
 #define NR 32  /* columns: two vectors */
@@ -138,5 +143,126 @@ void nn_gemm_fma_tile(int ta, int tb, int m, int n, int K, const uint16_t *A, in
                 if (mr == MR && nr == NR) micro(kc, a, b, c, (size_t)n, k0 == 0);
                 else micro_edge(kc, a, b, c, (size_t)n, k0 == 0, mr, nr);
             }
+    }
+}
+
+/* ---------------------------------------------------------------- a whole product, each operand packed once */
+#define MG 264            /* rows of C a band holds (22 micro-kernel rows: GPT-2's 256 tokens in one) */
+#define NG 768            /* columns of a band (24 panels) */
+#define HOLD (384 * 768)  /* floats an operand's band may hold for all of k (1.1 MiB, within a core's L2) */
+#define FMA_PAR_MIN (1 << 21) /* multiply-adds below which a product runs on one thread */
+
+/* A product's plan: bands of mg × ng of C (the product's own size where smaller, padded to whole
+ * micro-kernel blocks), each over chunks of KC k's (one L1 block: a chunk's packed operands and the
+ * band's sums, about 1 MiB, stay in a core's L2, a B panel's chunk in L1). An operand whose band fits
+ * HOLD floats for all of K is held whole (ka or kb = K: packed once, and kept while the next bands
+ * need the same rows of op(A) or columns of op(B)), else one chunk at a time (ka or kb = KC). */
+typedef struct { int mg, ng, chunks, ka, kb; } fma_plan;
+
+static fma_plan plan_of(int M, int N, int K) {
+    fma_plan p = {.mg = round_up(M < MG ? M : MG, MR), .ng = round_up(N < NG ? N : NG, NR)};
+    if (p.mg == 0) p.mg = MR;
+    if (p.ng == 0) p.ng = NR;
+    p.chunks = K > 0 ? (K + KC - 1) / KC : 1;
+    const int kc = K < KC ? K : KC;
+    p.ka = (size_t)p.mg * (size_t)K <= HOLD ? K : kc;
+    p.kb = (size_t)p.ng * (size_t)K <= HOLD ? K : kc;
+    return p;
+}
+
+static size_t thread_floats(const fma_plan *p) {
+    return (size_t)p->ng * (size_t)p->kb + (size_t)p->mg * (size_t)p->ka + (size_t)p->mg * (size_t)p->ng + 1;
+}
+
+size_t nn_gemm_fma_floats(int M, int N, int K, int nt) {
+    const fma_plan p = plan_of(M, N, K);
+    return (size_t)(nt > 1 ? nt : 1) * thread_floats(&p);
+}
+
+void nn_gemm_fma_band(int M, int N, int *m, int *n) {
+    *m = M < MG ? M : MG;
+    *n = N < NG ? N : NG;
+}
+
+/* One band's chunk: rows [i0, i0 + m), columns [j0, j0 + n), k in [k0, k0 + kc), kc ≤ KC. */
+typedef struct { int i0, m, j0, n, k0, kc; } fma_band;
+
+/* The packed panels of a chunk: A's row block p, B's panel q. */
+static float *a_chunk(const fma_plan *P, float *ap, const fma_band *b, int p) {
+    return ap + (size_t)p * MR * P->ka + (size_t)(P->ka > KC ? b->k0 : 0) * MR;
+}
+static float *b_chunk(const fma_plan *P, float *bp, const fma_band *b, int q) {
+    return bp + (size_t)q * NR * P->kb + (size_t)(P->kb > KC ? b->k0 : 0) * NR;
+}
+
+/* A band's chunk: its operands packed (with_a, with_b: 0 where they are already there), then c (row
+ * stride ng; whole blocks: the band is padded) += their products, from +0 on the first chunk. */
+static void band_chunk(const fma_plan *P, int ta, int tb, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                       const fma_band *b, int with_a, int with_b, float *ap, float *bp, float *c) {
+    const int np = (b->n + NR - 1) / NR, mp = (b->m + MR - 1) / MR;
+    for (int q = 0; q < np && with_b; q++)
+        pack_b(tb, B, ldb, b->j0 + q * NR, b->n - q * NR < NR ? b->n - q * NR : NR, b->k0, b->kc, b_chunk(P, bp, b, q));
+    for (int p = 0; p < mp && with_a; p++)
+        pack_a(ta, A, lda, b->i0 + p * MR, b->m - p * MR < MR ? b->m - p * MR : MR, b->k0, b->kc, a_chunk(P, ap, b, p));
+    for (int q = 0; q < np; q++) {
+        const float *bq = b_chunk(P, bp, b, q);
+        for (int p = 0; p < mp; p++)
+            micro(b->kc, a_chunk(P, ap, b, p), bq, c + (size_t)p * MR * P->ng + (size_t)q * NR, (size_t)P->ng, b->k0 == 0);
+    }
+}
+
+/* What a thread holds between its parts: its scratch and the bands of op(A) rows and op(B) columns
+ * packed there for all of k (-1: none). */
+typedef struct { float *scratch; int a_i0, b_j0; } fma_held;
+
+/* C's rows [i0, i1) × columns [j0, j1) on this thread: band by band (at most MG × NG), each band's chunks
+ * in k order, then ep on the band. */
+static void fma_part(const fma_plan *P, int ta, int tb, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                     int i0, int i1, int j0, int j1, nn_tile_fn ep, void *ctx, fma_held *h) {
+    float *bp = h->scratch, *ap = bp + (size_t)P->ng * P->kb, *c = ap + (size_t)P->mg * P->ka;
+    const int hold_a = P->ka > KC || P->chunks == 1, hold_b = P->kb > KC || P->chunks == 1;
+    for (int bi = i0; bi < i1; bi += MG)
+        for (int bj = j0; bj < j1; bj += NG) {
+            fma_band b = {.i0 = bi, .m = i1 - bi < MG ? i1 - bi : MG, .j0 = bj, .n = j1 - bj < NG ? j1 - bj : NG};
+            const int with_a = !hold_a || h->a_i0 != bi, with_b = !hold_b || h->b_j0 != bj;
+            for (int ch = 0; ch < P->chunks; ch++) {
+                b.k0 = ch * KC;
+                b.kc = K - b.k0 < KC ? K - b.k0 : KC;
+                band_chunk(P, ta, tb, A, lda, B, ldb, &b, with_a, with_b, ap, bp, c);
+            }
+            h->a_i0 = hold_a ? bi : -1, h->b_j0 = hold_b ? bj : -1;
+            ep(ctx, c, P->ng, b.i0, b.i0 + b.m, b.j0, b.j0 + b.n);
+        }
+}
+
+/* The threads take C's longer side in parts of UNIT_N columns or UNIT_M rows, the next free part each
+ * (a thread slowed by others' load on a shared machine takes fewer), each part whole across the other
+ * side: the split side's operand is packed once for the product, the other's band, where it is held
+ * for all of k, once for each thread (the bands of a part start where the part does, so a thread's next
+ * part finds the same rows or columns of the other operand held). Where the other operand is packed a
+ * k block at a time, for each part again, the parts are a whole band wide. They meet only at the end. */
+#define UNIT_N (4 * NR)  /* 128 columns */
+#define UNIT_M (11 * MR) /* 132 rows */
+void nn_gemm_fma(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                 nn_tile_fn ep, void *ctx, float *scratch, int nt) {
+    const fma_plan P = plan_of(M, N, K);
+    const int split_m = M > N, side = split_m ? M : N;
+    const int held = split_m ? P.kb > KC || P.chunks == 1 : P.ka > KC || P.chunks == 1;
+    const int unit = split_m ? (held ? UNIT_M : MG) : (held ? UNIT_N : NG);
+    const int units = (side + unit - 1) / unit, par = nt > 1 && units > 1 && (double)M * N * K >= FMA_PAR_MIN;
+    (void)par; /* read by the OpenMP pragmas only */
+#pragma omp parallel num_threads(nt) if (par)
+    {
+        int me = 0;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+#endif
+        fma_held h = {scratch + (size_t)me * thread_floats(&P), -1, -1};
+#pragma omp for schedule(dynamic) nowait
+        for (int u = 0; u < units; u++) {
+            const int a0 = u * unit, a1 = side - a0 < unit ? side : a0 + unit;
+            fma_part(&P, ta, tb, K, A, lda, B, ldb, split_m ? a0 : 0, split_m ? a1 : M, split_m ? 0 : a0,
+                     split_m ? N : a1, ep, ctx, &h);
+        }
     }
 }

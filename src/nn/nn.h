@@ -341,6 +341,19 @@ double nn_products_seconds(const nn_shape *shapes, int n, int bf16, nn_sgemm f32
  * pack (nn_gemm_fma_pack_floats(m, n, K) floats) for the operands' widened panels. K > 0. nn_gemm_fma_ref
  * (gemm.c) computes the same values in plain C: its twin, for the tests. */
 size_t nn_gemm_fma_pack_floats(int m, int n, int K);
+/* The same product whole (gemm.c's door on the fma path): C (M,N) = op(A)·op(B), the same values for any
+ * nt (the contract is blocking-free), ep called on parts of C (disjoint, together all of it) from the
+ * thread that computed them, each part at its row stride. The threads take C's longer side in parts of
+ * 128 columns or 132 rows, the next free part each, and run them in bands (at most 264 rows × 768
+ * columns) over k blocks of 256 in their own scratch: the split side's operand is packed once for the
+ * product, the other's band, where it fits 384 × 768 floats for all of k, once for each thread (else a k
+ * block at a time); they meet only at the end. scratch: nn_gemm_fma_floats(M, N, K, nt) floats, bounded
+ * whatever the shape. K ≥ 0. nn_gemm_fma_band gives a band's rows and columns (what the products'
+ * measurement times). */
+size_t nn_gemm_fma_floats(int M, int N, int K, int nt);
+void   nn_gemm_fma(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                   nn_tile_fn ep, void *ctx, float *scratch, int nt);
+void   nn_gemm_fma_band(int M, int N, int *m, int *n);
 void   nn_gemm_fma_tile(int ta, int tb, int m, int n, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                         float *t, float *pack);
 void   nn_gemm_fma_ref(int ta, int tb, int m, int n, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
