@@ -168,35 +168,6 @@ CE_INL ce_pair ce_pair_of(float hi, float lo) { ce_pair p; p.hi = hi; p.lo = lo;
 CE_INL float ce_add(int f, float a, float b) { return ce_round(f, a + b); }
 CE_INL float ce_sub(int f, float a, float b) { return ce_round(f, a - b); }
 CE_INL float ce_mul(int f, float a, float b) { return ce_round(f, a * b); }
-/* GrowAddcmul((m, r), t, t, c): x = RN(c·fp32(t·t)); s = m ⊕ x; x = x ⊕ (m ⊖ s); x = x ⊕ r;
- * m' = s ⊕ x; r' = x ⊖ (m' ⊖ s). */
-CE_FINL ce_pair ce_grow_addcmul(int f, ce_pair y, float t1, float t2, float c) {
-    float x = ce_round(f, c * (t1 * t2));
-    const float s = ce_add(f, y.hi, x);
-    x = ce_add(f, x, ce_sub(f, y.hi, s));
-    x = ce_add(f, x, y.lo);
-    const float m = ce_add(f, s, x);
-    return ce_pair_of(m, ce_sub(f, x, ce_sub(f, m, s)));
-}
-/* MultMC((m, r), (bh, bl)) with TwoProd (eft.h lp_mcf_mul_). */
-CE_FINL ce_pair ce_mcf_mul(int f, ce_pair x, ce_pair b) {
-    const float ab = x.hi * b.hi;
-    const float p = ce_round(f, ab), e = ce_round(f, ab - p);
-    float r = ce_mul(f, x.lo, b.hi);
-    r = ce_round(f, r + x.hi * b.lo);
-    r = ce_add(f, r, e);
-    const float m = ce_add(f, p, r);
-    return ce_pair_of(m, ce_sub(f, r, ce_sub(f, m, p)));
-}
-/* The published MultMC (eft.h lp_mcf_mul_v1_), collage-plus-v1's. */
-CE_FINL ce_pair ce_mcf_mul_v1(int f, ce_pair x, ce_pair b) {
-    const float p = ce_mul(f, x.hi, b.hi);
-    const float e = ce_round(f, -p + p * b.hi);
-    float r = ce_mul(f, x.lo, b.hi);
-    r = ce_round(f, r + p * b.lo);
-    r = ce_add(f, r, e);
-    return ce_pair_of(ce_add(f, p, r), r);
-}
 /* bf16-remainder's master (adamw_impl.h rem_join, rem_theta, rem_low). */
 CE_INL float ce_rem_join(uint16_t th, uint16_t rem) {
     return ce_bits_f32(((uint32_t)th << 16) + (uint32_t)(int32_t)(int16_t)rem);
@@ -280,6 +251,55 @@ typedef struct {
     int clip;
 } ce_coef;
 
+/* The lines of lines.inc on one fp32 value (ce_line_*): their vocabulary is this header's roundings. */
+#define L float
+#define LR uint32_t
+#define LK ce_k
+#define LN(x) ce_line_##x
+#define LINE_FN CE_FINL
+#define L_RN(f, x) ce_round(f, x)
+#define L_RN_ANY(f, x) ce_round(f, x)
+#define L_RNK(f, x, k) ((void)(k), ce_round(f, x))
+#define L_RNB(f, x, k) ((void)(k), ce_round(f, x))
+#define L_SQRT_RN(f, x, k) ((void)(k), ce_sqrt_rn(f, x))
+#define L_DIV_RN(f, a, b) ce_div_rn(f, a, b)
+#define L_SQRT(x) sqrtf(x)
+#define L_SR(x, r) ce_bf16_f32(ce_bf16_sr(x, r))
+#define L_BITS(x) ce_f32_bits(x)
+#define L_OF_BITS(u) ce_bits_f32(u)
+#define LR_MASK(c) (0u - (uint32_t)(c))
+#include "lines.inc"
+#undef L
+#undef LR
+#undef LK
+#undef LN
+#undef LINE_FN
+#undef L_RN
+#undef L_RN_ANY
+#undef L_RNK
+#undef L_RNB
+#undef L_SQRT_RN
+#undef L_DIV_RN
+#undef L_SQRT
+#undef L_SR
+#undef L_BITS
+#undef L_OF_BITS
+#undef LR_MASK
+
+/* GrowAddcmul and MultMC on pairs (lines.inc grow_addcmul, mcf_mul). */
+CE_FINL ce_pair ce_grow_addcmul(int f, ce_pair y, float t1, float t2, float c) {
+    ce_line_grow_addcmul(f, &y.hi, &y.lo, t1, t2, c);
+    return y;
+}
+CE_FINL ce_pair ce_mcf_mul(int f, ce_pair x, ce_pair b, const ce_k *k) {
+    ce_line_mcf_mul(f, &x.hi, &x.lo, b.hi, b.lo, k);
+    return x;
+}
+CE_FINL ce_pair ce_mcf_mul_v1(int f, ce_pair x, ce_pair b, const ce_k *k) {
+    ce_line_mcf_mul_v1(f, &x.hi, &x.lo, b.hi, b.lo, k);
+    return x;
+}
+
 /* The clipping of a step from the gradient's Σg² (adamw.c step_begin): gnorm = √Σ / scale; the factor
  * clip / (gnorm + 1e-6) where gnorm > clip (clip > 0); the gradient is multiplied by fp32(factor / scale).
  * *skip = 1 where the step is skipped (a non-finite Σ and skip_nonfinite). sumsq is ignored (gnorm NaN)
@@ -329,41 +349,31 @@ CE_INL uint32_t ce_word_put(int wf, float x) {
  * (v, δv)) in s, raw returned (a format-f value). */
 CE_INL float ce_lp_raw(const ce_desc *D, int f, ce_state *s, uint16_t gw, const ce_k *k, ce_coef c) {
     float g = ce_f32(f, gw);
-    if (c.clip) g = ce_round(f, g * c.coef);
-    float mm = ce_round(f, ce_f32(f, (uint16_t)s->m) * k->b1);
-    mm = ce_round(f, mm + k->omb1 * g);
-    s->m = ce_word16(f, mm);
-    float vh;
+    if (c.clip) g = ce_line_lp_clip(f, g, c.coef, k);
+    float mm = ce_f32(f, (uint16_t)s->m), vh = ce_f32(f, (uint16_t)s->v);
     if (D->v_pair) {
+        mm = ce_round(f, ce_round(f, mm * k->b1) + k->omb1 * g);
         const ce_pair beta = f == COLLAGE_FMT_FP16 ? ce_pair_of(ce_f32(f, k->h2hi), ce_f32(f, k->h2lo))
                                                    : ce_pair_of(ce_f32(f, k->b2hi), ce_f32(f, k->b2lo));
         ce_pair x = ce_pair_of(ce_f32(f, (uint16_t)s->v), ce_f32(f, s->dv));
-        x = D->v1 ? ce_mcf_mul_v1(f, x, beta) : ce_mcf_mul(f, x, beta);
+        x = D->v1 ? ce_mcf_mul_v1(f, x, beta, k) : ce_mcf_mul(f, x, beta, k);
         x = ce_grow_addcmul(f, x, g, g, k->omb2);
         vh = x.hi;
         s->dv = ce_word16(f, x.lo);
     } else {
-        vh = ce_round(f, ce_f32(f, (uint16_t)s->v) * k->b2);
-        vh = ce_round(f, vh + k->omb2 * (g * g));
+        ce_line_lp_moments(f, g, &mm, &vh, k);
     }
+    s->m = ce_word16(f, mm);
     s->v = ce_word16(f, vh);
-    const float den = ce_round(f, ce_sqrt_rn(f, vh) + k->eps);
-    const float a = ce_round(f, mm * k->neg_step);
-    const float b = ce_div_rn(f, a, den);
-    const float cc = ce_round(f, ce_f32(f, (uint16_t)s->w) * k->lrwd);
-    return ce_round(f, b - cc);
+    return ce_line_lp_update(f, mm, vh, ce_f32(f, (uint16_t)s->w), k);
 }
 
 /* The fp32 lines (numerics.md §6), each operation rounded to fp32: the moments, and the update from them. */
 CE_INL void ce_f32_moments(float g, float *m, float *v, const ce_k *k, ce_coef c) {
     if (c.clip) g = g * c.coef;
-    *m = *m * k->b1 + k->omb1 * g;
-    *v = *v * k->b2 + k->omb2 * (g * g);
+    ce_line_f32_moments(g, m, v, k);
 }
-CE_INL float ce_f32_update(float wdec, float m, float v, const ce_k *k) {
-    const float den = sqrtf(v) + k->eps;
-    return (m * k->neg_step) / den - wdec * k->lrwd;
-}
+CE_INL float ce_f32_update(float wdec, float m, float v, const ce_k *k) { return ce_line_f32_update(wdec, m, v, k); }
 /* The value the fp32 lines' decay multiplies: the master where the scheme has one, else θ. */
 CE_INL float ce_decay_base(const ce_desc *D, const ce_state *s) {
     return ce_has_master(D->w) ? s->master : ce_word_get(D->wf, s->w);
@@ -373,13 +383,8 @@ CE_INL float ce_decay_base(const ce_desc *D, const ce_state *s) {
  * significant bits (TwoSum's error moves a sum at an fp24 midpoint to its side first); θ of q (ties away
  * from zero) and its byte. The same lines as c8_join, c8_add, c8_theta, c8_byte. */
 CE_INL float ce_c8_join(uint16_t th, int8_t e) { return ce_bits_f32(((uint32_t)th << 16) + (uint32_t)((int32_t)e * 256)); }
-CE_INL float ce_c8_add(float q, float raw) {
-    const float s = q + raw, bb = s - q, t = (q - (s - bb)) + (raw - bb);
-    uint32_t u = ce_f32_bits(s);
-    if ((u & 0xffu) == 0x80u && t != 0.0f) u += ((ce_f32_bits(t) ^ u) >> 31) ? 0xffffffffu : 1u;
-    return ce_bits_f32((u + 0x7fu + ((u >> 8) & 1u)) & 0xffffff00u);
-}
-CE_INL uint16_t ce_c8_theta(float q) { return (uint16_t)((ce_f32_bits(q) + 0x8000u) >> 16); }
+CE_INL float ce_c8_add(float q, float raw) { return ce_line_c8_add(q, raw); }
+CE_INL uint16_t ce_c8_theta(float q) { return (uint16_t)(ce_f32_bits(ce_line_c8_theta(q)) >> 16); }
 CE_INL int8_t ce_c8_byte(float q, uint16_t th) { return (int8_t)(uint8_t)((ce_f32_bits(q) - ((uint32_t)th << 16)) >> 8); }
 
 /* θ (and its compensation or master) += raw by the weight scheme (numerics.md §6, "Applying raw"); index: the
@@ -397,26 +402,20 @@ CE_INL void ce_apply(const ce_desc *D, ce_state *s, float raw, const ce_k *k, ui
     float nw; /* θ's new value */
     double ds = 0;
     if (D->w == COLLAGE_SCHEME_SR) {
-        nw = ce_f32(f, ce_bf16_sr(th + raw, ce_rand32(k->key, index)));
-    } else if (D->w == COLLAGE_SCHEME_MCF || D->w == COLLAGE_SCHEME_FP16_MCF) { /* Grow with raw in fp32 */
-        const float cold = ce_f32(f, s->comp), sm = ce_round(f, th + raw);
-        const float e = ce_round(f, raw - ce_sub(f, sm, th));
-        const float r = ce_add(f, cold, e);
-        nw = ce_add(f, sm, r);
-        const float cnew = ce_sub(f, r, ce_sub(f, nw, sm));
-        s->comp = ce_word16(f, cnew);
-        ds = (double)cnew - (double)cold;
-    } else if (D->w == COLLAGE_SCHEME_KAHAN) {
-        const float cold = ce_f32(f, s->comp), c = ce_round(f, cold + raw);
-        nw = ce_add(f, th, c);
-        const float cnew = ce_add(f, c, ce_sub(f, th, nw));
+        nw = ce_line_apply_sr(th, raw, ce_rand32(k->key, index));
+    } else if (D->w == COLLAGE_SCHEME_MCF || D->w == COLLAGE_SCHEME_FP16_MCF || D->w == COLLAGE_SCHEME_KAHAN) {
+        const float cold = ce_f32(f, s->comp); /* Grow or Kahan's lines, raw in fp32 */
+        float cnew = cold;
+        nw = th;
+        if (D->w == COLLAGE_SCHEME_KAHAN) ce_line_apply_kahan(f, &nw, &cnew, raw);
+        else ce_line_apply_grow(f, &nw, &cnew, raw);
         s->comp = ce_word16(f, cnew);
         ds = (double)cnew - (double)cold;
     } else if (D->w == COLLAGE_SCHEME_REMAINDER) {
-        const float mold = ce_rem_join(old, s->comp), mnew = mold + raw;
-        const uint16_t w = ce_rem_theta(mnew);
-        s->comp = ce_rem_low(mnew, w);
-        nw = ce_f32(f, w);
+        const float mold = ce_rem_join(old, s->comp);
+        float mnew = mold;
+        nw = ce_line_apply_remainder(&mnew, raw);
+        s->comp = ce_rem_low(mnew, (uint16_t)(ce_f32_bits(nw) >> 16));
         ds = (double)mnew - (double)mold;
     } else if (D->w == COLLAGE_SCHEME_C8) {
         const float qold = ce_c8_join(old, s->corr), qnew = ce_c8_add(qold, raw);
@@ -426,11 +425,10 @@ CE_INL void ce_apply(const ce_desc *D, ce_state *s, float raw, const ce_k *k, ui
         ds = (double)qnew - (double)qold;
     } else if (ce_has_master(D->w)) {
         const float mold = s->master;
-        s->master = mold + raw;
-        nw = ce_round(f, s->master);
+        nw = ce_line_apply_master(f, &s->master, raw);
         ds = (double)s->master - (double)mold;
     } else {
-        nw = ce_round(f, th + raw); /* bf16, fp16 */
+        nw = ce_line_apply_rn(f, th, raw); /* bf16, fp16 */
     }
     s->w = ce_word16(f, nw);
     t->de = (double)nw - (double)th;
