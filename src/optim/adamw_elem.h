@@ -269,22 +269,6 @@ typedef struct {
 #define L_OF_BITS(u) ce_bits_f32(u)
 #define LR_MASK(c) (0u - (uint32_t)(c))
 #include "lines.inc"
-#undef L
-#undef LR
-#undef LK
-#undef LN
-#undef LINE_FN
-#undef L_RN
-#undef L_RN_ANY
-#undef L_RNK
-#undef L_RNB
-#undef L_SQRT_RN
-#undef L_DIV_RN
-#undef L_SQRT
-#undef L_SR
-#undef L_BITS
-#undef L_OF_BITS
-#undef LR_MASK
 
 /* GrowAddcmul and MultMC on pairs (lines.inc grow_addcmul, mcf_mul). */
 CE_FINL ce_pair ce_grow_addcmul(int f, ce_pair y, float t1, float t2, float c) {
