@@ -163,7 +163,7 @@ $(BUILD)/libcollage.so: $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,$(SONAME) -o $@ $^ $(LDLIBS_ALL)
 # The CUDA step (CUDA=1): its library, and the device check's program against the CPU library.
 cuda: $(BUILD)/libcollage_cuda.so $(BUILD)/gpu/test_cuda
-$(BUILD)/obj/cuda/%.o: src/cuda/%.cu include/collage.h include/collage_cuda.h src/optim/adamw_elem.h Makefile | $(BUILD)/obj
+$(BUILD)/obj/cuda/%.o: src/cuda/%.cu include/collage.h include/collage_cuda.h src/optim/adamw_elem.h src/optim/lines.inc Makefile | $(BUILD)/obj
 	@mkdir -p $(dir $@)
 	@command -v $(NVCC) >/dev/null || { echo "make CUDA=1: nvcc not found (NVCC=$(NVCC)); install the CUDA toolkit or set NVCC=/path/to/nvcc"; exit 1; }
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@

@@ -1,9 +1,13 @@
-/* test_adamw_elem — the element and reduction functions the CUDA kernels run (src/optim/adamw_elem.h),
- * compiled here for the host, against libcollage bit for bit: every preset and a set of compositions
- * (8-bit ones included) stepped as the kernels step them — tensors of ranges, blocks of 2^14, Σg² per
- * chunk in order, clipping, EDQ per block in element order, 8-bit moments re-quantized per block of 256 —
- * against the scalar reference step (collage_adamw_step_sumsq on COLLAGE_ISA_SCALAR) over groups, an odd shard offset and special values; the 8-bit codes
- * and e4m3 against qcode.c; the descriptions against the strategy table; the nvcc flags of the Makefile. */
+/* test_adamw_elem — the CUDA step's driver around the element lines (src/optim/adamw_elem.h), compiled
+ * here for the host, against libcollage's step bit for bit. The element lines themselves are the
+ * library's scalar reference (adamw_ref.c runs ce_step, ce_q8_update): there is no second scalar version
+ * to hold equal, so what this checks is everything the device does around them — every preset and a set
+ * of compositions (8-bit ones included) stepped as the kernels step them: tensors of ranges, blocks of
+ * 2^14, 8 elements loaded and stored 16 bytes at a time, Σg² per chunk in order, clipping, EDQ per block
+ * in element order, 8-bit moments re-quantized per block of 256 by ce_q_code (not qcode.c) — against the
+ * library's reference step (collage_adamw_step_sumsq on COLLAGE_ISA_SCALAR) over groups, an odd shard
+ * offset and special values; the 8-bit codes and e4m3 against qcode.c; the descriptions against the
+ * strategy table; the nvcc flags of the Makefile. */
 #include "adamw_elem.h"
 #include "adamw_impl.h"
 #include "harness.h"

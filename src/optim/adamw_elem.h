@@ -1,11 +1,11 @@
-/* adamw_elem.h — one element's AdamW step for every strategy, written once for the host (C, gcc or
- * clang) and the device (CUDA C++, nvcc): numerics.md §6 line by line, each operation in fp32 rounded
- * once, the same conversions and EFTs as eft.h, the weight schemes of adamw_ref.c's apply_raw, the
- * 8-bit block codes of qcode.c, the Σg² lanes of adamw.c. src/cuda/ runs these functions in its kernels;
- * tests/test_adamw_elem.c runs them on the host against the scalar reference (collage__adamw_block_ref,
- * collage__adamw_q8_ref) and the public step, bit for bit, so that CI checks the device's arithmetic.
- * Only collage.h is included: nvcc compiles this header as C++. Build with no contraction (-ffp-contract=off,
- * nvcc --fmad=false): a fused multiply-add would change the results. */
+/* adamw_elem.h — one element's step of AdamW, Lion and SGD for every strategy, written once for the host
+ * (C, gcc or clang) and the device (CUDA C++, nvcc): numerics.md §6 and §14 line by line, each operation
+ * in fp32 rounded once, the same conversions and EFTs as eft.h, the 8-bit block codes of qcode.c, the Σg²
+ * lanes of adamw.c. These lines are the scalar reference: adamw_ref.c runs them over the slabs (there is
+ * no other scalar version), src/cuda/ runs them in its kernels, and tests/test_adamw_elem.c checks the
+ * device's driver around them on the host. Only collage.h is included: nvcc compiles this header as C++.
+ * Build with no contraction (-ffp-contract=off, nvcc --fmad=false): a fused multiply-add would change
+ * the results. */
 #ifndef COLLAGE_ADAMW_ELEM_H
 #define COLLAGE_ADAMW_ELEM_H
 
@@ -168,35 +168,6 @@ CE_INL ce_pair ce_pair_of(float hi, float lo) { ce_pair p; p.hi = hi; p.lo = lo;
 CE_INL float ce_add(int f, float a, float b) { return ce_round(f, a + b); }
 CE_INL float ce_sub(int f, float a, float b) { return ce_round(f, a - b); }
 CE_INL float ce_mul(int f, float a, float b) { return ce_round(f, a * b); }
-/* GrowAddcmul((m, r), t, t, c): x = RN(c·fp32(t·t)); s = m ⊕ x; x = x ⊕ (m ⊖ s); x = x ⊕ r;
- * m' = s ⊕ x; r' = x ⊖ (m' ⊖ s). */
-CE_FINL ce_pair ce_grow_addcmul(int f, ce_pair y, float t1, float t2, float c) {
-    float x = ce_round(f, c * (t1 * t2));
-    const float s = ce_add(f, y.hi, x);
-    x = ce_add(f, x, ce_sub(f, y.hi, s));
-    x = ce_add(f, x, y.lo);
-    const float m = ce_add(f, s, x);
-    return ce_pair_of(m, ce_sub(f, x, ce_sub(f, m, s)));
-}
-/* MultMC((m, r), (bh, bl)) with TwoProd (eft.h lp_mcf_mul_). */
-CE_FINL ce_pair ce_mcf_mul(int f, ce_pair x, ce_pair b) {
-    const float ab = x.hi * b.hi;
-    const float p = ce_round(f, ab), e = ce_round(f, ab - p);
-    float r = ce_mul(f, x.lo, b.hi);
-    r = ce_round(f, r + x.hi * b.lo);
-    r = ce_add(f, r, e);
-    const float m = ce_add(f, p, r);
-    return ce_pair_of(m, ce_sub(f, r, ce_sub(f, m, p)));
-}
-/* The published MultMC (eft.h lp_mcf_mul_v1_), collage-plus-v1's. */
-CE_FINL ce_pair ce_mcf_mul_v1(int f, ce_pair x, ce_pair b) {
-    const float p = ce_mul(f, x.hi, b.hi);
-    const float e = ce_round(f, -p + p * b.hi);
-    float r = ce_mul(f, x.lo, b.hi);
-    r = ce_round(f, r + p * b.lo);
-    r = ce_add(f, r, e);
-    return ce_pair_of(ce_add(f, p, r), r);
-}
 /* bf16-remainder's master (adamw_impl.h rem_join, rem_theta, rem_low). */
 CE_INL float ce_rem_join(uint16_t th, uint16_t rem) {
     return ce_bits_f32(((uint32_t)th << 16) + (uint32_t)(int32_t)(int16_t)rem);
@@ -214,6 +185,7 @@ typedef struct {
     int v_pair, v1;       /* v is an MCF pair; collage-plus-v1's MultMC */
     int sr_states;        /* 8-bit moments re-quantized stochastically (q=sr) */
     int mq, vq;           /* the collage_qcode of an 8-bit m, v; −1 otherwise */
+    int has_v;            /* the optimizer keeps v (AdamW; Lion and SGD do not: ce_desc_no_v) */
 } ce_desc;
 
 CE_INL int ce_moment_word(int f) {
@@ -248,6 +220,14 @@ CE_INL ce_desc ce_desc_make(int w, int m, int v, int sr, int v1) {
     D.sr_states = sr;
     D.mq = !ce_is_q8(D.mf) ? -1 : D.mf == COLLAGE_WORD_E4M3 ? COLLAGE_QCODE_E4M3 : COLLAGE_QCODE_DYN_SIGNED;
     D.vq = !ce_is_q8(D.vf) ? -1 : D.vf == COLLAGE_WORD_E4M3 ? COLLAGE_QCODE_E4M3 : COLLAGE_QCODE_DYN_UNSIGNED;
+    D.has_v = 1;
+    return D;
+}
+/* D for an optimizer that keeps no v (Lion, SGD): v and δv are neither read nor written. */
+CE_INL ce_desc ce_desc_no_v(ce_desc D) {
+    D.has_v = 0;
+    D.v_pair = 0;
+    D.vq = -1;
     return D;
 }
 CE_INL int ce_desc_q8(const ce_desc *D) { return D->mq >= 0 || D->vq >= 0; }
@@ -259,12 +239,50 @@ typedef struct {
     float b1, omb1, b2, omb2, eps, neg_step, lrwd;
     uint16_t b2hi, b2lo, h2hi, h2lo; /* β2 split in bf16 and in fp16 */
     uint64_t key;                    /* collage_rand_key(seed, t) */
+    /* Lion and SGD (numerics.md §14; adamw_k's): neg_step is fp32(−lr); SGD's b1 is fp32(μ), omb1
+     * fp32(1 − dampening), wd fp32(wd) (its L2 decay); first: the first step (the buffer starts as g) */
+    int opt;                         /* collage_optimizer */
+    float wd;
+    int first, nesterov, decoupled;
 } ce_k;
 /* The gradient's factor (clipping and loss scaling) and whether it applies (adamw_k coef, clip). */
 typedef struct {
     float coef;
     int clip;
 } ce_coef;
+
+/* The lines of lines.inc on one fp32 value (ce_line_*): their vocabulary is this header's roundings. */
+#define L float
+#define LR uint32_t
+#define LK ce_k
+#define LN(x) ce_line_##x
+#define LINE_FN CE_FINL
+#define L_RN(f, x) ce_round(f, x)
+#define L_RN_ANY(f, x) ce_round(f, x)
+#define L_RNK(f, x, k) ((void)(k), ce_round(f, x))
+#define L_RNB(f, x, k) ((void)(k), ce_round(f, x))
+#define L_SQRT_RN(f, x, k) ((void)(k), ce_sqrt_rn(f, x))
+#define L_DIV_RN(f, a, b) ce_div_rn(f, a, b)
+#define L_SQRT(x) sqrtf(x)
+#define L_SR(x, r) ce_bf16_f32(ce_bf16_sr(x, r))
+#define L_BITS(x) ce_f32_bits(x)
+#define L_OF_BITS(u) ce_bits_f32(u)
+#define LR_MASK(c) (0u - (uint32_t)(c))
+#include "lines.inc"
+
+/* GrowAddcmul and MultMC on pairs (lines.inc grow_addcmul, mcf_mul). */
+CE_FINL ce_pair ce_grow_addcmul(int f, ce_pair y, float t1, float t2, float c) {
+    ce_line_grow_addcmul(f, &y.hi, &y.lo, t1, t2, c);
+    return y;
+}
+CE_FINL ce_pair ce_mcf_mul(int f, ce_pair x, ce_pair b, const ce_k *k) {
+    ce_line_mcf_mul(f, &x.hi, &x.lo, b.hi, b.lo, k);
+    return x;
+}
+CE_FINL ce_pair ce_mcf_mul_v1(int f, ce_pair x, ce_pair b, const ce_k *k) {
+    ce_line_mcf_mul_v1(f, &x.hi, &x.lo, b.hi, b.lo, k);
+    return x;
+}
 
 /* The clipping of a step from the gradient's Σg² (adamw.c step_begin): gnorm = √Σ / scale; the factor
  * clip / (gnorm + 1e-6) where gnorm > clip (clip > 0); the gradient is multiplied by fp32(factor / scale).
@@ -297,7 +315,7 @@ typedef struct {
     int8_t corr;        /* bf16-c8's correction byte */
 } ce_state;
 
-/* EDQ terms of one element (adamw_ref.c acc_add): d the intended update, de the change of θ, ds the
+/* EDQ terms of one element (numerics.md §7): d the intended update, de the change of θ, ds the
  * change of the kept value. */
 typedef struct {
     double d, de, ds;
@@ -310,45 +328,36 @@ CE_INL uint32_t ce_word_put(int wf, float x) {
     return wf == COLLAGE_WORD_FP32 ? ce_f32_bits(x) : (uint32_t)ce_rn(ce_fmt_of(wf), x);
 }
 
-/* The 16-bit lines in format f (adamw_ref.c lp_raw, lp_raw_fmt): m, v (and (v, δv)) in s, raw returned
- * (a format-f value). */
+/* The 16-bit lines in format f (numerics.md §6): m = m ⊗ β1; m = RN(m + fp32(1−β1)·g); v likewise (an MCF
+ * pair: MultMC then GrowAddcmul); den = √v ⊕ eps; raw = ((m ⊗ (−step)) ⊘ den) ⊖ (θ ⊗ (lr·wd)). m, v (and
+ * (v, δv)) in s, raw returned (a format-f value). */
 CE_INL float ce_lp_raw(const ce_desc *D, int f, ce_state *s, uint16_t gw, const ce_k *k, ce_coef c) {
     float g = ce_f32(f, gw);
-    if (c.clip) g = ce_round(f, g * c.coef);
-    float mm = ce_round(f, ce_f32(f, (uint16_t)s->m) * k->b1);
-    mm = ce_round(f, mm + k->omb1 * g);
-    s->m = ce_word16(f, mm);
-    float vh;
+    if (c.clip) g = ce_line_lp_clip(f, g, c.coef, k);
+    float mm = ce_f32(f, (uint16_t)s->m), vh = ce_f32(f, (uint16_t)s->v);
     if (D->v_pair) {
+        mm = ce_round(f, ce_round(f, mm * k->b1) + k->omb1 * g);
         const ce_pair beta = f == COLLAGE_FMT_FP16 ? ce_pair_of(ce_f32(f, k->h2hi), ce_f32(f, k->h2lo))
                                                    : ce_pair_of(ce_f32(f, k->b2hi), ce_f32(f, k->b2lo));
         ce_pair x = ce_pair_of(ce_f32(f, (uint16_t)s->v), ce_f32(f, s->dv));
-        x = D->v1 ? ce_mcf_mul_v1(f, x, beta) : ce_mcf_mul(f, x, beta);
+        x = D->v1 ? ce_mcf_mul_v1(f, x, beta, k) : ce_mcf_mul(f, x, beta, k);
         x = ce_grow_addcmul(f, x, g, g, k->omb2);
         vh = x.hi;
         s->dv = ce_word16(f, x.lo);
     } else {
-        vh = ce_round(f, ce_f32(f, (uint16_t)s->v) * k->b2);
-        vh = ce_round(f, vh + k->omb2 * (g * g));
+        ce_line_lp_moments(f, g, &mm, &vh, k);
     }
+    s->m = ce_word16(f, mm);
     s->v = ce_word16(f, vh);
-    const float den = ce_round(f, ce_sqrt_rn(f, vh) + k->eps);
-    const float a = ce_round(f, mm * k->neg_step);
-    const float b = ce_div_rn(f, a, den);
-    const float cc = ce_round(f, ce_f32(f, (uint16_t)s->w) * k->lrwd);
-    return ce_round(f, b - cc);
+    return ce_line_lp_update(f, mm, vh, ce_f32(f, (uint16_t)s->w), k);
 }
 
-/* The fp32 lines (adamw_ref.c f32_moments, f32_update), each operation rounded to fp32. */
+/* The fp32 lines (numerics.md §6), each operation rounded to fp32: the moments, and the update from them. */
 CE_INL void ce_f32_moments(float g, float *m, float *v, const ce_k *k, ce_coef c) {
     if (c.clip) g = g * c.coef;
-    *m = *m * k->b1 + k->omb1 * g;
-    *v = *v * k->b2 + k->omb2 * (g * g);
+    ce_line_f32_moments(g, m, v, k);
 }
-CE_INL float ce_f32_update(float wdec, float m, float v, const ce_k *k) {
-    const float den = sqrtf(v) + k->eps;
-    return (m * k->neg_step) / den - wdec * k->lrwd;
-}
+CE_INL float ce_f32_update(float wdec, float m, float v, const ce_k *k) { return ce_line_f32_update(wdec, m, v, k); }
 /* The value the fp32 lines' decay multiplies: the master where the scheme has one, else θ. */
 CE_INL float ce_decay_base(const ce_desc *D, const ce_state *s) {
     return ce_has_master(D->w) ? s->master : ce_word_get(D->wf, s->w);
@@ -358,16 +367,11 @@ CE_INL float ce_decay_base(const ce_desc *D, const ce_state *s) {
  * significant bits (TwoSum's error moves a sum at an fp24 midpoint to its side first); θ of q (ties away
  * from zero) and its byte. The same lines as c8_join, c8_add, c8_theta, c8_byte. */
 CE_INL float ce_c8_join(uint16_t th, int8_t e) { return ce_bits_f32(((uint32_t)th << 16) + (uint32_t)((int32_t)e * 256)); }
-CE_INL float ce_c8_add(float q, float raw) {
-    const float s = q + raw, bb = s - q, t = (q - (s - bb)) + (raw - bb);
-    uint32_t u = ce_f32_bits(s);
-    if ((u & 0xffu) == 0x80u && t != 0.0f) u += ((ce_f32_bits(t) ^ u) >> 31) ? 0xffffffffu : 1u;
-    return ce_bits_f32((u + 0x7fu + ((u >> 8) & 1u)) & 0xffffff00u);
-}
-CE_INL uint16_t ce_c8_theta(float q) { return (uint16_t)((ce_f32_bits(q) + 0x8000u) >> 16); }
+CE_INL float ce_c8_add(float q, float raw) { return ce_line_c8_add(q, raw); }
+CE_INL uint16_t ce_c8_theta(float q) { return (uint16_t)(ce_f32_bits(ce_line_c8_theta(q)) >> 16); }
 CE_INL int8_t ce_c8_byte(float q, uint16_t th) { return (int8_t)(uint8_t)((ce_f32_bits(q) - ((uint32_t)th << 16)) >> 8); }
 
-/* θ (and its compensation or master) += raw by the weight scheme (adamw_ref.c apply_raw); index: the
+/* θ (and its compensation or master) += raw by the weight scheme (numerics.md §6, "Applying raw"); index: the
  * element's slab index, which keys stochastic rounding. EDQ's Δ_eff, Δ_state in t->de, t->ds. */
 CE_INL void ce_apply(const ce_desc *D, ce_state *s, float raw, const ce_k *k, uint64_t index, ce_terms *t) {
     const int f = D->tf;
@@ -382,26 +386,20 @@ CE_INL void ce_apply(const ce_desc *D, ce_state *s, float raw, const ce_k *k, ui
     float nw; /* θ's new value */
     double ds = 0;
     if (D->w == COLLAGE_SCHEME_SR) {
-        nw = ce_f32(f, ce_bf16_sr(th + raw, ce_rand32(k->key, index)));
-    } else if (D->w == COLLAGE_SCHEME_MCF || D->w == COLLAGE_SCHEME_FP16_MCF) { /* Grow with raw in fp32 */
-        const float cold = ce_f32(f, s->comp), sm = ce_round(f, th + raw);
-        const float e = ce_round(f, raw - ce_sub(f, sm, th));
-        const float r = ce_add(f, cold, e);
-        nw = ce_add(f, sm, r);
-        const float cnew = ce_sub(f, r, ce_sub(f, nw, sm));
-        s->comp = ce_word16(f, cnew);
-        ds = (double)cnew - (double)cold;
-    } else if (D->w == COLLAGE_SCHEME_KAHAN) {
-        const float cold = ce_f32(f, s->comp), c = ce_round(f, cold + raw);
-        nw = ce_add(f, th, c);
-        const float cnew = ce_add(f, c, ce_sub(f, th, nw));
+        nw = ce_line_apply_sr(th, raw, ce_rand32(k->key, index));
+    } else if (D->w == COLLAGE_SCHEME_MCF || D->w == COLLAGE_SCHEME_FP16_MCF || D->w == COLLAGE_SCHEME_KAHAN) {
+        const float cold = ce_f32(f, s->comp); /* Grow or Kahan's lines, raw in fp32 */
+        float cnew = cold;
+        nw = th;
+        if (D->w == COLLAGE_SCHEME_KAHAN) ce_line_apply_kahan(f, &nw, &cnew, raw);
+        else ce_line_apply_grow(f, &nw, &cnew, raw);
         s->comp = ce_word16(f, cnew);
         ds = (double)cnew - (double)cold;
     } else if (D->w == COLLAGE_SCHEME_REMAINDER) {
-        const float mold = ce_rem_join(old, s->comp), mnew = mold + raw;
-        const uint16_t w = ce_rem_theta(mnew);
-        s->comp = ce_rem_low(mnew, w);
-        nw = ce_f32(f, w);
+        const float mold = ce_rem_join(old, s->comp);
+        float mnew = mold;
+        nw = ce_line_apply_remainder(&mnew, raw);
+        s->comp = ce_rem_low(mnew, (uint16_t)(ce_f32_bits(nw) >> 16));
         ds = (double)mnew - (double)mold;
     } else if (D->w == COLLAGE_SCHEME_C8) {
         const float qold = ce_c8_join(old, s->corr), qnew = ce_c8_add(qold, raw);
@@ -411,11 +409,10 @@ CE_INL void ce_apply(const ce_desc *D, ce_state *s, float raw, const ce_k *k, ui
         ds = (double)qnew - (double)qold;
     } else if (ce_has_master(D->w)) {
         const float mold = s->master;
-        s->master = mold + raw;
-        nw = ce_round(f, s->master);
+        nw = ce_line_apply_master(f, &s->master, raw);
         ds = (double)s->master - (double)mold;
     } else {
-        nw = ce_round(f, th + raw); /* bf16, fp16 */
+        nw = ce_line_apply_rn(f, th, raw); /* bf16, fp16 */
     }
     s->w = ce_word16(f, nw);
     t->de = (double)nw - (double)th;
@@ -424,8 +421,9 @@ CE_INL void ce_apply(const ce_desc *D, ce_state *s, float raw, const ce_k *k, ui
     else t->ds = ds;
 }
 
-/* One element of a strategy without 8-bit moments (adamw_ref.c generic_elem, equal to every preset's
- * own case): s updated in place from the gradient's bits g; the EDQ terms in *t. */
+/* One element of AdamW for a strategy without 8-bit moments (numerics.md §6; tests/test_compose.c holds
+ * it to each preset's lines transcribed case by case): s updated in place from the gradient's bits g;
+ * the EDQ terms in *t. */
 CE_INL void ce_step(const ce_desc *D, ce_state *s, uint32_t g, const ce_k *k, ce_coef c, uint64_t index, ce_terms *t) {
     float raw;
     if (D->arith == COLLAGE_WORD_FP32) {
@@ -457,7 +455,7 @@ CE_INL float ce_moment_get(const ce_qtab *T, int wf, int q, uint32_t bits, uint1
     const float x = ce_word_get(wf, bits);
     return pair ? x + ce_f32(ce_fmt_of(wf), lo) : x;
 }
-/* The moments' new fp32 values of one element of an 8-bit strategy (adamw_ref.c q8_block's first loop):
+/* The moments' new fp32 values of one element of an 8-bit strategy (numerics.md §11, the block's first pass):
  * m, v from s (an 8-bit word's code times its block's scale ms, vs). */
 CE_INL void ce_q8_moments(const ce_desc *D, const ce_qtab *T, const ce_state *s, uint32_t g, float ms, float vs,
                           const ce_k *k, ce_coef c, float *m, float *v) {
@@ -465,7 +463,7 @@ CE_INL void ce_q8_moments(const ce_desc *D, const ce_qtab *T, const ce_state *s,
     *v = ce_moment_get(T, D->vf, D->vq, s->v, s->dv, D->v_pair, vs);
     ce_f32_moments(ce_word_get(D->wf, g), m, v, k, c);
 }
-/* The rest of the element from the moments' new values (collage__adamw_q8_elem_ref): the update applied;
+/* The rest of the element from the moments' new values: the update applied;
  * a moment that is not 8-bit stored into its word (an 8-bit one is stored by the block, ce_q_code). */
 CE_INL void ce_q8_update(const ce_desc *D, ce_state *s, float m, float v, const ce_k *k, uint64_t index, ce_terms *t) {
     const float raw = ce_f32_update(ce_decay_base(D, s), m, v, k);
@@ -476,6 +474,76 @@ CE_INL void ce_q8_update(const ce_desc *D, ce_state *s, float m, float v, const 
         s->v = ce_word_put(D->vf, v);
         if (D->v_pair) s->dv = ce_rn(ce_fmt_of(D->vf), v - ce_word_get(D->vf, s->v));
     }
+}
+
+/* ------------------------------------------------------------------ Lion and SGD (numerics.md §14) */
+/* sign(x): ±1, 0 for ±0, NaN for NaN (exact in every format). */
+CE_INL float ce_sign(float x) { return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x == 0.0f ? 0.0f : x; }
+/* Lion in fp32, each operation rounded to fp32: c = m·β1 + (1−β1)·g; m = m·β2 + (1−β2)·g;
+ * raw = (−lr)·sign(c) − w·(lr·wd), w the master where there is one, else θ. */
+CE_INL float ce_lion_f32(float g, float *m, float w, const ce_k *k, ce_coef cf) {
+    if (cf.clip) g = g * cf.coef;
+    const float c = *m * k->b1 + k->omb1 * g;
+    *m = *m * k->b2 + k->omb2 * g;
+    return k->neg_step * ce_sign(c) - w * k->lrwd;
+}
+/* SGD in fp32, PyTorch's order: g += wd·w (L2, where wd ≠ 0); buf = g on the first step, else
+ * buf·μ + (1−dampening)·g; d = g + μ·buf (Nesterov) or buf; raw = (−lr)·d [− w·(lr·wd) decoupled].
+ * μ = 0: no buffer (m untouched), d = g. */
+CE_INL float ce_sgd_f32(float g, float *m, float w, const ce_k *k, ce_coef cf) {
+    if (cf.clip) g = g * cf.coef;
+    if (!k->decoupled && k->wd != 0.0f) g = g + w * k->wd;
+    float d = g;
+    if (k->b1 != 0.0f) {
+        const float buf = k->first ? g : *m * k->b1 + k->omb1 * g;
+        *m = buf;
+        d = k->nesterov ? g + k->b1 * buf : buf;
+    }
+    const float u = k->neg_step * d;
+    return k->decoupled ? u - w * k->lrwd : u;
+}
+/* Lion in the 16-bit format f: the fp32 lines with every result rounded to f (values as ce_round's). */
+CE_INL float ce_lion_lp(int f, float th, float g, float *m, const ce_k *k, ce_coef cf) {
+    if (cf.clip) g = ce_round(f, g * cf.coef);
+    const float c = ce_round(f, ce_round(f, *m * k->b1) + k->omb1 * g);
+    *m = ce_round(f, ce_round(f, *m * k->b2) + k->omb2 * g);
+    const float a = ce_round(f, k->neg_step * ce_sign(c));
+    return ce_round(f, a - ce_round(f, th * k->lrwd));
+}
+/* SGD in the 16-bit format f. */
+CE_INL float ce_sgd_lp(int f, float th, float g, float *m, const ce_k *k, ce_coef cf) {
+    if (cf.clip) g = ce_round(f, g * cf.coef);
+    if (!k->decoupled && k->wd != 0.0f) g = ce_round(f, g + ce_round(f, th * k->wd));
+    float d = g;
+    if (k->b1 != 0.0f) {
+        const float buf = k->first ? g : ce_round(f, ce_round(f, *m * k->b1) + k->omb1 * g);
+        *m = buf;
+        d = k->nesterov ? ce_round(f, g + ce_round(f, buf * k->b1)) : buf;
+    }
+    const float a = ce_round(f, d * k->neg_step);
+    return k->decoupled ? ce_round(f, a - ce_round(f, th * k->lrwd)) : a;
+}
+/* Lion's or SGD's (k->opt) fp32 update from the gradient's bits g and m's fp32 value *m (updated). */
+CE_INL float ce_optim_f32(const ce_desc *D, const ce_state *s, uint32_t g, float *m, const ce_k *k, ce_coef c) {
+    const float gv = ce_word_get(D->wf, g), w = ce_decay_base(D, s);
+    return k->opt == COLLAGE_OPTIM_LION ? ce_lion_f32(gv, m, w, k, c) : ce_sgd_f32(gv, m, w, k, c);
+}
+/* One element of Lion or SGD (D from ce_desc_no_v) whose m is not 8-bit: the update in the strategy's
+ * arithmetic, m into its word, the update applied by the weight scheme; the EDQ terms in *t. */
+CE_INL void ce_optim_step(const ce_desc *D, ce_state *s, uint32_t g, const ce_k *k, ce_coef c, uint64_t index,
+                          ce_terms *t) {
+    float raw, m = ce_word_get(D->mf, s->m);
+    if (D->arith == COLLAGE_WORD_FP32) {
+        raw = ce_optim_f32(D, s, g, &m, k, c);
+        s->m = ce_word_put(D->mf, m);
+    } else { /* m, a value of f, goes back as its word; SGD without momentum leaves the word as it is */
+        const int f = ce_fmt_of(D->arith);
+        const float th = ce_f32(f, (uint16_t)s->w), gv = ce_f32(f, (uint16_t)g);
+        raw = k->opt == COLLAGE_OPTIM_LION ? ce_lion_lp(f, th, gv, &m, k, c) : ce_sgd_lp(f, th, gv, &m, k, c);
+        if (k->opt == COLLAGE_OPTIM_LION || k->b1 != 0.0f) s->m = ce_word16(f, m);
+    }
+    t->d = (double)raw;
+    ce_apply(D, s, raw, k, index, t);
 }
 
 /* The block's scale and the factor its values are multiplied by (qcode.c collage__q_scale): 0 for a
@@ -637,22 +705,26 @@ CE_INL ce_state ce_load(const ce_desc *D, const ce_ptrs *P, size_t i) {
     ce_state s;
     s.w = ce_load_word(D->wf, P->w, i);
     s.m = ce_load_word(D->mf, P->m, i);
-    s.v = ce_load_word(D->vf, P->v, i);
+    s.v = D->has_v ? ce_load_word(D->vf, P->v, i) : 0;
     s.comp = ce_has_comp(D->w) ? P->comp[i] : 0;
     s.dv = D->v_pair ? P->dv[i] : 0;
     s.master = ce_has_master(D->w) ? P->master[i] : 0.0f;
     s.corr = ce_has_corr(D->w) ? P->corr[i] : 0;
     return s;
 }
-/* Element i's words back; with q8 set, the 8-bit moments are left to the block's store. */
-CE_INL void ce_store(const ce_desc *D, const ce_ptrs *P, size_t i, const ce_state *s) {
+/* Element i's words of the weight scheme back: θ and its compensation, master or correction byte. */
+CE_INL void ce_store_weights(const ce_desc *D, const ce_ptrs *P, size_t i, const ce_state *s) {
     ce_store_word(D->wf, P->w, i, s->w);
-    if (D->mq < 0) ce_store_word(D->mf, P->m, i, s->m);
-    if (D->vq < 0) ce_store_word(D->vf, P->v, i, s->v);
     if (ce_has_comp(D->w)) P->comp[i] = s->comp;
-    if (D->v_pair) P->dv[i] = s->dv;
     if (ce_has_master(D->w)) P->master[i] = s->master;
     if (ce_has_corr(D->w)) P->corr[i] = s->corr;
+}
+/* Element i's words back; with q8 set, the 8-bit moments are left to the block's store. */
+CE_INL void ce_store(const ce_desc *D, const ce_ptrs *P, size_t i, const ce_state *s) {
+    ce_store_weights(D, P, i, s);
+    if (D->mq < 0) ce_store_word(D->mf, P->m, i, s->m);
+    if (D->has_v && D->vq < 0) ce_store_word(D->vf, P->v, i, s->v);
+    if (D->v_pair) P->dv[i] = s->dv;
 }
 
 /* ------------------------------------------------------------------ 8 elements at a time */
@@ -763,6 +835,10 @@ static inline ce_k ce_k_make(double lr, double beta1, double beta2, double eps, 
     k.b2hi = sp.hi; k.b2lo = sp.lo;
     k.h2hi = sh.hi; k.h2lo = sh.lo;
     k.key = collage_rand_key(seed, t);
+    k.opt = COLLAGE_OPTIM_ADAMW;
+    k.wd = (float)wd;
+    k.first = t == 1;
+    k.nesterov = k.decoupled = 0;
     return k;
 }
 /* The description of strategy s (a preset or a composition); COLLAGE_ERR_ARG for an unknown one,

@@ -79,13 +79,10 @@ void collage__adamw_q8_elem_ref(collage_strategy s, const adamw_slabs *S, size_t
 void collage__adamw_q8_avx512(collage_strategy s, const adamw_slabs *S, const adamw_piece *P, int np, const adamw_k *k);
 void collage__adamw_q8_avx2(collage_strategy s, const adamw_slabs *S, const adamw_piece *P, int np, const adamw_k *k);
 
-/* Kernels over elements [a, b) of one block. acc == NULL: no EDQ. A composed strategy without 8-bit
- * states goes through collage__adamw_block_ref whatever the ISA (the generic path,
- * collage__adamw_generic_ref, which also serves any strategy for the tests); the fp16 presets have
- * vector loops of their own (adamw_fp16.inc), their reference being the generic path. */
-#define ADAMW_OWN_CASES(s) ((unsigned)(s) < (unsigned)COLLAGE_FP16) /* presets with their own reference case */
-void collage__adamw_generic_ref(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
-                                adamw_acc *acc);
+/* Kernels over elements [a, b) of one block. acc == NULL: no EDQ. collage__adamw_block_ref (adamw_ref.c)
+ * is the reference of every strategy without 8-bit states: adamw_elem.h's element lines (ce_step), the
+ * one definition the CUDA step also compiles. A composed strategy without 8-bit states goes through it
+ * whatever the ISA; the presets have vector loops of their own (adamw_kernel.inc, adamw_fp16.inc). */
 void collage__adamw_block_ref(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
                               adamw_acc *acc);
 void collage__adamw_block_avx512(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,

@@ -1,5 +1,5 @@
 /* optim.h — what the optimizer object shares with the update lines of the optimizers other than AdamW
- * (optim_ref.c: Lion and SGD, numerics.md §14) and with the weight schemes' code in adamw_ref.c. */
+ * (Lion and SGD, numerics.md §14: their element lines in adamw_elem.h, their reference in adamw_ref.c). */
 #ifndef COLLAGE_OPTIM_H
 #define COLLAGE_OPTIM_H
 
@@ -10,15 +10,9 @@ static inline int optim_has_word(collage_optimizer o, collage_strategy s, collag
     return strategy_has(s, r) && !(r == COLLAGE_ROLE_V && o != COLLAGE_OPTIM_ADAMW);
 }
 
-/* The weight scheme's half of a step (adamw_ref.c, numerics.md §6 "Applying raw"): for i in [a, b),
- * θ (and its compensation or master) += raw[i − a] by strategy s's weight scheme, and the EDQ terms
- * (Δ = raw, Δ_eff, Δ_state) into acc (NULL: none). raw[] must not alias a slab. */
-void collage__scheme_apply_ref(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const float *raw,
-                               const adamw_k *k, adamw_acc *acc);
-
 /* Lion's and SGD's scalar reference over elements [a, b) of one block (k->opt says which; the block's
  * lr·wd and wd in k): each element's update from g and m by the lines of numerics.md §14 in the
- * strategy's arithmetic (strategy_arith), then applied by its weight scheme. m must not be an 8-bit
+ * strategy's arithmetic (strategy_arith), then applied by its weight scheme (adamw_elem.h ce_optim_step). m must not be an 8-bit
  * word (those go by collage__optim_q8_ref). */
 void collage__optim_block_ref(collage_strategy s, const adamw_slabs *S, size_t a, size_t b, const adamw_k *k,
                               adamw_acc *acc);

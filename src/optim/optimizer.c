@@ -1,6 +1,6 @@
 /* optimizer.c — the table of optimizers (collage.h collage_optimizer_info): their names, which moments
- * they keep, their default β, and which strategies each can step. The update lines are in adamw_ref.c
- * (AdamW) and optim_ref.c (Lion, SGD); the weight scheme that applies an update is the strategy's. */
+ * they keep, their default β, and which strategies each can step. The update lines are in adamw_elem.h
+ * (ce_step: AdamW; ce_optim_step: Lion, SGD); the weight scheme that applies an update is the strategy's. */
 #include "adamw_impl.h"
 #include "optim.h"
 
