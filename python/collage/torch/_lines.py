@@ -299,7 +299,7 @@ def _sign(c):
 
 
 def _lion_sgd_lp(th, g, st, k, lrwd):
-    """src/optim/optim_ref.c lion_lp and sgd_lp: m in st["exp_avg"], raw a bf16 tensor."""
+    """src/optim/adamw_elem.h ce_lion_lp and ce_sgd_lp: m in st["exp_avg"], raw a bf16 tensor."""
     if k.clip:
         g = rn(f(g) * k.coef)
     m = st["exp_avg"]
@@ -320,7 +320,7 @@ def _lion_sgd_lp(th, g, st, k, lrwd):
 
 
 def _lion_sgd_f32(w, g, st, k, lrwd):
-    """optim_ref.c lion_f32 and sgd_f32: each operation rounded to fp32; w the value the decay multiplies."""
+    """adamw_elem.h ce_lion_f32 and ce_sgd_f32: each operation rounded to fp32; w the value the decay multiplies."""
     if k.clip:
         g = g * k.coef
     m = st["exp_avg"]
