@@ -779,6 +779,53 @@ static void test_product_nonfinite(void) {
             }
 }
 
+/* A layer's weight copy (nn_fp4_wcopy, numerics.md §15 "The model in fp4"): NVFP4's forward quantization
+ * of W serves dX (16×16 blocks along either K), MXFP4's does not; dX through the copy the forward made is
+ * dX without a copy, bit for bit, on every path, for sides that are not multiples of 16; dX takes the
+ * copy's values (zeroed, dX is zero) while the copy is of its weight, and another matrix is quantized anew. */
+static void test_weight_copy(void) {
+    enum { NT = 40, OC = 24, CH = 40 }; /* tokens, outputs, inputs */
+    uint16_t *X = malloc(NT * CH * 2), *W = malloc(OC * CH * 2), *W2 = malloc(OC * CH * 2), *dY = malloc(NT * OC * 2);
+    uint16_t *Y = malloc(NT * OC * 2), *d0 = malloc(NT * CH * 2), *d1 = malloc(NT * CH * 2);
+    fill_bf16(X, NT * CH, -4, 3), fill_bf16(W, OC * CH, -8, -2), fill_bf16(dY, NT * OC, -30, -22);
+    memcpy(W2, W, OC * CH * 2);
+    for (int ri = 0; ri < COLLAGE_FP4_RECIPE_COUNT; ri++)
+        for (int had = 0; had < 2; had++) {
+            nn_fp4_layer L = {.recipe = (collage_fp4_recipe)ri, .hadamard = had, .signs = collage__fp4_rht_signs(5u),
+                              .key = 31u};
+            CHECK(nn_fp4_wcopy_serves(&L) == (ri == COLLAGE_FP4_NVFP4), "%s%s: the copy serves dX: %d", rname(L.recipe),
+                  had ? ",hadamard" : "", nn_fp4_wcopy_serves(&L));
+            if (!nn_fp4_wcopy_serves(&L)) continue;
+            for (int path = 0; path < NN_BF16_COUNT; path++) {
+                if (!nn_bf16_available((nn_bf16_path)path)) continue;
+                const nn_bf16_path pa = (nn_bf16_path)path;
+                nn_fp4_ws ws = {0};
+                nn_fp4_wcopy wc = {0};
+                CHECK(nn_fp4_layer_reserve(&ws, &L, NT, CH, OC, 2, pa) == 0 && nn_fp4_wcopy_alloc(&wc, CH, OC) == 0, "alloc");
+                CHECK(nn_matmul_backward_input_fp4(d0, dY, W, NT, CH, OC, &L, &ws, pa, 2) == COLLAGE_OK, "dX");
+                nn_fp4_layer Lc = L;
+                Lc.wc = &wc;
+                CHECK(nn_matmul_forward_fp4(Y, X, W, NULL, NULL, NT, CH, OC, &Lc, &ws, pa, 2) == COLLAGE_OK &&
+                      wc.valid && wc.w == W, "forward with the copy");
+                memset(d1, 0xff, NT * CH * 2);
+                CHECK(nn_matmul_backward_input_fp4(d1, dY, W, NT, CH, OC, &Lc, &ws, pa, 2) == COLLAGE_OK &&
+                      !memcmp(d0, d1, NT * CH * 2), "%s %s: dX through the copy differs", had ? "hadamard" : "",
+                      nn_bf16_name(pa));
+                memset(wc.v, 0, wc.cap * 2);
+                int nz = 0;
+                CHECK(nn_matmul_backward_input_fp4(d1, dY, W, NT, CH, OC, &Lc, &ws, pa, 2) == COLLAGE_OK, "dX, zeroed");
+                for (int i = 0; i < NT * CH; i++) nz += d1[i] != 0;
+                CHECK(nz == 0, "%s: dX did not take the copy (%d nonzero)", nn_bf16_name(pa), nz);
+                memset(d1, 0xff, NT * CH * 2);
+                CHECK(nn_matmul_backward_input_fp4(d1, dY, W2, NT, CH, OC, &Lc, &ws, pa, 2) == COLLAGE_OK &&
+                      !memcmp(d0, d1, NT * CH * 2) && wc.w == W2, "%s: another matrix took the copy", nn_bf16_name(pa));
+                nn_fp4_wcopy_free(&wc);
+                nn_fp4_ws_free(&ws);
+            }
+        }
+    free(X), free(W), free(W2), free(dY), free(Y), free(d0), free(d1);
+}
+
 int main(void) {
     tables_init();
     printf("test_fp4: seed %u\n", SEED);
@@ -794,5 +841,6 @@ int main(void) {
     RUN(test_rht);
     RUN(test_product);
     RUN(test_product_nonfinite);
+    RUN(test_weight_copy);
     return h_end();
 }

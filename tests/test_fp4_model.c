@@ -1,5 +1,5 @@
 /* test_fp4_model.c — the model in fp4 (numerics.md §15, "The model in fp4"): the memory report counting
- * what the recipe keeps, to the byte; bad settings refused; the same bits for 1 and 3 threads; the
+ * what the recipe keeps (NVFP4's weight copies too), to the byte; bad settings refused; the same bits for 1 and 3 threads; the
  * straight-through backward against central differences of F_ST (tests/straight_through.h); and through
  * `collage train --compute fp4`: every family learning below the validation bytes' unigram entropy with
  * collage-light, a run saved and resumed giving the uninterrupted run's model bit for bit, train.state
@@ -74,6 +74,22 @@ static void test_fp4_memory_and_settings(void) {
     for (int k = 0; k < 2; k++) CHECK(step(m, &cfg, w, &l) == COLLAGE_OK && isfinite(l), "step %d: %s", k, collage_model_error(m));
     collage_model_memory_get(m, &d);
     CHECK(!memcmp(&c, &d, sizeof c), "a step changed the memory report: scratch %zu then %zu", c.scratch, d.scratch);
+    /* NVFP4's weight copies (the forward's quantization kept for dX): 2 bytes per weight of each layer with
+     * 4-bit products (12·C² per block, Vp·C for the logits); MXFP4 keeps none */
+    const size_t Cc = (size_t)cfg.channels, copies = 2 * (12 * Cc * Cc * (size_t)cfg.num_layers + Vp * Cc);
+    collage_model_memory e0, e1, x0, x1;
+    CHECK(collage_model_fp4_set(m, "nvfp4", 0, 1) == COLLAGE_OK, "set nvfp4");
+    collage_model_memory_get(m, &e0);
+    CHECK(collage_model_fp4_set(m, "nvfp4", layers, 1) == COLLAGE_OK, "set nvfp4, all bf16");
+    collage_model_memory_get(m, &e1);
+    CHECK(e0.scratch == e1.scratch + copies, "nvfp4 scratch %zu, with every layer in bf16 %zu, want + %zu", e0.scratch,
+          e1.scratch, copies);
+    CHECK(collage_model_fp4_set(m, "mxfp4", 0, 1) == COLLAGE_OK, "set mxfp4");
+    collage_model_memory_get(m, &x0);
+    CHECK(collage_model_fp4_set(m, "mxfp4", layers, 1) == COLLAGE_OK, "set mxfp4, all bf16");
+    collage_model_memory_get(m, &x1);
+    CHECK(x0.scratch == x1.scratch && x0.scratch < e0.scratch, "mxfp4 scratch %zu, all bf16 %zu: copies kept",
+          x0.scratch, x1.scratch);
     CHECK(collage_model_fp4_set(m, "fp4", 0, 1) == COLLAGE_ERR_ARG && collage_model_fp4_set(m, "nvfp4,hadamar", 0, 1) ==
           COLLAGE_ERR_ARG && collage_model_fp4_set(m, "mxfp4,", 0, 1) == COLLAGE_ERR_ARG, "bad recipes accepted");
     CHECK(collage_model_fp4_set(m, "mxfp4", layers + 1, 1) == COLLAGE_ERR_ARG && collage_model_fp4_set(m, "mxfp4", -1, 1) ==

@@ -204,6 +204,33 @@ collage_status gm_fp8_state_load(gm_model *m, const void *buf, size_t len) {
 }
 
 /* ---------------------------------------------------------------- the fp4 precision */
+static void fp4_wcopies_free(gm_fp4 *f) {
+    for (int k = 0; k < f->nwc; k++) nn_fp4_wcopy_free(&f->wc[k]);
+    free(f->wc);
+    f->wc = NULL, f->nwc = 0;
+}
+
+/* The weight copies of the layers with 4-bit products (numerics.md §15: NVFP4's forward quantization of W
+ * serves dX; none for MXFP4, whose blocks follow K), each allocated for its layer's weight. */
+static collage_status fp4_copies_new(gm_model *m) {
+    fp4_wcopies_free(&m->fp4);
+    const nn_fp4_layer L = {.recipe = m->fp4.recipe};
+    const int layers = m->fp4.layers, n = layers - m->fp4.bf16_last;
+    if (n < 1 || !nn_fp4_wcopy_serves(&L)) return COLLAGE_OK;
+    int *io = malloc(2 * (size_t)layers * sizeof *io);
+    if (!io || !(m->fp4.wc = calloc((size_t)n, sizeof *m->fp4.wc))) {
+        free(io);
+        return COLLAGE_ERR_NOMEM;
+    }
+    m->fp4.nwc = n;
+    m->g->fp8_layers(m->plan, io, io + layers);
+    int bad = 0;
+    for (int k = 0; k < n && !bad; k++) bad = nn_fp4_wcopy_alloc(&m->fp4.wc[k], io[k], io[layers + k]);
+    free(io);
+    if (bad) fp4_wcopies_free(&m->fp4);
+    return bad ? COLLAGE_ERR_NOMEM : COLLAGE_OK;
+}
+
 collage_status gm_fp4_set(gm_model *m, collage_fp4_recipe recipe, int hadamard, int bf16_last, uint64_t seed) {
     if (!m) return COLLAGE_ERR_NULL;
     if (m->prec != GM_FP4) return fail(m, COLLAGE_ERR_UNSUPPORTED, "fp4 settings on a %s model", PRECISIONS[m->prec].name);
@@ -213,6 +240,7 @@ collage_status gm_fp4_set(gm_model *m, collage_fp4_recipe recipe, int hadamard, 
                     m->fp4.layers);
     m->fp4.recipe = recipe, m->fp4.hadamard = hadamard != 0, m->fp4.bf16_last = bf16_last;
     m->fp4.signs = collage__fp4_rht_signs(collage_rand_key(seed, COLLAGE_FP4_RHT_STREAM));
+    if (fp4_copies_new(m) != COLLAGE_OK) return fail(m, COLLAGE_ERR_NOMEM, "out of memory for the fp4 weight copies");
     gm_env e; /* the products' scratch for the new settings (the Hadamard inputs), now rather than in a step */
     return bf16_env(m, &e);
 }
@@ -273,7 +301,8 @@ collage_status gm_create(const gm_graph *g, const collage_model_config *cfg, gm_
                     .esize = PRECISIONS[prec].run == RUN_F64 ? sizeof(double) : sizeof(float)};
     m->plan = g->plan_new(cfg, maxB, maxT, PRECISIONS[prec].run == RUN_BF16, &m->sz);
     if (m->plan && prec == GM_FP4) m->fp4.layers = g->fp8_layers(m->plan, NULL, NULL);
-    if (!m->plan || (prec == GM_FP8 && fp8_state_new(m) != COLLAGE_OK) || alloc_slabs(m) != COLLAGE_OK) {
+    if (!m->plan || (prec == GM_FP8 && fp8_state_new(m) != COLLAGE_OK) ||
+        (prec == GM_FP4 && fp4_copies_new(m) != COLLAGE_OK) || alloc_slabs(m) != COLLAGE_OK) {
         gm_free(m);
         return COLLAGE_ERR_NOMEM;
     }
@@ -287,7 +316,7 @@ void gm_free(gm_model *m) {
     free(m->acts); free(m->grads); free(m->grads16); free(m->w32); free(m->tok); free(m->tgt);
     free(m->acts16); free(m->gsums); free(m->len); free(m->rows); nn_ws_free(&m->ws);
     collage__fp8_scaling_free(m->fp8.scaling); nn_fp8_ws_free(&m->fp8.ws); fp8_wcopies_free(&m->fp8);
-    nn_fp4_ws_free(&m->fp4.ws);
+    nn_fp4_ws_free(&m->fp4.ws); fp4_wcopies_free(&m->fp4);
     free(m);
 }
 
@@ -305,11 +334,13 @@ static size_t fp8_scratch(const gm_fp8 *f) {
 }
 
 /* The 4-bit products' scratch: per operand its values (bf16), Hadamard inputs (fp32), block scale bytes
- * and two floats per block (element factor, scale value), and the tiles, in bytes. */
+ * and two floats per block (element factor, scale value), the tiles, and the weights' copies (bf16
+ * values), in bytes. */
 static size_t fp4_scratch(const gm_fp4 *f) {
     size_t b = f->ws.tiles.cap * sizeof(float);
     for (int w = 0; w < 2; w++)
         b += f->ws.cap_v[w] * sizeof(uint16_t) + f->ws.cap_h[w] * sizeof(float) + f->ws.cap_s[w] * (1 + 2 * sizeof(float));
+    for (int k = 0; k < f->nwc; k++) b += f->wc[k].cap * sizeof(uint16_t);
     return b;
 }
 

@@ -55,6 +55,9 @@ typedef struct {
     uint16_t signs;
     uint64_t key;
     nn_fp4_ws ws;
+    nn_fp4_wcopy *wc;       /* per linear layer with 4-bit products, its weight's copy from the forward
+                               (nn_fp4_wcopy_serves: NVFP4; NULL for MXFP4) */
+    int nwc;
     collage_status st;
 } gm_fp4;
 

@@ -40,7 +40,8 @@ static inline nn_fp8_layer mb_layer(const gm_env *e, int k) {
 }
 static inline nn_fp4_layer mb_layer4(const gm_env *e, int k) {
     return (nn_fp4_layer){.recipe = e->fp4->recipe, .hadamard = e->fp4->hadamard, .signs = e->fp4->signs,
-                          .key = collage_rand_key(e->fp4->key, (uint64_t)k)};
+                          .key = collage_rand_key(e->fp4->key, (uint64_t)k),
+                          .wc = k < e->fp4->nwc ? &e->fp4->wc[k] : NULL};
 }
 /* Which products layer k runs: 0 bf16, 8 fp8, 4 fp4. */
 static inline int mb_kind(const gm_env *e, int k) {

@@ -49,9 +49,10 @@ int nn_gemm_fp4_reserve(nn_fp4_ws *ws, const nn_fp4_spec *p, int ta, int tb, int
     return nn_gemm_bf16_kblocks_reserve(&ws->tiles, M, N, K > 0 ? K : 1, nt, path);
 }
 
-/* Operand w of a product: transformed (p->hadamard) into ws->h[w], then quantized into ws->v[w]. */
+/* Operand w of a product: transformed (p->hadamard) into ws->h[w], then quantized into v (ws->v[w] or a
+ * weight's copy). */
 static collage_status make_operand(const nn_fp4_spec *p, int w, int trans, const uint16_t *X, int rows, int cols,
-                                   int ld, nn_fp4_ws *ws, nn_fp4_operand *op, int nt) {
+                                   int ld, nn_fp4_ws *ws, uint16_t *v, nn_fp4_operand *op, int nt) {
     const collage_fp4_quant q = nn_fp4_quant_of(p, w, trans);
     const float *xf = NULL;
     const uint16_t *xb = X;
@@ -60,9 +61,9 @@ static collage_status make_operand(const nn_fp4_spec *p, int w, int trans, const
         xf = ws->h[w], xb = NULL, ld = cols;
     }
     collage_fp4_tensor t;
-    const collage_status st = collage__fp4_quantize_v(&q, xf, xb, rows, cols, ld, NULL, ws->v[w], ws->sc[w],
-                                                      ws->enc[w], ws->d[w], &t, nt);
-    *op = (nn_fp4_operand){.v = ws->v[w], .ld = cols, .dec = t.dec};
+    const collage_status st = collage__fp4_quantize_v(&q, xf, xb, rows, cols, ld, NULL, v, ws->sc[w], ws->enc[w],
+                                                      ws->d[w], &t, nt);
+    *op = (nn_fp4_operand){.v = v, .ld = cols, .dec = t.dec};
     return st;
 }
 
@@ -89,13 +90,59 @@ static void ep_pass(void *p, const float *t, int ldt, int i0, int i1, int j0, in
     f->ep(f->ctx, t, ldt, i0, i1, j0, j1);
 }
 
+void nn_fp4_wcopy_free(nn_fp4_wcopy *wc) {
+    if (!wc) return;
+    free(wc->v);
+    *wc = (nn_fp4_wcopy){0};
+}
+
+int nn_fp4_wcopy_serves(const nn_fp4_layer *L) {
+    const nn_fp4_spec f = nn_fp4_layer_spec(L, 0), dx = nn_fp4_layer_spec(L, 1);
+    const collage_fp4_quant qf = nn_fp4_quant_of(&f, 1, 1), qx = nn_fp4_quant_of(&dx, 1, 0);
+    int brf, bcf, brx, bcx;
+    collage__fp4_block_shape(&qf, &brf, &bcf);
+    collage__fp4_block_shape(&qx, &brx, &bcx);
+    return qf.recipe == qx.recipe && qf.role == qx.role && !qf.sr && !qx.sr && !f.hadamard && !dx.hadamard &&
+           brf == brx && bcf == bcx;
+}
+
+int nn_fp4_wcopy_alloc(nn_fp4_wcopy *wc, int C, int OC) {
+    nn_fp4_wcopy_free(wc);
+    return grow((void **)&wc->v, &wc->cap, (size_t)OC * C, 2) ? -1 : (wc->cap = (size_t)OC * C, 0);
+}
+
+/* Operand B, a (rows, cols) weight: wc's values when `reuse` and wc holds this matrix (the same values,
+ * role and block shape give the same bits: nn_fp4_wcopy_serves), else quantized into wc (which then holds
+ * it) or, when wc is NULL, into the scratch. */
+static collage_status operand_w(const nn_fp4_spec *p, int trans, const uint16_t *B, int rows, int cols, int ld,
+                                nn_fp4_ws *ws, nn_fp4_wcopy *wc, int reuse, nn_fp4_operand *ob, int nt) {
+    if (wc && reuse && wc->valid && wc->w == B && wc->rows == rows && wc->cols == cols && wc->ld == ld) {
+        *ob = (nn_fp4_operand){.v = wc->v, .ld = cols, .dec = wc->dec};
+        return COLLAGE_OK;
+    }
+    if (!wc) return make_operand(p, 1, trans, B, rows, cols, ld, ws, ws->v[1], ob, nt);
+    COLLAGE_ASSERT(wc->cap >= (size_t)rows * cols);
+    wc->valid = 0;
+    const collage_status st = make_operand(p, 1, trans, B, rows, cols, ld, ws, wc->v, ob, nt);
+    if (st != COLLAGE_OK) return st;
+    wc->w = B, wc->rows = rows, wc->cols = cols, wc->ld = ld, wc->dec = ob->dec, wc->valid = 1;
+    return COLLAGE_OK;
+}
+
 collage_status nn_gemm_fp4(const nn_fp4_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                            const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx, nn_fp4_ws *ws, nn_bf16_path path,
                            int nt) {
+    return nn_gemm_fp4_w(p, ta, tb, M, N, K, A, lda, B, ldb, ep, ctx, ws, NULL, 0, path, nt);
+}
+
+collage_status nn_gemm_fp4_w(const nn_fp4_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                             const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx, nn_fp4_ws *ws, nn_fp4_wcopy *wc,
+                             int reuse, nn_bf16_path path, int nt) {
     const double p0 = nn_prof_begin(), t0 = nn_now();
+    if (wc && !reuse) wc->valid = 0; /* a new copy is made below, or none is left */
     nn_fp4_operand oa, ob;
-    collage_status st = make_operand(p, 0, ta, A, ta ? K : M, ta ? M : K, lda, ws, &oa, nt);
-    if (st == COLLAGE_OK) st = make_operand(p, 1, tb, B, tb ? N : K, tb ? K : N, ldb, ws, &ob, nt);
+    collage_status st = make_operand(p, 0, ta, A, ta ? K : M, ta ? M : K, lda, ws, ws->v[0], &oa, nt);
+    if (st == COLLAGE_OK) st = operand_w(p, tb, B, tb ? N : K, tb ? K : N, ldb, ws, wc, reuse, &ob, nt);
     ws->quant_s += nn_now() - t0;
     if (st != COLLAGE_OK) {
         nn_prof_end(NN_PROF_PRODUCTS, p0, 0.0);

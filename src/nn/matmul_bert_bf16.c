@@ -81,7 +81,7 @@ collage_status NN_BF16_NAME(nn_matmul_logits_bias_fp4)(float *out, const uint16_
                                                        int nt) {
     bert_ep c = {.outf = out, .ldo = OC, .bias = bias};
     const nn_fp4_spec p = nn_fp4_layer_spec(L, 0);
-    return nn_gemm_fp4(&p, 0, 1, N, OC, C, inp, C, w, C, ep_logits_bias, &c, ws, path, nt);
+    return nn_gemm_fp4_w(&p, 0, 1, N, OC, C, inp, C, w, C, ep_logits_bias, &c, ws, L->wc, 0, path, nt);
 }
 
 collage_status NN_BF16_NAME(nn_matmul_backward_input_res_fp4)(uint16_t *dinp, const uint16_t *dout, const uint16_t *w,
@@ -89,5 +89,5 @@ collage_status NN_BF16_NAME(nn_matmul_backward_input_res_fp4)(uint16_t *dinp, co
                                                               nn_fp4_ws *ws, nn_bf16_path path, int nt) {
     bert_ep c = {.out = dinp, .ldo = C};
     const nn_fp4_spec p = nn_fp4_layer_spec(L, 1);
-    return nn_gemm_fp4(&p, 0, 0, N, C, OC, dout, OC, w, C, ep_add_rounded, &c, ws, path, nt);
+    return nn_gemm_fp4_w(&p, 0, 0, N, C, OC, dout, OC, w, C, ep_add_rounded, &c, ws, L->wc, 1, path, nt);
 }

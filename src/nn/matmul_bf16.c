@@ -159,7 +159,7 @@ collage_status NN_BF16_NAME(nn_matmul_forward_fp4)(uint16_t *out, const uint16_t
                                                    const nn_fp4_layer *L, nn_fp4_ws *ws, nn_bf16_path path, int nt) {
     ep_ctx c = {.out = out, .ldo = OC, .bias = bias, .res = res};
     const nn_fp4_spec p = nn_fp4_layer_spec(L, 0);
-    return nn_gemm_fp4(&p, 0, 1, N, OC, C, inp, C, w, C, ep_forward, &c, ws, path, nt);
+    return nn_gemm_fp4_w(&p, 0, 1, N, OC, C, inp, C, w, C, ep_forward, &c, ws, L->wc, 0, path, nt);
 }
 
 collage_status NN_BF16_NAME(nn_matmul_logits_fp4)(float *out, const uint16_t *inp, const uint16_t *w, int N, int C,
@@ -167,7 +167,7 @@ collage_status NN_BF16_NAME(nn_matmul_logits_fp4)(float *out, const uint16_t *in
                                                   int nt) {
     ep_ctx c = {.outf = out, .ldo = OC};
     const nn_fp4_spec p = nn_fp4_layer_spec(L, 0);
-    return nn_gemm_fp4(&p, 0, 1, N, OC, C, inp, C, w, C, ep_round_f32, &c, ws, path, nt);
+    return nn_gemm_fp4_w(&p, 0, 1, N, OC, C, inp, C, w, C, ep_round_f32, &c, ws, L->wc, 0, path, nt);
 }
 
 collage_status NN_BF16_NAME(nn_matmul_backward_input_fp4)(uint16_t *dinp, const uint16_t *dout, const uint16_t *w, int N,
@@ -175,7 +175,7 @@ collage_status NN_BF16_NAME(nn_matmul_backward_input_fp4)(uint16_t *dinp, const 
                                                           nn_bf16_path path, int nt) {
     ep_ctx c = {.out = dinp, .ldo = C};
     const nn_fp4_spec p = nn_fp4_layer_spec(L, 1);
-    return nn_gemm_fp4(&p, 0, 0, N, C, OC, dout, OC, w, C, ep_forward, &c, ws, path, nt);
+    return nn_gemm_fp4_w(&p, 0, 0, N, C, OC, dout, OC, w, C, ep_forward, &c, ws, L->wc, 1, path, nt);
 }
 
 collage_status NN_BF16_NAME(nn_matmul_backward_weight_fp4)(uint16_t *dw, int add, const uint16_t *dout,

@@ -546,12 +546,38 @@ NN_FP8_PRODUCTS(_avx512)
  * the layer's recipe asks. The backward is straight-through: dinp = rnd(Q(dout)·Q(w)), dw from
  * Q(R·dout)ᵀ·Q(R·inp). ws: reserved by nn_fp4_layer_reserve. COLLAGE_ERR_NONFINITE: NaN or Inf in an
  * operand, nothing stored (the step is to be skipped). */
+/* A linear layer's weight as its forward quantized it, kept for the layer's dX product (numerics.md §15):
+ * the values v·d (bf16, the weight's (OC, C) layout), the tensor factor dec, and which matrix (w, rows,
+ * cols, ld) they are of; valid 0 when they stand for none. Its buffer: nn_fp4_wcopy_alloc. */
+typedef struct {
+    uint16_t *v;
+    size_t cap;
+    const uint16_t *w;
+    int rows, cols, ld, valid;
+    float dec;
+} nn_fp4_wcopy;
+void nn_fp4_wcopy_free(nn_fp4_wcopy *wc); /* its buffer; NULL is fine */
 typedef struct {
     collage_fp4_recipe recipe;
     int hadamard;
     uint16_t signs;
     uint64_t key;
+    nn_fp4_wcopy *wc; /* the weight's copy from the forward, for backward_input; or NULL */
 } nn_fp4_layer;
+/* Whether the forward's quantization of a weight serves the layer's dX product bit for bit: the same
+ * role, no SR and no transform in both, and the same block shape along either K (NVFP4's 16×16 weight
+ * blocks; MXFP4's 1×32 blocks follow K, so not). */
+int  nn_fp4_wcopy_serves(const nn_fp4_layer *L);
+/* Allocates wc's buffer (what it held freed) for a weight of OC·C values; 0, or -1 when out of memory
+ * (wc then holds nothing). */
+int  nn_fp4_wcopy_alloc(nn_fp4_wcopy *wc, int C, int OC);
+/* nn_gemm_fp4 with B a layer's weight and wc its copy (NULL: none; else allocated for B, asserted):
+ * reuse = 0 quantizes B into wc (the copy for the layer's dX product); reuse = 1 takes wc's values when
+ * wc holds this matrix (w, rows, cols, ld), else quantizes into wc. Only for a p under which wc's
+ * quantization is B's (nn_fp4_wcopy_serves): the bits are nn_gemm_fp4's. */
+collage_status nn_gemm_fp4_w(const nn_fp4_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                             const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx, nn_fp4_ws *ws, nn_fp4_wcopy *wc,
+                             int reuse, nn_bf16_path path, int nt);
 /* Grows ws for the three products of a linear layer of (N, C) → (N, OC) on nt threads; 0, or -1. */
 int  nn_fp4_layer_reserve(nn_fp4_ws *ws, const nn_fp4_layer *L, int N, int C, int OC, int nt, nn_bf16_path path);
 /* The spec of one of a layer's products: 0 forward (Y = X·Wᵀ), 1 dX = dY·W, 2 dW = dYᵀ·X. */
