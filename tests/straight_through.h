@@ -158,4 +158,59 @@ static void st_check_kind(st_model *s, const char *name, double *w, const double
     CHECK(nst > 0 && r8 <= tol, "%s %s: ‖g8 − g_ST‖ / ‖g_ST‖ = %.4f > %.2f", tag, name, r8, tol);
 }
 
+/* The fixture both fp8's and fp4's checks start from: GPT-2 tiny's initial weights in bf16 (wb) and as
+ * doubles (w), ST_B × ST_T random tokens and targets, the fp64 model's loss l64 and gradient g64, and F_ST
+ * made on them (checked equal to the fp64 model before any operand is offset). */
+typedef struct {
+    collage_model_config c;
+    size_t n;
+    float *wf;
+    collage_bf16 *wb;
+    double *w, *g64, l64;
+    int tok[ST_B * ST_T], tgt[ST_B * ST_T];
+    gm_model *m64;
+    st_model s;
+} st_case;
+
+static int st_case_make(st_case *f) {
+    memset(f, 0, sizeof *f);
+    CHECK(collage_model_preset("tiny", &f->c) == COLLAGE_OK, "preset");
+    f->n = collage_model_num_params(&f->c);
+    f->wf = malloc(f->n * sizeof *f->wf), f->wb = malloc(f->n * sizeof *f->wb);
+    f->w = malloc(f->n * sizeof *f->w), f->g64 = malloc(f->n * sizeof *f->g64);
+    CHECK(f->wf && f->wb && f->w && f->g64 && collage_model_init_weights(&f->c, 21, f->wf, f->n) == COLLAGE_OK, "init");
+    if (!f->wf || !f->wb || !f->w || !f->g64) return -1;
+    collage_bf16_from_f32_row(f->wb, f->wf, f->n);
+    for (size_t i = 0; i < f->n; i++) f->w[i] = (double)bf16_f32(f->wb[i].bits);
+    h_seed(21);
+    for (int i = 0; i < ST_B * ST_T; i++) f->tok[i] = (int)(h_rand32() % 256u), f->tgt[i] = (int)(h_rand32() % 256u);
+    CHECK(collage__model_object(&f->c, GM_FP64, ST_B, ST_T, &f->m64) == COLLAGE_OK &&
+              gm_forward(f->m64, f->w, f->tok, f->tgt, ST_B, ST_T, &f->l64) == COLLAGE_OK && gm_backward(f->m64) == COLLAGE_OK,
+          "fp64");
+    if (f->m64) memcpy(f->g64, gm_grads(f->m64), f->n * sizeof *f->g64);
+    st_model_make(&f->s, &f->c, f->tok, f->tgt);
+    const double l0 = st_loss(&f->s, f->w, 0);
+    CHECK(fabs(l0 - f->l64) <= 1e-12 * fabs(f->l64), "the transcription's loss %.17g, the fp64 model's %.17g", l0, f->l64);
+    return f->m64 ? 0 : -1;
+}
+
+static void st_case_free(st_case *f) {
+    st_model_free(&f->s);
+    gm_free(f->m64);
+    free(f->wf), free(f->wb), free(f->w), free(f->g64);
+}
+
+/* Every weight kind of the low-precision model's gradient g against F_ST's central differences, tol each. */
+static void st_check_kinds(st_case *f, const collage_bf16 *g, double tol, const char *tag) {
+    static const int KINDS[] = {GPT2_QKVW, GPT2_ATTPROJW, GPT2_FCW, GPT2_FCPROJW, GPT2_WTE, GPT2_WPE};
+    static const char *const NAMES[] = {"qkvw", "attprojw", "fcw", "fcprojw", "wte", "wpe"};
+    h_seed(22);
+    for (int k = 0; k < 6; k++) {
+        const int t = KINDS[k];
+        const size_t lo = f->s.off[t], cnt = t == GPT2_WTE ? (size_t)f->c.vocab_size * f->s.C : t == GPT2_WPE ?
+                          (size_t)ST_T * f->s.C : f->s.per[t] * (size_t)f->s.L;
+        st_check_kind(&f->s, NAMES[k], f->w, f->g64, g, lo, cnt, tol, tag);
+    }
+}
+
 #endif

@@ -273,52 +273,27 @@ static void st4_dequant(const void *spec, int which, int trans, const uint16_t *
 }
 
 static void test_fp4_straight_through(void) {
-    collage_model_config c;
-    CHECK(collage_model_preset("tiny", &c) == COLLAGE_OK, "preset");
-    const size_t n = collage_model_num_params(&c);
-    float *wf = malloc(n * sizeof *wf);
-    collage_bf16 *wb = malloc(n * sizeof *wb);
-    double *w = malloc(n * sizeof *w), *g64 = malloc(n * sizeof *g64), l64 = 0;
-    int tok[ST_B * ST_T], tgt[ST_B * ST_T];
-    CHECK(wf && wb && w && g64 && collage_model_init_weights(&c, 21, wf, n) == COLLAGE_OK, "init");
-    collage_bf16_from_f32_row(wb, wf, n);
-    for (size_t i = 0; i < n; i++) w[i] = (double)bf16_f32(wb[i].bits);
-    h_seed(21);
-    for (int i = 0; i < ST_B * ST_T; i++) tok[i] = (int)(h_rand32() % 256u), tgt[i] = (int)(h_rand32() % 256u);
-    gm_model *m64 = NULL;
-    CHECK(collage__model_object(&c, GM_FP64, ST_B, ST_T, &m64) == COLLAGE_OK &&
-              gm_forward(m64, w, tok, tgt, ST_B, ST_T, &l64) == COLLAGE_OK && gm_backward(m64) == COLLAGE_OK, "fp64");
-    if (m64) memcpy(g64, gm_grads(m64), n * sizeof *g64);
-    st_model s;
-    st_model_make(&s, &c, tok, tgt);
-    static const int KINDS[] = {GPT2_QKVW, GPT2_ATTPROJW, GPT2_FCW, GPT2_FCPROJW, GPT2_WTE, GPT2_WPE};
-    static const char *const NAMES[] = {"qkvw", "attprojw", "fcw", "fcprojw", "wte", "wpe"};
     static const struct { collage_fp4_recipe r; int had; const char *tag; } RS[] = {
         {COLLAGE_FP4_NVFP4, 0, "nvfp4"}, {COLLAGE_FP4_NVFP4, 1, "nvfp4,had"}, {COLLAGE_FP4_MXFP4, 0, "mxfp4"}};
-    for (size_t ri = 0; ri < sizeof RS / sizeof *RS; ri++) {
-        gm_model *m4 = NULL;
-        double l4 = 0;
-        CHECK(collage__model_object(&c, GM_FP4, ST_B, ST_T, &m4) == COLLAGE_OK &&
-                  gm_fp4_set(m4, RS[ri].r, RS[ri].had, 0, 3) == COLLAGE_OK && gm_fp4_key(m4, 17) == COLLAGE_OK &&
-                  gm_forward(m4, wb, tok, tgt, ST_B, ST_T, &l4) == COLLAGE_OK && gm_backward(m4) == COLLAGE_OK, "fp4");
-        if (!m4) continue;
-        const nn_fp4_spec spec = {.recipe = RS[ri].r, .ra = COLLAGE_FP4_ACT, .rb = COLLAGE_FP4_WEIGHT};
-        st_operands(&s, m4, wb, st4_dequant, &spec);
-        const double lst = st_loss(&s, w, 1);
-        printf("    %s: loss fp4 %.6f, F_ST %.6f, fp64 %.6f\n", RS[ri].tag, l4, lst, l64);
-        CHECK(fabs(l4 - lst) <= 1e-2, "%s: the fp4 loss %.6f, F_ST's %.6f", RS[ri].tag, l4, lst);
-        h_seed(22);
-        for (int k = 0; k < 6; k++) {
-            const int t = KINDS[k];
-            const size_t lo = s.off[t], cnt = t == GPT2_WTE ? (size_t)c.vocab_size * s.C : t == GPT2_WPE ?
-                              (size_t)ST_T * s.C : s.per[t] * (size_t)s.L;
-            st_check_kind(&s, NAMES[k], w, g64, gm_grads(m4), lo, cnt, ST4_TOL, RS[ri].tag);
+    st_case f;
+    if (st_case_make(&f) == 0)
+        for (size_t ri = 0; ri < sizeof RS / sizeof *RS; ri++) {
+            gm_model *m4 = NULL;
+            double l4 = 0;
+            CHECK(collage__model_object(&f.c, GM_FP4, ST_B, ST_T, &m4) == COLLAGE_OK &&
+                      gm_fp4_set(m4, RS[ri].r, RS[ri].had, 0, 3) == COLLAGE_OK && gm_fp4_key(m4, 17) == COLLAGE_OK &&
+                      gm_forward(m4, f.wb, f.tok, f.tgt, ST_B, ST_T, &l4) == COLLAGE_OK && gm_backward(m4) == COLLAGE_OK,
+                  "fp4");
+            if (!m4) continue;
+            const nn_fp4_spec spec = {.recipe = RS[ri].r, .ra = COLLAGE_FP4_ACT, .rb = COLLAGE_FP4_WEIGHT};
+            st_operands(&f.s, m4, f.wb, st4_dequant, &spec);
+            const double lst = st_loss(&f.s, f.w, 1);
+            printf("    %s: loss fp4 %.6f, F_ST %.6f, fp64 %.6f\n", RS[ri].tag, l4, lst, f.l64);
+            CHECK(fabs(l4 - lst) <= 1e-2, "%s: the fp4 loss %.6f, F_ST's %.6f", RS[ri].tag, l4, lst);
+            st_check_kinds(&f, gm_grads(m4), ST4_TOL, RS[ri].tag);
+            gm_free(m4);
         }
-        gm_free(m4);
-    }
-    st_model_free(&s);
-    gm_free(m64);
-    free(wf), free(wb), free(w), free(g64);
+    st_case_free(&f);
 }
 
 int main(void) {

@@ -136,54 +136,27 @@ static void st_dequant(const void *spec, int which, int trans, const uint16_t *X
 }
 
 static void test_fp8_straight_through(void) {
-    collage_model_config c;
-    CHECK(collage_model_preset("tiny", &c) == COLLAGE_OK, "preset");
-    const size_t n = collage_model_num_params(&c);
-    float *wf = malloc(n * sizeof *wf);
-    collage_bf16 *wb = malloc(n * sizeof *wb);
-    double *w = malloc(n * sizeof *w), *g64 = malloc(n * sizeof *g64), l64 = 0;
-    int tok[ST_B * ST_T], tgt[ST_B * ST_T];
-    CHECK(wf && wb && w && g64 && collage_model_init_weights(&c, 21, wf, n) == COLLAGE_OK, "init");
-    collage_bf16_from_f32_row(wb, wf, n);
-    for (size_t i = 0; i < n; i++) w[i] = (double)bf16_f32(wb[i].bits);
-    h_seed(21);
-    for (int i = 0; i < ST_B * ST_T; i++) tok[i] = (int)(h_rand32() % 256u), tgt[i] = (int)(h_rand32() % 256u);
-    gm_model *m64 = NULL;
-    CHECK(collage__model_object(&c, GM_FP64, ST_B, ST_T, &m64) == COLLAGE_OK &&
-              gm_forward(m64, w, tok, tgt, ST_B, ST_T, &l64) == COLLAGE_OK && gm_backward(m64) == COLLAGE_OK, "fp64");
-    if (m64) memcpy(g64, gm_grads(m64), n * sizeof *g64);
-    st_model s;
-    st_model_make(&s, &c, tok, tgt);
-    const double l0 = st_loss(&s, w, 0);
-    CHECK(fabs(l0 - l64) <= 1e-12 * fabs(l64), "the transcription's loss %.17g, the fp64 model's %.17g", l0, l64);
-    static const int KINDS[] = {GPT2_QKVW, GPT2_ATTPROJW, GPT2_FCW, GPT2_FCPROJW, GPT2_WTE, GPT2_WPE};
-    static const char *const NAMES[] = {"qkvw", "attprojw", "fcw", "fcprojw", "wte", "wpe"};
-    for (int all = 0; all < 2; all++) {
-        gm_model *m8 = NULL;
-        double l8 = 0;
-        CHECK(collage__model_object(&c, GM_FP8, ST_B, ST_T, &m8) == COLLAGE_OK &&
-                  gm_fp8_set(m8, COLLAGE_FP8_CURRENT, all) == COLLAGE_OK &&
-                  gm_forward(m8, wb, tok, tgt, ST_B, ST_T, &l8) == COLLAGE_OK && gm_backward(m8) == COLLAGE_OK, "fp8");
-        if (!m8) continue;
-        const nn_fp8_spec spec = {.recipe = COLLAGE_FP8_CURRENT, .e4m3_all = all, .ra = COLLAGE_FP8_ACT,
-                                  .rb = COLLAGE_FP8_WEIGHT};
-        st_operands(&s, m8, wb, st_dequant, &spec);
-        const double lst = st_loss(&s, w, 1);
-        const char *tag = all ? "e4m3" : "hybrid";
-        printf("    %s: loss fp8 %.6f, F_ST %.6f, fp64 %.6f\n", tag, l8, lst, l64);
-        CHECK(fabs(l8 - lst) <= 1e-3, "%s: the fp8 loss %.6f, F_ST's %.6f", tag, l8, lst);
-        h_seed(22);
-        for (int k = 0; k < 6; k++) {
-            const int t = KINDS[k];
-            const size_t lo = s.off[t], cnt = t == GPT2_WTE ? (size_t)c.vocab_size * s.C : t == GPT2_WPE ?
-                              (size_t)ST_T * s.C : s.per[t] * (size_t)s.L;
-            st_check_kind(&s, NAMES[k], w, g64, gm_grads(m8), lo, cnt, all ? ST_TOL_E4M3 : ST_TOL_HYBRID, tag);
+    st_case f;
+    if (st_case_make(&f) == 0)
+        for (int all = 0; all < 2; all++) {
+            gm_model *m8 = NULL;
+            double l8 = 0;
+            CHECK(collage__model_object(&f.c, GM_FP8, ST_B, ST_T, &m8) == COLLAGE_OK &&
+                      gm_fp8_set(m8, COLLAGE_FP8_CURRENT, all) == COLLAGE_OK &&
+                      gm_forward(m8, f.wb, f.tok, f.tgt, ST_B, ST_T, &l8) == COLLAGE_OK && gm_backward(m8) == COLLAGE_OK,
+                  "fp8");
+            if (!m8) continue;
+            const nn_fp8_spec spec = {.recipe = COLLAGE_FP8_CURRENT, .e4m3_all = all, .ra = COLLAGE_FP8_ACT,
+                                      .rb = COLLAGE_FP8_WEIGHT};
+            st_operands(&f.s, m8, f.wb, st_dequant, &spec);
+            const double lst = st_loss(&f.s, f.w, 1);
+            const char *tag = all ? "e4m3" : "hybrid";
+            printf("    %s: loss fp8 %.6f, F_ST %.6f, fp64 %.6f\n", tag, l8, lst, f.l64);
+            CHECK(fabs(l8 - lst) <= 1e-3, "%s: the fp8 loss %.6f, F_ST's %.6f", tag, l8, lst);
+            st_check_kinds(&f, gm_grads(m8), all ? ST_TOL_E4M3 : ST_TOL_HYBRID, tag);
+            gm_free(m8);
         }
-        gm_free(m8);
-    }
-    st_model_free(&s);
-    gm_free(m64);
-    free(wf), free(wb), free(w), free(g64);
+    st_case_free(&f);
 }
 
 /* The same loss and gradient bits on 1, 2 and 3 threads (delayed after a scaling step, and block). */
