@@ -14,6 +14,10 @@
 #include <unistd.h>
 
 #define PRODUCTS_MAGIC "collage-products 1"
+/* The kernels' revision, part of every key: raised when a kernel of the table changes its speed (or one
+ * is added), so that a choice made by an earlier library is measured again rather than kept.
+ * 2: bf16=fma packs each operand once per product. */
+#define PRODUCTS_REVISION 2
 #define PRODUCTS_MEMO 64      /* shape sets remembered in the process */
 #define PRODUCTS_REPS 2       /* timed runs of each tile (after one to warm up) */
 #define PRODUCTS_SLACK 1.5    /* a kernel past this many times the best so far stops being timed */
@@ -45,7 +49,7 @@ static double flops_of(const nn_shape *s, int n) {
 
 /* ---------------------------------------------------------------- the machine's key */
 /* What the kernels' speed and bits depend on: the CPU (brand, family, model), OpenBLAS's core type,
- * oneDNN's instruction set (DNNL_MAX_CPU_ISA caps it) and collage's (COLLAGE_ISA). */
+ * oneDNN's instruction set (DNNL_MAX_CPU_ISA caps it), collage's (COLLAGE_ISA) and its kernels' revision. */
 static void machine_key(char *out, size_t cap) {
     unsigned r[12] = {0}, a = 0, b = 0, c = 0, d = 0;
     for (unsigned i = 0; i < 3; i++) __get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
@@ -55,8 +59,9 @@ static void machine_key(char *out, size_t cap) {
         if (*p == ' ' || *p == '|') *p = '_';
     __get_cpuid(1, &a, &b, &c, &d);
     const char *bf16 = nn_bf16_available(NN_BF16_ONEDNN) ? nn_bf16_label(NN_BF16_ONEDNN) : "no-bf16";
-    snprintf(out, cap, "%s|%08x|%s|%.24s|%s", brand[0] == '_' ? brand + strspn(brand, "_") : brand, a,
-             nn_openblas_core(), strchr(bf16, '(') ? strchr(bf16, '(') : bf16, collage_isa_name(collage_get_isa()));
+    snprintf(out, cap, "%s|%08x|%s|%.24s|%s|r%d", brand[0] == '_' ? brand + strspn(brand, "_") : brand, a,
+             nn_openblas_core(), strchr(bf16, '(') ? strchr(bf16, '(') : bf16, collage_isa_name(collage_get_isa()),
+             PRODUCTS_REVISION);
     for (char *p = out; *p; p++)
         if (*p == ' ') *p = '_';
 }
