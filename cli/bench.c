@@ -336,7 +336,8 @@ typedef struct {
 static const char *const BENCH_COMPOSED[] = {"collage-light+m=int8,v=int8", "collage-light+m=int8,v=int8,q=sr",
                                               "bf16-sr+m=int8,v=int8",       "bf16-sr+m=int8,v=int8,q=sr",
                                               "bf16-remainder+m=int8,v=int8", "bf16-master+m=int8,v=int8",
-                                              "collage-light+m=e4m3,v=e4m3", "bf16-c8+m=int8,v=int8"};
+                                              "collage-light+m=e4m3,v=e4m3", "bf16-c8+m=int8,v=int8",
+                                              "eco+m=int8,v=int8"};
 #define BENCH_MAX (COLLAGE_STRATEGY_COUNT + (int)(sizeof BENCH_COMPOSED / sizeof *BENCH_COMPOSED) + 1)
 /* ... and `only` (--precision) at the end where it is none of those (another composition). */
 static int bench_order(collage_strategy *order, const char *only) {

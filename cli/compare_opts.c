@@ -57,12 +57,13 @@ static void compare_usage(FILE *f) {
  * the 8-bit compositions their bytes suggest: the two compensated ones and stochastic rounding with m
  * and v in 8 bits (dynamic code, re-quantized to nearest and stochastically), e4m3 beside them, and
  * bf16-master with 8-bit states (the usual 8-bit Adam); bf16-c8 with 8-bit states (7.03 bytes, no
- * stochastic rounding of θ). */
+ * stochastic rounding of θ); eco, plain bf16's bytes with θ's rounding error fed back into m, and with 8-bit
+ * states (6.03 bytes). */
 static const char FRONTIER[] = "bf16-master,bf16,bf16-sr,bf16-remainder,collage-light,collage-plus,"
                                "collage-light+m=int8,v=int8,collage-light+m=int8,v=int8,q=sr,"
                                "bf16-sr+m=int8,v=int8,bf16-sr+m=int8,v=int8,q=sr,bf16-remainder+m=int8,v=int8,"
                                "bf16-master+m=int8,v=int8,collage-light+m=e4m3,v=e4m3,bf16-c8+m=int8,v=int8,"
-                               "bf16-c8+m=int8,v=int8,q=sr";
+                               "bf16-c8+m=int8,v=int8,q=sr,eco,eco+m=int8,v=int8";
 
 /* Comma-separated list of strategies ("all": every preset; "frontier": FRONTIER). A composition's own
  * parts are comma-separated too: a piece that starts with m=, v= or q= continues the strategy before it. */

@@ -297,6 +297,9 @@ static int create_failed(const train_opts *o, collage_status st, const char *err
     } else if (st == COLLAGE_ERR_ARG && strstr(err, "is 0 in fp16")) {
         snprintf(flag, sizeof flag, "--eps: ");
         hint = "--eps 1e-4 (fp16 training's usual eps), or --precision fp16-master (its v in fp32)";
+    } else if (st == COLLAGE_ERR_ARG && strstr(err, "heavy-ball")) {
+        snprintf(flag, sizeof flag, "--momentum: ");
+        hint = "eco with sgd takes --momentum above 0 (0.9) and no --nesterov; or --precision bf16-sr";
     } else if (st == COLLAGE_ERR_ARG && strstr(err, "nesterov")) {
         snprintf(flag, sizeof flag, "--nesterov: ");
         hint = "--nesterov takes a --momentum above 0, or drop --nesterov";

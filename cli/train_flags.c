@@ -255,9 +255,11 @@ int train_parse(int argc, char **argv, train_opts *o) {
     if ((!o->resume || (o->given & COLLAGE_RUN_STRATEGY)) && unread_loss_scale(o, o->cfg.strategy, NULL, 0)) return -1;
     char why[256];
     if (collage_optimizer_check(o->cfg.optimizer, o->cfg.strategy, why, sizeof why) != COLLAGE_OK) {
-        fprintf(stderr, "collage train: --optimizer %s --precision %s: %s\nhint: --optimizer adamw keeps v; lion and sgd "
-                        "take any strategy whose v is not a pair\n", collage_optimizer_name(o->cfg.optimizer),
-                collage_strategy_name(o->cfg.strategy), why);
+        const int sign = strstr(why, "sign") != NULL; /* eco with lion */
+        fprintf(stderr, "collage train: --optimizer %s --precision %s: %s\nhint: %s\n", collage_optimizer_name(o->cfg.optimizer),
+                collage_strategy_name(o->cfg.strategy), why,
+                sign ? "eco steps with --optimizer adamw or sgd; lion takes every other strategy whose v is not a pair"
+                     : "--optimizer adamw keeps v; lion and sgd take any strategy whose v is not a pair");
         return -1;
     }
     if (o->cfg.optimizer == COLLAGE_OPTIM_LION && !(o->given & COLLAGE_RUN_BETA2))

@@ -226,6 +226,8 @@ typedef enum {
     COLLAGE_FP16_MASTER,         /* θ fp16; fp32 master, m, v (fp16 mixed precision)         16 */
     COLLAGE_BF16_C8,             /* "bf16-c8": θ bf16 + a correction byte e (θ and e: the kept
                                     value to 16 significant bits); m, v bf16                  9 */
+    COLLAGE_ECO,                 /* "eco": θ, m, v bf16; θ by stochastic rounding, its rounding error
+                                    fed back into m (ECO, Nikdan et al. 2026); AdamW and SGD   8 */
     COLLAGE_STRATEGY_COUNT       /* the presets; composed strategies are numbered from
                                     COLLAGE_STRATEGY_COMPOSED */
 } collage_strategy;
@@ -254,6 +256,7 @@ typedef enum {
     COLLAGE_SCHEME_FP16_MCF,     /* (θ, δθ) fp16, Grow */
     COLLAGE_SCHEME_FP16_MASTER,  /* θ fp16 and an fp32 master */
     COLLAGE_SCHEME_C8,           /* θ bf16 and a correction byte: the kept value rounded to 16 bits */
+    COLLAGE_SCHEME_ECO,          /* θ bf16 by SR, its rounding error fed back into the first moment */
     COLLAGE_SCHEME_COUNT
 } collage_weight_scheme;
 typedef enum {

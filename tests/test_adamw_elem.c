@@ -37,6 +37,8 @@ static const collage_composition COMPOSED[] = {
     {COLLAGE_SCHEME_MCF, COLLAGE_MOMENT_FP32, COLLAGE_MOMENT_BF16, 0},
     {COLLAGE_SCHEME_FP16_MCF, COLLAGE_MOMENT_FP16, COLLAGE_MOMENT_FP32, 0},
     {COLLAGE_SCHEME_C8, COLLAGE_MOMENT_INT8, COLLAGE_MOMENT_INT8, 0},
+    {COLLAGE_SCHEME_ECO, COLLAGE_MOMENT_INT8, COLLAGE_MOMENT_INT8, 0},
+    {COLLAGE_SCHEME_ECO, COLLAGE_MOMENT_FP32, COLLAGE_MOMENT_BF16, 0},
 };
 #define N_COMPOSED ((int)(sizeof COMPOSED / sizeof COMPOSED[0]))
 
@@ -216,7 +218,7 @@ static void block_q8(const ce_desc *D, const ce_qtab *T, const tensor *t, size_t
         for (size_t i = ta; i < tb; i++) {
             ce_state s = ce_load(D, &t->P, i);
             ce_terms e;
-            ce_q8_update(D, &s, mx[i - ta], vx[i - ta], &t->k, t->index0 + i, &e);
+            ce_q8_update(D, &s, &mx[i - ta], vx[i - ta], &t->k, t->index0 + i, &e);
             ce_store(D, &t->P, i, &s);
             ce_acc_add(acc, &e);
         }

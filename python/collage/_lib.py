@@ -107,6 +107,7 @@ _fn("collage_status_str", c_char_p, c_int)
 _fn("collage_strategy_name", c_char_p, c_int)
 _fn("collage_strategy_parse", c_int, c_char_p, ctypes.POINTER(c_int))
 _fn("collage_strategy_parse_error", c_char_p)
+_fn("collage_optimizer_check", c_int, c_int, c_int, c_char_p, ctypes.c_size_t)
 _fn("collage_word_role_name", c_char_p, c_int)
 _fn("collage_word_format_name", c_char_p, c_int)
 

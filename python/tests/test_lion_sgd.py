@@ -28,9 +28,32 @@ def make(kind, name, backend, params):
     return KINDS[kind](groups, name, backend)
 
 
+# eco (numerics.md §6): heavy-ball SGD only
+ECO_CASES = [("eco", kind) for kind in sorted(KINDS) if kind == "sgd"]
+
+
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize("name", NAMES)
 def test_c_and_torch_paths_bit_identical(kind, name):
+    _c_and_torch(kind, name)
+
+
+@pytest.mark.parametrize("name,kind", ECO_CASES)
+def test_eco_c_and_torch_paths_bit_identical(name, kind):
+    _c_and_torch(kind, name)
+
+
+def test_eco_refusals():
+    ps = [p for ps in make_params("eco") for p in ps]
+    with pytest.raises(ValueError, match="sign"):
+        ct.Lion(ps, precision="eco")
+    with pytest.raises(ValueError, match="heavy-ball"):
+        ct.SGD(ps, precision="eco", momentum=0.0)
+    with pytest.raises(ValueError, match="heavy-ball"):
+        ct.SGD(ps, precision="eco", momentum=0.9, nesterov=True)
+
+
+def _c_and_torch(kind, name):
     runs = {}
     for backend in ("c", "torch"):
         params = make_params(name)

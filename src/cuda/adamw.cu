@@ -320,7 +320,7 @@ __device__ static void block_q8(const ce_desc *D, const ce_qtab *Q, const dev_te
             s = ce_load(D, &T->P, i);
             const float ms = D->mq >= 0 ? T->P.mscale[i / CE_QBLOCK] : 0.0f, vs = D->vq >= 0 ? T->P.vscale[i / CE_QBLOCK] : 0.0f;
             ce_q8_moments(D, Q, &s, ce_load_word(D->wf, T->P.g, i), ms, vs, &T->k, c, &mx, &vx);
-            ce_q8_update(D, &s, mx, vx, &T->k, T->index0 + i, &e);
+            ce_q8_update(D, &s, &mx, vx, &T->k, T->index0 + i, &e);
             ce_store(D, &T->P, i, &s);
         }
         __syncthreads(); /* every scale of the tile read */
@@ -390,6 +390,7 @@ static step_fn kernel_of(collage_strategy s) {
         PRESET(COLLAGE_FP16_PLUS, FP16_MCF, FP16, FP16_MCF, 0)
         PRESET(COLLAGE_FP16_MASTER, FP16_MASTER, FP32, FP32, 0)
         PRESET(COLLAGE_BF16_C8, C8, BF16, BF16, 0)
+        PRESET(COLLAGE_ECO, ECO, BF16, BF16, 0)
     default: return step_kernel<1, 0, 0, 0, 0, 0>;
     }
 }

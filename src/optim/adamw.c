@@ -212,6 +212,8 @@ collage_status collage_adamw_create(const collage_adamw_config *cfg, collage_ada
     if (sgd && !(o->cfg.momentum >= 0 && o->cfg.momentum < 1 && o->cfg.dampening >= 0 && o->cfg.dampening <= 1 &&
                  (!o->cfg.nesterov || (o->cfg.momentum > 0 && o->cfg.dampening == 0))))
         st = COLLAGE_ERR_ARG; /* Nesterov needs momentum and no dampening, as in PyTorch */
+    if (sgd && strategy_parts_of(cfg->strategy).weights == COLLAGE_SCHEME_ECO && !(o->cfg.momentum > 0 && !o->cfg.nesterov))
+        st = COLLAGE_ERR_ARG; /* ECO's error goes into the momentum buffer: one, and heavy-ball's form */
     /* the fp16 lines round den = RN(RN(√v) + eps): an eps that is 0 in fp16 gives den = 0 where v underflows */
     if (cfg->optimizer == COLLAGE_OPTIM_ADAMW && strategy_arith(cfg->strategy) == COLLAGE_WORD_FP16 &&
         !(lp_f32(COLLAGE_FMT_FP16, lp_rn(COLLAGE_FMT_FP16, (float)o->cfg.eps)) > 0))
@@ -651,6 +653,8 @@ static collage_status step_begin(collage_adamw *o, const void *grads, double lr,
     k.b2 = (float)b2; k.omb2 = (float)(1.0 - b2);
     k.eps = (float)o->cfg.eps;
     k.neg_step = (float)-step_size;
+    /* ECO's feedback factor (numerics.md §6): Lion has none (ECO refuses it) */
+    k.eco = step_size != 0.0 && b1 > 0.0 && o->cfg.optimizer != COLLAGE_OPTIM_LION ? (float)((1.0 / b1 - 1.0) / -step_size) : 0.0f;
     k.coef = (float)(coef / gscale);
     k.clip = coef / gscale != 1.0;
     collage_lp_pair sp = collage_lp_split(COLLAGE_FMT_BF16, b2), sh = collage_lp_split(COLLAGE_FMT_FP16, b2);

@@ -237,6 +237,7 @@ CE_INL int ce_fmt_of(int wf) { return wf == COLLAGE_WORD_FP16 ? COLLAGE_FMT_FP16
 /* A step's scalars for one tensor (adamw_impl.h adamw_k), each converted to fp32 once on the host. */
 typedef struct {
     float b1, omb1, b2, omb2, eps, neg_step, lrwd;
+    float eco;                       /* ECO's feedback factor fp32((1/β1 − 1) / ns), 0 when ns = 0 (adamw_k's) */
     uint16_t b2hi, b2lo, h2hi, h2lo; /* β2 split in bf16 and in fp16 */
     uint64_t key;                    /* collage_rand_key(seed, t) */
     /* Lion and SGD (numerics.md §14; adamw_k's): neg_step is fp32(−lr); SGD's b1 is fp32(μ), omb1
@@ -372,21 +373,24 @@ CE_INL uint16_t ce_c8_theta(float q) { return (uint16_t)(ce_f32_bits(ce_line_c8_
 CE_INL int8_t ce_c8_byte(float q, uint16_t th) { return (int8_t)(uint8_t)((ce_f32_bits(q) - ((uint32_t)th << 16)) >> 8); }
 
 /* θ (and its compensation or master) += raw by the weight scheme (numerics.md §6, "Applying raw"); index: the
- * element's slab index, which keys stochastic rounding. EDQ's Δ_eff, Δ_state in t->de, t->ds. */
-CE_INL void ce_apply(const ce_desc *D, ce_state *s, float raw, const ce_k *k, uint64_t index, ce_terms *t) {
+ * element's slab index, which keys stochastic rounding. EDQ's Δ_eff, Δ_state in t->de, t->ds. Returns ECO's
+ * rounding error e (the weight's, for ce_eco_feed), 0 for every other scheme. */
+CE_INL float ce_apply(const ce_desc *D, ce_state *s, float raw, const ce_k *k, uint64_t index, ce_terms *t) {
     const int f = D->tf;
     if (D->w == COLLAGE_SCHEME_FP32) {
         const float old = ce_bits_f32(s->w), nw = old + raw;
         s->w = ce_f32_bits(nw);
         t->de = t->ds = (double)nw - (double)old;
-        return;
+        return 0.0f;
     }
     const uint16_t old = (uint16_t)s->w;
     const float th = ce_f32(f, old);
-    float nw; /* θ's new value */
+    float nw, e = 0.0f; /* θ's new value; ECO's error */
     double ds = 0;
     if (D->w == COLLAGE_SCHEME_SR) {
         nw = ce_line_apply_sr(th, raw, ce_rand32(k->key, index));
+    } else if (D->w == COLLAGE_SCHEME_ECO) {
+        nw = ce_line_apply_eco(th, raw, ce_rand32(k->key, index), &e);
     } else if (D->w == COLLAGE_SCHEME_MCF || D->w == COLLAGE_SCHEME_FP16_MCF || D->w == COLLAGE_SCHEME_KAHAN) {
         const float cold = ce_f32(f, s->comp); /* Grow or Kahan's lines, raw in fp32 */
         float cnew = cold;
@@ -416,29 +420,44 @@ CE_INL void ce_apply(const ce_desc *D, ce_state *s, float raw, const ce_k *k, ui
     }
     s->w = ce_word16(f, nw);
     t->de = (double)nw - (double)th;
-    if (D->w == COLLAGE_SCHEME_BF16 || D->w == COLLAGE_SCHEME_FP16 || D->w == COLLAGE_SCHEME_SR) t->ds = t->de;
+    if (D->w == COLLAGE_SCHEME_BF16 || D->w == COLLAGE_SCHEME_FP16 || D->w == COLLAGE_SCHEME_SR || D->w == COLLAGE_SCHEME_ECO)
+        t->ds = t->de;
     else if (D->w == COLLAGE_SCHEME_MCF || D->w == COLLAGE_SCHEME_FP16_MCF || D->w == COLLAGE_SCHEME_KAHAN) t->ds = ds + t->de;
     else t->ds = ds;
+    return e;
+}
+/* ECO's feedback (numerics.md §6): m's new fp32 value (a format-f value on the 16-bit lines) with the weight's
+ * rounding error e fed back, den the update's denominator (1 for SGD); m as it is for every other scheme.
+ * The caller rounds the result to m's format. */
+CE_INL float ce_eco_feed(const ce_desc *D, float m, float e, float den, const ce_k *k) {
+    return D->w == COLLAGE_SCHEME_ECO ? ce_line_eco_feed(m, e, den, k) : m;
 }
 
 /* One element of AdamW for a strategy without 8-bit moments (numerics.md §6; tests/test_compose.c holds
  * it to each preset's lines transcribed case by case): s updated in place from the gradient's bits g;
  * the EDQ terms in *t. */
 CE_INL void ce_step(const ce_desc *D, ce_state *s, uint32_t g, const ce_k *k, ce_coef c, uint64_t index, ce_terms *t) {
-    float raw;
     if (D->arith == COLLAGE_WORD_FP32) {
         float m = ce_word_get(D->mf, s->m), v = ce_word_get(D->vf, s->v);
         if (D->v_pair) v = v + ce_f32(ce_fmt_of(D->vf), s->dv);
         ce_f32_moments(ce_word_get(D->wf, g), &m, &v, k, c);
-        raw = ce_f32_update(ce_decay_base(D, s), m, v, k);
+        const float raw = ce_f32_update(ce_decay_base(D, s), m, v, k);
+        t->d = (double)raw;
+        const float e = ce_apply(D, s, raw, k, index, t);
+        m = ce_eco_feed(D, m, e, ce_line_f32_den(v, k), k);
         s->m = ce_word_put(D->mf, m);
         s->v = ce_word_put(D->vf, v);
         if (D->v_pair) s->dv = ce_rn(ce_fmt_of(D->vf), v - ce_word_get(D->vf, s->v));
     } else {
-        raw = ce_lp_raw(D, ce_fmt_of(D->arith), s, (uint16_t)g, k, c);
+        const int f = ce_fmt_of(D->arith);
+        const float raw = ce_lp_raw(D, f, s, (uint16_t)g, k, c);
+        t->d = (double)raw;
+        const float e = ce_apply(D, s, raw, k, index, t);
+        if (D->w == COLLAGE_SCHEME_ECO) {
+            const float den = ce_line_lp_den(f, ce_f32(f, (uint16_t)s->v), k);
+            s->m = ce_word16(f, ce_round(f, ce_eco_feed(D, ce_f32(f, (uint16_t)s->m), e, den, k)));
+        }
     }
-    t->d = (double)raw;
-    ce_apply(D, s, raw, k, index, t);
 }
 
 /* ------------------------------------------------------------------ 8-bit moments (qcode.c) */
@@ -463,13 +482,14 @@ CE_INL void ce_q8_moments(const ce_desc *D, const ce_qtab *T, const ce_state *s,
     *v = ce_moment_get(T, D->vf, D->vq, s->v, s->dv, D->v_pair, vs);
     ce_f32_moments(ce_word_get(D->wf, g), m, v, k, c);
 }
-/* The rest of the element from the moments' new values: the update applied;
+/* The rest of the element from the moments' new values: the update applied (ECO's feedback into *m);
  * a moment that is not 8-bit stored into its word (an 8-bit one is stored by the block, ce_q_code). */
-CE_INL void ce_q8_update(const ce_desc *D, ce_state *s, float m, float v, const ce_k *k, uint64_t index, ce_terms *t) {
-    const float raw = ce_f32_update(ce_decay_base(D, s), m, v, k);
+CE_INL void ce_q8_update(const ce_desc *D, ce_state *s, float *m, float v, const ce_k *k, uint64_t index, ce_terms *t) {
+    const float raw = ce_f32_update(ce_decay_base(D, s), *m, v, k);
     t->d = (double)raw;
-    ce_apply(D, s, raw, k, index, t);
-    if (D->mq < 0) s->m = ce_word_put(D->mf, m);
+    const float e = ce_apply(D, s, raw, k, index, t);
+    *m = ce_eco_feed(D, *m, e, ce_line_f32_den(v, k), k); /* ECO: before m is stored or its block quantized */
+    if (D->mq < 0) s->m = ce_word_put(D->mf, *m);
     if (D->vq < 0) {
         s->v = ce_word_put(D->vf, v);
         if (D->v_pair) s->dv = ce_rn(ce_fmt_of(D->vf), v - ce_word_get(D->vf, s->v));
@@ -533,17 +553,22 @@ CE_INL float ce_optim_f32(const ce_desc *D, const ce_state *s, uint32_t g, float
 CE_INL void ce_optim_step(const ce_desc *D, ce_state *s, uint32_t g, const ce_k *k, ce_coef c, uint64_t index,
                           ce_terms *t) {
     float raw, m = ce_word_get(D->mf, s->m);
-    if (D->arith == COLLAGE_WORD_FP32) {
+    const int lp = D->arith != COLLAGE_WORD_FP32, f = ce_fmt_of(D->arith);
+    if (!lp) {
         raw = ce_optim_f32(D, s, g, &m, k, c);
-        s->m = ce_word_put(D->mf, m);
-    } else { /* m, a value of f, goes back as its word; SGD without momentum leaves the word as it is */
-        const int f = ce_fmt_of(D->arith);
+    } else {
         const float th = ce_f32(f, (uint16_t)s->w), gv = ce_f32(f, (uint16_t)g);
         raw = k->opt == COLLAGE_OPTIM_LION ? ce_lion_lp(f, th, gv, &m, k, c) : ce_sgd_lp(f, th, gv, &m, k, c);
-        if (k->opt == COLLAGE_OPTIM_LION || k->b1 != 0.0f) s->m = ce_word16(f, m);
     }
     t->d = (double)raw;
-    ce_apply(D, s, raw, k, index, t);
+    const float e = ce_apply(D, s, raw, k, index, t);
+    if (D->w == COLLAGE_SCHEME_ECO) { /* SGD's buffer (ECO refuses Lion and SGD without momentum) */
+        m = ce_eco_feed(D, m, e, 1.0f, k);
+        if (lp) m = ce_round(f, m);
+    }
+    /* m goes back as its word (a value of f on the 16-bit lines); SGD without momentum leaves it as it is */
+    if (!lp) s->m = ce_word_put(D->mf, m);
+    else if (k->opt == COLLAGE_OPTIM_LION || k->b1 != 0.0f) s->m = ce_word16(f, m);
 }
 
 /* The block's scale and the factor its values are multiplied by (qcode.c collage__q_scale): 0 for a
@@ -830,6 +855,7 @@ static inline ce_k ce_k_make(double lr, double beta1, double beta2, double eps, 
     k.b2 = (float)beta2; k.omb2 = (float)(1.0 - beta2);
     k.eps = (float)eps;
     k.neg_step = (float)-step_size;
+    k.eco = step_size != 0.0 && beta1 > 0.0 ? (float)((1.0 / beta1 - 1.0) / -step_size) : 0.0f;
     k.lrwd = (float)(lr * wd);
     const collage_lp_pair sp = collage_lp_split(COLLAGE_FMT_BF16, beta2), sh = collage_lp_split(COLLAGE_FMT_FP16, beta2);
     k.b2hi = sp.hi; k.b2lo = sp.lo;
@@ -848,7 +874,8 @@ static inline collage_status ce_desc_of(collage_strategy s, ce_desc *D) {
     collage_composition p;
     collage_status st = collage_strategy_parts(s, &p);
     if (st != COLLAGE_OK) return st;
-    if (((int)p.weights > (int)COLLAGE_SCHEME_FP16_MASTER && p.weights != COLLAGE_SCHEME_C8) ||
+    if (((int)p.weights > (int)COLLAGE_SCHEME_FP16_MASTER && p.weights != COLLAGE_SCHEME_C8 &&
+         p.weights != COLLAGE_SCHEME_ECO) ||
         (int)p.m > (int)COLLAGE_MOMENT_E4M3 ||
         (int)p.v > (int)COLLAGE_MOMENT_E4M3)
         return COLLAGE_ERR_UNSUPPORTED;

@@ -15,6 +15,7 @@ typedef struct {
     float eps;            /* fp32(eps) */
     float neg_step;       /* fp32(−lr·sqrt(1 − β2^t)/(1 − β1^t)) */
     float lrwd;           /* fp32(lr·wd) of the block's group */
+    float eco;            /* ECO's feedback factor fp32((1/β1 − 1) / (−step)), β1 SGD's μ; 0 when the step is 0 */
     float coef;           /* gradient clipping factor (1 = none) */
     int clip;             /* coef != 1 */
     int nt;               /* the vector kernels may take their nt loops: every bf16 value gives no tie
@@ -72,9 +73,9 @@ typedef struct {
     float wd;      /* fp32(wd) of the piece's group (SGD's L2 decay) */
 } adamw_piece;
 void collage__adamw_q8_ref(collage_strategy s, const adamw_slabs *S, const adamw_piece *P, int np, const adamw_k *k);
-/* The reference's second half for element i, from its moments' new fp32 values m and v: the update with
- * lr·wd, applied, its EDQ terms into acc (the vector kernels' odd elements). */
-void collage__adamw_q8_elem_ref(collage_strategy s, const adamw_slabs *S, size_t i, float m, float v, float lrwd,
+/* The reference's second half for element i, from its moments' new fp32 values *m and v: the update with
+ * lr·wd, applied (ECO's feedback into *m), its EDQ terms into acc (the vector kernels' odd elements). */
+void collage__adamw_q8_elem_ref(collage_strategy s, const adamw_slabs *S, size_t i, float *m, float v, float lrwd,
                                 const adamw_k *k, adamw_acc *acc);
 void collage__adamw_q8_avx512(collage_strategy s, const adamw_slabs *S, const adamw_piece *P, int np, const adamw_k *k);
 void collage__adamw_q8_avx2(collage_strategy s, const adamw_slabs *S, const adamw_piece *P, int np, const adamw_k *k);

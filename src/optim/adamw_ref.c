@@ -24,7 +24,7 @@ static ce_ptrs ptrs_of(const adamw_slabs *S) {
 /* The step's scalars with the block's (or piece's) lr·wd and wd. */
 static ce_k k_of(const adamw_k *k, float lrwd, float wd) {
     ce_k K = {.b1 = k->b1, .omb1 = k->omb1, .b2 = k->b2, .omb2 = k->omb2, .eps = k->eps, .neg_step = k->neg_step,
-              .lrwd = lrwd, .b2hi = k->b2hi, .b2lo = k->b2lo, .h2hi = k->h2hi, .h2lo = k->h2lo, .key = k->key,
+              .lrwd = lrwd, .eco = k->eco, .b2hi = k->b2hi, .b2lo = k->b2lo, .h2hi = k->h2hi, .h2lo = k->h2lo, .key = k->key,
               .opt = k->opt, .wd = wd, .first = k->first, .nesterov = k->nesterov, .decoupled = k->decoupled};
     return K;
 }
@@ -123,12 +123,13 @@ static void q8_block(const ce_desc *D, const adamw_slabs *S, size_t a, size_t b,
             ce_state e = ce_load(D, &P, i);
             ce_terms t;
             if (adamw) {
-                ce_q8_update(D, &e, mx[i - a], vx[i - a], &K, k->index0 + i, &t);
+                ce_q8_update(D, &e, &mx[i - a], vx[i - a], &K, k->index0 + i, &t);
             } else {
                 raw[i - a] = ce_optim_f32(D, &e, ce_load_word(D->wf, P.g, i), &mx[i - a], &K, c);
-                if (D->mq < 0) e.m = ce_word_put(D->mf, mx[i - a]);
                 t.d = (double)raw[i - a];
-                ce_apply(D, &e, raw[i - a], &K, k->index0 + i, &t);
+                const float err = ce_apply(D, &e, raw[i - a], &K, k->index0 + i, &t);
+                mx[i - a] = ce_eco_feed(D, mx[i - a], err, 1.0f, &K); /* SGD's buffer */
+                if (D->mq < 0) e.m = ce_word_put(D->mf, mx[i - a]);
             }
             ce_store(D, &P, i, &e);
             acc_add(Q->acc, &t);
@@ -160,8 +161,8 @@ void collage__optim_q8_ref(collage_strategy s, const adamw_slabs *S, const adamw
 }
 
 /* The second half of an 8-bit strategy's element i (the vector kernels' odd elements): ce_q8_update
- * from its moments' new fp32 values, with lr·wd. */
-void collage__adamw_q8_elem_ref(collage_strategy s, const adamw_slabs *S, size_t i, float m, float v, float lrwd,
+ * from its moments' new fp32 values, with lr·wd; *m takes ECO's feedback. */
+void collage__adamw_q8_elem_ref(collage_strategy s, const adamw_slabs *S, size_t i, float *m, float v, float lrwd,
                                 const adamw_k *k, adamw_acc *acc) {
     const ce_desc D = desc_of(s, COLLAGE_OPTIM_ADAMW);
     const ce_ptrs P = ptrs_of(S);

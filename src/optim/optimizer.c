@@ -28,6 +28,12 @@ collage_status collage_optimizer_check(collage_optimizer o, collage_strategy s, 
     if (!collage_optimizer_get(o))
         return collage__fail(why, cap, COLLAGE_ERR_ARG, "unknown optimizer %d (adamw, lion or sgd)", (int)o);
     if (!collage_strategy_valid(s)) return collage__fail(why, cap, COLLAGE_ERR_ARG, "unknown strategy %d", (int)s);
+    /* ECO feeds θ's rounding error back through a momentum whose update is linear in it (AdamW's m,
+     * SGD's buffer); Lion's update is the sign of its momentum, and ECO defines no feedback through a sign */
+    if (o == COLLAGE_OPTIM_LION && strategy_parts_of(s).weights == COLLAGE_SCHEME_ECO)
+        return collage__fail(why, cap, COLLAGE_ERR_ARG,
+                             "'%s' feeds θ's rounding error back into a momentum the update is linear in, and lion's "
+                             "update is its sign; take adamw or sgd, or bf16-sr for lion", collage_strategy_name(s));
     if (OPTIMIZERS[o].has_v) return COLLAGE_OK;
     /* a second moment kept as a pair is the strategy's point (collage-plus); without v it has none */
     if (strategy_has(s, COLLAGE_ROLE_DV) || s == COLLAGE_PLUS_V1)

@@ -13,7 +13,7 @@ static const char *const SCHEME_NAMES[COLLAGE_SCHEME_COUNT] = {
     [COLLAGE_SCHEME_SR] = "bf16-sr", [COLLAGE_SCHEME_KAHAN] = "bf16-kahan", [COLLAGE_SCHEME_REMAINDER] = "bf16-remainder",
     [COLLAGE_SCHEME_MASTER] = "bf16-master", [COLLAGE_SCHEME_FP16] = "fp16",
     [COLLAGE_SCHEME_FP16_MCF] = "fp16-collage-light", [COLLAGE_SCHEME_FP16_MASTER] = "fp16-master",
-    [COLLAGE_SCHEME_C8] = "bf16-c8"};
+    [COLLAGE_SCHEME_C8] = "bf16-c8", [COLLAGE_SCHEME_ECO] = "eco"};
 static const char *const MOMENT_NAMES[COLLAGE_MOMENT_COUNT] = {
     [COLLAGE_MOMENT_FP32] = "fp32", [COLLAGE_MOMENT_BF16] = "bf16", [COLLAGE_MOMENT_MCF] = "mcf",
     [COLLAGE_MOMENT_FP16] = "fp16", [COLLAGE_MOMENT_FP16_MCF] = "fp16-mcf", [COLLAGE_MOMENT_INT8] = "int8",
@@ -90,6 +90,7 @@ static const char *scheme_keeps(collage_weight_scheme w) {
     case COLLAGE_SCHEME_KAHAN: return "its Kahan buffer";
     case COLLAGE_SCHEME_REMAINDER: return "its remainder bits";
     case COLLAGE_SCHEME_C8: return "its correction byte e";
+    case COLLAGE_SCHEME_ECO: return "its first moment m";
     case COLLAGE_SCHEME_MASTER:
     case COLLAGE_SCHEME_FP16_MASTER: return "its fp32 master weights";
     default: return NULL;

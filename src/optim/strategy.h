@@ -90,6 +90,10 @@ static const collage_strategy_info collage__strategy_table[COLLAGE_STRATEGY_COUN
                          .word = {[COLLAGE_ROLE_WEIGHTS] = WORD_BF16, [COLLAGE_ROLE_M] = WORD_BF16,
                                   [COLLAGE_ROLE_V] = WORD_BF16, [COLLAGE_ROLE_CORRECTION] = WORD_BYTE},
                          .keeps_update_in = "its correction byte e", .parts = PARTS(C8, BF16, BF16)},
+    [COLLAGE_ECO] = {.name = "eco", .arith = COLLAGE_WORD_BF16,
+                     .word = {[COLLAGE_ROLE_WEIGHTS] = WORD_BF16, [COLLAGE_ROLE_M] = WORD_BF16,
+                              [COLLAGE_ROLE_V] = WORD_BF16},
+                     .keeps_update_in = "its first moment m", .parts = PARTS(ECO, BF16, BF16)},
 };
 
 /* ------------------------------------------------------------------ composed strategies */

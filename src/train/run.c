@@ -69,6 +69,12 @@ static collage_status check_config(collage_run *r) {
     char why[256];
     if (collage_optimizer_check(c->optimizer, c->strategy, why, sizeof why) != COLLAGE_OK)
         return run_fail(r, COLLAGE_ERR_ARG, "%s", why);
+    collage_composition parts;
+    if (c->optimizer == COLLAGE_OPTIM_SGD && collage_strategy_parts(c->strategy, &parts) == COLLAGE_OK &&
+        parts.weights == COLLAGE_SCHEME_ECO && !(c->momentum > 0 && !c->nesterov))
+        return run_fail(r, COLLAGE_ERR_ARG, "momentum %g%s: %s feeds θ's rounding error into sgd's momentum buffer, which "
+                                            "needs a momentum > 0 without nesterov (heavy-ball)", c->momentum,
+                        c->nesterov ? " with nesterov" : "", collage_strategy_name(c->strategy));
     if (c->batch % r->M != 0 || r->M > RUN_MAX_MICRO || r->A > RUN_MAX_ACCUM)
         return run_fail(r, COLLAGE_ERR_ARG, "a batch of %d sequences does not split into %d ranks x %d micro-batches of "
                                             "equal size", c->batch, r->P, r->A);

@@ -188,6 +188,9 @@ class Scalars:
             self.omb1 = T(1.0 - self.opt["dampening"])
         self.b2, self.omb2 = T(beta2), T(1.0 - beta2)
         self.eps, self.neg_step = T(eps), T(-step_size)
+        # eco's feedback factor (numerics.md §6): (1/β1 − 1) / ns in double, β1 SGD's μ; Lion has none
+        use = step_size != 0.0 and beta1 > 0.0 and self.opt["name"] != "lion"
+        self.eco = T((1.0 / beta1 - 1.0) / -step_size if use else 0.0)
         self.coef, self.clip = T(coef), coef != 1.0
         hi, lo = split_beta(beta2)
         self.b2hi, self.b2lo = T(hi), T(lo)
@@ -389,6 +392,23 @@ apply_bf16 = _apply_lp(lambda th, raw, k, i0: rn(f(th) + f(raw)))
 apply_sr = _apply_lp(lambda th, raw, k, i0: sr(f(th) + f(raw), rand32(k.key, i0, th.numel(), th.device).view(th.shape)))
 
 
+def apply_eco(p, g, st, k, lrwd, edq, index0):
+    """eco (numerics.md §6): θ' = SR(w), w = fp32(θ + raw), as bf16-sr; e = w − θ' into m:
+    m = RN(m + fp32(fp32(e·den)·k_eco)), den the step's RN(RN(√v) + eps) (1 for SGD)."""
+    old = p.clone()
+    raw = lp_raw(old, g, st, k, lrwd, None)
+    w = f(old) + f(raw)
+    th = sr(w, rand32(k.key, index0, old.numel(), old.device).view(old.shape))
+    e = w - f(th)
+    den = rn(f(rn(sqrt32(f(st["exp_avg_sq"])))) + k.eps) if k.opt["name"] == "adamw" else None
+    fed = e * f(den) if den is not None else e
+    st["exp_avg"].copy_(rn(f(st["exp_avg"]) + fed * k.eco))
+    p.copy_(th)
+    if edq:
+        de = _d(f(p)) - _d(f(old))
+        return _d(f(raw)), de, de
+
+
 def _apply_pair(word, update):
     """A strategy keeping θ + word: (θ', word') = update(θ, word, raw)."""
     def apply(p, g, st, k, lrwd, edq, index0, multmc=None):
@@ -493,6 +513,7 @@ STRATEGY_LINES = {
     "bf16-remainder": (apply_remainder, None),
     "collage-plus-v1": (apply_grow, mcf_mul_v1),
     "bf16-c8": (apply_c8, None),
+    "eco": (apply_eco, None),
 }
 
 

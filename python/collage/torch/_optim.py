@@ -238,6 +238,9 @@ class _Optimizer(torch.optim.Optimizer):
         if self._opt_name != "adamw" and self.strategy.has("δv"):
             raise ValueError(f"'{self.strategy.name}' keeps the second moment v as a pair (v, δv), and {cls} has "
                              "no second moment; take its weight scheme alone (e.g. collage-light)")
+        why = ctypes.create_string_buffer(256)  # the library's refusals (eco with Lion)
+        if _lib.lib.collage_optimizer_check(_OPTIMIZERS.index(self._opt_name), self.strategy.index, why, 256) != _lib.OK:
+            raise ValueError(f"{cls}: {why.value.decode(errors='replace')}")
         for w in self.strategy.words:
             _dtype_of(w.format, self.strategy)
         if backend not in ("auto", "torch", "c"):
@@ -355,6 +358,9 @@ class _Optimizer(torch.optim.Optimizer):
             if flag("nesterov") and (mu <= 0 or damp != 0):
                 raise ValueError(f"{where}: nesterov needs momentum > 0 and dampening 0 (as torch.optim.SGD), not "
                                  f"momentum {group['momentum']!r} and dampening {group['dampening']!r}")
+            if self.strategy.name.split("+")[0] == "eco" and (mu <= 0 or flag("nesterov")):
+                raise ValueError(f"{where}: '{self.strategy.name}' feeds θ's rounding error into the momentum buffer, "
+                                 "which needs momentum > 0 without nesterov (heavy-ball SGD)")
         if "decoupled" in self._settings:
             flag("decoupled")
 
