@@ -252,6 +252,9 @@ typedef struct {
     int clip;
 } ce_coef;
 
+/* sign(x): ±1, 0 for ±0, NaN for NaN (exact in every format). */
+CE_INL float ce_sign(float x) { return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x == 0.0f ? 0.0f : x; }
+
 /* The lines of lines.inc on one fp32 value (ce_line_*): their vocabulary is this header's roundings. */
 #define L float
 #define LR uint32_t
@@ -269,6 +272,13 @@ typedef struct {
 #define L_BITS(x) ce_f32_bits(x)
 #define L_OF_BITS(u) ce_bits_f32(u)
 #define LR_MASK(c) (0u - (uint32_t)(c))
+#define L_SIGN(x) ce_sign(x)
+#define L_LION_A(f, c, k) ce_round(f, (k)->neg_step * ce_sign(c))
+#define L_FIRST(k, a, b) ((k)->first ? (a) : (b))
+#define LK_MOM(k) ((k)->b1 != 0.0f)
+#define LK_NEST(k) ((k)->nesterov)
+#define LK_L2(k) (!(k)->decoupled && (k)->wd != 0.0f)
+#define LK_DEC(k) ((k)->decoupled)
 #include "lines.inc"
 
 /* GrowAddcmul and MultMC on pairs (lines.inc grow_addcmul, mcf_mul). */
@@ -497,51 +507,24 @@ CE_INL void ce_q8_update(const ce_desc *D, ce_state *s, float *m, float v, const
 }
 
 /* ------------------------------------------------------------------ Lion and SGD (numerics.md §14) */
-/* sign(x): ±1, 0 for ±0, NaN for NaN (exact in every format). */
-CE_INL float ce_sign(float x) { return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x == 0.0f ? 0.0f : x; }
-/* Lion in fp32, each operation rounded to fp32: c = m·β1 + (1−β1)·g; m = m·β2 + (1−β2)·g;
- * raw = (−lr)·sign(c) − w·(lr·wd), w the master where there is one, else θ. */
+/* Lion in fp32 (lines.inc lion_f32), the gradient clipped first: g = fp32(g·coef). */
 CE_INL float ce_lion_f32(float g, float *m, float w, const ce_k *k, ce_coef cf) {
     if (cf.clip) g = g * cf.coef;
-    const float c = *m * k->b1 + k->omb1 * g;
-    *m = *m * k->b2 + k->omb2 * g;
-    return k->neg_step * ce_sign(c) - w * k->lrwd;
+    return ce_line_lion_f32(w, g, m, k);
 }
-/* SGD in fp32, PyTorch's order: g += wd·w (L2, where wd ≠ 0); buf = g on the first step, else
- * buf·μ + (1−dampening)·g; d = g + μ·buf (Nesterov) or buf; raw = (−lr)·d [− w·(lr·wd) decoupled].
- * μ = 0: no buffer (m untouched), d = g. */
+/* SGD in fp32 (lines.inc sgd_f32), the gradient clipped first. */
 CE_INL float ce_sgd_f32(float g, float *m, float w, const ce_k *k, ce_coef cf) {
     if (cf.clip) g = g * cf.coef;
-    if (!k->decoupled && k->wd != 0.0f) g = g + w * k->wd;
-    float d = g;
-    if (k->b1 != 0.0f) {
-        const float buf = k->first ? g : *m * k->b1 + k->omb1 * g;
-        *m = buf;
-        d = k->nesterov ? g + k->b1 * buf : buf;
-    }
-    const float u = k->neg_step * d;
-    return k->decoupled ? u - w * k->lrwd : u;
+    return ce_line_sgd_f32(w, g, m, k);
 }
-/* Lion in the 16-bit format f: the fp32 lines with every result rounded to f (values as ce_round's). */
+/* Lion and SGD in the 16-bit format f (lines.inc lion_lp, sgd_lp), the gradient clipped first: g = RN(g·coef). */
 CE_INL float ce_lion_lp(int f, float th, float g, float *m, const ce_k *k, ce_coef cf) {
     if (cf.clip) g = ce_round(f, g * cf.coef);
-    const float c = ce_round(f, ce_round(f, *m * k->b1) + k->omb1 * g);
-    *m = ce_round(f, ce_round(f, *m * k->b2) + k->omb2 * g);
-    const float a = ce_round(f, k->neg_step * ce_sign(c));
-    return ce_round(f, a - ce_round(f, th * k->lrwd));
+    return ce_line_lion_lp(f, th, g, m, k);
 }
-/* SGD in the 16-bit format f. */
 CE_INL float ce_sgd_lp(int f, float th, float g, float *m, const ce_k *k, ce_coef cf) {
     if (cf.clip) g = ce_round(f, g * cf.coef);
-    if (!k->decoupled && k->wd != 0.0f) g = ce_round(f, g + ce_round(f, th * k->wd));
-    float d = g;
-    if (k->b1 != 0.0f) {
-        const float buf = k->first ? g : ce_round(f, ce_round(f, *m * k->b1) + k->omb1 * g);
-        *m = buf;
-        d = k->nesterov ? ce_round(f, g + ce_round(f, buf * k->b1)) : buf;
-    }
-    const float a = ce_round(f, d * k->neg_step);
-    return k->decoupled ? ce_round(f, a - ce_round(f, th * k->lrwd)) : a;
+    return ce_line_sgd_lp(f, th, g, m, k);
 }
 /* Lion's or SGD's (k->opt) fp32 update from the gradient's bits g and m's fp32 value *m (updated). */
 CE_INL float ce_optim_f32(const ce_desc *D, const ce_state *s, uint32_t g, float *m, const ce_k *k, ce_coef c) {
