@@ -246,13 +246,13 @@ static void test_one_grammar(void) {
     CHECK(rc == 0 && strstr(out, "\"strategy\":\"bf16\""), "bench optimizer --precision: rc %d: %s", rc, out);
     rc = h_sh(out, sizeof out, "%s bench optimizer --params 8K --threads 1 --reps 1 --strategy bf16 --json", g_bin);
     CHECK(rc == 0 && strstr(out, "--strategy is spelled --precision"), "bench optimizer --strategy: rc %d: %s", rc, out);
-    { /* every preset, fp16 ones included, and the frontier's 8-bit compositions: a row each */
+    { /* every preset, fp16 ones included, and the frontier's 8-bit compositions (bench.c BENCH_COMPOSED, 9): a row each */
         static char all[65536];
         rc = h_sh(all, sizeof all, "%s bench optimizer --params 8K --threads 1 --reps 1 --json", g_bin);
         int rows = 0;
         for (const char *p = all; (p = strstr(p, "\"strategy\":")); p++) rows++;
-        CHECK(rc == 0 && rows == COLLAGE_STRATEGY_COUNT + 8 && strstr(all, "\"strategy\":\"fp16\"") &&
-                  strstr(all, "\"strategy\":\"collage-light+m=int8,v=int8\""),
+        CHECK(rc == 0 && rows == COLLAGE_STRATEGY_COUNT + 9 && strstr(all, "\"strategy\":\"fp16\"") &&
+                  strstr(all, "\"strategy\":\"collage-light+m=int8,v=int8\"") && strstr(all, "\"strategy\":\"eco+m=int8,v=int8\""),
               "bench optimizer: rc %d, %d rows: %.300s", rc, rows, all);
         rc = h_sh(out, sizeof out, "%s bench optimizer --params 8K --threads 1 --reps 1 --precision bf16-sr+m=e4m3,v=int8 --json",
                   g_bin);
