@@ -384,7 +384,8 @@ CE_INL int8_t ce_c8_byte(float q, uint16_t th) { return (int8_t)(uint8_t)((ce_f3
 
 /* θ (and its compensation or master) += raw by the weight scheme (numerics.md §6, "Applying raw"); index: the
  * element's slab index, which keys stochastic rounding. EDQ's Δ_eff, Δ_state in t->de, t->ds. Returns ECO's
- * rounding error e (the weight's, for ce_eco_feed), 0 for every other scheme. */
+ * rounding error e (the weight's, for lines.inc eco_feed: the step functions feed it into m before m is
+ * rounded to its format, with den the update's denominator, 1 for SGD), 0 for every other scheme. */
 CE_INL float ce_apply(const ce_desc *D, ce_state *s, float raw, const ce_k *k, uint64_t index, ce_terms *t) {
     const int f = D->tf;
     if (D->w == COLLAGE_SCHEME_FP32) {
@@ -436,12 +437,6 @@ CE_INL float ce_apply(const ce_desc *D, ce_state *s, float raw, const ce_k *k, u
     else t->ds = ds;
     return e;
 }
-/* ECO's feedback (numerics.md §6): m's new fp32 value (a format-f value on the 16-bit lines) with the weight's
- * rounding error e fed back, den the update's denominator (1 for SGD); m as it is for every other scheme.
- * The caller rounds the result to m's format. */
-CE_INL float ce_eco_feed(const ce_desc *D, float m, float e, float den, const ce_k *k) {
-    return D->w == COLLAGE_SCHEME_ECO ? ce_line_eco_feed(m, e, den, k) : m;
-}
 
 /* One element of AdamW for a strategy without 8-bit moments (numerics.md §6; tests/test_compose.c holds
  * it to each preset's lines transcribed case by case): s updated in place from the gradient's bits g;
@@ -454,7 +449,7 @@ CE_INL void ce_step(const ce_desc *D, ce_state *s, uint32_t g, const ce_k *k, ce
         const float raw = ce_f32_update(ce_decay_base(D, s), m, v, k);
         t->d = (double)raw;
         const float e = ce_apply(D, s, raw, k, index, t);
-        m = ce_eco_feed(D, m, e, ce_line_f32_den(v, k), k);
+        if (D->w == COLLAGE_SCHEME_ECO) m = ce_line_eco_feed(m, e, ce_line_f32_den(v, k), k);
         s->m = ce_word_put(D->mf, m);
         s->v = ce_word_put(D->vf, v);
         if (D->v_pair) s->dv = ce_rn(ce_fmt_of(D->vf), v - ce_word_get(D->vf, s->v));
@@ -465,7 +460,7 @@ CE_INL void ce_step(const ce_desc *D, ce_state *s, uint32_t g, const ce_k *k, ce
         const float e = ce_apply(D, s, raw, k, index, t);
         if (D->w == COLLAGE_SCHEME_ECO) {
             const float den = ce_line_lp_den(f, ce_f32(f, (uint16_t)s->v), k);
-            s->m = ce_word16(f, ce_round(f, ce_eco_feed(D, ce_f32(f, (uint16_t)s->m), e, den, k)));
+            s->m = ce_word16(f, ce_round(f, ce_line_eco_feed(ce_f32(f, (uint16_t)s->m), e, den, k)));
         }
     }
 }
@@ -498,7 +493,8 @@ CE_INL void ce_q8_update(const ce_desc *D, ce_state *s, float *m, float v, const
     const float raw = ce_f32_update(ce_decay_base(D, s), *m, v, k);
     t->d = (double)raw;
     const float e = ce_apply(D, s, raw, k, index, t);
-    *m = ce_eco_feed(D, *m, e, ce_line_f32_den(v, k), k); /* ECO: before m is stored or its block quantized */
+    if (D->w == COLLAGE_SCHEME_ECO) /* before m is stored or its block quantized */
+        *m = ce_line_eco_feed(*m, e, ce_line_f32_den(v, k), k);
     if (D->mq < 0) s->m = ce_word_put(D->mf, *m);
     if (D->vq < 0) {
         s->v = ce_word_put(D->vf, v);
@@ -546,7 +542,7 @@ CE_INL void ce_optim_step(const ce_desc *D, ce_state *s, uint32_t g, const ce_k 
     t->d = (double)raw;
     const float e = ce_apply(D, s, raw, k, index, t);
     if (D->w == COLLAGE_SCHEME_ECO) { /* SGD's buffer (ECO refuses Lion and SGD without momentum) */
-        m = ce_eco_feed(D, m, e, 1.0f, k);
+        m = ce_line_eco_feed(m, e, 1.0f, k);
         if (lp) m = ce_round(f, m);
     }
     /* m goes back as its word (a value of f on the 16-bit lines); SGD without momentum leaves it as it is */

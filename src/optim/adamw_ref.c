@@ -128,7 +128,7 @@ static void q8_block(const ce_desc *D, const adamw_slabs *S, size_t a, size_t b,
                 raw[i - a] = ce_optim_f32(D, &e, ce_load_word(D->wf, P.g, i), &mx[i - a], &K, c);
                 t.d = (double)raw[i - a];
                 const float err = ce_apply(D, &e, raw[i - a], &K, k->index0 + i, &t);
-                mx[i - a] = ce_eco_feed(D, mx[i - a], err, 1.0f, &K); /* SGD's buffer */
+                if (D->w == COLLAGE_SCHEME_ECO) mx[i - a] = ce_line_eco_feed(mx[i - a], err, 1.0f, &K); /* SGD's buffer */
                 if (D->mq < 0) e.m = ce_word_put(D->mf, mx[i - a]);
             }
             ce_store(D, &P, i, &e);
