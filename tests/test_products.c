@@ -205,7 +205,8 @@ static void fma_sink_ep(void *p, const float *t, int ldt, int i0, int i1, int j0
 /* nn_gemm_fma (a whole product, each operand packed once, the threads over a band's panels) against the
  * twin bit for bit: shapes of one band and of several (rows past 264, columns past 384, k past 256 in
  * chunks, which reload their sums: the "beta 1" of a chunk after the first; operands held for all of k
- * and reused by the next band, or packed a chunk at a time; and K = 0), both
+ * and reused by the next band, or packed a chunk at a time, where the threads' parts are their share of
+ * the split side, narrower than a band: 270 × 400 × 1200, 20 × 800 × 15000; and K = 0), both
  * transpositions, subnormals and signed zeros, on 1, 2 and 3 threads; every element handed to the
  * epilogue exactly once. */
 static void test_fma_product(void) {

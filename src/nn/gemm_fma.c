@@ -240,7 +240,10 @@ static void fma_part(const fma_plan *P, int ta, int tb, int K, const uint16_t *A
  * side: the split side's operand is packed once for the product, the other's band, where it is held
  * for all of k, once for each thread (the bands of a part start where the part does, so a thread's next
  * part finds the same rows or columns of the other operand held). Where the other operand is packed a
- * k block at a time, for each part again, the parts are a whole band wide. They meet only at the end. */
+ * k block at a time, for each part again, the parts are a whole band wide, or the side's share of a
+ * thread where that is less (GPT-2's 768-column products with K ≥ 2304 are one band: whole, they would
+ * run on one thread; each thread packing the other operand again costs 1/part-width of the FLOPs).
+ * They meet only at the end. */
 #define UNIT_N (4 * NR)  /* 128 columns */
 #define UNIT_M (11 * MR) /* 132 rows */
 void nn_gemm_fma(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
@@ -248,7 +251,8 @@ void nn_gemm_fma(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda
     const fma_plan P = plan_of(M, N, K);
     const int split_m = M > N, side = split_m ? M : N;
     const int held = split_m ? P.kb > KC || P.chunks == 1 : P.ka > KC || P.chunks == 1;
-    const int unit = split_m ? (held ? UNIT_M : MG) : (held ? UNIT_N : NG);
+    const int step = split_m ? MR : NR, band = split_m ? MG : NG, share = round_up((side + nt - 1) / (nt > 1 ? nt : 1), step);
+    const int unit = held ? (split_m ? UNIT_M : UNIT_N) : share < band ? share : band;
     const int units = (side + unit - 1) / unit, par = nt > 1 && units > 1 && (double)M * N * K >= FMA_PAR_MIN;
     (void)par; /* read by the OpenMP pragmas only */
 #pragma omp parallel num_threads(nt) if (par)
