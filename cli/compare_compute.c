@@ -320,7 +320,10 @@ static int write_across(const compare_opts *o, const grid_t *g, const char *cmdl
         cmp_sb_printf(&b, "%s[%s](%s/report.md)", a ? ", " : "", o->computes[a].name, o->computes[a].name);
     cmp_sb_printf(&b, " (each with its own report, runs and plots). bf16: every matrix product on bf16 operands, fp32 sums; "
                   "fp8-RECIPE: the operands quantized to fp8 with that scaling recipe (docs/numerics.md §13: e4m3 forward, the "
-                  "incoming gradient in e5m2 backward; -e4m3: in e4m3 too), fp32 sums. Runs of one seed start from the same "
+                  "incoming gradient in e5m2 backward; -e4m3: in e4m3 too), fp32 sums; fp4-RECIPE: the operands quantized to "
+                  "E2M1 in blocks with that recipe's scales (docs/numerics.md §15: nvfp4, 16-element blocks with E4M3 scales; "
+                  "mxfp4, 32-element blocks with E8M0 scales; -hadamard: the 16×16 random Hadamard transform on the weight "
+                  "gradient's inputs; the gradients rounded stochastically), fp32 sums. Runs of one seed start from the same "
                   "weights and see the same batches under every compute. Δ val: a run's final validation loss minus %s's with "
                   "%s compute in the run of the same seed and β2.\n\n", collage_strategy_name(cmp_reference(o)),
                   o->computes[reference_compute(o)].name);

@@ -206,14 +206,15 @@ static void fma_sink_ep(void *p, const float *t, int ldt, int i0, int i1, int j0
  * twin bit for bit: shapes of one band and of several (rows past 264, columns past 384, k past 256 in
  * chunks, which reload their sums: the "beta 1" of a chunk after the first; operands held for all of k
  * and reused by the next band, or packed a chunk at a time, where the threads' parts are their share of
- * the split side, narrower than a band: 270 × 400 × 1200, 20 × 800 × 15000; and K = 0), both
+ * the split side, narrower than a band: 270 × 400 × 1200, 20 × 800 × 15000; a held operand's several bands
+ * under the split side's parts: 390 × 790 × 20, 900 × 800 × 40; and K = 0), both
  * transpositions, subnormals and signed zeros, on 1, 2 and 3 threads; every element handed to the
  * epilogue exactly once. */
 static void test_fma_product(void) {
     if (!nn_bf16_available(NN_BF16_FMA)) { printf("    skipped: collage's bf16 GEMM needs AVX-512\n"); return; }
     const int shapes[][3] = {{1, 1, 1}, {13, 33, 0}, {37, 47, 600}, {400, 40, 90}, {25, 800, 70}, {30, 70, 800},
                              {390, 790, 20}, {100, 200, 1537}, {300, 100, 600}, {50, 800, 600},
-                             {270, 400, 1200}, {20, 800, 15000}};
+                             {270, 400, 1200}, {20, 800, 15000}, {900, 800, 40}};
     int bad = 0, cases = 0;
     h_seed(33);
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)

@@ -236,14 +236,15 @@ static void fma_part(const fma_plan *P, int ta, int tb, int K, const uint16_t *A
 }
 
 /* The threads take C's longer side in parts of UNIT_N columns or UNIT_M rows, the next free part each
- * (a thread slowed by others' load on a shared machine takes fewer), each part whole across the other
- * side: the split side's operand is packed once for the product, the other's band, where it is held
- * for all of k, once for each thread (the bands of a part start where the part does, so a thread's next
- * part finds the same rows or columns of the other operand held). Where the other operand is packed a
- * k block at a time, for each part again, the parts are a whole band wide, or the side's share of a
- * thread where that is less (GPT-2's 768-column products with K ≥ 2304 are one band: whole, they would
- * run on one thread; each thread packing the other operand again costs 1/part-width of the FLOPs).
- * They meet only at the end. */
+ * (a thread slowed by others' load on a shared machine takes fewer): the split side's operand is packed
+ * once for the product. Where the other operand's band is held for all of k, a part spans one band of
+ * the other side, the bands in the outer order: a thread's next part finds that band held, so each
+ * thread packs each band of the other operand about once (a part whole across a side of several bands
+ * would pack them all again for every part: 18 times over at GPT-2's 1024 × 2304 × 768). Where the other
+ * operand is packed a k block at a time, for each part again, a part is whole across the other side
+ * and a whole band wide, or the side's share of a thread where that is less (GPT-2's 768-column
+ * products with K ≥ 2304 are one band: whole, they would run on one thread; each thread packing the
+ * other operand again costs 1/part-width of the FLOPs). The threads meet only at the end. */
 #define UNIT_N (4 * NR)  /* 128 columns */
 #define UNIT_M (11 * MR) /* 132 rows */
 void nn_gemm_fma(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
@@ -253,7 +254,9 @@ void nn_gemm_fma(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda
     const int held = split_m ? P.kb > KC || P.chunks == 1 : P.ka > KC || P.chunks == 1;
     const int step = split_m ? MR : NR, band = split_m ? MG : NG, share = round_up((side + nt - 1) / (nt > 1 ? nt : 1), step);
     const int unit = held ? (split_m ? UNIT_M : UNIT_N) : share < band ? share : band;
-    const int units = (side + unit - 1) / unit, par = nt > 1 && units > 1 && (double)M * N * K >= FMA_PAR_MIN;
+    const int other = split_m ? N : M, oband = split_m ? NG : MG, obands = held ? (other + oband - 1) / oband : 1;
+    const int parts = (side + unit - 1) / unit, units = parts * (obands > 0 ? obands : 1);
+    const int par = nt > 1 && units > 1 && (double)M * N * K >= FMA_PAR_MIN;
     (void)par; /* read by the OpenMP pragmas only */
 #pragma omp parallel num_threads(nt) if (par)
     {
@@ -264,9 +267,10 @@ void nn_gemm_fma(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda
         fma_held h = {scratch + (size_t)me * thread_floats(&P), -1, -1};
 #pragma omp for schedule(dynamic) nowait
         for (int u = 0; u < units; u++) {
-            const int a0 = u * unit, a1 = side - a0 < unit ? side : a0 + unit;
-            fma_part(&P, ta, tb, K, A, lda, B, ldb, split_m ? a0 : 0, split_m ? a1 : M, split_m ? 0 : a0,
-                     split_m ? N : a1, ep, ctx, &h);
+            const int a0 = u % parts * unit, a1 = side - a0 < unit ? side : a0 + unit;
+            const int o0 = obands > 1 ? u / parts * oband : 0, o1 = obands > 1 && other - o0 > oband ? o0 + oband : other;
+            fma_part(&P, ta, tb, K, A, lda, B, ldb, split_m ? a0 : o0, split_m ? a1 : o1, split_m ? o0 : a0,
+                     split_m ? o1 : a1, ep, ctx, &h);
         }
     }
 }
