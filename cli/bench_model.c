@@ -579,7 +579,7 @@ static void bench_model_usage(void) {
            "                  too (lion and sgd: no collage-plus, whose v is a pair)\n"
            "  --compute C     the strategies' products: bf16 (default), fp8 or fp4 (every family; fp32 stays fp32)\n"
            "  --fp8-recipe R  fp8 scaling: delayed (default) | current | block | mxfp8\n"
-           "  --fp4-recipe R  fp4: nvfp4 (default) | mxfp4, each optionally ,hadamard (docs/numerics.md §15)\n"
+           "  --fp4-recipe R  fp4: nvfp4 (default) | mxfp4, each optionally ,hadamard, then ,rn (numerics.md §15)\n"
            "  --fp4-bf16-last N  fp4: the last N linear layers keep bf16 products\n"
            "  --threads N     threads (1 to 4 x the cores; default: all cores)\n"
            "  --json          one JSON object per line\n"

@@ -21,7 +21,11 @@ int cli_parse_double(const char *cmd, const char *flag, const char *s, double *o
 /* "FLAG needs a value" / "unknown option ARG", with the hint; both return -1. */
 int cli_needs_value(const char *cmd, const char *flag);
 int cli_unknown(const char *cmd, const char *arg);
-/* --fp4-recipe's value: nvfp4 or mxfp4, optionally followed by ",hadamard"; -1 after a message. */
+/* The fp4 recipes --fp4-recipe takes (docs/numerics.md §15), the first CLI_FP4_ALL of them compare's "all"
+ * (the ,rn ablations after them); 0 when v is one of them, else -1 after a message. */
+#define CLI_FP4_RECIPES 8
+#define CLI_FP4_ALL 4
+extern const char *const cli_fp4_recipes[CLI_FP4_RECIPES];
 int cli_check_fp4_recipe(const char *cmd, const char *v);
 /* A path given to flag: -1 after a message when it is missing or empty (an unset variable must not
  * mean the current folder, the root or the default corpus). */

@@ -13,8 +13,6 @@
 
 static const char *const RECIPES[] = {"delayed", "current", "block", "mxfp8"};
 #define N_RECIPES (int)(sizeof RECIPES / sizeof *RECIPES)
-static const char *const RECIPES4[] = {"nvfp4", "nvfp4,hadamard", "mxfp4", "mxfp4,hadamard"};
-#define N_RECIPES4 (int)(sizeof RECIPES4 / sizeof *RECIPES4)
 
 /* The recipe named t (the table's own string), NULL when there is none. */
 static const char *recipe_of(const char *t) {
@@ -36,24 +34,25 @@ static int add_compute4(compare_opts *o, const char *recipe) {
     return 0;
 }
 
-/* The fp4 recipes of --fp4-recipe LIST ("all": every one; a list separated by ';' or spaces, as each recipe
- * may hold a comma, or the single recipe) into out; their count, or -1 after a message. */
+/* The fp4 recipes of --fp4-recipe LIST ("all": the four recipes, cli.h CLI_FP4_ALL; a list separated by ';'
+ * or spaces, as each recipe may hold a comma, or the single recipe) into out; their count, or -1 after a
+ * message. */
 static int parse_recipes4(const char *v, const char **out) {
     int n = 0;
     if (!strcmp(v, "all")) {
-        for (int r = 0; r < N_RECIPES4; r++) out[n++] = RECIPES4[r];
+        for (int r = 0; r < CLI_FP4_ALL; r++) out[n++] = cli_fp4_recipes[r];
         return n;
     }
     char buf[256];
     snprintf(buf, sizeof buf, "%s", v);
     for (char *save = NULL, *t = strtok_r(buf, "; ", &save); t; t = strtok_r(NULL, "; ", &save)) {
         const char *r = NULL;
-        for (int k = 0; k < N_RECIPES4 && !r; k++) r = strcmp(t, RECIPES4[k]) ? NULL : RECIPES4[k];
+        for (int k = 0; k < CLI_FP4_RECIPES && !r; k++) r = strcmp(t, cli_fp4_recipes[k]) ? NULL : cli_fp4_recipes[k];
         for (int k = 0; k < n && r; k++)
             if (out[k] == r) r = NULL;
         if (!r) {
             fprintf(stderr, "collage compare: --fp4-recipe: '%s' is not a recipe or appears twice\nhint: nvfp4, "
-                            "nvfp4,hadamard, mxfp4, mxfp4,hadamard (separated by ';') or all\n", t);
+                            "nvfp4,hadamard, mxfp4, mxfp4,hadamard, each optionally ,rn (separated by ';') or all\n", t);
             return -1;
         }
         out[n++] = r;
@@ -118,7 +117,7 @@ static int check_fp8_strategies(const compare_opts *o) {
 }
 
 int cmp_parse_computes(const char *computes, const char *recipes, const char *recipes4, int e4m3_all, compare_opts *o) {
-    const char *rs[N_RECIPES] = {"delayed"}, *rs4[N_RECIPES4] = {"nvfp4"};
+    const char *rs[N_RECIPES] = {"delayed"}, *rs4[CLI_FP4_RECIPES] = {"nvfp4"};
     int nr = 1, nr4 = 1, fp8 = 0, fp4 = 0;
     char buf[256];
     if (!computes) {
@@ -323,7 +322,7 @@ static int write_across(const compare_opts *o, const grid_t *g, const char *cmdl
                   "incoming gradient in e5m2 backward; -e4m3: in e4m3 too), fp32 sums; fp4-RECIPE: the operands quantized to "
                   "E2M1 in blocks with that recipe's scales (docs/numerics.md §15: nvfp4, 16-element blocks with E4M3 scales; "
                   "mxfp4, 32-element blocks with E8M0 scales; -hadamard: the 16×16 random Hadamard transform on the weight "
-                  "gradient's inputs; the gradients rounded stochastically), fp32 sums. Runs of one seed start from the same "
+                  "gradient's inputs; the gradients rounded stochastically, -rn: to nearest), fp32 sums. Runs of one seed start from the same "
                   "weights and see the same batches under every compute. Δ val: a run's final validation loss minus %s's with "
                   "%s compute in the run of the same seed and β2.\n\n", collage_strategy_name(cmp_reference(o)),
                   o->computes[reference_compute(o)].name);

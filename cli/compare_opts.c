@@ -50,7 +50,8 @@ static void compare_usage(FILE *f) {
             "  across them in --out: every strategy's gap to the reference strategy with bf16 compute, e.g.\n"
             "  --compute bf16,fp8 --fp8-recipe all --precision bf16-master,collage-light,collage-plus,bf16-sr,bf16;\n"
             "  --fp8-e4m3-all goes to the fp8 computes. fp4 (docs/numerics.md §15) with --fp4-recipe LIST (nvfp4,\n"
-            "  nvfp4,hadamard, mxfp4, mxfp4,hadamard separated by ';', or all; default nvfp4): fp4-nvfp4, ….\n");
+            "  nvfp4,hadamard, mxfp4, mxfp4,hadamard, each optionally ,rn, separated by ';', or all: the four\n"
+            "  without ,rn; default nvfp4): fp4-nvfp4, ….\n");
 }
 
 /* The frontier: the fewest bytes at bf16-master's quality. The 16-bit strategies the paper compares, and

@@ -115,12 +115,13 @@ int cli_needs_value(const char *cmd, const char *flag) {
     return -1;
 }
 
+const char *const cli_fp4_recipes[CLI_FP4_RECIPES] = {"nvfp4",    "nvfp4,hadamard",    "mxfp4",    "mxfp4,hadamard",
+                                                     "nvfp4,rn", "nvfp4,hadamard,rn", "mxfp4,rn", "mxfp4,hadamard,rn"};
 int cli_check_fp4_recipe(const char *cmd, const char *v) {
-    static const char *const OK[] = {"nvfp4", "mxfp4", "nvfp4,hadamard", "mxfp4,hadamard"};
-    for (size_t i = 0; i < sizeof OK / sizeof *OK; i++)
-        if (!strcmp(v, OK[i])) return 0;
+    for (int i = 0; i < CLI_FP4_RECIPES; i++)
+        if (!strcmp(v, cli_fp4_recipes[i])) return 0;
     fprintf(stderr, "collage %s: --fp4-recipe %s: unknown\nhint: --fp4-recipe takes nvfp4 or mxfp4, each optionally "
-                    "followed by ,hadamard (e.g. nvfp4,hadamard)\n", cmd, v);
+                    "followed by ,hadamard, then optionally ,rn (e.g. nvfp4,hadamard or nvfp4,hadamard,rn)\n", cmd, v);
     return -1;
 }
 

@@ -54,7 +54,8 @@ void train_usage(FILE *f) {
             "  --compute fp4       every linear layer's products on 4-bit operands (bf16 strategies; every\n"
             "                      family; docs/numerics.md §15), gradients rounded stochastically\n"
             "  --fp4-recipe R      nvfp4 (default) | mxfp4, each optionally ,hadamard (the 16x16 random\n"
-            "                      Hadamard transform on the weight gradient's inputs)\n"
+            "                      Hadamard transform on the weight gradient's inputs), then optionally ,rn\n"
+            "                      (the gradients rounded to nearest: an ablation of the recipe's SR)\n"
             "  --fp4-bf16-last N   fp4: the last N linear layers (the logits' first) keep bf16 products\n"
             "  --steps N           training steps, the length of the schedule (default 1000)\n"
             "  --stop-after N      stop after N steps (the schedule still spans --steps)\n"
@@ -290,7 +291,7 @@ static int create_failed(const train_opts *o, collage_status st, const char *err
                     : "install Debian's fortunes package (scripts/setup.sh does), or pass --data PATH";
     } else if (st == COLLAGE_ERR_ARG && strstr(err, "fp4")) {
         hint = "--compute fp4 takes a bf16 strategy (collage-light, collage-plus, bf16, bf16-sr, bf16-master…), "
-               "--fp4-recipe nvfp4 | mxfp4 (each optionally ,hadamard) and --fp4-bf16-last within the model's linear layers";
+               "--fp4-recipe nvfp4 | mxfp4 (each optionally ,hadamard, then ,rn) and --fp4-bf16-last within the model's linear layers";
     } else if (st == COLLAGE_ERR_ARG && strstr(err, "fp8")) {
         hint = "--compute fp8 takes a bf16 strategy (collage-light, collage-plus, bf16, bf16-sr, bf16-master…) and "
                "--fp8-recipe delayed | current | block | mxfp8";

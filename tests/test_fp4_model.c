@@ -46,8 +46,9 @@ static collage_bf16 *weights(const collage_model_config *cfg, size_t n) {
  * the Hadamard option adds exactly its fp32 inputs: the dW products' operands, the largest incoming
  * gradient (N × max(Vp, 4C): the logits' or the MLP's) and the largest input (N × 4C, the MLP
  * projection's), 4 bytes each; a
- * step allocates nothing (the report is the same after two steps). Settings refused: an unknown recipe, a
- * suffix other than ,hadamard, bf16_last beyond the linear layers; a bf16 model refuses fp4 settings. */
+ * step allocates nothing (the report is the same after two steps). Settings refused: an unknown recipe,
+ * options other than ,hadamard then ,rn (either twice, or in the other order), bf16_last beyond the linear
+ * layers; a bf16 model refuses fp4 settings. */
 static void test_fp4_memory_and_settings(void) {
     collage_model_config cfg;
     CHECK(collage_model_preset("tiny", &cfg) == COLLAGE_OK, "preset");
@@ -92,6 +93,12 @@ static void test_fp4_memory_and_settings(void) {
           x0.scratch, x1.scratch);
     CHECK(collage_model_fp4_set(m, "fp4", 0, 1) == COLLAGE_ERR_ARG && collage_model_fp4_set(m, "nvfp4,hadamar", 0, 1) ==
           COLLAGE_ERR_ARG && collage_model_fp4_set(m, "mxfp4,", 0, 1) == COLLAGE_ERR_ARG, "bad recipes accepted");
+    static const char *const BAD[] = {"nvfp4,rn,hadamard", "nvfp4,rn,rn", "nvfp4,hadamard,hadamard", "nvfp4,hadamard,",
+                                      "mxfp4,rnx", "nvfp4rn"};
+    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++)
+        CHECK(collage_model_fp4_set(m, BAD[i], 0, 1) == COLLAGE_ERR_ARG, "%s accepted", BAD[i]);
+    CHECK(collage_model_fp4_set(m, "nvfp4,rn", 0, 1) == COLLAGE_OK && collage_model_fp4_set(m, "mxfp4,hadamard,rn", 0, 1) ==
+          COLLAGE_OK, "the ,rn recipes refused");
     CHECK(collage_model_fp4_set(m, "mxfp4", layers + 1, 1) == COLLAGE_ERR_ARG && collage_model_fp4_set(m, "mxfp4", -1, 1) ==
           COLLAGE_ERR_ARG && collage_model_fp4_set(m, "mxfp4", layers, 1) == COLLAGE_OK, "bf16_last's range");
     CHECK(collage_model_fp4_set(mb, "nvfp4", 0, 1) == COLLAGE_ERR_UNSUPPORTED && collage_model_fp4_key(mb, 1) ==
@@ -140,6 +147,36 @@ static void test_fp4_threads(void) {
         collage_model_free(m);
     }
     free(w), free(g1);
+}
+
+/* ,rn (the gradients' quantization to nearest, no SR): the forward's loss is the SR recipe's, the
+ * gradients differ from it, and no longer depend on the SR key; with ,hadamard too. */
+static void test_fp4_grad_rn(void) {
+    collage_model_config cfg;
+    CHECK(collage_model_preset("tiny", &cfg) == COLLAGE_OK, "preset");
+    const size_t n = collage_model_num_params(&cfg);
+    collage_bf16 *w = weights(&cfg, n), *gs = malloc(n * 2), *g1 = malloc(n * 2);
+    const char *pairs[2][2] = {{"nvfp4", "nvfp4,rn"}, {"nvfp4,hadamard", "nvfp4,hadamard,rn"}};
+    for (int r = 0; r < 2; r++) {
+        collage_model *m = NULL;
+        double ls = 0, l1 = 0, l2 = 0;
+        CHECK(collage_model_create(&cfg, COLLAGE_REAL_FP4, B_TEST, T_TEST, &m) == COLLAGE_OK, "create");
+        if (!m) break;
+        collage_model_fp4_set(m, pairs[r][0], 0, 3);
+        collage_model_fp4_key(m, 99);
+        CHECK(step(m, &cfg, w, &ls) == COLLAGE_OK, "%s: %s", pairs[r][0], collage_model_error(m));
+        memcpy(gs, collage_model_grads(m), n * 2);
+        collage_model_fp4_set(m, pairs[r][1], 0, 3);
+        CHECK(step(m, &cfg, w, &l1) == COLLAGE_OK, "%s: %s", pairs[r][1], collage_model_error(m));
+        memcpy(g1, collage_model_grads(m), n * 2);
+        collage_model_fp4_key(m, 100);
+        CHECK(step(m, &cfg, w, &l2) == COLLAGE_OK, "%s, another key: %s", pairs[r][1], collage_model_error(m));
+        CHECK(ls == l1 && l1 == l2, "%s: the loss moved (%.17g, %.17g, %.17g)", pairs[r][1], ls, l1, l2);
+        CHECK(memcmp(gs, g1, n * 2) != 0, "%s: the gradients are the SR recipe's", pairs[r][1]);
+        CHECK(!memcmp(g1, collage_model_grads(m), n * 2), "%s: the SR key changed the gradients", pairs[r][1]);
+        collage_model_free(m);
+    }
+    free(w), free(gs), free(g1);
 }
 
 /* `collage train --compute fp4` with collage-light: the final validation loss below the validation bytes'
@@ -208,6 +245,7 @@ static void test_fp4_flags(void) {
     const struct { const char *args, *want; } cases[] = {
         {"--compute fp4 --fp4-recipe nvfp8", "--fp4-recipe nvfp8"},
         {"--compute fp4 --fp4-recipe mxfp4,hadamard,x", "--fp4-recipe mxfp4,hadamard,x"},
+        {"--compute fp4 --fp4-recipe nvfp4,rn,hadamard", "--fp4-recipe nvfp4,rn,hadamard"},
         {"--fp4-recipe mxfp4", "--fp4-recipe"},
         {"--fp4-bf16-last 2", "--fp4-bf16-last"},
         {"--compute fp4 --fp4-bf16-last -1", "--fp4-bf16-last"},
@@ -281,7 +319,7 @@ static void test_fp4_straight_through(void) {
             gm_model *m4 = NULL;
             double l4 = 0;
             CHECK(collage__model_object(&f.c, GM_FP4, ST_B, ST_T, &m4) == COLLAGE_OK &&
-                      gm_fp4_set(m4, RS[ri].r, RS[ri].had, 0, 3) == COLLAGE_OK && gm_fp4_key(m4, 17) == COLLAGE_OK &&
+                      gm_fp4_set(m4, RS[ri].r, RS[ri].had, 0, 0, 3) == COLLAGE_OK && gm_fp4_key(m4, 17) == COLLAGE_OK &&
                       gm_forward(m4, f.wb, f.tok, f.tgt, ST_B, ST_T, &l4) == COLLAGE_OK && gm_backward(m4) == COLLAGE_OK,
                   "fp4");
             if (!m4) continue;
@@ -299,6 +337,7 @@ static void test_fp4_straight_through(void) {
 int main(void) {
     RUN(test_fp4_memory_and_settings);
     RUN(test_fp4_threads);
+    RUN(test_fp4_grad_rn);
     RUN(test_fp4_straight_through);
     RUN(test_fp4_trains);
     RUN(test_fp4_train_resume);

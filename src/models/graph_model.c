@@ -231,14 +231,14 @@ static collage_status fp4_copies_new(gm_model *m) {
     return bad ? COLLAGE_ERR_NOMEM : COLLAGE_OK;
 }
 
-collage_status gm_fp4_set(gm_model *m, collage_fp4_recipe recipe, int hadamard, int bf16_last, uint64_t seed) {
+collage_status gm_fp4_set(gm_model *m, collage_fp4_recipe recipe, int hadamard, int grad_rn, int bf16_last, uint64_t seed) {
     if (!m) return COLLAGE_ERR_NULL;
     if (m->prec != GM_FP4) return fail(m, COLLAGE_ERR_UNSUPPORTED, "fp4 settings on a %s model", PRECISIONS[m->prec].name);
     if ((unsigned)recipe >= COLLAGE_FP4_RECIPE_COUNT) return fail(m, COLLAGE_ERR_ARG, "unknown fp4 recipe %d", (int)recipe);
     if (bf16_last < 0 || bf16_last > m->fp4.layers)
         return fail(m, COLLAGE_ERR_ARG, "bf16 last layers %d outside 0..%d (the model's linear layers)", bf16_last,
                     m->fp4.layers);
-    m->fp4.recipe = recipe, m->fp4.hadamard = hadamard != 0, m->fp4.bf16_last = bf16_last;
+    m->fp4.recipe = recipe, m->fp4.hadamard = hadamard != 0, m->fp4.grad_rn = grad_rn != 0, m->fp4.bf16_last = bf16_last;
     m->fp4.signs = collage__fp4_rht_signs(collage_rand_key(seed, COLLAGE_FP4_RHT_STREAM));
     if (fp4_copies_new(m) != COLLAGE_OK) return fail(m, COLLAGE_ERR_NOMEM, "out of memory for the fp4 weight copies");
     gm_env e; /* the products' scratch for the new settings (the Hadamard inputs), now rather than in a step */

@@ -51,7 +51,7 @@ typedef struct {
  * the first status other than COLLAGE_OK a 4-bit product of the call under way returned. */
 typedef struct {
     collage_fp4_recipe recipe;
-    int hadamard, bf16_last, layers;
+    int hadamard, grad_rn, bf16_last, layers; /* grad_rn: the gradients' quantization rounds to nearest */
     uint16_t signs;
     uint64_t key;
     nn_fp4_ws ws;
@@ -226,7 +226,7 @@ collage_status gm_fp8_state_load(gm_model *m, const void *buf, size_t len);
  * of another precision; COLLAGE_ERR_ARG for an unknown recipe or bf16_last outside [0, layers]. set: the
  * recipe, the Hadamard option with its signs from seed, bf16_last. key: the SR key of the backwards that
  * follow. */
-collage_status gm_fp4_set(gm_model *m, collage_fp4_recipe recipe, int hadamard, int bf16_last, uint64_t seed);
+collage_status gm_fp4_set(gm_model *m, collage_fp4_recipe recipe, int hadamard, int grad_rn, int bf16_last, uint64_t seed);
 collage_status gm_fp4_key(gm_model *m, uint64_t key);
 int            gm_fp4_layers(const gm_model *m);
 double         gm_fp4_quant_seconds(const gm_model *m);

@@ -455,16 +455,24 @@ collage_status collage_model_fp8_set(collage_model *m, const char *recipe, int e
     if (collage__fp8_recipe_parse(recipe, &r) != COLLAGE_OK) return COLLAGE_ERR_ARG;
     return gm_fp8_set(m->impl, r, e4m3_all);
 }
+/* An fp4 recipe's options after its name, in this order: ",hadamard" (the transform), ",rn" (the gradients
+ * rounded to nearest instead of stochastically); 0, or -1 for anything else. */
+static int fp4_options(const char *o, int *hadamard, int *rn) {
+    *hadamard = *rn = 0;
+    if (!strncmp(o, ",hadamard", 9)) *hadamard = 1, o += 9;
+    if (!strcmp(o, ",rn")) *rn = 1, o += 3;
+    return *o ? -1 : 0;
+}
 collage_status collage_model_fp4_set(collage_model *m, const char *recipe, int bf16_last, uint64_t seed) {
     if (!m || !recipe) return COLLAGE_ERR_NULL;
     char name[16];
-    const char *comma = strchr(recipe, ',');
-    const size_t n = comma ? (size_t)(comma - recipe) : strlen(recipe);
-    if (n >= sizeof name || (comma && strcmp(comma + 1, "hadamard"))) return COLLAGE_ERR_ARG;
+    const size_t n = strcspn(recipe, ",");
+    int hadamard, rn;
+    if (n >= sizeof name || fp4_options(recipe + n, &hadamard, &rn)) return COLLAGE_ERR_ARG;
     memcpy(name, recipe, n), name[n] = 0;
     collage_fp4_recipe r;
     if (collage__fp4_recipe_parse(name, &r) != COLLAGE_OK) return COLLAGE_ERR_ARG;
-    return gm_fp4_set(m->impl, r, comma != NULL, bf16_last, seed);
+    return gm_fp4_set(m->impl, r, hadamard, rn, bf16_last, seed);
 }
 collage_status collage_model_fp4_key(collage_model *m, uint64_t key) { return m ? gm_fp4_key(m->impl, key) : COLLAGE_ERR_NULL; }
 int collage_model_fp4_layers(const collage_model *m) { return m ? gm_fp4_layers(m->impl) : 0; }

@@ -39,7 +39,8 @@ static inline nn_fp8_layer mb_layer(const gm_env *e, int k) {
                           .slot = 3 * k, .wc = k < e->fp8->nwc ? &e->fp8->wc[k] : NULL};
 }
 static inline nn_fp4_layer mb_layer4(const gm_env *e, int k) {
-    return (nn_fp4_layer){.recipe = e->fp4->recipe, .hadamard = e->fp4->hadamard, .signs = e->fp4->signs,
+    return (nn_fp4_layer){.recipe = e->fp4->recipe, .hadamard = e->fp4->hadamard, .grad_rn = e->fp4->grad_rn,
+                          .signs = e->fp4->signs,
                           .key = collage_rand_key(e->fp4->key, (uint64_t)k),
                           .wc = k < e->fp4->nwc ? &e->fp4->wc[k] : NULL};
 }

@@ -159,7 +159,7 @@ collage_status nn_gemm_fp4_w(const nn_fp4_spec *p, int ta, int tb, int M, int N,
 nn_fp4_spec nn_fp4_layer_spec(const nn_fp4_layer *L, int product) {
     nn_fp4_spec p = {.recipe = L->recipe, .ra = COLLAGE_FP4_ACT, .rb = COLLAGE_FP4_WEIGHT};
     if (product == 0) return p;
-    p.ra = COLLAGE_FP4_GRAD, p.sr_a = 1, p.key = collage_rand_key(L->key, (uint64_t)(product - 1));
+    p.ra = COLLAGE_FP4_GRAD, p.sr_a = !L->grad_rn, p.key = collage_rand_key(L->key, (uint64_t)(product - 1));
     if (product == 2) p.rb = COLLAGE_FP4_ACT, p.hadamard = L->hadamard, p.signs = L->signs;
     return p;
 }

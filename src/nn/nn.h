@@ -560,6 +560,7 @@ void nn_fp4_wcopy_free(nn_fp4_wcopy *wc); /* its buffer; NULL is fine */
 typedef struct {
     collage_fp4_recipe recipe;
     int hadamard;
+    int grad_rn; /* the incoming gradient quantized with RN instead of SR (an ablation of the recipe) */
     uint16_t signs;
     uint64_t key;
     nn_fp4_wcopy *wc; /* the weight's copy from the forward, for backward_input; or NULL */

@@ -203,7 +203,7 @@ static collage_status make_model(collage_run *r, const collage_run_saved *saved)
     if (c->fp4) prec = COLLAGE_REAL_FP4;
     collage_status mst = create_model(r, prec, saved ? saved->products : NULL);
     if (mst == COLLAGE_OK && c->fp4 && collage_model_fp4_set(r->m, r->fp4_recipe, c->fp4_bf16_last, c->seed) != COLLAGE_OK)
-        return run_fail(r, COLLAGE_ERR_ARG, "fp4: --fp4-recipe '%s' (nvfp4 | mxfp4, each optionally ,hadamard) or "
+        return run_fail(r, COLLAGE_ERR_ARG, "fp4: --fp4-recipe '%s' (nvfp4 | mxfp4, each optionally ,hadamard, then ,rn) or "
                         "--fp4-bf16-last %d (0 … %d linear layers): %s", r->fp4_recipe, c->fp4_bf16_last,
                         collage_model_fp4_layers(r->m), collage_model_error(r->m));
     if (mst == COLLAGE_OK && c->fp8 && collage_model_fp8_set(r->m, r->fp8_recipe, c->fp8_e4m3_all) != COLLAGE_OK)
