@@ -106,6 +106,9 @@ collage_status collage__fp4_quantize_isa(collage_isa isa, const collage_fp4_quan
     void collage__fp4q_blockmax##SUF##S(const T *x, int n, int bc, uint32_t *m);                              \
     void collage__fp4q_run##SUF##S(int sr, const T *x, int n, float enc, float d, uint32_t k1, uint32_t k2,    \
                                    uint32_t lo0, uint8_t *codes, uint16_t *vals);                            \
+    void collage__fp4q_run_blocks##SUF##S(int sr, const T *x, int n, int bc, const float *enc, const float *d, \
+                                          uint32_t k1, uint32_t k2, uint32_t lo0, uint8_t *codes,            \
+                                          uint16_t *vals);                                                    \
     void collage__fp4q_run_cols##SUF##S(int sr, const T *x, int n, const float *enc, const float *d,          \
                                         uint32_t k1, uint32_t k2, uint32_t lo0, uint8_t *codes, uint16_t *vals);
 #define FP4Q_DECLARE(S)                                                                                        \

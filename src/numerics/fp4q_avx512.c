@@ -19,6 +19,10 @@
                                      uint32_t lo0, uint8_t *codes, uint16_t *vals) {                         \
         collage__fp4q_run##SUF##_ref(sr, x, n, enc, d, k1, k2, lo0, codes, vals);                            \
     }                                                                                                        \
+    void collage__fp4q_run_blocks##SUF##_avx512(int sr, const T *x, int n, int bc, const float *enc, const float *d, \
+                                            uint32_t k1, uint32_t k2, uint32_t lo0, uint8_t *codes, uint16_t *vals) { \
+        collage__fp4q_run_blocks##SUF##_ref(sr, x, n, bc, enc, d, k1, k2, lo0, codes, vals);                     \
+    }                                                                                                        \
     void collage__fp4q_run_cols##SUF##_avx512(int sr, const T *x, int n, const float *enc, const float *d,       \
                                           uint32_t k1, uint32_t k2, uint32_t lo0, uint8_t *codes,            \
                                           uint16_t *vals) {                                                  \

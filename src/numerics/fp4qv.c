@@ -26,13 +26,18 @@ typedef struct {
                   uint8_t *codes, uint16_t *vals);
     void (*run_cols_b)(int sr, const uint16_t *x, int n, const float *enc, const float *d, uint32_t k1, uint32_t k2,
                        uint32_t lo0, uint8_t *codes, uint16_t *vals);
+    void (*run_blocks_f)(int sr, const float *x, int n, int bc, const float *enc, const float *d, uint32_t k1,
+                         uint32_t k2, uint32_t lo0, uint8_t *codes, uint16_t *vals);
+    void (*run_blocks_b)(int sr, const uint16_t *x, int n, int bc, const float *enc, const float *d, uint32_t k1,
+                         uint32_t k2, uint32_t lo0, uint8_t *codes, uint16_t *vals);
 } fp4q_kernels;
 
 #define FP4Q_KERNELS(S)                                                                                        \
     (fp4q_kernels){collage__fp4q_amax_f32##S,  collage__fp4q_blockmax_f32##S, collage__fp4q_blockmax_bf16##S,   \
                    collage__fp4q_colmax_f32##S,  collage__fp4q_run_f32##S,                                      \
                    collage__fp4q_run_cols_f32##S, collage__fp4q_amax_bf16##S, collage__fp4q_colmax_bf16##S,      \
-                   collage__fp4q_run_bf16##S, collage__fp4q_run_cols_bf16##S}
+                   collage__fp4q_run_bf16##S, collage__fp4q_run_cols_bf16##S, collage__fp4q_run_blocks_f32##S,       \
+                   collage__fp4q_run_blocks_bf16##S}
 static fp4q_kernels kernels_of(collage_isa isa) {
     switch (isa) {
     case COLLAGE_ISA_AVX512: return FP4Q_KERNELS(_avx512);
@@ -64,8 +69,10 @@ static void in_colmax(const fp4_in *in, int r0, int r1, int c0, int c1, uint32_t
 }
 
 /* Block row [r0, r1)'s amaxes into am[0 … gc) (as fp32 values); returns their largest bits. Blocks one
- * column wide are taken a row at a time over COLMAX_CHUNK columns, blocks one row high along the row by
- * the blockmax loop, COLMAX_CHUNK blocks at a time. */
+ * column wide, and 2-D blocks (NVFP4's 16 × 16 weight blocks), are taken a row at a time over COLMAX_CHUNK
+ * columns (each column's max over the block row), a 2-D block's then over its bc columns' maxima; blocks
+ * one row high along the row by the blockmax loop, COLMAX_CHUNK blocks at a time. A max of magnitude bits
+ * is exact in any order, so every grouping gives the same amaxes. */
 #define COLMAX_CHUNK 1024
 #define RUN_CHUNK 256
 static uint32_t amax_block_row(const fp4_in *in, int r0, int r1, int cols, int bc, float *am) {
@@ -83,13 +90,17 @@ static uint32_t amax_block_row(const fp4_in *in, int r0, int r1, int cols, int b
         }
         return top;
     }
-    if (bc == 1) {
+    if (COLMAX_CHUNK % bc == 0) {
         uint32_t m[COLMAX_CHUNK];
         for (int c0 = 0; c0 < cols; c0 += COLMAX_CHUNK) {
             const int n = cols - c0 < COLMAX_CHUNK ? cols - c0 : COLMAX_CHUNK;
             memset(m, 0, (size_t)n * sizeof *m);
             in_colmax(in, r0, r1, c0, c0 + n, m);
-            for (int c = 0; c < n; c++) am[c0 + c] = bits_f32(m[c]), top = m[c] > top ? m[c] : top;
+            for (int c = 0, g = c0 / bc; c < n; g++) { /* block g: the maxima of its columns */
+                uint32_t a = 0;
+                for (const int end = c + bc < n ? c + bc : n; c < end; c++) a = m[c] > a ? m[c] : a;
+                am[g] = bits_f32(a), top = a > top ? a : top;
+            }
         }
         return top;
     }
@@ -216,6 +227,15 @@ collage_status collage__fp4_quantize_isa(collage_isa isa, const collage_fp4_quan
         const uint64_t idx = q->index0 + (uint64_t)o;
         if (bc == 1) {
             run_piece(&rc, (size_t)r * ld, cols, idx, enc + g0, d + g0, codes ? codes + o : NULL, vals ? vals + o : NULL);
+            continue;
+        }
+        if (FP4Q_CHUNK % bc == 0 && (idx & 0xffffffffu) + (uint64_t)cols <= (uint64_t)1 << 32) {
+            /* one rand_k1 for the row: its blocks' factors spread in the loop */
+            const uint32_t k1 = rand_k1(q->key, (uint32_t)(idx >> 32)), k2 = rand_k2(q->key), lo = (uint32_t)idx;
+            uint8_t *co = codes ? codes + o : NULL;
+            uint16_t *va = vals ? vals + o : NULL;
+            if (in.b) in.k.run_blocks_b(q->sr, in.b + (size_t)r * ld, cols, bc, enc + g0, d + g0, k1, k2, lo, co, va);
+            else in.k.run_blocks_f(q->sr, in.f + (size_t)r * ld, cols, bc, enc + g0, d + g0, k1, k2, lo, co, va);
             continue;
         }
         float ee[RUN_CHUNK], de[RUN_CHUNK]; /* the row's block factors spread over its elements, a chunk at a time */
