@@ -385,10 +385,31 @@ static void test_sr_mean(void) {
 /* ---------------------------------------------------------------- the vector quantizer */
 static const collage_isa ISAS[3] = {COLLAGE_ISA_SCALAR, COLLAGE_ISA_AVX2, COLLAGE_ISA_AVX512};
 
+/* The lanes of isa on y[0 … n) (SR words r[i] with sr), both roads: the codes against the generic
+ * encoder's, and the values-alone bits against those codes' values (sign kept, −0 included). Returns the
+ * mismatches, the first few reported. */
+static int lanes_differ(collage_isa isa, int sr, const float *y, const uint32_t *r, int n) {
+    static uint8_t got[65536];
+    static uint32_t bits[65536];
+    int bad = 0;
+    COLLAGE_ASSERT(n <= 65536);
+    collage__fp4q_round_row(isa, sr, y, r, n, got, NULL);
+    collage__fp4q_round_row(isa, sr, y, r, n, NULL, bits);
+    for (int i = 0; i < n; i++) {
+        const int want = sr ? collage_lp_from_f32_sr(COLLAGE_FMT_E2M1, y[i], r[i])
+                            : collage_lp_from_f32_sat(COLLAGE_FMT_E2M1, y[i]);
+        const uint32_t wbits = f32_bits(collage_lp_to_f32(COLLAGE_FMT_E2M1, (uint16_t)want));
+        if ((got[i] != want || bits[i] != wbits) && bad++ < 5)
+            CHECK(0, "%s %s y %a r %u: 0x%x (value bits 0x%08x), want 0x%x (0x%08x)", collage_isa_name(isa),
+                  sr ? "SR" : "RN", (double)y[i], sr ? r[i] : 0u, got[i], bits[i], want, wbits);
+    }
+    return bad;
+}
+
 /* The rounding lanes of every ISA the CPU has against the generic encoder (collage_lp_from_f32_sat / _sr):
  * every e2m1 value, midpoint and quarter point with four fp32 ulps either side, fp32 subnormals, values far
  * beyond 6, ±Inf, ±0, and random fp32 values of every binade; SR with the threshold word 2^32 − F of each
- * input, its neighbours, both ends and random words. */
+ * input, its neighbours, both ends and random words; every bf16 value to nearest. Codes and values alone. */
 static void test_round_lanes(void) {
     enum { MAXN = 8192 };
     static float y[MAXN];
@@ -423,32 +444,24 @@ static void test_round_lanes(void) {
         const uint32_t w[4] = {T, T - 1u, T + 1u, rnd32()};
         for (int j = 0; j < 4; j++) y[n] = y[i], r[n++] = w[j];
     }
-    uint8_t got[MAXN];
+    static float yb[65536]; /* and every bf16 pattern but the NaNs, to nearest */
+    int nb = 0;
+    for (uint32_t u = 0; u < 65536; u++)
+        if (!isnan(bf16_f32((uint16_t)u))) yb[nb++] = bf16_f32((uint16_t)u);
     for (int ii = 0; ii < 3; ii++) {
         if (!collage_isa_supported(ISAS[ii])) {
             printf("  %s: not on this CPU, skipped\n", collage_isa_name(ISAS[ii]));
             continue;
         }
-        int bad = 0;
-        collage__fp4q_round_row(ISAS[ii], 0, y, r, base, got);
-        for (int i = 0; i < base; i++) {
-            const int want = collage_lp_from_f32_sat(COLLAGE_FMT_E2M1, y[i]);
-            if (got[i] != want && bad++ < 5)
-                CHECK(0, "%s RN y %a: 0x%x, want 0x%x", collage_isa_name(ISAS[ii]), (double)y[i], got[i], want);
-        }
-        collage__fp4q_round_row(ISAS[ii], 1, y + base, r + base, n - base, got);
-        for (int i = base; i < n; i++) {
-            const int want = collage_lp_from_f32_sr(COLLAGE_FMT_E2M1, y[i], r[i]);
-            if (got[i - base] != want && bad++ < 10)
-                CHECK(0, "%s SR y %a r %u: 0x%x, want 0x%x", collage_isa_name(ISAS[ii]), (double)y[i], r[i],
-                      got[i - base], want);
-        }
-        CHECK(bad == 0, "%s: %d codes differ from the generic encoder", collage_isa_name(ISAS[ii]), bad);
+        const int bad = lanes_differ(ISAS[ii], 0, y, r, base) + lanes_differ(ISAS[ii], 1, y + base, r + base, n - base) +
+                        lanes_differ(ISAS[ii], 0, yb, NULL, nb);
+        CHECK(bad == 0, "%s: %d codes or values differ from the generic encoder", collage_isa_name(ISAS[ii]), bad);
     }
 }
 
 /* One vector quantization (fp32 or bf16 input) against the scalar quantizer of the same values: the tensor
- * scale, every scale byte and code equal, every value equal to fp32(v·d) in bf16 bits. */
+ * scale, every scale byte and code equal, every value equal to fp32(v·d) in bf16 bits, with and without
+ * the codes asked for. */
 static int check_vector(collage_isa isa, const collage_fp4_quant *q, const float *x, const uint16_t *xb, int rows,
                         int cols, int ld, int nt) {
     const size_t n = (size_t)rows * cols, nb = collage__fp4_blocks(q, rows, cols);
@@ -459,6 +472,13 @@ static int check_vector(collage_isa isa, const collage_fp4_quant *q, const float
     collage_fp4_tensor t0, t1;
     int bad = collage__fp4_quantize(q, xf, rows, cols, ld, c0, s0, &t0) != COLLAGE_OK;
     bad |= collage__fp4_quantize_isa(isa, q, xb ? NULL : x, xb, rows, cols, ld, c1, v, s1, enc, d, &t1, nt) != COLLAGE_OK;
+    uint16_t *v2 = malloc(n * 2); /* values alone (codes NULL, as the products ask): the same values */
+    bad |= collage__fp4_quantize_isa(isa, q, xb ? NULL : x, xb, rows, cols, ld, NULL, v2, s1, enc, d, &t1, nt) != COLLAGE_OK;
+    if (!bad && memcmp(v, v2, n * 2) != 0) {
+        bad++;
+        CHECK(0, "values alone differ from the values with codes");
+    }
+    free(v2);
     if (!bad) {
         bad |= memcmp(&t0, &t1, sizeof t0) != 0;
         bad |= memcmp(s0, s1, nb) != 0;

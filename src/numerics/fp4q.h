@@ -114,13 +114,16 @@ collage_status collage__fp4_quantize_isa(collage_isa isa, const collage_fp4_quan
 #define FP4Q_DECLARE(S)                                                                                        \
     FP4Q_DECLARE_T(S, _f32, float)                                                                             \
     FP4Q_DECLARE_T(S, _bf16, uint16_t)                                                                         \
-    void collage__fp4q_round_row##S(int sr, const float *y, const uint32_t *r, int n, uint8_t *codes);
+    void collage__fp4q_round_row##S(int sr, const float *y, const uint32_t *r, int n, uint8_t *codes,        \
+                                    uint32_t *bits);
 FP4Q_DECLARE(_ref)
 FP4Q_DECLARE(_avx2)
 FP4Q_DECLARE(_avx512)
 /* E2M1 codes of n fp32 values (none a NaN) by the given ISA's rounding lanes: to nearest, or with sr the SR
- * words r[i] (for tests). */
-void collage__fp4q_round_row(collage_isa isa, int sr, const float *y, const uint32_t *r, int n, uint8_t *codes);
+ * words r[i], into codes; or, codes NULL, the values' fp32 bits (sign kept) into bits by the lanes of the
+ * loops that want values alone (for tests). */
+void collage__fp4q_round_row(collage_isa isa, int sr, const float *y, const uint32_t *r, int n, uint8_t *codes,
+                             uint32_t *bits);
 
 /* ---------------------------------------------------------------- the 16×16 random Hadamard transform */
 #define COLLAGE_FP4_RHT 16 /* the transform's length along K */

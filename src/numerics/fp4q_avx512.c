@@ -30,7 +30,8 @@
     }
 FP4Q_FWD_T(_f32, float)
 FP4Q_FWD_T(_bf16, uint16_t)
-void collage__fp4q_round_row_avx512(int sr, const float *y, const uint32_t *r, int n, uint8_t *codes) {
-    collage__fp4q_round_row_ref(sr, y, r, n, codes);
+void collage__fp4q_round_row_avx512(int sr, const float *y, const uint32_t *r, int n, uint8_t *codes,
+                                uint32_t *bits) {
+    collage__fp4q_round_row_ref(sr, y, r, n, codes, bits);
 }
 #endif

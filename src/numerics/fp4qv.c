@@ -3,7 +3,7 @@
  * scale, scale bytes and codes bit for bit, and each element's value times its block scale in bf16 for the
  * 4-bit products. */
 #include "fp4q.h"
-#include "fp8q.h" /* collage__fp8_sat */
+#include "fp8q.h" /* collage__fp8q_sat_row */
 #include <float.h>
 #include <math.h>
 
@@ -46,10 +46,11 @@ static fp4q_kernels kernels_of(collage_isa isa) {
     }
 }
 
-void collage__fp4q_round_row(collage_isa isa, int sr, const float *y, const uint32_t *r, int n, uint8_t *codes) {
-    if (isa == COLLAGE_ISA_AVX512) collage__fp4q_round_row_avx512(sr, y, r, n, codes);
-    else if (isa == COLLAGE_ISA_AVX2) collage__fp4q_round_row_avx2(sr, y, r, n, codes);
-    else collage__fp4q_round_row_ref(sr, y, r, n, codes);
+void collage__fp4q_round_row(collage_isa isa, int sr, const float *y, const uint32_t *r, int n, uint8_t *codes,
+                             uint32_t *bits) {
+    if (isa == COLLAGE_ISA_AVX512) collage__fp4q_round_row_avx512(sr, y, r, n, codes, bits);
+    else if (isa == COLLAGE_ISA_AVX2) collage__fp4q_round_row_avx2(sr, y, r, n, codes, bits);
+    else collage__fp4q_round_row_ref(sr, y, r, n, codes, bits);
 }
 
 /* The input tensor: fp32 or bf16 rows, and the loops for it. */
@@ -152,12 +153,14 @@ static inline float e4m3_value(uint32_t c) {
 
 /* Each block's scale byte, element factor (into enc, which holds the amaxes first) and scale value d:
  * collage__fp4_block_scale's and collage__fp4_scale_value's results by a shorter road, blocks shared
- * among the threads. NVFP4: the same fp32 operations, e4m3's rounding by collage__fp8_sat (collage_lp_
- * from_f32_sat's code, test_fp8) and its value from the code's fields. MXFP4: floor(log2 a) from the
- * exponent field, exact for a normal a; a subnormal or zero a gives a field of 0 and E = −129, clamped to
- * −127 as ilogbf's (at most −127) would be. */
-static void block_scales(collage_fp4_recipe r, const collage_fp4_tensor *t, size_t nb, uint8_t *scales, float *enc,
-                         float *d, int nt) {
+ * among the threads. NVFP4: the same fp32 operations, e4m3's rounding by the ISA's fp8 row loop
+ * (collage__fp8q_sat_row: collage_lp_from_f32_sat's codes, test_fp8), and from each of the 127 bytes a
+ * block can take (never a NaN: SAT) its value, from the code's fields, and its factor, in tables made once
+ * per tensor. MXFP4: floor(log2 a) from the exponent field, exact for a normal a; a subnormal or zero a
+ * gives a field of 0 and E = −129, clamped to −127 as ilogbf's (at most −127) would be. */
+#define SCALE_CHUNK 512
+static void block_scales(collage_isa isa, collage_fp4_recipe r, const collage_fp4_tensor *t, size_t nb,
+                         uint8_t *scales, float *enc, float *d, int nt) {
     (void)nt; /* OpenMP off */
     if (r == COLLAGE_FP4_MXFP4) {
 #pragma omp parallel for schedule(static) num_threads(nt) if (nb >= 16384)
@@ -170,12 +173,20 @@ static void block_scales(collage_fp4_recipe r, const collage_fp4_tensor *t, size
         }
         return;
     }
-    const float per = t->enc * (1.0f / 6.0f), dec = t->dec;
+    float dv[0x7f], fv[0x7f];
+    for (uint32_t c = 0; c < 0x7f; c++) {
+        const float f = 1.0f / (e4m3_value(c) * t->dec);
+        dv[c] = e4m3_value(c), fv[c] = isinf(f) ? FLT_MAX : f;
+    }
+    const float per = t->enc * (1.0f / 6.0f);
+    const long chunks = (long)((nb + SCALE_CHUNK - 1) / SCALE_CHUNK);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nb >= 16384)
-    for (size_t b = 0; b < nb; b++) {
-        const uint8_t byte = collage__fp8_sat(COLLAGE_FMT_E4M3, enc[b] * per);
-        const float v = e4m3_value(byte), f = 1.0f / (v * dec);
-        scales[b] = byte, d[b] = v, enc[b] = isinf(f) ? FLT_MAX : f;
+    for (long ch = 0; ch < chunks; ch++) {
+        const size_t b0 = (size_t)ch * SCALE_CHUNK, n = nb - b0 < SCALE_CHUNK ? nb - b0 : SCALE_CHUNK;
+        float y[SCALE_CHUNK];
+        for (size_t i = 0; i < n; i++) y[i] = enc[b0 + i] * per;
+        collage__fp8q_sat_row(isa, COLLAGE_FMT_E4M3, y, (int)n, scales + b0);
+        for (size_t i = 0; i < n; i++) d[b0 + i] = dv[scales[b0 + i]], enc[b0 + i] = fv[scales[b0 + i]];
     }
 }
 
@@ -218,7 +229,7 @@ collage_status collage__fp4_quantize_isa(collage_isa isa, const collage_fp4_quan
     const uint32_t top = amax_grid(&in, rows, cols, br, bc, enc, nt);
     if (top >= 0x7f800000u) return COLLAGE_ERR_NONFINITE;
     const collage_fp4_tensor ts = collage__fp4_tensor_scale(q->recipe, bits_f32(top));
-    block_scales(q->recipe, &ts, nb, scales, enc, d, nt);
+    block_scales(isa, q->recipe, &ts, nb, scales, enc, d, nt);
     const run_ctx rc = {&in, q->sr, 1, q->key}; /* every run takes per-element factors */
     (void)nt;
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)rows * cols >= 32768)
