@@ -232,7 +232,7 @@ static void test_fma_product(void) {
             for (int th = 1; th <= 3; th++) {
                 memset(seen, 0, (size_t)M * N);
                 fma_sink sink = {got, seen, N};
-                nn_gemm_fma(ta, tb, M, N, K, A, lda, B, ldb, fma_sink_ep, &sink, scratch, th);
+                nn_gemm_fma(ta, tb, M, N, K, A, lda, B, ldb, 1.0f, fma_sink_ep, &sink, scratch, th);
                 int differ = memcmp(want, got, (size_t)M * N * 4) != 0;
                 for (size_t e = 0; e < (size_t)M * N; e++) differ |= seen[e] != 1;
                 bad += differ;

@@ -366,11 +366,16 @@ static void tile_product(int ta, int tb, int m, int n, int K, const uint16_t *A,
 
 void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                   nn_tile_fn ep, void *ctx, nn_ws *ws, nn_bf16_path path, int nt) {
+    nn_gemm_bf16_scaled(ta, tb, M, N, K, A, lda, B, ldb, 1.0f, ep, ctx, ws, path, nt);
+}
+
+void nn_gemm_bf16_scaled(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                         float s, nn_tile_fn ep, void *ctx, nn_ws *ws, nn_bf16_path path, int nt) {
     const double p0 = nn_prof_begin(); /* the whole call, epilogues included (nn.h: profiling) */
     if (path == NN_BF16_FMA) { /* collage's own: the whole product, its operands packed once (gemm_fma.c) */
         COLLAGE_ASSERT(ws->cap >= nn_gemm_fma_floats(M, N, K, nt));
         const tiles_guard guard = tiles_begin(kernel_in_use());
-        nn_gemm_fma(ta, tb, M, N, K, A, lda, B, ldb, ep, ctx, ws->p, nt);
+        nn_gemm_fma(ta, tb, M, N, K, A, lda, B, ldb, s, ep, ctx, ws->p, nt);
         tiles_end(guard);
         nn_prof_end(NN_PROF_PRODUCTS, p0, 2.0 * M * N * K);
         return;
@@ -392,6 +397,10 @@ void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int ld
         const int m = M - i0 < g.tm ? M - i0 : g.tm, n = N - j0 < g.tn ? N - j0 : g.tn;
         tile_product(ta, tb, m, n, K, ta ? A + i0 : A + (size_t)i0 * lda, lda, tb ? B + (size_t)j0 * ldb : B + j0,
                      ldb, t, path, k);
+        if (s != 1.0f) {
+#pragma omp simd
+            for (size_t e = 0; e < (size_t)m * n; e++) t[e] = t[e] * s;
+        }
         ep(ctx, t, n, i0, i0 + m, j0, j0 + n);
     }
     tiles_end(guard);
@@ -483,7 +492,7 @@ static double time_tile(const nn_shape *s, int bf16, nn_sgemm k, nn_bf16_path pa
     double best = HUGE_VAL;
     for (int r = 0; r <= reps; r++) { /* the first run warms the caches and the kernel's code */
         const double t0 = nn_now();
-        if (bf16 && path == NN_BF16_FMA) nn_gemm_fma(s->ta, s->tb, m, n, s->K, a16, lda, b16, ldb, ep_none, NULL, t, 1);
+        if (bf16 && path == NN_BF16_FMA) nn_gemm_fma(s->ta, s->tb, m, n, s->K, a16, lda, b16, ldb, 1.0f, ep_none, NULL, t, 1);
         else if (bf16) tile_product(s->ta, s->tb, m, n, s->K, a16, lda, b16, ldb, t, path, k);
         else k_sgemm[k].fn(s->ta, s->tb, m, n, s->K, a, lda, b, ldb, 0.0f, c, n);
         const double dt = nn_now() - t0;

@@ -216,9 +216,9 @@ static void band_chunk(const fma_plan *P, int ta, int tb, const uint16_t *A, int
 typedef struct { float *scratch; int a_i0, b_j0; } fma_held;
 
 /* C's rows [i0, i1) × columns [j0, j1) on this thread: band by band (at most MG × NG), each band's chunks
- * in k order, then ep on the band. */
+ * in k order, then its elements times s (s = 1: left as they are), then ep on the band. */
 static void fma_part(const fma_plan *P, int ta, int tb, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                     int i0, int i1, int j0, int j1, nn_tile_fn ep, void *ctx, fma_held *h) {
+                     float s, int i0, int i1, int j0, int j1, nn_tile_fn ep, void *ctx, fma_held *h) {
     float *bp = h->scratch, *ap = bp + (size_t)P->ng * P->kb, *c = ap + (size_t)P->mg * P->ka;
     const int hold_a = P->ka > KC || P->chunks == 1, hold_b = P->kb > KC || P->chunks == 1;
     for (int bi = i0; bi < i1; bi += MG)
@@ -231,6 +231,11 @@ static void fma_part(const fma_plan *P, int ta, int tb, int K, const uint16_t *A
                 band_chunk(P, ta, tb, A, lda, B, ldb, &b, with_a, with_b, ap, bp, c);
             }
             h->a_i0 = hold_a ? bi : -1, h->b_j0 = hold_b ? bj : -1;
+            for (int i = 0; i < b.m && s != 1.0f; i++) {
+                float *ci = c + (size_t)i * P->ng;
+#pragma omp simd
+                for (int j = 0; j < b.n; j++) ci[j] = ci[j] * s;
+            }
             ep(ctx, c, P->ng, b.i0, b.i0 + b.m, b.j0, b.j0 + b.n);
         }
 }
@@ -248,7 +253,7 @@ static void fma_part(const fma_plan *P, int ta, int tb, int K, const uint16_t *A
 #define UNIT_N (4 * NR)  /* 128 columns */
 #define UNIT_M (11 * MR) /* 132 rows */
 void nn_gemm_fma(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                 nn_tile_fn ep, void *ctx, float *scratch, int nt) {
+                 float s, nn_tile_fn ep, void *ctx, float *scratch, int nt) {
     const fma_plan P = plan_of(M, N, K);
     const int split_m = M > N, side = split_m ? M : N;
     const int held = split_m ? P.kb > KC || P.chunks == 1 : P.ka > KC || P.chunks == 1;
@@ -269,7 +274,7 @@ void nn_gemm_fma(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda
         for (int u = 0; u < units; u++) {
             const int a0 = u % parts * unit, a1 = side - a0 < unit ? side : a0 + unit;
             const int o0 = obands > 1 ? u / parts * oband : 0, o1 = obands > 1 && other - o0 > oband ? o0 + oband : other;
-            fma_part(&P, ta, tb, K, A, lda, B, ldb, split_m ? a0 : o0, split_m ? a1 : o1, split_m ? o0 : a0,
+            fma_part(&P, ta, tb, K, A, lda, B, ldb, s, split_m ? a0 : o0, split_m ? a1 : o1, split_m ? o0 : a0,
                      split_m ? o1 : a1, ep, ctx, &h);
         }
     }

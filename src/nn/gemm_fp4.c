@@ -46,7 +46,7 @@ int nn_gemm_fp4_reserve(nn_fp4_ws *ws, const nn_fp4_spec *p, int ta, int tb, int
         if (grow_operand(ws, w, (size_t)rows[w] * cols[w], collage__fp4_blocks(&q, rows[w], cols[w]), p->hadamard))
             return -1;
     }
-    return nn_gemm_bf16_kblocks_reserve(&ws->tiles, M, N, K > 0 ? K : 1, nt, path);
+    return nn_gemm_bf16_reserve(&ws->tiles, M, N, K, nt, path);
 }
 
 /* Operand w of a product: transformed (p->hadamard) into ws->h[w], then quantized into v (ws->v[w] or a
@@ -65,29 +65,6 @@ static collage_status make_operand(const nn_fp4_spec *p, int w, int trans, const
                                                       ws->d[w], &t, nt);
     *op = (nn_fp4_operand){.v = v, .ld = cols, .dec = t.dec};
     return st;
-}
-
-typedef struct {
-    float s;
-    nn_tile_fn ep;
-    void *ctx;
-} scale_ctx;
-
-/* The one K block's fold: c = fp32(P · s). */
-static void fold_scale(void *p, const float *part, int ldp, float *acc, int lda, int i0, int i1, int j0, int j1,
-                       int k0) {
-    const scale_ctx *f = p;
-    (void)k0;
-    for (int i = i0; i < i1; i++) {
-        const float *pi = part + (size_t)(i - i0) * ldp;
-        float *ci = acc + (size_t)(i - i0) * lda;
-        for (int j = 0; j < j1 - j0; j++) ci[j] = pi[j] * f->s;
-    }
-}
-
-static void ep_pass(void *p, const float *t, int ldt, int i0, int i1, int j0, int j1) {
-    const scale_ctx *f = p;
-    f->ep(f->ctx, t, ldt, i0, i1, j0, j1);
 }
 
 void nn_fp4_wcopy_free(nn_fp4_wcopy *wc) {
@@ -148,9 +125,7 @@ collage_status nn_gemm_fp4_w(const nn_fp4_spec *p, int ta, int tb, int M, int N,
         nn_prof_end(NN_PROF_PRODUCTS, p0, 0.0);
         return st;
     }
-    scale_ctx f = {.s = oa.dec * ob.dec, .ep = ep, .ctx = ctx};
-    nn_gemm_bf16_kblocks(ta, tb, M, N, K, K > 0 ? K : 1, oa.v, oa.ld, ob.v, ob.ld, fold_scale, ep_pass, &f, &ws->tiles,
-                         path, nt);
+    nn_gemm_bf16_scaled(ta, tb, M, N, K, oa.v, oa.ld, ob.v, ob.ld, oa.dec * ob.dec, ep, ctx, &ws->tiles, path, nt);
     nn_prof_end(NN_PROF_PRODUCTS, p0, 2.0 * M * N * K);
     return COLLAGE_OK;
 }

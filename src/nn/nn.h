@@ -169,6 +169,10 @@ typedef void (*nn_tile_fn)(void *ctx, const float *tile, int ldt, int i0, int i1
  * element +0. ws: reserved for (M,N,K,nt,path). */
 void nn_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                   nn_tile_fn ep, void *ctx, nn_ws *ws, nn_bf16_path path, int nt);
+/* As nn_gemm_bf16, each element of a tile fp32(c · s) before ep gets it (s = 1: nn_gemm_bf16's tiles): one
+ * product scaled once per sum (the 4-bit door's tensor factors). */
+void nn_gemm_bf16_scaled(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                         float s, nn_tile_fn ep, void *ctx, nn_ws *ws, nn_bf16_path path, int nt);
 
 /* A K block's fold: part (fp32, row stride ldp) is the tile C[i0..i1) × [j0..j1) of the product over
  * K = [k0, k0 + kb) alone; fold it into acc (row stride lda), which holds the earlier blocks' fold
@@ -224,9 +228,9 @@ int  nn_gemm_fp4_reserve(nn_fp4_ws *ws, const nn_fp4_spec *p, int ta, int tb, in
 collage_fp4_quant nn_fp4_quant_of(const nn_fp4_spec *p, int which, int trans);
 /* C = op(A)·op(B) (op(A) (M,K), op(B) (K,N), row-major bf16 bits) on 4-bit operands (numerics.md §15
  * "The 4-bit product"): each operand transformed along K when p->hadamard (collage__fp4_rht), quantized
- * by collage__fp4_quantize_v, its values v·d multiplied through the bf16 door's kblocks product with one K
- * block (fp32 sums, the door's kernel and order), and each sum P scaled once: c = fp32(P · fp32(dec_a ·
- * dec_b)); the tiles go to ep. Every element is the same for any nt. COLLAGE_ERR_NONFINITE: NaN or Inf in
+ * by collage__fp4_quantize_v, its values v·d multiplied through the bf16 door (nn_gemm_bf16_scaled: fp32
+ * sums, the door's kernel and order), and each sum P scaled once: c = fp32(P · fp32(dec_a · dec_b)); the
+ * tiles go to ep. Every element is the same for any nt. COLLAGE_ERR_NONFINITE: NaN or Inf in
  * A or B, ep never called. ws: reserved by nn_gemm_fp4_reserve. */
 collage_status nn_gemm_fp4(const nn_fp4_spec *p, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
                            const uint16_t *B, int ldb, nn_tile_fn ep, void *ctx, nn_fp4_ws *ws, nn_bf16_path path,
@@ -341,8 +345,8 @@ double nn_products_seconds(const nn_shape *shapes, int n, int bf16, nn_sgemm f32
  * pack (nn_gemm_fma_pack_floats(m, n, K) floats) for the operands' widened panels. K > 0. nn_gemm_fma_ref
  * (gemm.c) computes the same values in plain C: its twin, for the tests. */
 size_t nn_gemm_fma_pack_floats(int m, int n, int K);
-/* The same product whole (gemm.c's door on the fma path): C (M,N) = op(A)·op(B), the same values for any
- * nt (the contract is blocking-free), ep called on parts of C (disjoint, together all of it) from the
+/* The same product whole (gemm.c's door on the fma path): C (M,N) = op(A)·op(B), each element then
+ * fp32(c · s) (s = 1: c), the same values for any nt (the contract is blocking-free), ep called on parts of C (disjoint, together all of it) from the
  * thread that computed them, each part at its row stride. The threads take C's longer side in parts of
  * 128 columns or 132 rows, the next free part each, and run them in bands (at most 264 rows × 768
  * columns) over k blocks of 256 in their own scratch: the split side's operand is packed once for the
@@ -352,7 +356,7 @@ size_t nn_gemm_fma_pack_floats(int m, int n, int K);
  * measurement times). */
 size_t nn_gemm_fma_floats(int M, int N, int K, int nt);
 void   nn_gemm_fma(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                   nn_tile_fn ep, void *ctx, float *scratch, int nt);
+                   float s, nn_tile_fn ep, void *ctx, float *scratch, int nt);
 void   nn_gemm_fma_band(int M, int N, int *m, int *n);
 void   nn_gemm_fma_tile(int ta, int tb, int m, int n, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                         float *t, float *pack);
