@@ -722,7 +722,8 @@ static const fp4_kind FP4_KINDS[3] = {{0, 1, COLLAGE_FP4_ACT, COLLAGE_FP4_WEIGHT
                                       {1, 0, COLLAGE_FP4_GRAD, COLLAGE_FP4_ACT, 1, 1, "dW = dYᵀ·X"}};
 
 /* For both recipes, with and without the Hadamard transform on dW, and each of a linear layer's three
- * products at odd sizes (SR on the gradient): the door on the reference sgemm (widening path) equals the
+ * products at odd sizes (SR on the gradient): the door on the reference sgemm (widening path) and on
+ * collage's fma kernel (its fused sums in k order equal the twin's, the products being exact) equals the
  * scalar twin bit for bit on 1, 2 and 3 threads; every available path is within fp32-sum error of the
  * double product of the dequantized operands: |c − d| ≤ (K + 4)·2^-24·Σ|a·b|. */
 static void test_product(void) {
@@ -760,9 +761,9 @@ static void test_product(void) {
                             diff += memcmp(&C[e], &R[e], 4) != 0;
                             over += !(fabs((double)C[e] - D[e]) <= (K + 4) * 0x1p-24 * S[e]);
                         }
-                        if (path == NN_BF16_WIDEN)
-                            CHECK(diff == 0, "%s%s %s nt %d: %d elements differ from the scalar twin", rname(p.recipe),
-                                  had ? ",hadamard" : "", pk->name, nt, diff);
+                        if (path == NN_BF16_WIDEN || path == NN_BF16_FMA) /* sums in k order, exact products */
+                            CHECK(diff == 0, "%s%s %s %s nt %d: %d elements differ from the scalar twin", rname(p.recipe),
+                                  had ? ",hadamard" : "", pk->name, nn_bf16_name((nn_bf16_path)path), nt, diff);
                         CHECK(over == 0, "%s%s %s %s nt %d: %d elements beyond the bound of the double product",
                               rname(p.recipe), had ? ",hadamard" : "", pk->name, nn_bf16_name((nn_bf16_path)path), nt, over);
                         nn_fp4_ws_free(&ws);
