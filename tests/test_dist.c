@@ -65,7 +65,7 @@ static void path(char *out, size_t cap, const char *name) { snprintf(out, cap, "
 static void check_ranks_vs_accum_of(int N, const char *prec, const char *train) {
     char out[8192], la[600], lb[600], sa[600], sb[600], ca[1024], cb[1024], ma[1100], mb[1100], tag[64];
     snprintf(tag, sizeof tag, "%s%s%s-%d", strstr(train, "llama") ? "llama-" : strstr(train, "bert") ? "bert-" : "",
-             strstr(train, "fp8") ? "fp8-" : "", prec, N);
+             strstr(train, "fp8") ? "fp8-" : strstr(train, "fp4") ? "fp4-" : "", prec, N);
     snprintf(la, sizeof la, "%s/ranks-%s.jsonl", g_dir, tag);
     snprintf(lb, sizeof lb, "%s/accum-%s.jsonl", g_dir, tag);
     snprintf(sa, sizeof sa, "%s/ranks-%s", g_dir, tag);
@@ -102,6 +102,8 @@ static void test_ranks_equal_one_rank_accum(void) {
     check_ranks_vs_accum(2, "fp32");
     check_ranks_vs_accum_of(2, "collage-light", TRAIN_LLAMA);
     check_ranks_vs_accum_of(2, "collage-light", TRAIN " --compute fp8"); /* delayed scaling */
+    /* SR words keyed by step, rank and micro-batch; the transform's signs by the seed */
+    check_ranks_vs_accum_of(2, "collage-light", TRAIN " --compute fp4 --fp4-recipe nvfp4,hadamard");
     check_ranks_vs_accum_of(2, "collage-plus", TRAIN_BERT);
 }
 
